@@ -1,0 +1,74 @@
+#pragma once
+// BlockStore: the SSD tier (DESIGN.md sec. 4).
+//
+// One file per cache unit under <dir>/units/, fanned out by hash, each with a
+// versioned, checksummed header; RocksDB index under <dir>/index/. A unit is
+// identified by (object key, ETag, unit index): a changed object gets new
+// units and the old ones can never be served, they just age out.
+//
+// The cache is advisory: every cache-side failure (missing file, bad
+// checksum, I/O error, disk full) is counted in Metrics and reported as a
+// miss / a skipped insert, never as an error to the reader.
+//
+// Ownership: the store owns the RocksDB instance and the lock on <dir>/LOCK;
+// a second process opening the same dir gets Code::kBusy.
+// Thread-safety: every public method is safe to call from many threads.
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "igtcache/status.h"
+
+namespace igt {
+
+struct Metrics;
+
+struct UnitKey {
+  std::string object;   // object key relative to the source root
+  std::string etag;     // object version; part of the identity
+  uint64_t index = 0;   // unit number: bytes [index*unit_size, ...)
+};
+
+struct BlockStoreOptions {
+  std::string dir;                  // created 0700 if absent
+  uint64_t max_bytes = 10ull << 30; // Default: 10 GiB. Sum of unit data kept.
+  double min_free_ratio = 0.05;     // Default: 0.05. Free space kept on the volume.
+  std::string eviction = "lru";     // Default: lru. See MakeEvictionPolicy.
+};
+
+class BlockStore {
+ public:
+  virtual ~BlockStore() = default;
+
+  // Opens (creating if needed) the cache dir, takes its lock, reconciles the
+  // index with the unit files (no data scan). `metrics` may be null.
+  static Result<std::unique_ptr<BlockStore>> Open(const BlockStoreOptions& opts, Metrics* metrics);
+
+  // Copies bytes [offset, offset+len) of a cached unit into `out` after
+  // verifying the checksums that cover them. Returns the bytes copied, or
+  // nullopt on a miss (absent, corrupt -> dropped, I/O error).
+  virtual std::optional<size_t> Read(const UnitKey& key, uint64_t offset, size_t len, char* out) = 0;
+
+  // Stores a complete unit (temp file + rename, then the index entry),
+  // evicting as needed. Failures are counted and returned, never fatal.
+  virtual Status Put(const UnitKey& key, std::string_view data) = 0;
+
+  virtual bool Contains(const UnitKey& key) = 0;
+  // Drops a unit if present (e.g. the object changed).
+  virtual void Remove(const UnitKey& key) = 0;
+
+  virtual uint64_t used_bytes() const = 0;
+  virtual uint64_t limit_bytes() const = 0;
+  virtual uint64_t unit_count() const = 0;
+
+  // Small metadata records (directory listings, attributes) kept in the same
+  // RocksDB under their own key space, so a remount starts warm.
+  virtual Status PutMeta(std::string_view key, std::string_view value) = 0;
+  virtual std::optional<std::string> GetMeta(std::string_view key) = 0;
+  virtual void DeleteMeta(std::string_view key) = 0;
+};
+
+}  // namespace igt

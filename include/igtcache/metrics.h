@@ -1,0 +1,63 @@
+#pragma once
+// Live counters of one mount, counted since it started. Every field is a
+// relaxed atomic: writers on any thread, readers (stats) take a snapshot.
+// Who counts what:
+//   cache_*        BlockStore (hits/misses are counted by the ReadPipeline)
+//   backend_*      the layer that calls the Backend (Namespace, ReadPipeline);
+//                  backend_retries by the backend itself
+// Names double as JSON keys in `igtcache stats`.
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <string>
+
+namespace igt {
+
+struct Metrics {
+  using C = std::atomic<uint64_t>;
+  // Read path (units are cache units: a 1 MiB block or a whole small object).
+  C read_requests{0};
+  C read_bytes{0};
+  C read_errors{0};
+  C opens{0};
+  C cache_hit_units{0};
+  C cache_hit_bytes{0};
+  C cache_miss_units{0};
+  C cache_miss_bytes{0};
+  // Backend traffic.
+  C backend_get_requests{0};
+  C backend_get_bytes{0};
+  C backend_list_requests{0};
+  C backend_head_requests{0};
+  C backend_retries{0};
+  C backend_errors{0};
+  // SSD tier.
+  C cache_insert_units{0};
+  C cache_insert_bytes{0};
+  C evictions{0};
+  C evicted_bytes{0};
+  C cache_write_errors{0};     // failed inserts (disk full, I/O error): served from backend
+  C cache_read_errors{0};      // failed unit reads: degraded to a miss
+  C cache_corruptions{0};      // unit files that failed their checksum: dropped
+  C singleflight_waits{0};     // misses that joined another thread's fetch
+
+  // Snapshot of every counter by name (for JSON / Prometheus).
+  std::map<std::string, uint64_t> Snapshot() const {
+    std::map<std::string, uint64_t> m;
+#define IGT_M(f) m[#f] = f.load(std::memory_order_relaxed)
+    IGT_M(read_requests); IGT_M(read_bytes); IGT_M(read_errors); IGT_M(opens);
+    IGT_M(cache_hit_units); IGT_M(cache_hit_bytes); IGT_M(cache_miss_units);
+    IGT_M(cache_miss_bytes); IGT_M(backend_get_requests); IGT_M(backend_get_bytes);
+    IGT_M(backend_list_requests); IGT_M(backend_head_requests); IGT_M(backend_retries);
+    IGT_M(backend_errors); IGT_M(cache_insert_units); IGT_M(cache_insert_bytes);
+    IGT_M(evictions); IGT_M(evicted_bytes); IGT_M(cache_write_errors);
+    IGT_M(cache_read_errors); IGT_M(cache_corruptions); IGT_M(singleflight_waits);
+#undef IGT_M
+    return m;
+  }
+};
+
+inline void Add(std::atomic<uint64_t>& c, uint64_t n = 1) { c.fetch_add(n, std::memory_order_relaxed); }
+
+}  // namespace igt
