@@ -1,0 +1,83 @@
+#pragma once
+// The igtcache configuration: one schema (src/config/schema.cc) drives the
+// defaults, YAML parsing, validation, `--help` text and docs/CONFIGURATION.md.
+// Every field below has its default in the schema; sizes accept "10G",
+// "512M", "4K" or a plain byte count. Unknown keys and bad values are
+// rejected with an error that names the key.
+// Thread-safety: a Config is a plain value; copy it.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "igtcache/status.h"
+
+namespace igt {
+
+struct Config {
+  struct Cache {
+    std::string dir;                 // "" -> $XDG_CACHE_HOME/igtcache or ~/.cache/igtcache
+    uint64_t max_bytes = 0;
+    double min_free_ratio = 0;
+    uint64_t unit_size_bytes = 0;
+    std::string eviction;
+  } cache;
+  struct Metadata {
+    uint64_t ttl_ms = 0;
+    uint64_t negative_ttl_ms = 0;
+  } metadata;
+  struct Backend {
+    std::string endpoint;
+    std::string region;
+    std::string addressing;
+    std::string profile;
+    bool no_sign_request = false;
+    uint64_t connect_timeout_ms = 0;
+    uint64_t request_timeout_ms = 0;
+    uint64_t max_retries = 0;
+    uint64_t retry_base_ms = 0;
+    uint64_t retry_deadline_ms = 0;
+    uint64_t max_connections = 0;
+    uint64_t max_request_bytes = 0;
+  } backend;
+  struct Fuse {
+    uint64_t threads = 0;
+    uint64_t max_read_bytes = 0;
+    uint64_t max_background = 0;
+    bool allow_other = false;
+  } fuse;
+  struct Logging {
+    std::string level;
+    std::string file;
+  } logging;
+
+  // All defaults from the schema.
+  static Config Defaults();
+};
+
+// Parses YAML text over the defaults. `origin` names the file in errors.
+Result<Config> ParseConfig(const std::string& yaml_text, const std::string& origin);
+// Reads and parses a file; "" gives the defaults.
+Result<Config> LoadConfig(const std::string& path);
+// Checks ranges and enums across fields; names the bad key.
+Status Validate(const Config& c);
+
+// Sets one key ("cache.max_bytes") from a string, as a command-line override.
+Status SetConfigValue(Config& c, const std::string& key, const std::string& value);
+
+// "10G" -> 10737418240. Suffixes K, M, G, T (powers of 1024), optional "i"/"B".
+Result<uint64_t> ParseSize(const std::string& s);
+std::string FormatSize(uint64_t bytes);
+
+struct ConfigKeyDoc {
+  std::string key;        // "cache.max_bytes"
+  std::string type;       // size | int | ratio | bool | string | enum(a|b)
+  std::string default_value;
+  std::string help;
+};
+std::vector<ConfigKeyDoc> ConfigSchemaDocs();
+// docs/CONFIGURATION.md and examples/igtcache.yaml are generated from these.
+std::string ConfigMarkdown();
+std::string ConfigExampleYaml();
+
+}  // namespace igt

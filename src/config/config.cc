@@ -1,0 +1,386 @@
+// Config schema, YAML parsing and validation. The kSchema table below is the
+// single source of truth for every key: its type, default, and help text.
+
+#include "igtcache/config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <fmt/format.h>
+#include <fstream>
+#include <functional>
+#include <sstream>
+
+namespace igt {
+namespace {
+
+enum class Type { kSize, kInt, kRatio, kBool, kString, kEnum };
+
+struct Key {
+  const char* key;
+  Type type;
+  const char* default_value;
+  const char* help;
+  const char* choices;  // kEnum: "a|b|c"
+  std::function<void(Config&, const std::string&)> set;  // value already checked
+};
+
+Result<uint64_t> ParseUint(const std::string& s) {
+  if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos)
+    return Err(Status::InvalidArgument("'" + s + "' is not a non-negative integer"));
+  errno = 0;
+  unsigned long long v = std::strtoull(s.c_str(), nullptr, 10);
+  if (errno == ERANGE) return Err(Status::InvalidArgument("'" + s + "' is too large"));
+  return v;
+}
+
+Result<bool> ParseBool(const std::string& s) {
+  if (s == "true" || s == "yes" || s == "on" || s == "1") return true;
+  if (s == "false" || s == "no" || s == "off" || s == "0") return false;
+  return Err(Status::InvalidArgument("'" + s + "' is not a boolean (true/false)"));
+}
+
+Result<double> ParseRatio(const std::string& s) {
+  char* end = nullptr;
+  double v = std::strtod(s.c_str(), &end);
+  if (s.empty() || *end != '\0' || !std::isfinite(v) || v < 0 || v > 1)
+    return Err(Status::InvalidArgument("'" + s + "' is not a ratio in [0, 1]"));
+  return v;
+}
+
+#define SET_STR(f) [](Config& c, const std::string& v) { c.f = v; }
+#define SET_U64(f) [](Config& c, const std::string& v) { c.f = *ParseUint(v); }
+#define SET_SIZE(f) [](Config& c, const std::string& v) { c.f = *ParseSize(v); }
+#define SET_BOOL(f) [](Config& c, const std::string& v) { c.f = *ParseBool(v); }
+#define SET_RATIO(f) [](Config& c, const std::string& v) { c.f = *ParseRatio(v); }
+
+const std::vector<Key>& Schema() {
+  static const std::vector<Key> k = {
+      {"cache.dir", Type::kString, "",
+       "Cache directory (unit files + RocksDB index). Empty: $XDG_CACHE_HOME/igtcache or "
+       "~/.cache/igtcache. Created 0700; refused if world-writable or owned by another user. "
+       "One daemon per directory (lock file).",
+       nullptr, SET_STR(cache.dir)},
+      {"cache.max_bytes", Type::kSize, "10G",
+       "Upper bound on cached unit data. Least valuable units are evicted beyond it.", nullptr,
+       SET_SIZE(cache.max_bytes)},
+      {"cache.min_free_ratio", Type::kRatio, "0.05",
+       "Free space to keep on the cache volume, as a fraction of its size. Inserts evict (or "
+       "are skipped) to keep it.",
+       nullptr, SET_RATIO(cache.min_free_ratio)},
+      {"cache.unit_size_bytes", Type::kSize, "1M",
+       "Cache unit: large objects are cached in blocks of this size; smaller objects whole. "
+       "Larger units mean fewer requests, more read amplification for random access.",
+       nullptr, SET_SIZE(cache.unit_size_bytes)},
+      {"cache.eviction", Type::kEnum, "lru", "Eviction policy of the SSD tier.", "lru|fifo",
+       SET_STR(cache.eviction)},
+      {"metadata.ttl_ms", Type::kInt, "60000",
+       "How long directory listings and object attributes are trusted before the bucket is "
+       "asked again (also the kernel's entry/attr timeout). Kept in the index across "
+       "remounts. Lower: sees bucket changes sooner; higher: fewer LIST requests.",
+       nullptr, SET_U64(metadata.ttl_ms)},
+      {"metadata.negative_ttl_ms", Type::kInt, "5000",
+       "How long the kernel may remember that a name does not exist.", nullptr,
+       SET_U64(metadata.negative_ttl_ms)},
+      {"backend.endpoint", Type::kString, "",
+       "S3 endpoint URL (http://host:port). Empty: $AWS_ENDPOINT_URL, else AWS for the region.",
+       nullptr, SET_STR(backend.endpoint)},
+      {"backend.region", Type::kString, "us-east-1", "S3 region used for signing.", nullptr,
+       SET_STR(backend.region)},
+      {"backend.addressing", Type::kEnum, "auto",
+       "path: http://endpoint/bucket/key; virtual: http://bucket.endpoint/key; auto: path for "
+       "IP-address and localhost endpoints, virtual otherwise (as the AWS CLI does).",
+       "auto|path|virtual", SET_STR(backend.addressing)},
+      {"backend.profile", Type::kString, "",
+       "Profile in ~/.aws/credentials when the AWS_* variables are not set. Empty: $AWS_PROFILE "
+       "or 'default'.",
+       nullptr, SET_STR(backend.profile)},
+      {"backend.no_sign_request", Type::kBool, "false",
+       "Send unsigned requests (public buckets); no credentials needed.", nullptr,
+       SET_BOOL(backend.no_sign_request)},
+      {"backend.connect_timeout_ms", Type::kInt, "3000", "TCP/TLS connect timeout per attempt.",
+       nullptr, SET_U64(backend.connect_timeout_ms)},
+      {"backend.request_timeout_ms", Type::kInt, "30000",
+       "A request that makes no progress for this long is aborted and retried.", nullptr,
+       SET_U64(backend.request_timeout_ms)},
+      {"backend.max_retries", Type::kInt, "5",
+       "Retries after the first attempt on 5xx, SlowDown, timeouts and dropped connections "
+       "(exponential backoff with full jitter).",
+       nullptr, SET_U64(backend.max_retries)},
+      {"backend.retry_base_ms", Type::kInt, "100", "First retry delay; doubles per retry.",
+       nullptr, SET_U64(backend.retry_base_ms)},
+      {"backend.retry_deadline_ms", Type::kInt, "60000",
+       "Total time budget of one request across its retries.", nullptr,
+       SET_U64(backend.retry_deadline_ms)},
+      {"backend.max_connections", Type::kInt, "32", "Pooled, reused HTTP connections.", nullptr,
+       SET_U64(backend.max_connections)},
+      {"backend.max_request_bytes", Type::kSize, "8M",
+       "Adjacent cache misses are coalesced into one ranged GET of at most this size.", nullptr,
+       SET_SIZE(backend.max_request_bytes)},
+      {"fuse.threads", Type::kInt, "16", "FUSE worker threads (max idle threads of the loop).",
+       nullptr, SET_U64(fuse.threads)},
+      {"fuse.max_read_bytes", Type::kSize, "1M",
+       "Largest read request the kernel sends (max_read; also max_pages).", nullptr,
+       SET_SIZE(fuse.max_read_bytes)},
+      {"fuse.max_background", Type::kInt, "64",
+       "Kernel limit on outstanding background requests (readahead).", nullptr,
+       SET_U64(fuse.max_background)},
+      {"fuse.allow_other", Type::kBool, "false",
+       "Let other users access the mount (turns on default_permissions too).", nullptr,
+       SET_BOOL(fuse.allow_other)},
+      {"logging.level", Type::kEnum, "info", "Log level.", "trace|debug|info|warn|error|off",
+       SET_STR(logging.level)},
+      {"logging.file", Type::kString, "",
+       "Log file. Empty: stderr in the foreground; <cache.dir>/igtcache.log when daemonized.",
+       nullptr, SET_STR(logging.file)},
+  };
+  return k;
+}
+
+const Key* FindKey(const std::string& key) {
+  for (const auto& k : Schema())
+    if (key == k.key) return &k;
+  return nullptr;
+}
+
+std::string TypeName(const Key& k) {
+  switch (k.type) {
+    case Type::kSize: return "size";
+    case Type::kInt: return "int";
+    case Type::kRatio: return "ratio";
+    case Type::kBool: return "bool";
+    case Type::kString: return "string";
+    case Type::kEnum: return std::string("enum(") + k.choices + ")";
+  }
+  return "?";
+}
+
+Status CheckValue(const Key& k, const std::string& v) {
+  auto bad = [&](const Status& s) {
+    return Status::InvalidArgument(fmt::format("config key '{}': {}", k.key, s.message()));
+  };
+  switch (k.type) {
+    case Type::kSize:
+      if (auto r = ParseSize(v); !r) return bad(r.error());
+      break;
+    case Type::kInt:
+      if (auto r = ParseUint(v); !r) return bad(r.error());
+      break;
+    case Type::kRatio:
+      if (auto r = ParseRatio(v); !r) return bad(r.error());
+      break;
+    case Type::kBool:
+      if (auto r = ParseBool(v); !r) return bad(r.error());
+      break;
+    case Type::kString:
+      break;
+    case Type::kEnum: {
+      std::string choices = std::string("|") + k.choices + "|";
+      if (v.find('|') != std::string::npos || choices.find("|" + v + "|") == std::string::npos)
+        return Status::InvalidArgument(
+            fmt::format("config key '{}': '{}' is not one of {}", k.key, v, k.choices));
+      break;
+    }
+  }
+  return Status::Ok();
+}
+
+Status Walk(const YAML::Node& node, const std::string& prefix, Config& c, const std::string& origin) {
+  if (!node.IsMap())
+    return Status::InvalidArgument(fmt::format(
+        "{}: '{}' must be a mapping of keys", origin, prefix.empty() ? "(top level)" : prefix));
+  for (const auto& kv : node) {
+    std::string name = kv.first.as<std::string>();
+    std::string key = prefix.empty() ? name : prefix + "." + name;
+    const YAML::Node& v = kv.second;
+    if (v.IsMap()) {
+      bool is_section = false;
+      for (const auto& k : Schema())
+        if (std::string(k.key).rfind(key + ".", 0) == 0) is_section = true;
+      if (!is_section)
+        return Status::InvalidArgument(fmt::format("{}: unknown config key '{}'", origin, key));
+      if (auto s = Walk(v, key, c, origin); !s.ok()) return s;
+      continue;
+    }
+    const Key* k = FindKey(key);
+    if (!k) return Status::InvalidArgument(fmt::format("{}: unknown config key '{}'", origin, key));
+    if (!v.IsScalar() && !v.IsNull())
+      return Status::InvalidArgument(
+          fmt::format("{}: config key '{}' must be a single value", origin, key));
+    std::string value = v.IsNull() ? std::string() : v.Scalar();
+    if (auto s = CheckValue(*k, value); !s.ok())
+      return Status::InvalidArgument(origin + ": " + s.message());
+    k->set(c, value);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<uint64_t> ParseSize(const std::string& in) {
+  std::string s = in;
+  if (s.empty()) return Err(Status::InvalidArgument("empty size"));
+  size_t i = 0;
+  while (i < s.size() && (std::isdigit(static_cast<unsigned char>(s[i])) || s[i] == '.')) ++i;
+  std::string num = s.substr(0, i), suf = s.substr(i);
+  if (num.empty() || std::count(num.begin(), num.end(), '.') > 1)
+    return Err(Status::InvalidArgument("'" + in + "' is not a size (examples: 10G, 512M, 4096)"));
+  for (auto& ch : suf) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  if (!suf.empty() && suf.back() == 'B') suf.pop_back();
+  if (!suf.empty() && suf.back() == 'I') suf.pop_back();
+  uint64_t mult = 1;
+  if (suf == "") mult = 1;
+  else if (suf == "K") mult = 1ull << 10;
+  else if (suf == "M") mult = 1ull << 20;
+  else if (suf == "G") mult = 1ull << 30;
+  else if (suf == "T") mult = 1ull << 40;
+  else return Err(Status::InvalidArgument("'" + in + "' has an unknown size suffix (use K, M, G, T)"));
+  double v = std::strtod(num.c_str(), nullptr);
+  double bytes = v * static_cast<double>(mult);
+  if (bytes > 1.8e19) return Err(Status::InvalidArgument("'" + in + "' is too large"));
+  return static_cast<uint64_t>(bytes);
+}
+
+std::string FormatSize(uint64_t b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(b);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  return u == 0 ? fmt::format("{} B", b) : fmt::format("{:.1f} {}", v, units[u]);
+}
+
+Config Config::Defaults() {
+  Config c;
+  for (const auto& k : Schema()) k.set(c, k.default_value);
+  return c;
+}
+
+Status SetConfigValue(Config& c, const std::string& key, const std::string& value) {
+  const Key* k = FindKey(key);
+  if (!k) return Status::InvalidArgument(fmt::format("unknown config key '{}'", key));
+  if (auto s = CheckValue(*k, value); !s.ok()) return s;
+  k->set(c, value);
+  return Status::Ok();
+}
+
+Result<Config> ParseConfig(const std::string& text, const std::string& origin) {
+  Config c = Config::Defaults();
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    return Err(Status::InvalidArgument(fmt::format("{}: invalid YAML at line {}, column {}: {}",
+                                                   origin, e.mark.line + 1, e.mark.column + 1,
+                                                   e.msg)));
+  }
+  if (root.IsNull()) return c;  // empty file: all defaults
+  try {
+    if (auto s = Walk(root, "", c, origin); !s.ok()) return Err(s);
+  } catch (const YAML::Exception& e) {
+    return Err(Status::InvalidArgument(fmt::format("{}: {}", origin, e.what())));
+  }
+  if (auto s = Validate(c); !s.ok())
+    return Err(Status::InvalidArgument(origin + ": " + s.message()));
+  return c;
+}
+
+Result<Config> LoadConfig(const std::string& path) {
+  if (path.empty()) return Config::Defaults();
+  std::ifstream in(path);
+  if (!in)
+    return Err(Status::InvalidArgument(
+        fmt::format("cannot read config file '{}': {}", path, std::strerror(errno))));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ParseConfig(ss.str(), path);
+}
+
+Status Validate(const Config& c) {
+  auto bad = [](const char* key, const std::string& why) {
+    return Status::InvalidArgument(fmt::format("config key '{}': {}", key, why));
+  };
+  constexpr uint64_t kMinUnit = 64 << 10;  // the checksum chunk size: smaller units waste headers
+  constexpr uint64_t kMaxUnit = 64 << 20;  // a unit is fetched and held whole in memory
+  if (c.cache.unit_size_bytes < kMinUnit || c.cache.unit_size_bytes > kMaxUnit ||
+      (c.cache.unit_size_bytes % kMinUnit) != 0)
+    return bad("cache.unit_size_bytes", "must be a multiple of 64K between 64K and 64M");
+  if (c.cache.max_bytes < c.cache.unit_size_bytes)
+    return bad("cache.max_bytes", "must be at least one unit (cache.unit_size_bytes)");
+  if (c.cache.min_free_ratio >= 1.0) return bad("cache.min_free_ratio", "must be below 1");
+  if (c.fuse.threads < 1 || c.fuse.threads > 1024) return bad("fuse.threads", "must be 1..1024");
+  if (c.fuse.max_read_bytes < 4096 || c.fuse.max_read_bytes > (1u << 20) ||
+      (c.fuse.max_read_bytes % 4096) != 0)
+    return bad("fuse.max_read_bytes", "must be a multiple of 4K between 4K and 1M");
+  if (c.fuse.max_background < 1 || c.fuse.max_background > 65535)
+    return bad("fuse.max_background", "must be 1..65535");
+  if (c.backend.max_connections < 1 || c.backend.max_connections > 1024)
+    return bad("backend.max_connections", "must be 1..1024");
+  if (c.backend.max_retries > 100) return bad("backend.max_retries", "must be at most 100");
+  if (c.backend.connect_timeout_ms < 1) return bad("backend.connect_timeout_ms", "must be > 0");
+  if (c.backend.request_timeout_ms < 1) return bad("backend.request_timeout_ms", "must be > 0");
+  if (c.backend.max_request_bytes < c.cache.unit_size_bytes)
+    return bad("backend.max_request_bytes", "must be at least cache.unit_size_bytes");
+  if (!c.backend.endpoint.empty() && c.backend.endpoint.rfind("http://", 0) != 0 &&
+      c.backend.endpoint.rfind("https://", 0) != 0)
+    return bad("backend.endpoint", "'" + c.backend.endpoint + "' must start with http:// or https://");
+  return Status::Ok();
+}
+
+std::vector<ConfigKeyDoc> ConfigSchemaDocs() {
+  std::vector<ConfigKeyDoc> out;
+  for (const auto& k : Schema()) out.push_back({k.key, TypeName(k), k.default_value, k.help});
+  return out;
+}
+
+std::string ConfigMarkdown() {
+  std::string s =
+      "# Configuration\n\n"
+      "<!-- Generated from src/config/config.cc by `igtcache config --markdown`. "
+      "Do not edit: a test fails when this file and the schema differ. -->\n\n"
+      "igtcache reads a YAML file given with `--config FILE`. Every key is optional; unknown "
+      "keys and bad values are rejected with an error naming the key. Sizes accept `10G`, "
+      "`512M`, `4K` or a byte count (powers of 1024). Command-line flags (`--cache-dir`, "
+      "`--cache-size`, `--endpoint`, `--region`, ...) override the file.\n\n"
+      "| key | type | default | meaning |\n|---|---|---|---|\n";
+  for (const auto& d : ConfigSchemaDocs())
+    s += fmt::format("| `{}` | {} | `{}` | {} |\n", d.key, d.type,
+                     d.default_value.empty() ? "\"\"" : d.default_value, d.help);
+  return s;
+}
+
+std::string ConfigExampleYaml() {
+  std::string s =
+      "# igtcache configuration: every key with its default.\n"
+      "# Generated by `igtcache config --example`; see docs/CONFIGURATION.md.\n";
+  std::string section;
+  for (const auto& d : ConfigSchemaDocs()) {
+    auto dot = d.key.find('.');
+    std::string sec = d.key.substr(0, dot), name = d.key.substr(dot + 1);
+    if (sec != section) {
+      s += "\n" + sec + ":\n";
+      section = sec;
+    }
+    // Wrap the help text as comments.
+    std::string line = "  #";
+    std::istringstream words(d.help + " [" + d.type + "]");
+    std::string w;
+    while (words >> w) {
+      if (line.size() + w.size() > 88) {
+        s += line + "\n";
+        line = "  #";
+      }
+      line += " " + w;
+    }
+    s += line + "\n";
+    std::string v = d.default_value.empty() ? "\"\"" : d.default_value;
+    s += "  " + name + ": " + v + "\n";
+  }
+  return s;
+}
+
+}  // namespace igt

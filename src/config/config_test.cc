@@ -1,0 +1,71 @@
+#include <catch2/catch.hpp>
+
+#include "igtcache/config.h"
+
+using namespace igt;
+
+TEST_CASE("sizes parse with binary suffixes") {
+  CHECK(*ParseSize("10G") == 10ull << 30);
+  CHECK(*ParseSize("512M") == 512ull << 20);
+  CHECK(*ParseSize("4KiB") == 4096);
+  CHECK(*ParseSize("1.5G") == 3ull << 29);
+  CHECK(*ParseSize("123") == 123);
+  CHECK_FALSE(ParseSize("ten").has_value());
+  CHECK_FALSE(ParseSize("10X").has_value());
+  CHECK_FALSE(ParseSize("").has_value());
+  CHECK_FALSE(ParseSize("-1G").has_value());
+}
+
+TEST_CASE("defaults are valid and the example yaml reproduces them") {
+  Config d = Config::Defaults();
+  REQUIRE(Validate(d).ok());
+  CHECK(d.cache.max_bytes == 10ull << 30);
+  CHECK(d.cache.unit_size_bytes == 1 << 20);
+  auto c = ParseConfig(ConfigExampleYaml(), "example");
+  REQUIRE(c.has_value());
+  CHECK(c->cache.max_bytes == d.cache.max_bytes);
+  CHECK(c->metadata.ttl_ms == d.metadata.ttl_ms);
+  CHECK(c->backend.addressing == "auto");
+}
+
+TEST_CASE("yaml overrides defaults") {
+  auto c = ParseConfig("cache:\n  max_bytes: 2G\n  dir: /tmp/x\nmetadata:\n  ttl_ms: 5\n", "t.yaml");
+  REQUIRE(c.has_value());
+  CHECK(c->cache.max_bytes == 2ull << 30);
+  CHECK(c->cache.dir == "/tmp/x");
+  CHECK(c->metadata.ttl_ms == 5);
+}
+
+TEST_CASE("errors name the bad key") {
+  auto unknown = ParseConfig("cache:\n  max_bytez: 1G\n", "t.yaml");
+  REQUIRE_FALSE(unknown.has_value());
+  CHECK_THAT(unknown.error().message(), Catch::Contains("cache.max_bytez"));
+  auto section = ParseConfig("cachee:\n  max_bytes: 1G\n", "t.yaml");
+  REQUIRE_FALSE(section.has_value());
+  CHECK_THAT(section.error().message(), Catch::Contains("cachee"));
+  auto bad = ParseConfig("cache:\n  max_bytes: lots\n", "t.yaml");
+  REQUIRE_FALSE(bad.has_value());
+  CHECK_THAT(bad.error().message(), Catch::Contains("cache.max_bytes"));
+  auto en = ParseConfig("backend:\n  addressing: sideways\n", "t.yaml");
+  REQUIRE_FALSE(en.has_value());
+  CHECK_THAT(en.error().message(), Catch::Contains("backend.addressing"));
+  auto syntax = ParseConfig("cache:\n  max_bytes: [1\n", "t.yaml");
+  REQUIRE_FALSE(syntax.has_value());
+  CHECK_THAT(syntax.error().message(), Catch::Contains("t.yaml"));
+  CHECK_THAT(syntax.error().message(), Catch::Contains("line"));
+  auto range = ParseConfig("cache:\n  unit_size_bytes: 1000\n", "t.yaml");
+  REQUIRE_FALSE(range.has_value());
+  CHECK_THAT(range.error().message(), Catch::Contains("cache.unit_size_bytes"));
+  auto nested = ParseConfig("cache:\n  max_bytes:\n    a: 1\n", "t.yaml");
+  REQUIRE_FALSE(nested.has_value());
+  auto top = ParseConfig("- a\n- b\n", "t.yaml");
+  REQUIRE_FALSE(top.has_value());
+}
+
+TEST_CASE("command-line overrides go through the same checks") {
+  Config c = Config::Defaults();
+  CHECK(SetConfigValue(c, "cache.max_bytes", "1G").ok());
+  CHECK(c.cache.max_bytes == 1ull << 30);
+  CHECK_FALSE(SetConfigValue(c, "cache.max_bytes", "x").ok());
+  CHECK_FALSE(SetConfigValue(c, "nope", "1").ok());
+}
