@@ -1,0 +1,168 @@
+"""Bad input to `igtcache mount`: each case must exit non-zero with a short
+(one line, at most a few) error on stderr that names the problem, and leave
+no mount (os.path.ismount false, no /proc/self/mountinfo entry) and no
+process behind. Every case runs in daemon mode (no -f) and with -f.
+
+Cases: unknown source scheme, relative/missing local source, missing bucket
+(s3rver up), wrong endpoint (nothing listening), YAML syntax error, unknown
+key, bad value, unwritable cache dir (under a regular file; a regular file;
+on a read-only filesystem when we can make one), missing mount point, and a
+second daemon on a cache dir already in use."""
+
+import os
+import re
+import subprocess
+import time
+
+import harness
+from harness import check, log
+
+BUCKET = "igt-bad"
+CASE_TIMEOUT_S = 120   # a hang is a failure; generous for retry back-off
+MAX_LINES = 3          # "one line-ish": the error, maybe a hint
+
+
+def run_case(s, name, source, mnt, args, keywords, foreground, env=None):
+    """Runs one failing mount; returns a list of problems (empty = ok)."""
+    argv = s.mount_argv(source, mnt, None, args, foreground)
+    t0 = time.monotonic()
+    problems = []
+    try:
+        r = subprocess.run(argv, env=env or s.igt_env(), stdin=subprocess.DEVNULL,
+                           capture_output=True, timeout=CASE_TIMEOUT_S)
+        rc, err = r.returncode, r.stderr.decode("utf-8", "replace")
+    except subprocess.TimeoutExpired as ex:
+        rc, err = None, (ex.stderr or b"").decode("utf-8", "replace")
+        problems.append(f"did not exit within {CASE_TIMEOUT_S}s")
+    dt = time.monotonic() - t0
+    lines = [l for l in err.splitlines() if l.strip()]
+    mode = "-f" if foreground else "daemon"
+    if rc == 0:
+        problems.append("exit code 0")
+    if not lines:
+        problems.append("nothing on stderr")
+    elif len(lines) > MAX_LINES:
+        problems.append(f"{len(lines)} lines on stderr (want <= {MAX_LINES})")
+    low = err.lower()
+    if lines and not any(k.lower() in low for k in keywords):
+        problems.append(f"stderr names none of {keywords}")
+    mounted = harness.is_mounted(mnt)
+    if mounted:
+        problems.append("mount left behind")
+        subprocess.run(["fusermount3", "-u", str(mnt)], capture_output=True)
+        if harness.is_mounted(mnt):
+            subprocess.run(["fusermount3", "-uz", str(mnt)], capture_output=True)
+    if harness.mount_entries(mnt):
+        problems.append("/proc/self/mountinfo still has an entry")
+    # A leftover daemon would carry our unique mount point path in its argv.
+    left = []
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        left = harness.pids_with_arg(str(mnt))
+        if not left:
+            break
+        time.sleep(0.1)
+    if left:
+        problems.append(f"process(es) {left} still running")
+        for pid in left:  # ours: started by this test with this unique path
+            try:
+                os.kill(pid, 15)
+            except ProcessLookupError:
+                pass
+    first = lines[0] if lines else ""
+    status = "ok" if not problems else "FAIL " + "; ".join(problems)
+    log(f"  [{mode:6}] {name}: rc={rc} {dt:.1f}s stderr={first[:160]!r}"
+        + (f" (+{len(lines) - 1} lines)" if len(lines) > 1 else "") + f" -> {status}")
+    if problems and len(lines) > 1:
+        log("      full stderr:\n        " + "\n        ".join(lines[:20]))
+    return [f"{name} [{mode}]: {p}" for p in problems]
+
+
+def main():
+    with harness.Session("bad_input") as s:
+        srv = s.start_s3rver(buckets=(BUCKET,))
+        srv.request("PUT", f"/{BUCKET}/hello.txt", b"hello\n")
+        src_dir = s.mkdir("src")
+        (src_dir / "a.txt").write_text("a\n")
+        dead_port = harness.free_port()  # nothing listens here
+        s3args = ["--endpoint", srv.endpoint, "--region", "us-east-1"]
+
+        afile = s.tmp / "a_regular_file"
+        afile.write_text("not a directory\n")
+        cfg_syntax = s.write_config("syntax.yaml", "cache:\n  dir: [unclosed\n  max_bytes: 1G\n")
+        cfg_unknown = s.write_config("unknown.yaml", "cache:\n  max_bytes: 1G\n  bogus_key_xyz: 3\n")
+        cfg_badval = s.write_config("badval.yaml", "cache:\n  max_bytes: lots-of-bytes\n")
+        cfg_badval2 = s.write_config("badval2.yaml", "backend:\n  addressing: sideways\n")
+        cfg_missing = s.tmp / "no_such_config.yaml"
+
+        # (name, source, args, keywords any of which must appear on stderr)
+        cases = [
+            ("unknown scheme", "gs://x", [], ["gs://", "scheme", "gs"]),
+            ("no scheme", "just-a-name", [], ["just-a-name", "scheme", "source"]),
+            ("missing local dir", f"file://{s.tmp}/does-not-exist", [], ["does-not-exist"]),
+            ("missing bucket", "s3://no-such-bucket-igt", s3args, ["no-such-bucket-igt", "NoSuchBucket"]),
+            ("wrong endpoint", f"s3://{BUCKET}",
+             ["--endpoint", f"http://127.0.0.1:{dead_port}", "--region", "us-east-1"],
+             [str(dead_port), "connect", "refused"]),
+            ("yaml syntax error", f"file://{src_dir}", ["--config", str(cfg_syntax)],
+             ["syntax.yaml", "yaml", "line"]),
+            ("yaml unknown key", f"file://{src_dir}", ["--config", str(cfg_unknown)], ["bogus_key_xyz"]),
+            ("yaml bad size value", f"file://{src_dir}", ["--config", str(cfg_badval)], ["max_bytes"]),
+            ("yaml bad enum value", f"file://{src_dir}", ["--config", str(cfg_badval2)], ["addressing"]),
+            ("missing config file", f"file://{src_dir}", ["--config", str(cfg_missing)], ["no_such_config"]),
+            ("bad --cache-size", f"file://{src_dir}", ["--cache-size", "12Q"], ["cache-size", "12Q", "size"]),
+            ("cache dir under a file", f"file://{src_dir}", ["--cache-dir", str(afile / "cache")],
+             [str(afile), "cache"]),
+            ("cache dir is a file", f"file://{src_dir}", ["--cache-dir", str(afile)], [str(afile), "cache"]),
+            ("cache dir in /proc", f"file://{src_dir}", ["--cache-dir", "/proc/igtcache-test-cache"],
+             ["/proc/igtcache-test-cache", "cache"]),
+        ]
+
+        # A read-only filesystem for the cache dir, if this machine lets us make one.
+        ro = s.mkdir("ro_fs")
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "igt-test-ro", str(ro)],
+                           capture_output=True)
+        ro_mounted = r.returncode == 0
+        if ro_mounted:
+            cases.append(("cache dir on a read-only fs", f"file://{src_dir}",
+                          ["--cache-dir", str(ro / "cache")], [str(ro), "cache", "read-only"]))
+        else:
+            log(f"  (cannot mount a read-only tmpfs here: {r.stderr.decode(errors='replace').strip()}; "
+                "that sub-case is skipped)")
+
+        problems = []
+        try:
+            for i, (name, source, args, kw) in enumerate(cases):
+                for fg in (False, True):
+                    mnt = s.mkdir(f"mnt_{i}_{'fg' if fg else 'bg'}")
+                    problems += run_case(s, name, source, mnt, args, kw, fg)
+
+            # Missing mount point.
+            for fg in (False, True):
+                mnt = s.tmp / f"no_such_mountpoint_{fg}"
+                problems += run_case(s, "missing mount point", f"file://{src_dir}", mnt, [],
+                                     [mnt.name, "mount"], fg)
+
+            # A second daemon on a cache dir already in use is refused.
+            cache = s.mkdir("shared_cache")
+            m = s.mount(f"file://{src_dir}", cache_dir=cache)
+            for fg in (False, True):
+                mnt = s.mkdir(f"mnt_second_{fg}")
+                problems += run_case(s, "second daemon on the same cache dir", f"file://{src_dir}", mnt,
+                                     ["--cache-dir", str(cache)], [str(cache), "lock", "in use", "another"], fg)
+            check((m.mountpoint / "a.txt").read_text() == "a\n", "the first daemon still serves reads")
+            check(s.unmount(m) == 0, "first daemon exited 0")
+        finally:
+            if ro_mounted:
+                subprocess.run(["umount", str(ro)], capture_output=True)
+
+        n = 2 * (len(cases) + 2)
+        if problems:
+            raise harness.TestFailure(f"{len(problems)} of {n} bad-input runs misbehaved:\n    "
+                                      + "\n    ".join(problems))
+        check(True, f"all {n} bad-input runs: non-zero exit, short error naming the problem, "
+                    "no mount, no process left")
+
+
+if __name__ == "__main__":
+    harness.run_test("test_bad_input", main)

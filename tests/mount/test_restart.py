@@ -1,0 +1,56 @@
+"""Persistence across a restart: mount the s3rver bucket, read every file,
+unmount, remount with the same cache dir and read everything again. The
+second pass must be served entirely from the SSD cache: zero backend GETs
+(from `igtcache stats`) and byte-identical data. The first pass must fetch
+each byte once (backend_get_bytes == dataset size)."""
+
+import harness
+import verify
+from dataset import ensure_dataset
+from harness import check, log
+
+BUCKET = "igt-restart"
+
+
+def main():
+    ds = ensure_dataset()
+    total = ds.total_bytes()
+    with harness.Session("restart") as s:
+        srv = s.start_s3rver(buckets=(BUCKET,))
+        srv.upload_tree(BUCKET, ds.root, [e.path for e in ds.files])
+        cache = s.mkdir("cache")
+        args = ["--endpoint", srv.endpoint, "--region", "us-east-1", "--cache-size", "2G"]
+
+        m1 = s.mount(f"s3://{BUCKET}", cache_dir=cache, args=args)
+        verify.check_whole_files(m1.mountpoint, ds)
+        st1 = s.stats(m1)
+        log(f"  pass 1 stats: {st1}")
+        check(st1["backend_get_bytes"] >= total,
+              f"pass 1 fetched at least the dataset ({st1['backend_get_bytes']} >= {total})")
+        check(st1["backend_get_bytes"] == total,
+              f"pass 1 fetched every byte exactly once (backend_get_bytes {st1['backend_get_bytes']} "
+              f"== dataset {total})")
+        check(st1["cache_used_bytes"] >= total,
+              f"cache holds the dataset (cache_used_bytes {st1['cache_used_bytes']} >= {total})")
+        check(st1["evictions"] == 0, "no evictions with a 2G limit")
+        check(s.unmount(m1) == 0, "first daemon exited 0 after unmount")
+
+        m2 = s.mount(f"s3://{BUCKET}", cache_dir=cache, args=args)
+        verify.check_tree(m2.mountpoint, ds, mtime_mode="sane")
+        verify.check_whole_files(m2.mountpoint, ds)
+        st2 = s.stats(m2)
+        log(f"  pass 2 stats: {st2}")
+        check(st2["backend_get_requests"] == 0,
+              f"pass 2: zero backend GETs (got {st2['backend_get_requests']})")
+        check(st2["backend_get_bytes"] == 0, f"pass 2: zero backend bytes (got {st2['backend_get_bytes']})")
+        check(st2["cache_miss_bytes"] == 0, f"pass 2: zero cache-miss bytes (got {st2['cache_miss_bytes']})")
+        check(st2["cache_hit_bytes"] >= total - sum(e.size for e in ds.files if e.size == 0),
+              f"pass 2: cache hits cover the dataset ({st2['cache_hit_bytes']} bytes)")
+        check(st2["cache_corruptions"] == 0, "pass 2: no corruptions")
+        log(f"  (info) pass 2 backend_list_requests={st2['backend_list_requests']} "
+            f"backend_head_requests={st2['backend_head_requests']}")
+        check(s.unmount(m2) == 0, "second daemon exited 0 after unmount")
+
+
+if __name__ == "__main__":
+    harness.run_test("test_restart", main)
