@@ -1,0 +1,114 @@
+// ResolveCredentials: environment, then the shared credentials file.
+
+#include "backends/credentials.h"
+
+#include <pwd.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+namespace igt {
+namespace {
+
+std::string_view Trim(std::string_view s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
+  return s;
+}
+
+std::string Lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+std::string Env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? std::string(v) : std::string();
+}
+
+std::string CredentialsPath() {
+  if (std::string p = Env("AWS_SHARED_CREDENTIALS_FILE"); !p.empty()) return p;
+  std::string home = Env("HOME");
+  if (home.empty()) {
+    if (passwd* pw = getpwuid(getuid()); pw && pw->pw_dir) home = pw->pw_dir;
+  }
+  return home + "/.aws/credentials";
+}
+
+}  // namespace
+
+Result<Credentials> ParseCredentialsIni(std::string_view text, const std::string& profile,
+                                        const std::string& source) {
+  Credentials c;
+  bool in_section = false, found = false;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    size_t nl = text.find('\n', pos);
+    std::string_view line = Trim(text.substr(pos, nl == std::string_view::npos ? text.npos : nl - pos));
+    pos = nl == std::string_view::npos ? text.size() + 1 : nl + 1;
+    if (line.empty() || line.front() == '#' || line.front() == ';') continue;
+    if (line.front() == '[') {
+      auto close = line.find(']');
+      if (close == std::string_view::npos) {
+        in_section = false;
+        continue;
+      }
+      std::string_view name = Trim(line.substr(1, close - 1));
+      if (name.starts_with("profile ")) name = Trim(name.substr(8));
+      in_section = name == profile;
+      found = found || in_section;
+      continue;
+    }
+    if (!in_section) continue;
+    auto eq = line.find('=');
+    if (eq == std::string_view::npos) continue;
+    std::string key = Lower(Trim(line.substr(0, eq)));
+    std::string value(Trim(line.substr(eq + 1)));
+    if (key == "aws_access_key_id") c.access_key = value;
+    else if (key == "aws_secret_access_key") c.secret_key = value;
+    else if (key == "aws_session_token") c.session_token = value;
+  }
+  if (!found) {
+    return Err(Status::NotFound("no AWS credentials: profile [" + profile + "] not found in " + source));
+  }
+  if (c.access_key.empty() || c.secret_key.empty()) {
+    std::string missing = c.access_key.empty() ? "aws_access_key_id" : "aws_secret_access_key";
+    return Err(Status::NotFound("no AWS credentials: profile [" + profile + "] in " + source +
+                                " has no " + missing));
+  }
+  return c;
+}
+
+Result<Credentials> ResolveCredentials(const std::string& profile_arg) {
+  // An explicit profile wins over the environment (as with `aws --profile`);
+  // otherwise the environment variables come first.
+  if (profile_arg.empty()) {
+    std::string id = Env("AWS_ACCESS_KEY_ID"), secret = Env("AWS_SECRET_ACCESS_KEY");
+    if (!id.empty() && !secret.empty()) return Credentials{id, secret, Env("AWS_SESSION_TOKEN")};
+  }
+  std::string profile = profile_arg;
+  if (profile.empty()) profile = Env("AWS_PROFILE");
+  if (profile.empty()) profile = "default";
+  std::string path = CredentialsPath();
+  std::ifstream in(path);
+  if (!in) {
+    return Err(Status::NotFound(
+        "no AWS credentials: " +
+        std::string(profile_arg.empty() ? "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY are not set and " : "") +
+        "credentials file " + path + " cannot be read (profile [" + profile + "])"));
+  }
+  std::stringstream ss;
+  ss << in.rdbuf();
+  auto c = ParseCredentialsIni(ss.str(), profile, path);
+  if (!c && profile_arg.empty()) {
+    return Err(Status(c.error().code(),
+                      c.error().message() + "; AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY are not set"));
+  }
+  return c;
+}
+
+}  // namespace igt

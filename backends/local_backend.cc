@@ -1,0 +1,338 @@
+// The local-directory backend (file://). See local_backend.h.
+
+#include "backends/local_backend.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "igtcache/backends.h"
+
+namespace igt {
+namespace local {
+
+Status ValidateKey(std::string_view key) {
+  if (key.empty()) return Status::InvalidArgument("empty key");
+  if (key.find('\0') != std::string_view::npos) return Status::InvalidArgument("key contains NUL");
+  if (key.front() == '/') return Status::InvalidArgument("absolute key '" + std::string(key) + "'");
+  size_t pos = 0;
+  while (pos <= key.size()) {
+    size_t slash = key.find('/', pos);
+    std::string_view seg = key.substr(pos, slash == std::string_view::npos ? key.npos : slash - pos);
+    if (seg == "..") return Status::InvalidArgument("key '" + std::string(key) + "' has a '..' segment");
+    if (slash == std::string_view::npos) break;
+    pos = slash + 1;
+  }
+  return Status::Ok();
+}
+
+std::string Etag(uint64_t size, int64_t mtime_ns, uint64_t inode) {
+  return fmt::format("{:x}-{:x}-{:x}", size, static_cast<uint64_t>(mtime_ns), inode);
+}
+
+namespace {
+
+// Recursive listings stop descending past this depth (guards symlink loops
+// that the (dev, inode) ancestor check cannot see, e.g. across bind mounts).
+constexpr int kMaxDepth = 256;
+
+int64_t MtimeNs(const struct stat& st) {
+  return static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000LL + st.st_mtim.tv_nsec;
+}
+
+Status ErrnoStatus(int err, const std::string& what) {
+  std::string msg = what + ": " + std::strerror(err);
+  switch (err) {
+    case ENOENT:
+    case ENOTDIR:
+      return Status::NotFound(msg);
+    case EACCES:
+    case EPERM:
+      return Status::PermissionDenied(msg);
+    default:
+      return Status::IoError(msg);
+  }
+}
+
+struct FdCloser {
+  int fd;
+  ~FdCloser() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+// One entry of a directory listing, in S3 key order.
+struct Entry {
+  std::string key;  // full key; directories end with '/'
+  bool dir = false;
+  struct stat st {};
+};
+
+class LocalBackend final : public Backend {
+ public:
+  explicit LocalBackend(std::string root) : root_(std::move(root)) {}
+
+  Result<ListPage> List(const ListRequest& req) override {
+    if (!req.delimiter.empty() && req.delimiter != "/") {
+      return Err(Status::NotSupported("local backend lists with delimiter '/' or '' only"));
+    }
+    if (req.prefix.find('\0') != std::string::npos || req.prefix.starts_with("/")) {
+      return Err(Status::InvalidArgument("bad list prefix '" + req.prefix + "'"));
+    }
+    if (!req.prefix.empty()) {
+      if (auto s = ValidateKey(req.prefix); !s.ok()) return Err(s);
+    }
+    const size_t max_keys = static_cast<size_t>(std::max(req.max_keys, 1));
+    // Split "a/b/na" into directory "a/b/" and name filter "na".
+    auto slash = req.prefix.rfind('/');
+    std::string dir = slash == std::string::npos ? "" : req.prefix.substr(0, slash + 1);
+    std::string name_filter = slash == std::string::npos ? req.prefix : req.prefix.substr(slash + 1);
+
+    ListPage page;
+    std::vector<Entry> out;
+    const std::string& token = req.continuation_token;
+    if (req.delimiter.empty()) {
+      std::set<std::pair<dev_t, ino_t>> ancestors;
+      struct stat top {};
+      auto top_path = dir.empty() ? Result<std::string>(root_) : Resolve(dir.substr(0, dir.size() - 1));
+      if (top_path && ::stat(top_path->c_str(), &top) == 0) ancestors.insert({top.st_dev, top.st_ino});
+      auto s = Walk(dir, name_filter, token, max_keys + 1, 0, ancestors, out);
+      if (!s.ok()) return Err(s);
+    } else {
+      auto entries = ReadDir(dir, name_filter);
+      if (!entries) return Err(entries.error());
+      for (auto& e : *entries) {
+        if (!token.empty() && e.key <= token) continue;
+        out.push_back(std::move(e));
+        if (out.size() > max_keys) break;
+      }
+    }
+    if (out.size() > max_keys) {
+      out.resize(max_keys);
+      page.next_token = out.back().key;
+    }
+    for (auto& e : out) {
+      if (e.dir) {
+        page.prefixes.push_back(std::move(e.key));
+      } else {
+        page.objects.push_back(Info(std::move(e.key), e.st));
+      }
+    }
+    return page;
+  }
+
+  Result<ObjectInfo> Stat(const std::string& key) override {
+    int fd = -1;
+    if (auto s = OpenKey(key, &fd); !s.ok()) return Err(s);
+    FdCloser closer{fd};
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) return Err(ErrnoStatus(errno, "fstat '" + key + "'"));
+    return Info(key, st);
+  }
+
+  Result<size_t> Read(const std::string& key, uint64_t offset, size_t length, std::string_view etag,
+                      char* out) override {
+    int fd = -1;
+    if (auto s = OpenKey(key, &fd); !s.ok()) return Err(s);
+    FdCloser closer{fd};
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) return Err(ErrnoStatus(errno, "fstat '" + key + "'"));
+    std::string before = Etag(st.st_size, MtimeNs(st), st.st_ino);
+    if (!etag.empty() && before != etag) {
+      return Err(Status::Changed("file '" + key + "' changed: ETag " + before + ", expected " +
+                                 std::string(etag)));
+    }
+    size_t done = 0;
+    while (done < length) {
+      ssize_t n = ::pread(fd, out + done, length - done, static_cast<off_t>(offset + done));
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        return Err(ErrnoStatus(errno, "read '" + key + "'"));
+      }
+      if (n == 0) break;  // EOF
+      done += static_cast<size_t>(n);
+    }
+    // A write during the read would leave a mix of versions: check again.
+    if (!etag.empty()) {
+      if (::fstat(fd, &st) != 0) return Err(ErrnoStatus(errno, "fstat '" + key + "'"));
+      std::string after = Etag(st.st_size, MtimeNs(st), st.st_ino);
+      if (after != before) {
+        return Err(Status::Changed("file '" + key + "' changed while being read"));
+      }
+    }
+    return done;
+  }
+
+  Status Probe() override {
+    struct stat st {};
+    if (::stat(root_.c_str(), &st) != 0) return ErrnoStatus(errno, "source directory " + root_);
+    if (!S_ISDIR(st.st_mode)) return Status::InvalidArgument("source " + root_ + " is not a directory");
+    DIR* d = ::opendir(root_.c_str());
+    if (!d) return ErrnoStatus(errno, "cannot list source directory " + root_);
+    ::closedir(d);
+    return Status::Ok();
+  }
+
+  std::string Describe() const override { return "file://" + root_; }
+
+ private:
+  static ObjectInfo Info(std::string key, const struct stat& st) {
+    ObjectInfo info;
+    info.key = std::move(key);
+    info.size = static_cast<uint64_t>(st.st_size);
+    info.mtime_ns = MtimeNs(st);
+    info.etag = Etag(info.size, info.mtime_ns, st.st_ino);
+    return info;
+  }
+
+  // True if `real` (a realpath) is the root or below it.
+  bool Inside(const std::string& real) const {
+    if (root_ == "/") return true;
+    return real == root_ || (real.size() > root_.size() && real.starts_with(root_) &&
+                             real[root_.size()] == '/');
+  }
+
+  // Resolves root/rel following symlinks; NotFound if it leaves the root.
+  Result<std::string> Resolve(const std::string& rel) const {
+    std::string path = root_ == "/" ? "/" + rel : root_ + "/" + rel;
+    char buf[PATH_MAX];
+    if (!::realpath(path.c_str(), buf)) return Err(ErrnoStatus(errno, "'" + rel + "'"));
+    std::string real(buf);
+    if (!Inside(real)) return Err(Status::NotFound("'" + rel + "' points outside the source root"));
+    return real;
+  }
+
+  // Opens a key as a regular file inside the root. (A symlink swapped
+  // between realpath and open could still race; the source is trusted to
+  // not be adversarial while mounted, and O_NOFOLLOW closes the last hop.)
+  Status OpenKey(const std::string& key, int* fd) const {
+    if (auto s = ValidateKey(key); !s.ok()) return s;
+    if (key.back() == '/') return Status::NotFound("'" + key + "' is a prefix, not an object");
+    auto real = Resolve(key);
+    if (!real) return real.error();
+    int f = ::open(real->c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (f < 0) return ErrnoStatus(errno, "open '" + key + "'");
+    struct stat st {};
+    if (::fstat(f, &st) != 0 || !S_ISREG(st.st_mode)) {
+      ::close(f);
+      return Status::NotFound("'" + key + "' is not a regular file");
+    }
+    *fd = f;
+    return Status::Ok();
+  }
+
+  // Classifies one directory entry; false if it is to be skipped.
+  bool Classify(int dirfd, const std::string& rel_key, const char* name, Entry* e) const {
+    struct stat st {};
+    if (::fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) return false;
+    if (S_ISLNK(st.st_mode)) {
+      auto real = Resolve(rel_key);
+      if (!real) return false;  // dangling or outside the root
+      if (::stat(real->c_str(), &st) != 0) return false;
+    }
+    if (S_ISREG(st.st_mode)) {
+      e->key = rel_key;
+      e->dir = false;
+    } else if (S_ISDIR(st.st_mode)) {
+      e->key = rel_key + "/";
+      e->dir = true;
+    } else {
+      return false;  // sockets, FIFOs, devices
+    }
+    e->st = st;
+    return true;
+  }
+
+  // Entries of directory `dir` ("" or "a/b/") whose names start with
+  // `name_filter`, sorted by key bytes. A missing directory is empty.
+  Result<std::vector<Entry>> ReadDir(const std::string& dir, const std::string& name_filter) const {
+    std::vector<Entry> out;
+    std::string path = root_;
+    if (!dir.empty()) {
+      auto real = Resolve(dir.substr(0, dir.size() - 1));
+      if (!real) {
+        if (real.error().code() == Code::kNotFound) return out;
+        return Err(real.error());
+      }
+      path = *real;
+    }
+    DIR* d = ::opendir(path.c_str());
+    if (!d) {
+      if (errno == ENOENT || errno == ENOTDIR) return out;
+      return Err(ErrnoStatus(errno, "cannot list '" + dir + "'"));
+    }
+    std::unique_ptr<DIR, int (*)(DIR*)> guard(d, &::closedir);
+    while (dirent* de = ::readdir(d)) {
+      const char* name = de->d_name;
+      if (std::strcmp(name, ".") == 0 || std::strcmp(name, "..") == 0) continue;
+      if (!std::string_view(name).starts_with(name_filter)) continue;
+      Entry e;
+      if (Classify(::dirfd(d), dir + name, name, &e)) out.push_back(std::move(e));
+    }
+    std::sort(out.begin(), out.end(), [](const Entry& a, const Entry& b) { return a.key < b.key; });
+    return out;
+  }
+
+  // Depth-first walk in key order, appending files with key > token until
+  // `limit` are collected. Subtrees entirely <= token are skipped unread.
+  Status Walk(const std::string& dir, const std::string& name_filter, const std::string& token,
+              size_t limit, int depth, std::set<std::pair<dev_t, ino_t>>& ancestors,
+              std::vector<Entry>& out) const {
+    if (depth > kMaxDepth) return Status::Ok();
+    auto entries = ReadDir(dir, name_filter);
+    if (!entries) {
+      // An unreadable subdirectory must not hide the rest of the tree.
+      return depth == 0 ? entries.error() : Status::Ok();
+    }
+    for (auto& e : *entries) {
+      if (out.size() >= limit) return Status::Ok();
+      if (!e.dir) {
+        if (token.empty() || e.key > token) out.push_back(std::move(e));
+        continue;
+      }
+      // Every key below e.key starts with it: skip if they are all <= token.
+      if (!token.empty() && e.key <= token && !token.starts_with(e.key)) continue;
+      auto id = std::make_pair(e.st.st_dev, e.st.st_ino);
+      if (!ancestors.insert(id).second) continue;  // symlink loop
+      auto s = Walk(e.key, "", token, limit, depth + 1, ancestors, out);
+      ancestors.erase(id);
+      if (!s.ok()) return s;
+    }
+    return Status::Ok();
+  }
+
+  const std::string root_;  // realpath of the source directory
+};
+
+}  // namespace
+}  // namespace local
+
+Result<std::unique_ptr<Backend>> MakeLocalBackend(const std::string& root_dir) {
+  if (root_dir.empty() || root_dir.front() != '/') {
+    return Err(Status::InvalidArgument("local source '" + root_dir + "' must be an absolute path"));
+  }
+  char buf[PATH_MAX];
+  if (!::realpath(root_dir.c_str(), buf)) {
+    int err = errno;
+    if (err == ENOENT) return Err(Status::NotFound("source directory " + root_dir + " does not exist"));
+    return Err(Status::IoError("source directory " + root_dir + ": " + std::strerror(err)));
+  }
+  auto backend = std::make_unique<local::LocalBackend>(buf);
+  if (Status s = backend->Probe(); !s.ok()) return Err(s);
+  return std::unique_ptr<Backend>(std::move(backend));
+}
+
+}  // namespace igt

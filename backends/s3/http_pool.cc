@@ -1,0 +1,199 @@
+#include "backends/s3/http_pool.h"
+
+#include <curl/curl.h>
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <cstring>
+
+namespace igt::s3 {
+namespace {
+
+std::once_flag g_curl_init;
+
+// Success bodies without a sink (ListObjectsV2 XML) are bounded too: a page
+// of 1,000 keys of 1 KiB each is ~1.5 MB, so 64 MiB is generous.
+constexpr size_t kMaxUnsunkBody = 64u << 20;
+
+struct TransferCtx {
+  CURL* handle = nullptr;
+  const HttpRequest* req = nullptr;
+  HttpResponse* resp = nullptr;
+  bool decided = false;  // whether this response's body goes to the sink
+  bool to_sink = false;
+};
+
+size_t OnHeader(char* data, size_t size, size_t n, void* user) {
+  auto* ctx = static_cast<TransferCtx*>(user);
+  std::string_view line(data, size * n);
+  while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.remove_suffix(1);
+  if (line.starts_with("HTTP/")) {  // a new response (e.g. after 100 Continue)
+    ctx->resp->headers.clear();
+    ctx->decided = false;
+    return size * n;
+  }
+  auto colon = line.find(':');
+  if (colon == std::string_view::npos) return size * n;
+  std::string name(line.substr(0, colon));
+  for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  std::string_view value = line.substr(colon + 1);
+  while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) value.remove_prefix(1);
+  while (!value.empty() && (value.back() == ' ' || value.back() == '\t')) value.remove_suffix(1);
+  ctx->resp->headers[name] = std::string(value);
+  return size * n;
+}
+
+size_t OnBody(char* data, size_t size, size_t n, void* user) {
+  auto* ctx = static_cast<TransferCtx*>(user);
+  size_t len = size * n;
+  if (!ctx->decided) {
+    long status = 0;
+    curl_easy_getinfo(ctx->handle, CURLINFO_RESPONSE_CODE, &status);
+    ctx->to_sink = ctx->req->sink != nullptr && (status == 200 || status == 206);
+    ctx->decided = true;
+  }
+  HttpResponse& r = *ctx->resp;
+  if (ctx->to_sink) {
+    if (len > ctx->req->sink_capacity - r.sink_bytes) {
+      r.overflow = true;
+      return 0;  // aborts the transfer with CURLE_WRITE_ERROR
+    }
+    std::memcpy(ctx->req->sink + r.sink_bytes, data, len);
+    r.sink_bytes += len;
+    return len;
+  }
+  long status = 0;
+  curl_easy_getinfo(ctx->handle, CURLINFO_RESPONSE_CODE, &status);
+  size_t cap = (status >= 200 && status < 300) ? kMaxUnsunkBody : HttpPool::kMaxErrorBody;
+  if (r.body.size() < cap) r.body.append(data, std::min(len, cap - r.body.size()));
+  if (status >= 200 && status < 300 && r.body.size() >= cap) {
+    r.overflow = true;
+    return 0;
+  }
+  return len;
+}
+
+}  // namespace
+
+struct HttpPool::Share {
+  CURLSH* sh = nullptr;
+  std::array<std::mutex, CURL_LOCK_DATA_LAST> locks;  // one per curl_lock_data
+
+  static void Lock(CURL*, curl_lock_data data, curl_lock_access, void* user) {
+    static_cast<Share*>(user)->locks[data].lock();
+  }
+  static void Unlock(CURL*, curl_lock_data data, void* user) {
+    static_cast<Share*>(user)->locks[data].unlock();
+  }
+};
+
+HttpPool::HttpPool(HttpPoolOptions opts) : opts_(std::move(opts)), share_(std::make_unique<Share>()) {
+  std::call_once(g_curl_init, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+  if (opts_.max_connections < 1) opts_.max_connections = 1;
+  share_->sh = curl_share_init();
+  if (share_->sh) {
+    curl_share_setopt(share_->sh, CURLSHOPT_LOCKFUNC, &Share::Lock);
+    curl_share_setopt(share_->sh, CURLSHOPT_UNLOCKFUNC, &Share::Unlock);
+    curl_share_setopt(share_->sh, CURLSHOPT_USERDATA, share_.get());
+    curl_share_setopt(share_->sh, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS);
+    curl_share_setopt(share_->sh, CURLSHOPT_SHARE, CURL_LOCK_DATA_SSL_SESSION);
+  }
+}
+
+HttpPool::~HttpPool() {
+  // Every borrowed handle has been released: Perform() is synchronous.
+  for (void* h : idle_) curl_easy_cleanup(static_cast<CURL*>(h));
+  if (share_->sh) curl_share_cleanup(share_->sh);
+}
+
+void* HttpPool::Acquire() {
+  std::unique_lock lock(mu_);
+  cv_.wait(lock, [&] { return !idle_.empty() || created_ < opts_.max_connections; });
+  if (!idle_.empty()) {
+    void* h = idle_.back();
+    idle_.pop_back();
+    return h;
+  }
+  ++created_;
+  lock.unlock();
+  CURL* h = curl_easy_init();
+  if (!h) {
+    lock.lock();
+    --created_;
+    cv_.notify_one();
+  }
+  return h;
+}
+
+void HttpPool::Release(void* handle) {
+  {
+    std::lock_guard lock(mu_);
+    idle_.push_back(handle);
+  }
+  cv_.notify_one();
+}
+
+HttpResponse HttpPool::Perform(const HttpRequest& req) {
+  HttpResponse resp;
+  CURL* h = static_cast<CURL*>(Acquire());
+  if (!h) {
+    resp.curl_code = CURLE_FAILED_INIT;
+    resp.curl_error = "curl_easy_init failed";
+    return resp;
+  }
+  curl_easy_reset(h);  // keeps live connections, DNS and TLS session caches
+  char errbuf[CURL_ERROR_SIZE] = {0};
+  TransferCtx ctx{h, &req, &resp};
+
+  curl_slist* hdrs = nullptr;
+  for (const auto& [name, value] : req.headers) {
+    hdrs = curl_slist_append(hdrs, (name + ": " + value).c_str());
+  }
+  hdrs = curl_slist_append(hdrs, "Expect:");  // no 100-continue round trip on PUT
+
+  long stall_s = std::max(1, (opts_.request_timeout_ms + 999) / 1000);
+  curl_easy_setopt(h, CURLOPT_URL, req.url.c_str());
+  curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
+  curl_easy_setopt(h, CURLOPT_HTTP_VERSION, static_cast<long>(CURL_HTTP_VERSION_1_1));
+  curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
+  curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(opts_.connect_timeout_ms));
+  curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, static_cast<long>(opts_.request_timeout_ms));
+  curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);  // bytes/s: below this counts as stalled
+  curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, stall_s);
+  curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
+  curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
+  if (share_->sh) curl_easy_setopt(h, CURLOPT_SHARE, share_->sh);
+  if (!opts_.ca_bundle.empty()) curl_easy_setopt(h, CURLOPT_CAINFO, opts_.ca_bundle.c_str());
+  curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
+  curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, &OnHeader);
+  curl_easy_setopt(h, CURLOPT_HEADERDATA, &ctx);
+  curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, &OnBody);
+  curl_easy_setopt(h, CURLOPT_WRITEDATA, &ctx);
+  if (req.method == "HEAD") {
+    curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
+  } else if (req.method == "PUT") {
+    curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, "PUT");
+    curl_easy_setopt(h, CURLOPT_POSTFIELDS, req.upload.data());
+    curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(req.upload.size()));
+  } else if (req.method != "GET") {
+    curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, req.method.c_str());
+  }
+
+  CURLcode rc = curl_easy_perform(h);
+  resp.curl_code = static_cast<int>(rc);
+  if (rc != CURLE_OK) {
+    resp.curl_error = errbuf[0] ? errbuf : curl_easy_strerror(rc);
+    while (!resp.curl_error.empty() && resp.curl_error.back() == '\n') resp.curl_error.pop_back();
+  }
+  curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &resp.status);
+  // The handle must not keep pointers into this call's stack.
+  curl_easy_setopt(h, CURLOPT_HTTPHEADER, nullptr);
+  curl_easy_setopt(h, CURLOPT_ERRORBUFFER, nullptr);
+  curl_slist_free_all(hdrs);
+  Release(h);
+  return resp;
+}
+
+}  // namespace igt::s3

@@ -1,0 +1,432 @@
+// The S3 backend: ListObjectsV2 / HEAD / ranged GET over a pooled libcurl
+// client, signed with our SigV4, with bounded retries (full-jitter backoff).
+// See s3_backend.h for the pure helpers and http_pool.h for connections.
+
+#include "backends/s3/s3_backend.h"
+
+#include <arpa/inet.h>
+#include <curl/curl.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <random>
+#include <thread>
+
+#include "backends/s3/s3_response.h"
+#include "backends/s3/s3_xml.h"
+#include "igtcache/metrics.h"
+
+namespace igt::s3 {
+
+std::string S3Endpoint::RawPath(std::string_view full_key) const {
+  std::string p = base_path;
+  if (path_style) {
+    p += "/";
+    p += bucket;
+    if (!full_key.empty()) {
+      p += "/";
+      p += full_key;
+    }
+  } else {
+    p += "/";
+    p += full_key;
+  }
+  return p;
+}
+
+std::string S3Endpoint::Url(std::string_view full_key, const QueryList& query) const {
+  std::string url = scheme + "://" + host + UriEncode(RawPath(full_key), /*keep_slash=*/true);
+  if (!query.empty()) url += "?" + CanonicalQuery(query);
+  return url;
+}
+
+std::string BucketNameProblem(std::string_view b) {
+  if (b.size() < 3 || b.size() > 63) return "must be 3 to 63 characters long";
+  for (char c : b) {
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '-')) {
+      return "may contain only lowercase letters, digits, '.' and '-'";
+    }
+  }
+  auto alnum = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
+  if (!alnum(b.front()) || !alnum(b.back())) return "must begin and end with a letter or digit";
+  if (b.find("..") != std::string_view::npos) return "must not contain two adjacent periods";
+  in_addr addr{};
+  if (inet_pton(AF_INET, std::string(b).c_str(), &addr) == 1) return "must not be an IP address";
+  if (b.starts_with("xn--")) return "must not start with 'xn--'";
+  if (b.ends_with("-s3alias")) return "must not end with '-s3alias'";
+  return "";
+}
+
+Result<S3Endpoint> ResolveEndpoint(const S3Options& opts) {
+  S3Endpoint ep;
+  ep.bucket = opts.bucket;
+  std::string region = opts.region.empty() ? "us-east-1" : opts.region;
+  ep.endpoint = opts.endpoint.empty() ? "https://s3." + region + ".amazonaws.com" : opts.endpoint;
+  while (ep.endpoint.size() > 1 && ep.endpoint.back() == '/') ep.endpoint.pop_back();
+  std::string_view e = ep.endpoint;
+  auto sep = e.find("://");
+  if (sep == std::string_view::npos) {
+    return Err(Status::InvalidArgument("endpoint '" + ep.endpoint +
+                                       "' needs a scheme: http://host[:port] or https://host[:port]"));
+  }
+  ep.scheme = std::string(e.substr(0, sep));
+  for (char& c : ep.scheme) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (ep.scheme != "http" && ep.scheme != "https") {
+    return Err(Status::InvalidArgument("endpoint '" + ep.endpoint + "': scheme '" + ep.scheme +
+                                       "' is not supported (use http or https)"));
+  }
+  std::string_view rest = e.substr(sep + 3);
+  auto slash = rest.find('/');
+  std::string authority(rest.substr(0, slash));
+  if (slash != std::string_view::npos) ep.base_path = std::string(rest.substr(slash));
+  if (authority.empty() || authority.find('@') != std::string::npos ||
+      rest.find_first_of("?#") != std::string_view::npos) {
+    return Err(Status::InvalidArgument("endpoint '" + ep.endpoint +
+                                       "' must look like scheme://host[:port][/path]"));
+  }
+  for (char& c : authority) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  // Host name without the port, to decide addressing.
+  std::string hostname = authority;
+  if (!hostname.empty() && hostname.front() == '[') {
+    hostname = hostname.substr(0, hostname.find(']') + 1);
+  } else if (auto colon = hostname.rfind(':'); colon != std::string::npos) {
+    hostname = hostname.substr(0, colon);
+  }
+  in_addr a4{};
+  bool ip_or_local = hostname == "localhost" || (!hostname.empty() && hostname.front() == '[') ||
+                     inet_pton(AF_INET, hostname.c_str(), &a4) == 1;
+  if (opts.addressing == "path") {
+    ep.path_style = true;
+  } else if (opts.addressing == "virtual") {
+    if (ip_or_local) {
+      return Err(Status::InvalidArgument("virtual-hosted addressing needs a DNS name, not '" +
+                                         hostname + "'; use addressing=path"));
+    }
+    ep.path_style = false;
+  } else if (opts.addressing == "auto" || opts.addressing.empty()) {
+    ep.path_style = ip_or_local || opts.bucket.find('.') != std::string::npos;
+  } else {
+    return Err(Status::InvalidArgument("addressing '" + opts.addressing +
+                                       "' is not one of auto, path, virtual"));
+  }
+  ep.host = ep.path_style ? authority : opts.bucket + "." + authority;
+  return ep;
+}
+
+namespace {
+
+bool RetryableCurl(int code) {
+  switch (static_cast<CURLcode>(code)) {
+    case CURLE_COULDNT_RESOLVE_HOST:
+    case CURLE_COULDNT_RESOLVE_PROXY:
+    case CURLE_COULDNT_CONNECT:
+    case CURLE_OPERATION_TIMEDOUT:
+    case CURLE_PARTIAL_FILE:
+    case CURLE_RECV_ERROR:
+    case CURLE_SEND_ERROR:
+    case CURLE_GOT_NOTHING:
+    case CURLE_SSL_CONNECT_ERROR:
+    case CURLE_HTTP2:
+    case CURLE_HTTP2_STREAM:
+    case CURLE_WEIRD_SERVER_REPLY:
+    case CURLE_READ_ERROR:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+Outcome ClassifyFailure(const HttpResponse& r, const S3Endpoint& ep, std::string_view what) {
+  const std::string bucket = "bucket '" + ep.bucket + "'";
+  if (r.curl_code != 0) {
+    return {Status::Unavailable("cannot reach S3 endpoint " + ep.endpoint + " (" + std::string(what) +
+                                "): " + r.curl_error),
+            RetryableCurl(r.curl_code)};
+  }
+  S3Error e = ParseErrorXml(r.body);
+  std::string detail = e.code.empty() ? "HTTP " + std::to_string(r.status)
+                                      : "HTTP " + std::to_string(r.status) + " " + e.code;
+  if (!e.message.empty()) detail += ": " + e.message;
+  const long s = r.status;
+  if (s >= 500 || s == 429) {
+    return {Status::IoError("S3 " + std::string(what) + " failed at " + ep.endpoint + " (" + detail + ")"),
+            true};
+  }
+  if (s == 403) {
+    return {Status::PermissionDenied("access denied to " + bucket + " at " + ep.endpoint + " for " +
+                                     std::string(what) + " (" + detail +
+                                     "); check the credentials and the bucket policy"),
+            false};
+  }
+  if (s == 404) {
+    if (e.code == "NoSuchBucket") {
+      return {Status::NotFound(bucket + " does not exist at " + ep.endpoint), false};
+    }
+    return {Status::NotFound("no such object: " + std::string(what) + " in " + bucket), false};
+  }
+  if (s == 301 || s == 307 || e.code == "PermanentRedirect" ||
+      e.code == "AuthorizationHeaderMalformed") {
+    std::string where = e.endpoint.empty() ? "" : " (server says: use " + e.endpoint + ")";
+    return {Status::IoError(bucket + " is not served by " + ep.endpoint + where +
+                            "; check the region / endpoint (" + detail + ")"),
+            false};
+  }
+  if (s == 412) return {Status::Changed(std::string(what) + " changed (" + detail + ")"), false};
+  return {Status::IoError("S3 " + std::string(what) + " failed at " + ep.endpoint + " (" + detail + ")"),
+          false};
+}
+
+namespace {
+
+std::string Quote(std::string_view k) { return "'" + std::string(k) + "'"; }
+
+class S3Backend final : public Backend {
+ public:
+  S3Backend(S3Options opts, S3Endpoint ep, HttpPoolOptions pool_opts)
+      : opts_(std::move(opts)), ep_(std::move(ep)), pool_(std::move(pool_opts)) {
+    anonymous_ = opts_.no_sign_request || opts_.credentials.access_key.empty();
+  }
+
+  Result<ListPage> List(const ListRequest& req) override {
+    QueryList q{{"list-type", "2"}, {"encoding-type", "url"}};
+    std::string full_prefix = opts_.prefix + req.prefix;
+    if (!full_prefix.empty()) q.emplace_back("prefix", full_prefix);
+    if (!req.delimiter.empty()) q.emplace_back("delimiter", req.delimiter);
+    if (!req.continuation_token.empty()) q.emplace_back("continuation-token", req.continuation_token);
+    q.emplace_back("max-keys", std::to_string(std::clamp(req.max_keys, 1, 1000)));
+    auto r = ListRaw(q, "listing of " + Quote(full_prefix));
+    if (!r) return Err(r.error());
+    ListPage page;
+    for (auto& o : r->objects) {
+      if (!o.key.starts_with(opts_.prefix)) continue;
+      o.key.erase(0, opts_.prefix.size());
+      // "dir/" marker objects (made by consoles) are directories, not files.
+      if (o.key.empty() || o.key.back() == '/') continue;
+      page.objects.push_back(std::move(o));
+    }
+    for (auto& p : r->prefixes) {
+      if (!p.starts_with(opts_.prefix) || p.size() == opts_.prefix.size()) continue;
+      page.prefixes.push_back(p.substr(opts_.prefix.size()));
+    }
+    page.next_token = std::move(r->next_token);
+    return page;
+  }
+
+  Result<ObjectInfo> Stat(const std::string& key) override {
+    if (auto s = CheckKey(key); !s.ok()) return Err(s);
+    std::string full = opts_.prefix + key;
+    ObjectInfo info;
+    Status st = WithRetries([&]() -> Outcome {
+      HttpRequest req = Build("HEAD", full, {}, {});
+      HttpResponse r = pool_.Perform(req);
+      if (r.curl_code != 0 || r.status != 200) return ClassifyFailure(r, ep_, "key " + Quote(key));
+      const std::string* len = r.Header("content-length");
+      auto size = len ? ParseU64(*len) : std::nullopt;
+      if (!size) return {Status::IoError("HEAD " + Quote(key) + ": reply without a valid Content-Length"), true};
+      info.key = key;
+      info.size = *size;
+      info.mtime_ns = 0;
+      if (const std::string* lm = r.Header("last-modified")) info.mtime_ns = ParseHttpDateNs(*lm).value_or(0);
+      if (const std::string* et = r.Header("etag")) info.etag = StripQuotes(*et);
+      return {};
+    });
+    if (!st.ok()) return Err(st);
+    return info;
+  }
+
+  Result<size_t> Read(const std::string& key, uint64_t offset, size_t length, std::string_view etag,
+                      char* out) override {
+    if (auto s = CheckKey(key); !s.ok()) return Err(s);
+    if (length == 0) return size_t{0};
+    std::string full = opts_.prefix + key;
+    size_t got = 0;
+    bool eof_unverified = false;
+    Status st = WithRetries([&]() -> Outcome {
+      eof_unverified = false;
+      HttpRequest req = Build("GET", full, {}, {{"Range", RangeHeader(offset, length)}});
+      req.sink = out;
+      req.sink_capacity = length;
+      HttpResponse r = pool_.Perform(req);
+      if (r.overflow && (r.status == 200 || r.status == 206)) {
+        return {Status::IoError("GET " + Quote(key) + " at " + ep_.endpoint +
+                                ": server sent more bytes than the " + std::to_string(length) +
+                                " requested (Range ignored?)"),
+                false};
+      }
+      if (r.curl_code != 0 || (r.status != 200 && r.status != 206 && r.status != 416)) {
+        return ClassifyFailure(r, ep_, "key " + Quote(key));
+      }
+      const std::string* et = r.Header("etag");
+      if (!etag.empty()) {
+        if (et && StripQuotes(*et) != etag) {
+          return {Status::Changed("object " + Quote(key) + " changed: ETag is now " + StripQuotes(*et) +
+                                  ", expected " + std::string(etag)),
+                  false};
+        }
+        if (!et && r.status != 416) {
+          return {Status::IoError("GET " + Quote(key) + ": reply without an ETag"), true};
+        }
+        eof_unverified = r.status == 416 && !et;
+      }
+      GetReply g;
+      g.status = r.status;
+      if (const std::string* cr = r.Header("content-range")) g.content_range = *cr;
+      if (const std::string* cl = r.Header("content-length")) {
+        g.content_length = ParseU64(*cl);
+        if (!g.content_length) return {Status::IoError("GET " + Quote(key) + ": bad Content-Length"), true};
+      }
+      g.body_bytes = r.sink_bytes;
+      RangeCheck c = CheckRangeReply(g, offset, length);
+      switch (c.verdict) {
+        case RangeVerdict::kOk:
+        case RangeVerdict::kEof:
+          got = c.bytes;
+          return {};
+        case RangeVerdict::kIgnoredRange:
+          return {Status::IoError("GET " + Quote(key) + ": " + c.why), false};
+        case RangeVerdict::kMalformed:
+          break;
+      }
+      return {Status::IoError("GET " + Quote(key) + " at " + ep_.endpoint + ": " + c.why), true};
+    });
+    if (!st.ok()) return Err(st);
+    if (eof_unverified) {  // 416 carried no ETag: make sure EOF is of the version asked for
+      auto info = Stat(key);
+      if (!info) return Err(info.error());
+      if (info->etag != etag) {
+        return Err(Status::Changed("object " + Quote(key) + " changed: ETag is now " + info->etag +
+                                   ", expected " + std::string(etag)));
+      }
+    }
+    return got;
+  }
+
+  Status Probe() override {
+    QueryList q{{"list-type", "2"}, {"encoding-type", "url"}, {"delimiter", "/"}, {"max-keys", "1"}};
+    if (!opts_.prefix.empty()) q.emplace_back("prefix", opts_.prefix);
+    auto r = ListRaw(q, "probe listing of " + Describe());
+    if (!r) return r.error();
+    return Status::Ok();
+  }
+
+  std::string Describe() const override {
+    return "s3://" + opts_.bucket + "/" + opts_.prefix + " (" + ep_.endpoint + ")";
+  }
+
+ private:
+  static Status CheckKey(const std::string& key) {
+    if (key.empty()) return Status::InvalidArgument("empty object key");
+    if (key.find('\0') != std::string::npos) return Status::InvalidArgument("object key contains NUL");
+    return Status::Ok();
+  }
+
+  HttpRequest Build(std::string method, const std::string& full_key, const QueryList& query,
+                    HeaderList extra) {
+    HttpRequest req;
+    req.method = method;
+    req.url = ep_.Url(full_key, query);
+    req.headers = std::move(extra);
+    if (!anonymous_) {
+      SignInput in;
+      in.method = method;
+      in.host = ep_.host;
+      in.path = ep_.RawPath(full_key);
+      in.query = query;
+      in.headers = req.headers;
+      in.region = opts_.region.empty() ? "us-east-1" : opts_.region;
+      in.amz_date = FormatAmzDate(std::chrono::system_clock::now());
+      req.headers = SignRequest(in, opts_.credentials);
+    }
+    req.headers.emplace_back("Host", ep_.host);
+    return req;
+  }
+
+  Result<ListObjectsResult> ListRaw(const QueryList& q, const std::string& what) {
+    ListObjectsResult out;
+    Status st = WithRetries([&]() -> Outcome {
+      HttpResponse r = pool_.Perform(Build("GET", "", q, {}));
+      if (r.curl_code != 0 || r.status != 200) {
+        if (r.overflow) return {Status::IoError(what + ": listing reply too large"), false};
+        return ClassifyFailure(r, ep_, what);
+      }
+      auto parsed = ParseListObjectsV2(r.body);
+      if (!parsed) return {Status(parsed.error().code(), what + ": " + parsed.error().message()), true};
+      out = std::move(*parsed);
+      return {};
+    });
+    if (!st.ok()) return Err(st);
+    return out;
+  }
+
+  // Runs `attempt` until it succeeds, fails for good, or the retry budget
+  // (max_retries, retry_deadline_ms) is spent. Backoff: full jitter over
+  // [0, retry_base_ms * 2^n].
+  template <class F>
+  Status WithRetries(F&& attempt) {
+    const auto start = std::chrono::steady_clock::now();
+    for (int n = 0;; ++n) {
+      Outcome o = attempt();
+      if (o.status.ok()) return Status::Ok();
+      bool give_up = !o.retry || n >= opts_.max_retries;
+      int64_t sleep_ms = 0;
+      if (!give_up) {
+        // 2^20 * base is already beyond any sane deadline; cap the shift.
+        int64_t cap = static_cast<int64_t>(std::max(opts_.retry_base_ms, 1)) << std::min(n, 20);
+        sleep_ms = Jitter(cap);
+        auto elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(
+                           std::chrono::steady_clock::now() - start).count();
+        give_up = elapsed + sleep_ms > opts_.retry_deadline_ms;
+      }
+      if (give_up) {
+        Status s = o.status;
+        if (n > 0) s = Status(s.code(), s.message() + " (after " + std::to_string(n) + " retries)");
+        // NotFound and Changed are answers, not backend failures.
+        if (opts_.metrics && s.code() != Code::kNotFound && s.code() != Code::kChanged) {
+          Add(opts_.metrics->backend_errors);
+        }
+        return s;
+      }
+      if (opts_.metrics) Add(opts_.metrics->backend_retries);
+      std::this_thread::sleep_for(std::chrono::milliseconds(sleep_ms));
+    }
+  }
+
+  static int64_t Jitter(int64_t cap) {
+    thread_local std::mt19937_64 rng{std::random_device{}()};
+    return std::uniform_int_distribution<int64_t>(0, cap)(rng);
+  }
+
+  const S3Options opts_;
+  const S3Endpoint ep_;
+  bool anonymous_ = false;
+  HttpPool pool_;
+};
+
+}  // namespace
+}  // namespace igt::s3
+
+namespace igt {
+
+Result<std::unique_ptr<Backend>> MakeS3Backend(const S3Options& in) {
+  S3Options opts = in;
+  if (opts.bucket.empty()) return Err(Status::InvalidArgument("S3 bucket name is empty"));
+  // Buckets predating the naming rules (or on other stores) may break them;
+  // the server is the judge here, ParseSourceUrl applies the strict rules.
+  while (!opts.prefix.empty() && opts.prefix.front() == '/') opts.prefix.erase(0, 1);
+  if (!opts.prefix.empty() && opts.prefix.back() != '/') opts.prefix += '/';
+  if (opts.region.empty()) opts.region = "us-east-1";
+  if (opts.max_retries < 0) opts.max_retries = 0;
+  auto ep = s3::ResolveEndpoint(opts);
+  if (!ep) return Err(ep.error());
+  s3::HttpPoolOptions po;
+  po.max_connections = opts.max_connections;
+  po.connect_timeout_ms = opts.connect_timeout_ms;
+  po.request_timeout_ms = opts.request_timeout_ms;
+  if (const char* ca = std::getenv("AWS_CA_BUNDLE"); ca && *ca) po.ca_bundle = ca;
+  return std::unique_ptr<Backend>(new s3::S3Backend(std::move(opts), std::move(*ep), std::move(po)));
+}
+
+}  // namespace igt

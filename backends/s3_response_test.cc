@@ -1,0 +1,189 @@
+#include <catch2/catch.hpp>
+
+#include <curl/curl.h>
+
+#include "backends/s3/s3_backend.h"
+#include "backends/s3/s3_response.h"
+
+using namespace igt::s3;
+using igt::Code;
+
+TEST_CASE("ParseContentRange", "[range]") {
+  auto c = ParseContentRange("bytes 0-9/100");
+  REQUIRE(c);
+  CHECK(c->start == 0);
+  CHECK(c->end == 9);
+  CHECK(c->total == 100u);
+  CHECK(!c->unsatisfied);
+  c = ParseContentRange("bytes 5-9/*");
+  REQUIRE(c);
+  CHECK(!c->total);
+  c = ParseContentRange("bytes */42");
+  REQUIRE(c);
+  CHECK(c->unsatisfied);
+  CHECK(c->total == 42u);
+  for (const char* bad : {"", "bytes", "bytes 9-5/100", "bytes 0-100/100", "items 0-1/2", "bytes 0-1",
+                          "bytes a-b/c", "bytes */*", "bytes -1-2/3"}) {
+    INFO(bad);
+    CHECK(!ParseContentRange(bad));
+  }
+  CHECK(RangeHeader(10, 5) == "bytes=10-14");
+}
+
+namespace {
+GetReply Reply(long status, const char* range, std::optional<uint64_t> len, uint64_t body) {
+  GetReply g;
+  g.status = status;
+  if (range) g.content_range = range;
+  g.content_length = len;
+  g.body_bytes = body;
+  return g;
+}
+}  // namespace
+
+TEST_CASE("CheckRangeReply: 206", "[range]") {
+  // Inside the object.
+  auto c = CheckRangeReply(Reply(206, "bytes 100-199/1000", 100, 100), 100, 100);
+  CHECK(c.verdict == RangeVerdict::kOk);
+  CHECK(c.bytes == 100);
+  // Clamped at EOF.
+  c = CheckRangeReply(Reply(206, "bytes 900-999/1000", 100, 100), 900, 4096);
+  CHECK(c.verdict == RangeVerdict::kOk);
+  CHECK(c.bytes == 100);
+  // Wrong start, wrong end, short body, Content-Length mismatch, missing header.
+  CHECK(CheckRangeReply(Reply(206, "bytes 0-99/1000", 100, 100), 100, 100).verdict == RangeVerdict::kMalformed);
+  CHECK(CheckRangeReply(Reply(206, "bytes 100-149/1000", 50, 50), 100, 100).verdict == RangeVerdict::kMalformed);
+  CHECK(CheckRangeReply(Reply(206, "bytes 100-199/1000", std::nullopt, 60), 100, 100).verdict ==
+        RangeVerdict::kMalformed);
+  CHECK(CheckRangeReply(Reply(206, "bytes 100-199/1000", 100, 60), 100, 100).verdict == RangeVerdict::kMalformed);
+  CHECK(CheckRangeReply(Reply(206, nullptr, 100, 100), 100, 100).verdict == RangeVerdict::kMalformed);
+  // Unknown total: must be exactly what was asked.
+  CHECK(CheckRangeReply(Reply(206, "bytes 0-9/*", 10, 10), 0, 10).verdict == RangeVerdict::kOk);
+}
+
+TEST_CASE("CheckRangeReply: 200, 416 and others", "[range]") {
+  // 200 for a whole small object read from 0.
+  auto c = CheckRangeReply(Reply(200, nullptr, 50, 50), 0, 100);
+  CHECK(c.verdict == RangeVerdict::kOk);
+  CHECK(c.bytes == 50);
+  // 200 but not from offset 0, or bigger than asked: Range was ignored.
+  CHECK(CheckRangeReply(Reply(200, nullptr, 50, 50), 10, 100).verdict == RangeVerdict::kIgnoredRange);
+  CHECK(CheckRangeReply(Reply(200, nullptr, 500, 100), 0, 100).verdict == RangeVerdict::kMalformed);
+  CHECK(CheckRangeReply(Reply(200, nullptr, 500, 500), 0, 100).verdict == RangeVerdict::kIgnoredRange);
+  CHECK(CheckRangeReply(Reply(200, nullptr, std::nullopt, 50), 0, 100).verdict == RangeVerdict::kMalformed);
+  // 416 at/after EOF.
+  c = CheckRangeReply(Reply(416, "bytes */100", 200, 0), 100, 10);
+  CHECK(c.verdict == RangeVerdict::kEof);
+  CHECK(c.bytes == 0);
+  CHECK(CheckRangeReply(Reply(416, nullptr, std::nullopt, 0), 5000, 10).verdict == RangeVerdict::kEof);
+  // 416 for an offset inside the object is nonsense.
+  CHECK(CheckRangeReply(Reply(416, "bytes */100", std::nullopt, 0), 50, 10).verdict == RangeVerdict::kMalformed);
+  CHECK(CheckRangeReply(Reply(204, nullptr, 0, 0), 0, 10).verdict == RangeVerdict::kMalformed);
+}
+
+TEST_CASE("ParseHttpDateNs", "[range]") {
+  CHECK(ParseHttpDateNs("Thu, 01 Jan 1970 00:00:01 GMT").value() == 1000000000);
+  CHECK(ParseHttpDateNs("Mon, 12 Oct 2009 17:50:00 GMT").value() == 1255369800LL * 1000000000LL);
+  CHECK(!ParseHttpDateNs("yesterday"));
+  CHECK(ParseU64(" 42 ") == 42u);
+  CHECK(!ParseU64("4x2"));
+  CHECK(!ParseU64(""));
+}
+
+TEST_CASE("ResolveEndpoint: addressing styles", "[endpoint]") {
+  igt::S3Options o;
+  o.bucket = "data";
+  o.region = "eu-west-1";
+  auto e = ResolveEndpoint(o);
+  REQUIRE(e);
+  CHECK(e->endpoint == "https://s3.eu-west-1.amazonaws.com");
+  CHECK(!e->path_style);
+  CHECK(e->host == "data.s3.eu-west-1.amazonaws.com");
+  CHECK(e->Url("a b/c.txt", {}) == "https://data.s3.eu-west-1.amazonaws.com/a%20b/c.txt");
+  CHECK(e->Url("", {{"prefix", "x/"}, {"list-type", "2"}}) ==
+        "https://data.s3.eu-west-1.amazonaws.com/?list-type=2&prefix=x%2F");
+
+  o.endpoint = "http://127.0.0.1:9000/";
+  e = ResolveEndpoint(o);
+  REQUIRE(e);
+  CHECK(e->path_style);
+  CHECK(e->host == "127.0.0.1:9000");
+  CHECK(e->RawPath("k") == "/data/k");
+  CHECK(e->RawPath("") == "/data");
+  CHECK(e->Url("k+1", {}) == "http://127.0.0.1:9000/data/k%2B1");
+
+  o.endpoint = "http://LOCALHOST:4568";
+  CHECK(ResolveEndpoint(o)->path_style);
+  o.endpoint = "http://[::1]:4568";
+  CHECK(ResolveEndpoint(o)->path_style);
+
+  o.endpoint = "https://storage.example.com";
+  CHECK(!ResolveEndpoint(o)->path_style);
+  o.addressing = "path";
+  CHECK(ResolveEndpoint(o)->path_style);
+  o.addressing = "auto";
+  o.bucket = "with.dots";
+  CHECK(ResolveEndpoint(o)->path_style);
+  o.addressing = "virtual";
+  CHECK(!ResolveEndpoint(o)->path_style);
+  o.endpoint = "http://127.0.0.1:1";
+  CHECK(!ResolveEndpoint(o));
+  o.addressing = "sideways";
+  CHECK(ResolveEndpoint(o).error().code() == Code::kInvalidArgument);
+  o.addressing = "auto";
+  o.endpoint = "127.0.0.1:9000";
+  CHECK(ResolveEndpoint(o).error().code() == Code::kInvalidArgument);
+  o.endpoint = "ftp://x";
+  CHECK(ResolveEndpoint(o).error().code() == Code::kInvalidArgument);
+}
+
+TEST_CASE("ClassifyFailure maps replies to codes and retry verdicts", "[endpoint]") {
+  igt::S3Options o;
+  o.bucket = "bkt";
+  o.endpoint = "http://127.0.0.1:1";
+  S3Endpoint ep = *ResolveEndpoint(o);
+  HttpResponse r;
+  r.curl_code = CURLE_COULDNT_CONNECT;
+  r.curl_error = "Connection refused";
+  auto out = ClassifyFailure(r, ep, "key 'a'");
+  CHECK(out.status.code() == Code::kUnavailable);
+  CHECK(out.retry);
+  CHECK_THAT(out.status.message(), Catch::Contains("http://127.0.0.1:1"));
+
+  r = HttpResponse{};
+  r.status = 503;
+  r.body = "<Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>";
+  out = ClassifyFailure(r, ep, "key 'a'");
+  CHECK(out.retry);
+  CHECK_THAT(out.status.message(), Catch::Contains("SlowDown"));
+
+  r.status = 429;
+  CHECK(ClassifyFailure(r, ep, "x").retry);
+  r.status = 500;
+  CHECK(ClassifyFailure(r, ep, "x").retry);
+
+  r = HttpResponse{};
+  r.status = 403;
+  r.body = "<Error><Code>AccessDenied</Code><Message>Access Denied</Message></Error>";
+  out = ClassifyFailure(r, ep, "listing");
+  CHECK(out.status.code() == Code::kPermissionDenied);
+  CHECK(!out.retry);
+  CHECK_THAT(out.status.message(), Catch::Contains("bkt"));
+
+  r.status = 404;
+  r.body = "<Error><Code>NoSuchBucket</Code><Message>The specified bucket does not exist</Message></Error>";
+  out = ClassifyFailure(r, ep, "listing");
+  CHECK(out.status.code() == Code::kNotFound);
+  CHECK_THAT(out.status.message(), Catch::Contains("does not exist"));
+  CHECK(!out.retry);
+
+  r.body.clear();
+  out = ClassifyFailure(r, ep, "key 'a/b'");
+  CHECK(out.status.code() == Code::kNotFound);
+  CHECK_THAT(out.status.message(), Catch::Contains("a/b"));
+
+  r.status = 400;
+  out = ClassifyFailure(r, ep, "x");
+  CHECK(out.status.code() == Code::kIoError);
+  CHECK(!out.retry);
+}

@@ -1,0 +1,69 @@
+// ParseSourceUrl: file:///abs/dir and s3://bucket[/prefix].
+
+#include <cctype>
+
+#include "backends/s3/s3_backend.h"
+#include "igtcache/backends.h"
+
+namespace igt {
+
+Result<SourceUrl> ParseSourceUrl(std::string_view url) {
+  constexpr std::string_view kSupported = "supported: file:///absolute/dir, s3://bucket[/prefix]";
+  auto sep = url.find("://");
+  if (sep == std::string_view::npos) {
+    return Err(Status::InvalidArgument("source '" + std::string(url) + "' has no scheme; " +
+                                       std::string(kSupported)));
+  }
+  std::string scheme(url.substr(0, sep));
+  for (char& c : scheme) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  std::string_view rest = url.substr(sep + 3);
+  if (rest.find('\0') != std::string_view::npos) {
+    return Err(Status::InvalidArgument("source URL contains a NUL byte"));
+  }
+  SourceUrl out;
+  if (scheme == "file") {
+    // file:///abs (empty host) or file://localhost/abs.
+    if (rest.starts_with("localhost/")) rest.remove_prefix(9);
+    if (rest.empty() || rest.front() != '/') {
+      return Err(Status::InvalidArgument("file URL '" + std::string(url) +
+                                         "' needs an absolute path (file:///abs/dir); relative "
+                                         "paths and remote hosts are not supported"));
+    }
+    std::string path(rest);
+    // Normalise: collapse "//" and drop trailing '/', but keep "/" itself.
+    std::string norm;
+    for (char c : path) {
+      if (c == '/' && !norm.empty() && norm.back() == '/') continue;
+      norm.push_back(c);
+    }
+    while (norm.size() > 1 && norm.back() == '/') norm.pop_back();
+    out.kind = SourceUrl::Kind::kFile;
+    out.path = std::move(norm);
+    return out;
+  }
+  if (scheme == "s3") {
+    auto slash = rest.find('/');
+    std::string bucket(rest.substr(0, slash));
+    if (bucket.empty()) {
+      return Err(Status::InvalidArgument("S3 URL '" + std::string(url) + "' has no bucket name"));
+    }
+    if (std::string why = s3::BucketNameProblem(bucket); !why.empty()) {
+      return Err(Status::InvalidArgument("invalid bucket name '" + bucket + "': " + why));
+    }
+    std::string prefix;
+    if (slash != std::string_view::npos) {
+      std::string_view p = rest.substr(slash + 1);
+      while (!p.empty() && p.front() == '/') p.remove_prefix(1);
+      prefix = std::string(p);
+      if (!prefix.empty() && prefix.back() != '/') prefix.push_back('/');
+    }
+    out.kind = SourceUrl::Kind::kS3;
+    out.bucket = std::move(bucket);
+    out.prefix = std::move(prefix);
+    return out;
+  }
+  return Err(Status::InvalidArgument("unknown scheme '" + scheme + "' in source '" + std::string(url) +
+                                     "'; " + std::string(kSupported)));
+}
+
+}  // namespace igt

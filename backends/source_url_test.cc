@@ -1,0 +1,78 @@
+#include <catch2/catch.hpp>
+
+#include "igtcache/backends.h"
+
+using igt::Code;
+using igt::ParseSourceUrl;
+using igt::SourceUrl;
+
+TEST_CASE("ParseSourceUrl: file URLs", "[url]") {
+  auto r = ParseSourceUrl("file:///data/set");
+  REQUIRE(r);
+  CHECK(r->kind == SourceUrl::Kind::kFile);
+  CHECK(r->path == "/data/set");
+
+  r = ParseSourceUrl("file:///data/set///");
+  REQUIRE(r);
+  CHECK(r->path == "/data/set");
+
+  r = ParseSourceUrl("file:///");
+  REQUIRE(r);
+  CHECK(r->path == "/");
+
+  r = ParseSourceUrl("FILE://localhost/x//y");
+  REQUIRE(r);
+  CHECK(r->path == "/x/y");
+
+  auto bad = ParseSourceUrl("file://relative/dir");
+  REQUIRE(!bad);
+  CHECK(bad.error().code() == Code::kInvalidArgument);
+  CHECK_THAT(bad.error().message(), Catch::Contains("absolute"));
+  CHECK(!ParseSourceUrl("file://"));
+}
+
+TEST_CASE("ParseSourceUrl: s3 URLs", "[url]") {
+  auto r = ParseSourceUrl("s3://my-bucket");
+  REQUIRE(r);
+  CHECK(r->kind == SourceUrl::Kind::kS3);
+  CHECK(r->bucket == "my-bucket");
+  CHECK(r->prefix.empty());
+
+  r = ParseSourceUrl("s3://my-bucket/");
+  REQUIRE(r);
+  CHECK(r->prefix.empty());
+
+  r = ParseSourceUrl("s3://my.bucket.1/imagenet/train");
+  REQUIRE(r);
+  CHECK(r->bucket == "my.bucket.1");
+  CHECK(r->prefix == "imagenet/train/");
+
+  r = ParseSourceUrl("s3://abc/a/b/");
+  REQUIRE(r);
+  CHECK(r->prefix == "a/b/");
+
+  for (const char* bad : {"s3://", "s3:///x", "s3://ab", "s3://Upper", "s3://under_score", "s3://-abc",
+                          "s3://abc-", "s3://a..b", "s3://192.168.1.1", "s3://xn--abc",
+                          "s3://aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"}) {
+    INFO(bad);
+    auto e = ParseSourceUrl(bad);
+    REQUIRE(!e);
+    CHECK(e.error().code() == Code::kInvalidArgument);
+  }
+  auto e = ParseSourceUrl("s3://Bad_Name/x");
+  REQUIRE(!e);
+  CHECK_THAT(e.error().message(), Catch::Contains("Bad_Name"));
+}
+
+TEST_CASE("ParseSourceUrl: unknown schemes name the scheme and the supported ones", "[url]") {
+  auto e = ParseSourceUrl("gs://bucket/x");
+  REQUIRE(!e);
+  CHECK(e.error().code() == Code::kInvalidArgument);
+  CHECK_THAT(e.error().message(), Catch::Contains("'gs'"));
+  CHECK_THAT(e.error().message(), Catch::Contains("s3://"));
+  CHECK_THAT(e.error().message(), Catch::Contains("file://"));
+
+  e = ParseSourceUrl("/just/a/path");
+  REQUIRE(!e);
+  CHECK_THAT(e.error().message(), Catch::Contains("scheme"));
+}
