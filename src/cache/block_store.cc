@@ -1,0 +1,676 @@
+// DiskBlockStore: the SSD tier (DESIGN.md sec. 4; contract in
+// igtcache/block_store.h, specifics in src/cache/disk_block_store.h).
+//
+// State and its invariants (all guarded by mu_):
+//   index_     id -> Entry for every unit whose file is in place and whose
+//              index record is written. INVARIANT: the policy tracks exactly
+//              the ids of index_; used_bytes_ = sum of their data_len.
+//   busy_      ids whose file is being written (Put) or deleted (evict,
+//              remove, drop). An id is never in index_ and busy_ at once, so
+//              no two threads touch the same unit file concurrently.
+//   reserved_bytes_  data bytes of Puts in flight; used + reserved <= max.
+//   dirty_     ids in index_ whose access state is not yet persisted.
+// File and RocksDB I/O happen outside mu_; only map/policy updates inside.
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <rocksdb/cache.h>
+#include <rocksdb/db.h>
+#include <rocksdb/options.h>
+#include <rocksdb/table.h>
+#include <rocksdb/write_batch.h>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <filesystem>
+#include <mutex>
+#include <random>
+#include <set>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "igtcache/metrics.h"
+#include "igtcache/policy.h"
+#include "src/cache/cache_dir.h"
+#include "src/cache/disk_block_store.h"
+#include "src/cache/index_record.h"
+#include "src/cache/unit_file.h"
+
+namespace igt {
+namespace cache {
+namespace {
+
+// RocksDB sizing: the index holds one small record per unit (~100 bytes) plus
+// metadata; a 10 GiB cache of 1 MiB units is ~1 MB of index. Keep RocksDB's
+// footprint small next to the page cache the data files want.
+constexpr size_t kIndexBlockCacheBytes = 8 << 20;   // 8 MiB
+constexpr size_t kIndexWriteBufferBytes = 8 << 20;  // 8 MiB memtable
+constexpr int kIndexMaxOpenFiles = 256;
+
+uint64_t SystemNowUs() {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count());
+}
+
+Result<VolumeSpace> StatVolume(const std::string& dir) {
+  struct statvfs v {};
+  if (::statvfs(dir.c_str(), &v) != 0) {
+    return Err(Status::IoError(fmt::format("statvfs {}: {}", dir, ErrnoText(errno))));
+  }
+  return VolumeSpace{uint64_t(v.f_bavail) * v.f_frsize, uint64_t(v.f_blocks) * v.f_frsize};
+}
+
+Code CodeForErrno(int err) {
+  switch (err) {
+    case ENOSPC:
+    case EDQUOT: return Code::kNoSpace;
+    case EROFS: return Code::kReadOnly;
+    case EACCES:
+    case EPERM: return Code::kPermissionDenied;
+    default: return Code::kIoError;
+  }
+}
+
+Status FromRocks(const rocksdb::Status& s, std::string_view what) {
+  if (s.ok()) return Status::Ok();
+  Code c = s.IsCorruption() ? Code::kCorruption : s.IsNoSpace() ? Code::kNoSpace : Code::kIoError;
+  return Status(c, fmt::format("{}: {}", what, s.ToString()));
+}
+
+std::string RandomHex() {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  return fmt::format("{:016x}", rng());
+}
+
+class DiskBlockStore final : public BlockStore {
+ public:
+  DiskBlockStore(const BlockStoreOptions& opts, Metrics* metrics, BlockStoreHooks hooks, int lock_fd,
+                 std::unique_ptr<rocksdb::DB> db, std::unique_ptr<EvictionPolicy> policy)
+      : opts_(opts),
+        metrics_(metrics ? metrics : &own_metrics_),
+        hooks_(std::move(hooks)),
+        lock_fd_(lock_fd),
+        db_(std::move(db)),
+        policy_(std::move(policy)) {
+    last_flush_us_ = hooks_.now_us();
+  }
+
+  ~DiskBlockStore() override {
+    FlushAccessState();
+    if (db_) {
+      auto s = db_->Close();
+      if (!s.ok()) spdlog::warn("igtcache: closing cache index in {}: {}", opts_.dir, s.ToString());
+      db_.reset();
+    }
+    if (lock_fd_ >= 0) ::close(lock_fd_);  // releases the flock
+  }
+
+  Status Reconcile();
+
+  std::optional<size_t> Read(const UnitKey& key, uint64_t offset, size_t len, char* out) override;
+  Status Put(const UnitKey& key, std::string_view data) override;
+  bool Contains(const UnitKey& key) override {
+    const std::string id = UnitId(key);
+    std::lock_guard lk(mu_);
+    return index_.contains(id);
+  }
+  void Remove(const UnitKey& key) override;
+
+  uint64_t used_bytes() const override {
+    std::lock_guard lk(mu_);
+    return used_bytes_;
+  }
+  uint64_t limit_bytes() const override { return opts_.max_bytes; }
+  uint64_t unit_count() const override {
+    std::lock_guard lk(mu_);
+    return index_.size();
+  }
+
+  Status PutMeta(std::string_view key, std::string_view value) override {
+    const std::string k = std::string(kMetaKeyPrefix) + std::string(key);
+    return FromRocks(db_->Put(rocksdb::WriteOptions(), k, rocksdb::Slice(value.data(), value.size())),
+                     fmt::format("cache index {}/index: put meta", opts_.dir));
+  }
+  std::optional<std::string> GetMeta(std::string_view key) override {
+    const std::string k = std::string(kMetaKeyPrefix) + std::string(key);
+    std::string v;
+    auto s = db_->Get(rocksdb::ReadOptions(), k, &v);
+    if (s.ok()) return v;
+    if (!s.IsNotFound()) WarnOnce("meta-get", fmt::format("cache index {}/index: get meta: {}", opts_.dir, s.ToString()));
+    return std::nullopt;
+  }
+  void DeleteMeta(std::string_view key) override {
+    const std::string k = std::string(kMetaKeyPrefix) + std::string(key);
+    auto s = db_->Delete(rocksdb::WriteOptions(), k);
+    if (!s.ok()) WarnOnce("meta-del", fmt::format("cache index {}/index: delete meta: {}", opts_.dir, s.ToString()));
+  }
+
+ private:
+  struct Entry {
+    UnitKey key;
+    uint64_t data_len = 0;
+    uint64_t last_access_us = 0;
+    uint64_t access_count = 0;
+    uint64_t gen = 0;  // distinguishes re-inserts of the same id
+  };
+  struct Busy {
+    bool deleting = false;   // false: a Put is writing it
+    bool cancelled = false;  // Remove() arrived while a Put was writing it
+  };
+  struct Victim {
+    std::string id;
+    uint64_t bytes;
+  };
+
+  std::string PathOf(std::string_view id) const { return opts_.dir + "/" + UnitRelPath(id); }
+  UnitRecord RecordOf(const std::string& id, const Entry& e) const {
+    return UnitRecord{e.key, e.data_len, UnitRelPath(id), e.last_access_us, e.access_count};
+  }
+
+  // Removes `id` from index_/policy and marks it busy-deleting. Requires mu_.
+  Victim DetachLocked(const std::string& id) {
+    auto it = index_.find(id);
+    Victim v{id, it->second.data_len};
+    used_bytes_ -= it->second.data_len;
+    index_.erase(it);
+    policy_->OnRemove(id);
+    dirty_.erase(id);
+    busy_[id] = Busy{.deleting = true};
+    return v;
+  }
+  // Evicts policy victims until `fits()` holds or nothing is left. Requires mu_.
+  // `fits(freed)` gets the data bytes detached so far. Returns that sum.
+  template <class Fits>
+  uint64_t EvictLocked(Fits fits, std::vector<Victim>& out) {
+    uint64_t freed = 0;
+    while (!fits(freed)) {
+      auto v = policy_->PickVictim();
+      if (!v) break;
+      if (!index_.contains(*v)) {  // cannot happen (INVARIANT); do not loop forever
+        policy_->OnRemove(*v);
+        continue;
+      }
+      out.push_back(DetachLocked(*v));
+      freed += out.back().bytes;
+    }
+    return freed;
+  }
+  // Deletes files + index records of detached units, then clears busy_.
+  void DeleteDetached(const std::vector<Victim>& victims, bool count_as_eviction);
+  // Drops a unit found corrupt or missing, if it is still generation `gen`.
+  void Drop(const std::string& id, uint64_t gen);
+  void Touch(const std::string& id, Entry& e) {
+    policy_->OnAccess(id);
+    e.last_access_us = hooks_.now_us();
+    ++e.access_count;
+    dirty_.insert(id);
+  }
+  // Persists dirty access state if the flush interval has passed (or `force`).
+  void FlushAccessState(bool force = true);
+  Status WriteUnit(const std::string& id, const UnitKey& key, std::string_view header, std::string_view data);
+  Status WriteError(Status s) {
+    Add(metrics_->cache_write_errors);
+    WarnOnce("write:" + s.ToString(),
+             fmt::format("igtcache: cannot write to the cache in {}: {} (serving from the backend; will retry)",
+                         opts_.dir, s.ToString()));
+    return s;
+  }
+  void WarnOnce(const std::string& kind, const std::string& msg) {
+    std::lock_guard lk(warn_mu_);
+    if (warned_.insert(kind).second) spdlog::warn("{}", msg);
+  }
+
+  // Constant after construction.
+  const BlockStoreOptions opts_;
+  Metrics own_metrics_;  // used when the caller passes none
+  Metrics* const metrics_;
+  const BlockStoreHooks hooks_;
+  const int lock_fd_;
+  std::unique_ptr<rocksdb::DB> db_;  // thread-safe itself
+
+  // Lock order: mu_ before warn_mu_ (WarnOnce is never called under mu_ today).
+  mutable std::mutex mu_;
+  std::unordered_map<std::string, Entry> index_;      // guarded by mu_
+  std::unique_ptr<EvictionPolicy> policy_;            // guarded by mu_
+  std::unordered_map<std::string, Busy> busy_;        // guarded by mu_
+  std::unordered_set<std::string> dirty_;             // guarded by mu_
+  uint64_t used_bytes_ = 0;                           // guarded by mu_
+  uint64_t reserved_bytes_ = 0;                       // guarded by mu_
+  uint64_t next_gen_ = 1;                             // guarded by mu_
+  uint64_t last_flush_us_ = 0;                        // guarded by mu_
+
+  std::mutex warn_mu_;
+  std::set<std::string> warned_;  // guarded by warn_mu_: kinds already logged
+};
+
+void DiskBlockStore::DeleteDetached(const std::vector<Victim>& victims, bool count_as_eviction) {
+  if (victims.empty()) return;
+  rocksdb::WriteBatch batch;
+  for (const auto& v : victims) {
+    const std::string path = PathOf(v.id);
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+      WarnOnce("unlink", fmt::format("igtcache: cannot delete cache unit {}: {}", path, ErrnoText(errno)));
+    }
+    batch.Delete(std::string(kUnitKeyPrefix) + v.id);
+    if (count_as_eviction) {
+      Add(metrics_->evictions);
+      Add(metrics_->evicted_bytes, v.bytes);
+    }
+  }
+  auto s = db_->Write(rocksdb::WriteOptions(), &batch);
+  if (!s.ok()) {
+    // A stale record whose file is gone is dropped by the next start-up.
+    WarnOnce("index-delete", fmt::format("igtcache: cache index {}/index: delete: {}", opts_.dir, s.ToString()));
+  }
+  std::lock_guard lk(mu_);
+  for (const auto& v : victims) busy_.erase(v.id);
+}
+
+void DiskBlockStore::Drop(const std::string& id, uint64_t gen) {
+  std::vector<Victim> v;
+  {
+    std::lock_guard lk(mu_);
+    auto it = index_.find(id);
+    if (it == index_.end() || it->second.gen != gen) return;
+    v.push_back(DetachLocked(id));
+  }
+  DeleteDetached(v, /*count_as_eviction=*/false);
+}
+
+void DiskBlockStore::Remove(const UnitKey& key) {
+  const std::string id = UnitId(key);
+  std::vector<Victim> v;
+  {
+    std::lock_guard lk(mu_);
+    if (index_.contains(id)) {
+      v.push_back(DetachLocked(id));
+    } else if (auto b = busy_.find(id); b != busy_.end() && !b->second.deleting) {
+      b->second.cancelled = true;  // the writing Put deletes its unit when done
+    }
+  }
+  DeleteDetached(v, /*count_as_eviction=*/false);
+}
+
+void DiskBlockStore::FlushAccessState(bool force) {
+  rocksdb::WriteBatch batch;
+  {
+    std::lock_guard lk(mu_);
+    const uint64_t now = hooks_.now_us();
+    if (dirty_.empty() || (!force && now - last_flush_us_ < hooks_.access_flush_interval_us)) return;
+    last_flush_us_ = now;
+    for (const auto& id : dirty_) {
+      auto it = index_.find(id);
+      if (it != index_.end()) batch.Put(std::string(kUnitKeyPrefix) + id, EncodeUnitRecord(RecordOf(id, it->second)));
+    }
+    dirty_.clear();
+  }
+  // Outside mu_: if a unit is evicted meanwhile, this may re-write its record
+  // after the delete; the next start-up drops a record without a file.
+  auto s = db_->Write(rocksdb::WriteOptions(), &batch);
+  if (!s.ok()) {
+    WarnOnce("index-access", fmt::format("igtcache: cache index {}/index: saving access state: {}", opts_.dir,
+                                         s.ToString()));
+  }
+}
+
+std::optional<size_t> DiskBlockStore::Read(const UnitKey& key, uint64_t offset, size_t len, char* out) {
+  const std::string id = UnitId(key);
+  uint64_t gen;
+  {
+    std::lock_guard lk(mu_);
+    auto it = index_.find(id);
+    if (it == index_.end()) return std::nullopt;
+    gen = it->second.gen;
+  }
+  const std::string path = PathOf(id);
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    const int err = errno;
+    Add(metrics_->cache_read_errors);
+    WarnOnce("read-open:" + ErrnoText(err),
+             fmt::format("igtcache: cannot open cache unit {}: {} (served from the backend)", path, ErrnoText(err)));
+    if (err == ENOENT) Drop(id, gen);  // the file is gone: the entry is useless
+    return std::nullopt;
+  }
+  Result<size_t> n = [&]() -> Result<size_t> {
+    auto h = ReadUnitHeader(fd);
+    if (!h) return Err(h.error());
+    if (auto s = CheckUnitHeaderMatches(*h, key); !s.ok()) return Err(s);
+    return ReadUnitRange(fd, *h, offset, len, out);
+  }();
+  ::close(fd);
+  if (!n) {
+    if (n.error().code() == Code::kCorruption) {
+      Add(metrics_->cache_corruptions);
+      WarnOnce("corrupt", fmt::format("igtcache: corrupt cache unit {} dropped ({}); further ones are only counted",
+                                      path, n.error().message()));
+      Drop(id, gen);
+    } else {
+      Add(metrics_->cache_read_errors);
+      WarnOnce("read:" + n.error().ToString(),
+               fmt::format("igtcache: cannot read cache unit {}: {} (served from the backend)", path,
+                           n.error().ToString()));
+    }
+    return std::nullopt;
+  }
+  {
+    std::lock_guard lk(mu_);
+    auto it = index_.find(id);
+    if (it != index_.end() && it->second.gen == gen) Touch(id, it->second);
+  }
+  FlushAccessState(/*force=*/false);
+  return *n;
+}
+
+Status DiskBlockStore::WriteUnit(const std::string& id, const UnitKey& key, std::string_view header,
+                                 std::string_view data) {
+  // No fsync: after a crash a torn or empty unit file fails its header or
+  // chunk checksums and is dropped (at start-up or on first read), and the
+  // index record is only written after the rename. Syncing every unit would
+  // cost far more than refetching the few units a crash can lose.
+  std::string tmp;
+  int fd = -1;
+  for (int attempt = 0; attempt < 4 && fd < 0; ++attempt) {
+    tmp = opts_.dir + "/tmp/" + RandomHex();
+    fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, kFileMode);
+    if (fd < 0 && errno != EEXIST) break;
+  }
+  if (fd < 0) {
+    const int err = errno;
+    return Status(CodeForErrno(err), fmt::format("cannot create a temp file in {}/tmp: {}", opts_.dir, ErrnoText(err)));
+  }
+  Status s;
+  if (::fchmod(fd, kFileMode) != 0) {
+    s = Status(CodeForErrno(errno), fmt::format("chmod temp file in {}/tmp: {}", opts_.dir, ErrnoText(errno)));
+  }
+  if (s.ok()) s = WriteUnitFile(fd, header, data);
+  if (::close(fd) != 0 && s.ok()) {
+    s = Status(CodeForErrno(errno), fmt::format("closing temp file in {}/tmp: {}", opts_.dir, ErrnoText(errno)));
+  }
+  if (s.ok()) {
+    const std::string dst = PathOf(id);
+    int err = ::rename(tmp.c_str(), dst.c_str()) == 0 ? 0 : errno;
+    if (err == ENOENT) {
+      // Fan-out directories are created on first use.
+      const std::string d1 = opts_.dir + "/units/" + id.substr(0, 2);
+      s = MakeDirIfMissing(d1);
+      if (s.ok()) s = MakeDirIfMissing(d1 + "/" + id.substr(2, 2));
+      if (s.ok()) err = ::rename(tmp.c_str(), dst.c_str()) == 0 ? 0 : errno;
+    }
+    if (s.ok() && err != 0) {
+      s = Status(CodeForErrno(err), fmt::format("cannot move a unit into {}/units: {}", opts_.dir, ErrnoText(err)));
+    }
+  }
+  if (!s.ok()) {
+    ::unlink(tmp.c_str());
+    return s;
+  }
+  return Status::Ok();
+}
+
+Status DiskBlockStore::Put(const UnitKey& key, std::string_view data) {
+  const uint64_t n = data.size();
+  if (n > opts_.max_bytes) {
+    return Status::NoSpace(fmt::format("unit of {} bytes is larger than the cache limit ({} bytes); not cached", n,
+                                       opts_.max_bytes));
+  }
+  auto header = EncodeUnitHeader(key, data);
+  if (!header) return header.error();
+  const std::string id = UnitId(key);
+  const uint64_t file_bytes = header->size() + n;
+
+  // Free space on the volume, measured before taking the lock. If statvfs
+  // fails the free-space rule is skipped (max_bytes still holds).
+  auto space = hooks_.volume_space(opts_.dir);
+  if (!space) WarnOnce("statvfs", fmt::format("igtcache: {}; not checking free space", space.error().ToString()));
+
+  std::vector<Victim> victims;
+  Status fail;
+  {
+    std::lock_guard lk(mu_);
+    if (auto it = index_.find(id); it != index_.end()) {
+      Touch(id, it->second);
+      return Status::Ok();
+    }
+    if (busy_.contains(id)) return Status::Ok();  // another thread is writing (or deleting) it
+
+    // Bytes that must be freed so that, after this write and the writes in
+    // flight, the volume keeps min_free_ratio of its size free.
+    uint64_t need_free = 0;
+    if (space && space->total_bytes > 0) {
+      const double want = opts_.min_free_ratio * double(space->total_bytes) + double(file_bytes + reserved_bytes_);
+      if (want > double(space->avail_bytes)) need_free = uint64_t(want - double(space->avail_bytes)) + 1;
+    }
+    if (need_free > used_bytes_) {
+      // Even an empty cache would not leave enough free space: do not evict
+      // everything for nothing.
+      fail = Status::NoSpace(fmt::format("cache volume has less than {:.1f}% free", opts_.min_free_ratio * 100));
+    } else {
+      const uint64_t freed = EvictLocked(
+          [&](uint64_t freed) {
+            return used_bytes_ + reserved_bytes_ + n <= opts_.max_bytes && freed >= need_free;
+          },
+          victims);
+      if (used_bytes_ + reserved_bytes_ + n > opts_.max_bytes || freed < need_free) {
+        // Only possible when other Puts in flight hold the space.
+        fail = Status::NoSpace("cache space is held by inserts in flight");
+      } else {
+        busy_[id] = Busy{};
+        reserved_bytes_ += n;
+      }
+    }
+  }
+  DeleteDetached(victims, /*count_as_eviction=*/true);
+  if (!fail.ok()) return WriteError(fail);
+
+  Status s = WriteUnit(id, key, *header, data);
+  const uint64_t now = hooks_.now_us();
+  if (s.ok()) {
+    const UnitRecord rec{key, n, UnitRelPath(id), now, 0};
+    s = FromRocks(db_->Put(rocksdb::WriteOptions(), std::string(kUnitKeyPrefix) + id, EncodeUnitRecord(rec)),
+                  fmt::format("cache index {}/index: put", opts_.dir));
+    if (!s.ok()) ::unlink(PathOf(id).c_str());
+  }
+  bool cancelled = false;
+  {
+    std::lock_guard lk(mu_);
+    reserved_bytes_ -= n;
+    auto b = busy_.find(id);
+    cancelled = b->second.cancelled;
+    if (s.ok() && !cancelled) {
+      busy_.erase(b);
+      index_[id] = Entry{key, n, now, 0, next_gen_++};
+      policy_->OnInsert(id, n, 0);
+      used_bytes_ += n;
+    } else if (!s.ok()) {
+      busy_.erase(b);
+    } else {
+      b->second.deleting = true;
+    }
+  }
+  if (!s.ok()) return WriteError(s);
+  if (cancelled) {
+    DeleteDetached({Victim{id, n}}, /*count_as_eviction=*/false);
+    return Status::Ok();
+  }
+  Add(metrics_->cache_insert_units);
+  Add(metrics_->cache_insert_bytes, n);
+  FlushAccessState(/*force=*/false);
+  return Status::Ok();
+}
+
+Status DiskBlockStore::Reconcile() {
+  struct Survivor {
+    std::string id;
+    UnitRecord rec;
+  };
+  std::vector<Survivor> survivors;
+  std::unordered_set<std::string> kept_paths;
+  rocksdb::WriteBatch drop;
+  size_t dropped = 0;
+  {
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+    for (it->Seek(kUnitKeyPrefix); it->Valid() && it->key().starts_with(kUnitKeyPrefix); it->Next()) {
+      const std::string id = it->key().ToString().substr(kUnitKeyPrefix.size());
+      auto rec = DecodeUnitRecord(std::string_view(it->value().data(), it->value().size()));
+      bool good = rec && id.size() == 32 && UnitId(rec->key) == id && rec->rel_path == UnitRelPath(id);
+      if (good) {
+        // Header check only: the data is verified chunk by chunk on read.
+        const std::string path = PathOf(id);
+        int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+        good = fd >= 0;
+        if (good) {
+          struct stat st {};
+          auto h = ReadUnitHeader(fd);
+          good = h && CheckUnitHeaderMatches(*h, rec->key).ok() && h->data_len == rec->data_len &&
+                 ::fstat(fd, &st) == 0 && uint64_t(st.st_size) == h->header_len + h->data_len;
+          ::close(fd);
+          if (!good) ::unlink(path.c_str());
+        }
+      }
+      if (good) {
+        kept_paths.insert(rec->rel_path);
+        survivors.push_back({id, std::move(*rec)});
+      } else {
+        drop.Delete(it->key());
+        ++dropped;
+      }
+    }
+    if (auto s = FromRocks(it->status(), fmt::format("reading cache index {}/index", opts_.dir)); !s.ok()) return s;
+  }
+  if (dropped > 0) {
+    spdlog::warn("igtcache: dropped {} cache index entries without a valid unit file in {}", dropped, opts_.dir);
+    if (auto s = FromRocks(db_->Write(rocksdb::WriteOptions(), &drop), "cache index: drop"); !s.ok()) return s;
+  }
+
+  // Delete unit files nobody indexes (including files in the wrong place).
+  size_t strays = 0;
+  std::error_code ec;
+  const std::filesystem::path units = opts_.dir + "/units";
+  for (auto it = std::filesystem::recursive_directory_iterator(units, ec);
+       !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+    if (it->is_directory()) continue;
+    const std::string rel = "units/" + std::filesystem::relative(it->path(), units).string();
+    if (!kept_paths.contains(rel)) {
+      std::error_code rec;
+      std::filesystem::remove(it->path(), rec);
+      ++strays;
+    }
+  }
+  if (ec) return Status::IoError(fmt::format("cannot list {}: {}", units.string(), ec.message()));
+  if (strays > 0) spdlog::info("igtcache: deleted {} unindexed unit files in {}", strays, opts_.dir);
+
+  // Oldest first, so the policy sees them in access order (O(1) inserts).
+  std::stable_sort(survivors.begin(), survivors.end(),
+                   [](const Survivor& a, const Survivor& b) { return a.rec.last_access_us < b.rec.last_access_us; });
+  std::vector<Victim> victims;
+  {
+    std::lock_guard lk(mu_);
+    for (auto& s : survivors) {
+      policy_->OnInsert(s.id, s.rec.data_len, std::max<uint64_t>(1, s.rec.last_access_us));
+      used_bytes_ += s.rec.data_len;
+      index_[s.id] = Entry{std::move(s.rec.key), s.rec.data_len, s.rec.last_access_us, s.rec.access_count, next_gen_++};
+    }
+    // A smaller max_bytes than last time: evict down now.
+    EvictLocked([&](uint64_t) { return used_bytes_ <= opts_.max_bytes; }, victims);
+  }
+  DeleteDetached(victims, /*count_as_eviction=*/true);
+  return Status::Ok();
+}
+
+// Opens (or creates) the RocksDB index; a corrupt one is moved aside.
+Result<std::unique_ptr<rocksdb::DB>> OpenIndex(const std::string& dir) {
+  const std::string path = dir + "/index";
+  rocksdb::Options o;
+  o.create_if_missing = true;
+  o.max_open_files = kIndexMaxOpenFiles;
+  o.write_buffer_size = kIndexWriteBufferBytes;
+  o.keep_log_file_num = 2;
+  o.max_log_file_size = 1 << 20;
+  o.info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;
+  rocksdb::BlockBasedTableOptions t;
+  t.block_cache = rocksdb::NewLRUCache(kIndexBlockCacheBytes);
+  o.table_factory.reset(rocksdb::NewBlockBasedTableFactory(t));
+
+  auto open = [&]() -> std::pair<rocksdb::Status, std::unique_ptr<rocksdb::DB>> {
+    if (auto s = EnsurePrivateSubdir(path); !s.ok()) return {rocksdb::Status::IOError(s.message()), nullptr};
+    rocksdb::DB* raw = nullptr;
+    try {
+      auto s = rocksdb::DB::Open(o, path, &raw);
+      return {s, std::unique_ptr<rocksdb::DB>(raw)};
+    } catch (const std::exception& e) {
+      return {rocksdb::Status::IOError(e.what()), nullptr};
+    }
+  };
+  auto [s, db] = open();
+  if (s.IsCorruption()) {
+    const std::string aside = dir + "/index.corrupt";
+    spdlog::warn("igtcache: cache index {} is corrupt ({}); moving it to {} and starting with an empty cache", path,
+                 s.ToString(), aside);
+    std::error_code ec;
+    std::filesystem::remove_all(aside, ec);
+    if (::rename(path.c_str(), aside.c_str()) != 0) {
+      return Err(Status::Corruption(fmt::format("cache index {} is corrupt and cannot be moved aside ({}); remove the "
+                                                "cache dir {} and retry",
+                                                path, ErrnoText(errno), dir)));
+    }
+    std::tie(s, db) = open();
+  }
+  if (!s.ok()) {
+    return Err(FromRocks(s, fmt::format("cannot open cache index {} (removing the cache dir {} resets the cache)",
+                                        path, dir)));
+  }
+  return std::move(db);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<BlockStore>> OpenDiskBlockStore(const BlockStoreOptions& opts_in, Metrics* metrics,
+                                                       BlockStoreHooks hooks) {
+  BlockStoreOptions opts = opts_in;
+  while (opts.dir.size() > 1 && opts.dir.back() == '/') opts.dir.pop_back();
+  if (opts.dir.empty()) return Err(Status::InvalidArgument("cache.dir is empty"));
+  if (!(opts.min_free_ratio >= 0 && opts.min_free_ratio < 1)) {
+    return Err(Status::InvalidArgument(
+        fmt::format("cache.min_free_ratio is {}; it must be in [0, 1)", opts.min_free_ratio)));
+  }
+  auto policy = MakeEvictionPolicy(opts.eviction);
+  if (!policy) return Err(policy.error());
+  if (!hooks.volume_space) hooks.volume_space = StatVolume;
+  if (!hooks.now_us) hooks.now_us = SystemNowUs;
+
+  if (auto s = EnsureCacheDir(opts.dir); !s.ok()) return Err(s);
+  auto lock_fd = LockCacheDir(opts.dir);
+  if (!lock_fd) return Err(lock_fd.error());
+  auto fail = [&](Status s) {
+    ::close(*lock_fd);
+    return Err(std::move(s));
+  };
+  for (const char* sub : {"/units", "/tmp"}) {
+    if (auto s = EnsurePrivateSubdir(opts.dir + sub); !s.ok()) return fail(s);
+  }
+  if (auto s = ClearDir(opts.dir + "/tmp"); !s.ok()) return fail(s);
+  auto db = OpenIndex(opts.dir);
+  if (!db) return fail(db.error());
+
+  auto store = std::make_unique<DiskBlockStore>(opts, metrics, std::move(hooks), *lock_fd, std::move(*db),
+                                                std::move(*policy));
+  // From here the store owns the lock fd and the db.
+  if (auto s = store->Reconcile(); !s.ok()) return Err(s);
+  return std::unique_ptr<BlockStore>(std::move(store));
+}
+
+}  // namespace cache
+
+Result<std::unique_ptr<BlockStore>> BlockStore::Open(const BlockStoreOptions& opts, Metrics* metrics) {
+  return cache::OpenDiskBlockStore(opts, metrics, {});
+}
+
+}  // namespace igt

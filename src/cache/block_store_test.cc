@@ -1,0 +1,623 @@
+// BlockStore on real RocksDB and real files in temp dirs.
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "igtcache/block_store.h"
+#include "igtcache/metrics.h"
+#include "src/cache/disk_block_store.h"
+#include "src/cache/unit_file.h"
+
+namespace fs = std::filesystem;
+
+namespace igt::cache {
+namespace {
+
+constexpr uint64_t kMiB = 1 << 20;
+
+struct TempDir {
+  std::string path;
+  TempDir() {
+    char tmpl[] = "/tmp/igt_bs_XXXXXX";
+    REQUIRE(::mkdtemp(tmpl) != nullptr);
+    path = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::permissions(path, fs::perms::owner_all, ec);
+    fs::remove_all(path, ec);
+  }
+  std::string cache() const { return path + "/cache"; }
+};
+
+// Deterministic bytes of a unit: any hit can be checked against them.
+std::string DataOf(const UnitKey& k, size_t n) {
+  std::seed_seq seq(k.object.begin(), k.object.end());
+  std::mt19937 rng(seq);
+  rng.discard(k.index * 7 + k.etag.size());
+  std::string s(n, '\0');
+  for (auto& c : s) c = static_cast<char>(rng() ^ k.index);
+  return s;
+}
+
+UnitKey Key(int i, std::string etag = "e1") { return UnitKey{"obj/" + std::to_string(i), std::move(etag), 0}; }
+
+struct FakeClock {
+  std::shared_ptr<std::atomic<uint64_t>> t = std::make_shared<std::atomic<uint64_t>>(1'000'000);
+  uint64_t Tick() { return t->fetch_add(1000) + 1000; }
+};
+
+struct Fixture {
+  TempDir tmp;
+  Metrics metrics;
+  FakeClock clock;
+  BlockStoreOptions opts;
+  Fixture() {
+    opts.dir = tmp.cache();
+    opts.max_bytes = 64 * kMiB;
+    opts.min_free_ratio = 0;
+  }
+  BlockStoreHooks Hooks() {
+    BlockStoreHooks h;
+    auto t = clock.t;
+    h.now_us = [t] { return t->fetch_add(1000) + 1000; };  // strictly increasing
+    return h;
+  }
+  std::unique_ptr<BlockStore> Open(BlockStoreHooks hooks) {
+    auto s = OpenDiskBlockStore(opts, &metrics, std::move(hooks));
+    if (!s) FAIL(s.error().ToString());
+    return std::move(*s);
+  }
+  std::unique_ptr<BlockStore> Open() { return Open(Hooks()); }
+  std::string UnitPath(const UnitKey& k) const { return opts.dir + "/" + UnitRelPath(UnitId(k)); }
+};
+
+std::optional<std::string> ReadAll(BlockStore& s, const UnitKey& k, size_t n) {
+  std::string out(n, '\0');
+  auto got = s.Read(k, 0, n, out.data());
+  if (!got) return std::nullopt;
+  out.resize(*got);
+  return out;
+}
+
+void FlipByte(const std::string& path, uint64_t off) {
+  int fd = ::open(path.c_str(), O_RDWR);
+  REQUIRE(fd >= 0);
+  char c;
+  REQUIRE(::pread(fd, &c, 1, off) == 1);
+  c ^= 0x20;
+  REQUIRE(::pwrite(fd, &c, 1, off) == 1);
+  ::close(fd);
+}
+
+unsigned ModeOf(const std::string& p) {
+  struct stat st {};
+  REQUIRE(::stat(p.c_str(), &st) == 0);
+  return st.st_mode & 07777;
+}
+
+TEST_CASE("put, read whole and partial, remove", "[block_store]") {
+  Fixture f;
+  auto s = f.Open();
+  const UnitKey k{"dir/a.bin", "etag-1", 3};
+  const std::string data = DataOf(k, kMiB + 5);
+  CHECK_FALSE(s->Contains(k));
+  CHECK_FALSE(s->Read(k, 0, 10, nullptr).has_value());
+  REQUIRE(s->Put(k, data).ok());
+  CHECK(s->Contains(k));
+  CHECK(s->unit_count() == 1);
+  CHECK(s->used_bytes() == data.size());
+  CHECK(s->limit_bytes() == f.opts.max_bytes);
+  CHECK(f.metrics.cache_insert_units == 1);
+  CHECK(f.metrics.cache_insert_bytes == data.size());
+  CHECK(ReadAll(*s, k, data.size() + 100) == data);
+
+  char buf[4096];
+  auto n = s->Read(k, 70000, sizeof buf, buf);
+  REQUIRE(n == sizeof buf);
+  CHECK(std::string(buf, sizeof buf) == data.substr(70000, sizeof buf));
+  n = s->Read(k, data.size() - 3, sizeof buf, buf);
+  REQUIRE(n == 3u);
+  CHECK(std::string(buf, 3) == data.substr(data.size() - 3));
+  CHECK(s->Read(k, data.size() + 1, 10, buf) == 0u);
+
+  // Another etag or index is another unit.
+  CHECK_FALSE(s->Contains(UnitKey{k.object, "etag-2", 3}));
+  CHECK_FALSE(s->Contains(UnitKey{k.object, "etag-1", 4}));
+
+  // Putting the same unit again just touches it.
+  REQUIRE(s->Put(k, data).ok());
+  CHECK(f.metrics.cache_insert_units == 1);
+  CHECK(s->used_bytes() == data.size());
+
+  s->Remove(k);
+  CHECK_FALSE(s->Contains(k));
+  CHECK(s->used_bytes() == 0);
+  CHECK_FALSE(fs::exists(f.UnitPath(k)));
+  CHECK(f.metrics.evictions == 0);
+  s->Remove(k);  // absent: no-op
+}
+
+TEST_CASE("empty unit", "[block_store]") {
+  Fixture f;
+  auto s = f.Open();
+  REQUIRE(s->Put(Key(1), "").ok());
+  CHECK(s->Contains(Key(1)));
+  char b;
+  CHECK(s->Read(Key(1), 0, 1, &b) == 0u);
+}
+
+TEST_CASE("layout and permissions are umask-independent", "[block_store]") {
+  Fixture f;
+  const mode_t old = ::umask(0);
+  auto s = f.Open();
+  ::umask(old);
+  const UnitKey k = Key(1);
+  REQUIRE(s->Put(k, DataOf(k, 1000)).ok());
+  CHECK(ModeOf(f.opts.dir) == 0700);
+  CHECK(ModeOf(f.opts.dir + "/index") == 0700);
+  CHECK(ModeOf(f.opts.dir + "/units") == 0700);
+  CHECK(ModeOf(f.opts.dir + "/tmp") == 0700);
+  const std::string id = UnitId(k);
+  CHECK(ModeOf(f.opts.dir + "/units/" + id.substr(0, 2)) == 0700);
+  CHECK(ModeOf(f.opts.dir + "/units/" + id.substr(0, 2) + "/" + id.substr(2, 2)) == 0700);
+  CHECK(ModeOf(f.UnitPath(k)) == 0600);
+  CHECK(ModeOf(f.opts.dir + "/LOCK") == 0600);
+  std::ifstream lock(f.opts.dir + "/LOCK");
+  int pid = 0;
+  lock >> pid;
+  CHECK(pid == ::getpid());
+}
+
+TEST_CASE("a second open of the same dir is refused, also in-process", "[block_store]") {
+  Fixture f;
+  {
+    auto s = f.Open();
+    auto again = BlockStore::Open(f.opts, nullptr);
+    REQUIRE_FALSE(again.has_value());
+    CHECK(again.error().code() == Code::kBusy);
+    CHECK_THAT(again.error().message(), Catch::Contains(f.opts.dir) &&
+                                            Catch::Contains("pid " + std::to_string(::getpid())));
+  }
+  // Released on close.
+  auto s = BlockStore::Open(f.opts, nullptr);
+  CHECK(s.has_value());
+}
+
+TEST_CASE("unsafe or unusable cache dirs are refused with a clear error", "[block_store]") {
+  TempDir t;
+  BlockStoreOptions o;
+  o.min_free_ratio = 0;
+  SECTION("world-writable") {
+    o.dir = t.path + "/ww";
+    REQUIRE(::mkdir(o.dir.c_str(), 0700) == 0);
+    REQUIRE(::chmod(o.dir.c_str(), 0777) == 0);
+    auto s = BlockStore::Open(o, nullptr);
+    REQUIRE_FALSE(s.has_value());
+    CHECK(s.error().code() == Code::kPermissionDenied);
+    CHECK_THAT(s.error().message(), Catch::Contains("world-writable") && Catch::Contains(o.dir));
+  }
+  SECTION("owned by another user") {
+    o.dir = t.path + "/other";
+    REQUIRE(::mkdir(o.dir.c_str(), 0700) == 0);
+    if (::geteuid() != 0) {
+      SUCCEED("needs root to chown");
+      return;
+    }
+    REQUIRE(::chown(o.dir.c_str(), 65534, 65534) == 0);
+    auto s = BlockStore::Open(o, nullptr);
+    REQUIRE_FALSE(s.has_value());
+    CHECK(s.error().code() == Code::kPermissionDenied);
+    CHECK_THAT(s.error().message(), Catch::Contains("owned by uid 65534"));
+  }
+  SECTION("uncreatable") {
+    const std::string file = t.path + "/file";
+    std::ofstream(file) << "x";
+    o.dir = file + "/cache";
+    auto s = BlockStore::Open(o, nullptr);
+    REQUIRE_FALSE(s.has_value());
+    CHECK_THAT(s.error().message(), Catch::Contains(o.dir) && Catch::Contains("Not a directory"));
+  }
+  SECTION("nested dirs are created 0700") {
+    o.dir = t.path + "/a/b/c";
+    auto s = BlockStore::Open(o, nullptr);
+    REQUIRE(s.has_value());
+    CHECK(ModeOf(t.path + "/a") == 0700);
+    CHECK(ModeOf(o.dir) == 0700);
+  }
+  SECTION("bad options") {
+    o.dir = t.path + "/c";
+    o.eviction = "nope";
+    auto s = BlockStore::Open(o, nullptr);
+    REQUIRE_FALSE(s.has_value());
+    CHECK(s.error().code() == Code::kInvalidArgument);
+    o.eviction = "lru";
+    o.min_free_ratio = 1.5;
+    s = BlockStore::Open(o, nullptr);
+    REQUIRE_FALSE(s.has_value());
+    CHECK(s.error().code() == Code::kInvalidArgument);
+  }
+}
+
+TEST_CASE("corruption is a miss, the unit is dropped, never wrong bytes", "[block_store]") {
+  Fixture f;
+  auto s = f.Open();
+  const UnitKey a = Key(1), b = Key(2);
+  const std::string da = DataOf(a, 300000), db = DataOf(b, 300000);
+  REQUIRE(s->Put(a, da).ok());
+  REQUIRE(s->Put(b, db).ok());
+  const uint64_t used = s->used_bytes();
+
+  SECTION("flipped data byte") {
+    FlipByte(f.UnitPath(a), fs::file_size(f.UnitPath(a)) - 1);
+    CHECK_FALSE(ReadAll(*s, a, da.size()).has_value());
+    CHECK(f.metrics.cache_corruptions == 1);
+    CHECK_FALSE(s->Contains(a));
+    CHECK_FALSE(fs::exists(f.UnitPath(a)));
+    CHECK(s->used_bytes() == used - da.size());
+    CHECK(ReadAll(*s, b, db.size()) == db);
+  }
+  SECTION("flipped header byte") {
+    FlipByte(f.UnitPath(a), 14);
+    CHECK_FALSE(ReadAll(*s, a, da.size()).has_value());
+    CHECK(f.metrics.cache_corruptions == 1);
+    CHECK_FALSE(s->Contains(a));
+  }
+  SECTION("truncated file") {
+    fs::resize_file(f.UnitPath(a), fs::file_size(f.UnitPath(a)) - 100);
+    CHECK_FALSE(ReadAll(*s, a, da.size()).has_value());
+    CHECK(f.metrics.cache_corruptions == 1);
+    CHECK_FALSE(s->Contains(a));
+  }
+  SECTION("swapped unit files") {
+    const std::string pa = f.UnitPath(a), pb = f.UnitPath(b), t = f.opts.dir + "/swap";
+    fs::rename(pa, t);
+    fs::rename(pb, pa);
+    fs::rename(t, pb);
+    CHECK_FALSE(ReadAll(*s, a, da.size()).has_value());
+    CHECK_FALSE(ReadAll(*s, b, db.size()).has_value());
+    CHECK(f.metrics.cache_corruptions == 2);
+    CHECK(s->unit_count() == 0);
+    CHECK(s->used_bytes() == 0);
+  }
+  SECTION("missing file is a read error and dropped") {
+    fs::remove(f.UnitPath(a));
+    CHECK_FALSE(ReadAll(*s, a, da.size()).has_value());
+    CHECK(f.metrics.cache_read_errors == 1);
+    CHECK_FALSE(s->Contains(a));
+  }
+  // The unit can be cached again afterwards.
+  s->Remove(a);
+  REQUIRE(s->Put(a, da).ok());
+  CHECK(ReadAll(*s, a, da.size()) == da);
+}
+
+TEST_CASE("partial reads verify only the chunks they touch", "[block_store]") {
+  Fixture f;
+  auto s = f.Open();
+  const UnitKey k = Key(7);
+  const std::string data = DataOf(k, kMiB);
+  REQUIRE(s->Put(k, data).ok());
+  const std::string path = f.UnitPath(k);
+  const uint64_t header = fs::file_size(path) - data.size();
+  FlipByte(path, header + 3 * kUnitChunkBytes + 100);
+
+  char buf[4096];
+  REQUIRE(s->Read(k, 0, sizeof buf, buf) == sizeof buf);
+  CHECK(std::string(buf, sizeof buf) == data.substr(0, sizeof buf));
+  REQUIRE(s->Read(k, 5 * kUnitChunkBytes, sizeof buf, buf) == sizeof buf);
+  CHECK(f.metrics.cache_corruptions == 0);
+  CHECK(s->Contains(k));
+  CHECK_FALSE(s->Read(k, 3 * kUnitChunkBytes, sizeof buf, buf).has_value());
+  CHECK(f.metrics.cache_corruptions == 1);
+  CHECK_FALSE(s->Contains(k));
+}
+
+TEST_CASE("units, meta and LRU order survive close and reopen", "[block_store]") {
+  Fixture f;
+  f.opts.max_bytes = 3 * 100000;
+  std::map<int, std::string> data;
+  for (int i = 0; i < 3; ++i) data[i] = DataOf(Key(i), 100000);
+  {
+    auto s = f.Open();
+    for (int i = 0; i < 3; ++i) REQUIRE(s->Put(Key(i), data[i]).ok());
+    REQUIRE(ReadAll(*s, Key(0), 100000) == data[0]);  // 0 is now the most recent
+    REQUIRE(s->PutMeta("dir/x", "listing").ok());
+    REQUIRE(s->PutMeta("gone", "y").ok());
+    s->DeleteMeta("gone");
+  }
+  {
+    auto s = f.Open();
+    CHECK(s->unit_count() == 3);
+    CHECK(s->used_bytes() == 300000);
+    for (int i = 0; i < 3; ++i) CHECK(ReadAll(*s, Key(i), 100000) == data[i]);
+    CHECK(s->GetMeta("dir/x") == "listing");
+    CHECK_FALSE(s->GetMeta("gone").has_value());
+    CHECK_FALSE(s->GetMeta("u/whatever").has_value());
+  }
+  // Read order above was 0, 1, 2; close and reopen, then the LRU victim is 0.
+  {
+    auto s = f.Open();
+    REQUIRE(s->Put(Key(9), DataOf(Key(9), 100000)).ok());
+    CHECK_FALSE(s->Contains(Key(0)));
+    CHECK(s->Contains(Key(1)));
+    CHECK(s->Contains(Key(2)));
+    CHECK(s->Contains(Key(9)));
+    REQUIRE(ReadAll(*s, Key(1), 100000) == data[1]);
+  }
+  {
+    auto s = f.Open();
+    REQUIRE(s->Put(Key(10), DataOf(Key(10), 100000)).ok());
+    CHECK(s->Contains(Key(1)));  // read last time, so 2 goes first
+    CHECK_FALSE(s->Contains(Key(2)));
+  }
+}
+
+TEST_CASE("start-up reconciles index and files", "[block_store]") {
+  Fixture f;
+  std::string stray_unit, stray_tmp;
+  {
+    auto s = f.Open();
+    for (int i = 0; i < 4; ++i) REQUIRE(s->Put(Key(i), DataOf(Key(i), 5000)).ok());
+  }
+  fs::remove(f.UnitPath(Key(0)));          // file gone -> entry dropped
+  FlipByte(f.UnitPath(Key(1)), 20);        // header bad -> entry + file dropped
+  fs::resize_file(f.UnitPath(Key(2)), 100);  // truncated -> dropped
+  stray_unit = f.opts.dir + "/" + UnitRelPath(UnitId(Key(42)));
+  fs::create_directories(fs::path(stray_unit).parent_path());
+  std::ofstream(stray_unit) << "stray";
+  stray_tmp = f.opts.dir + "/tmp/leftover";
+  std::ofstream(stray_tmp) << "partial";
+  const std::string misplaced = f.opts.dir + "/units/zz-not-a-unit";
+  std::ofstream(misplaced) << "?";
+
+  auto s = f.Open();
+  CHECK(s->unit_count() == 1);
+  CHECK(s->used_bytes() == 5000);
+  CHECK(s->Contains(Key(3)));
+  CHECK_FALSE(s->Contains(Key(0)));
+  CHECK_FALSE(s->Contains(Key(1)));
+  CHECK_FALSE(s->Contains(Key(2)));
+  CHECK_FALSE(fs::exists(f.UnitPath(Key(1))));
+  CHECK_FALSE(fs::exists(f.UnitPath(Key(2))));
+  CHECK_FALSE(fs::exists(stray_unit));
+  CHECK_FALSE(fs::exists(stray_tmp));
+  CHECK_FALSE(fs::exists(misplaced));
+  CHECK(ReadAll(*s, Key(3), 5000) == DataOf(Key(3), 5000));
+  CHECK(f.metrics.cache_corruptions == 0);  // start-up drops are not reads
+}
+
+TEST_CASE("max_bytes is enforced by evicting LRU victims", "[block_store]") {
+  Fixture f;
+  f.opts.max_bytes = 4 * 10000;
+  auto s = f.Open();
+  for (int i = 0; i < 4; ++i) REQUIRE(s->Put(Key(i), DataOf(Key(i), 10000)).ok());
+  REQUIRE(ReadAll(*s, Key(0), 10000).has_value());  // protect 0
+  for (int i = 4; i < 10; ++i) {
+    REQUIRE(s->Put(Key(i), DataOf(Key(i), 10000)).ok());
+    CHECK(s->used_bytes() <= f.opts.max_bytes);
+  }
+  CHECK(s->unit_count() == 4);
+  CHECK(f.metrics.evictions == 6);
+  CHECK(f.metrics.evicted_bytes == 60000);
+  // 0 was read after 1..3 were inserted, so it outlived them, but not 4..9.
+  for (int i = 0; i < 6; ++i) CHECK_FALSE(s->Contains(Key(i)));
+  for (int i = 6; i < 10; ++i) CHECK(s->Contains(Key(i)));
+  // Evicted files are gone from disk.
+  size_t files = 0;
+  for (auto& e : fs::recursive_directory_iterator(f.opts.dir + "/units")) files += e.is_regular_file();
+  CHECK(files == 4);
+
+  // A unit larger than the whole cache is not cached and evicts nothing.
+  auto big = s->Put(Key(100), DataOf(Key(100), f.opts.max_bytes + 1));
+  CHECK(big.code() == Code::kNoSpace);
+  CHECK(s->unit_count() == 4);
+  CHECK(f.metrics.evictions == 6);
+
+  // One big unit evicts several small ones.
+  REQUIRE(s->Put(Key(200), DataOf(Key(200), 25000)).ok());
+  CHECK(s->used_bytes() <= f.opts.max_bytes);
+  CHECK(s->Contains(Key(200)));
+  CHECK(f.metrics.evictions == 9);
+}
+
+TEST_CASE("fifo eviction ignores reads", "[block_store]") {
+  Fixture f;
+  f.opts.max_bytes = 2 * 1000;
+  f.opts.eviction = "fifo";
+  auto s = f.Open();
+  REQUIRE(s->Put(Key(0), DataOf(Key(0), 1000)).ok());
+  REQUIRE(s->Put(Key(1), DataOf(Key(1), 1000)).ok());
+  REQUIRE(ReadAll(*s, Key(0), 1000).has_value());
+  REQUIRE(s->Put(Key(2), DataOf(Key(2), 1000)).ok());
+  CHECK_FALSE(s->Contains(Key(0)));
+  CHECK(s->Contains(Key(1)));
+}
+
+TEST_CASE("a smaller max_bytes at open evicts down", "[block_store]") {
+  Fixture f;
+  {
+    auto s = f.Open();
+    for (int i = 0; i < 10; ++i) REQUIRE(s->Put(Key(i), DataOf(Key(i), 1000)).ok());
+  }
+  f.opts.max_bytes = 3000;
+  auto s = f.Open();
+  CHECK(s->unit_count() == 3);
+  CHECK(s->used_bytes() == 3000);
+  CHECK(f.metrics.evictions == 7);
+  for (int i = 7; i < 10; ++i) CHECK(s->Contains(Key(i)));
+}
+
+TEST_CASE("min_free_ratio keeps free space on the volume", "[block_store]") {
+  Fixture f;
+  SECTION("fake volume: evicts to keep the ratio") {
+    // A 100 kB volume with 40 kB used by others; keep 50% free.
+    f.opts.min_free_ratio = 0.5;
+    auto hooks = f.Hooks();
+    BlockStore* store = nullptr;
+    hooks.volume_space = [&store](const std::string&) -> Result<VolumeSpace> {
+      const uint64_t used = store ? store->used_bytes() : 0;
+      return VolumeSpace{100000 - 40000 - used, 100000};
+    };
+    auto s = f.Open(hooks);
+    store = s.get();
+    // Each 1000-byte unit also has a small header; room for ~9 units.
+    for (int i = 0; i < 30; ++i) {
+      REQUIRE(s->Put(Key(i), DataOf(Key(i), 1000)).ok());
+      const uint64_t avail = 60000 - s->used_bytes();
+      CHECK(avail >= 50000);
+    }
+    CHECK(s->unit_count() >= 8);
+    CHECK(s->unit_count() <= 10);
+    CHECK(f.metrics.evictions == 30 - s->unit_count());
+    CHECK(s->Contains(Key(29)));
+  }
+  SECTION("a ratio no cache could meet refuses inserts and evicts nothing") {
+    f.opts.min_free_ratio = 0.999;
+    auto s = f.Open();
+    auto st = s->Put(Key(1), DataOf(Key(1), 1000));
+    CHECK(st.code() == Code::kNoSpace);
+    CHECK(f.metrics.cache_write_errors == 1);
+    CHECK(s->unit_count() == 0);
+    CHECK(s->Put(Key(2), DataOf(Key(2), 1000)).code() == Code::kNoSpace);
+    CHECK(f.metrics.cache_write_errors == 2);
+    CHECK(f.metrics.evictions == 0);
+    // Nothing left behind in tmp/.
+    CHECK(fs::is_empty(f.opts.dir + "/tmp"));
+  }
+  SECTION("space returns: caching resumes") {
+    f.opts.min_free_ratio = 0.5;
+    auto hooks = f.Hooks();
+    auto avail = std::make_shared<std::atomic<uint64_t>>(1000);
+    hooks.volume_space = [avail](const std::string&) -> Result<VolumeSpace> {
+      return VolumeSpace{avail->load(), 100000};
+    };
+    auto s = f.Open(hooks);
+    CHECK(s->Put(Key(1), DataOf(Key(1), 1000)).code() == Code::kNoSpace);
+    CHECK(f.metrics.cache_write_errors == 1);
+    avail->store(90000);
+    CHECK(s->Put(Key(1), DataOf(Key(1), 1000)).ok());
+    CHECK(s->Contains(Key(1)));
+  }
+}
+
+TEST_CASE("write failures are counted, cleaned up, and retried later", "[block_store]") {
+  Fixture f;
+  auto s = f.Open();
+  // Replace tmp/ by a plain file: every temp-file create fails (ENOTDIR).
+  const std::string tmp = f.opts.dir + "/tmp";
+  fs::rename(tmp, f.opts.dir + "/tmp.away");
+  std::ofstream(tmp) << "not a dir";
+  for (int i = 0; i < 3; ++i) {
+    auto st = s->Put(Key(i), DataOf(Key(i), 1000));
+    CHECK_FALSE(st.ok());
+    CHECK_THAT(st.message(), Catch::Contains(tmp));
+  }
+  CHECK(f.metrics.cache_write_errors == 3);
+  CHECK(s->unit_count() == 0);
+  CHECK(s->used_bytes() == 0);
+  fs::remove(tmp);
+  fs::rename(f.opts.dir + "/tmp.away", tmp);
+  REQUIRE(s->Put(Key(0), DataOf(Key(0), 1000)).ok());
+  CHECK(ReadAll(*s, Key(0), 1000) == DataOf(Key(0), 1000));
+  CHECK(fs::is_empty(tmp));
+}
+
+TEST_CASE("a corrupt index is moved aside and the cache starts empty", "[block_store]") {
+  Fixture f;
+  {
+    auto s = f.Open();
+    REQUIRE(s->Put(Key(1), DataOf(Key(1), 1000)).ok());
+  }
+  int corrupted = 0;
+  for (auto& e : fs::directory_iterator(f.opts.dir + "/index")) {
+    if (e.path().filename().string().starts_with("MANIFEST-")) {
+      std::ofstream(e.path(), std::ios::trunc) << "this is not a manifest, not at all, no.............";
+      ++corrupted;
+    }
+  }
+  REQUIRE(corrupted > 0);
+  auto s = f.Open();
+  CHECK(s->unit_count() == 0);
+  CHECK(fs::exists(f.opts.dir + "/index.corrupt"));
+  CHECK_FALSE(fs::exists(f.UnitPath(Key(1))));  // its file was unindexed: deleted
+  REQUIRE(s->Put(Key(1), DataOf(Key(1), 1000)).ok());
+  CHECK(s->Contains(Key(1)));
+}
+
+TEST_CASE("concurrent Put/Read/Remove from 8 threads against a model", "[block_store][concurrency]") {
+  Fixture f;
+  f.opts.max_bytes = 40 * 20000;  // ~40 of 100 units fit
+  const uint32_t seed = GENERATE(1u, 2u, 3u);
+  auto s = f.Open();
+  constexpr int kKeys = 100;
+  auto size_of = [](int i) { return size_t(1000 + (i * 3917) % 30000); };
+  std::atomic<uint64_t> hits{0}, bad{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937 rng(seed * 100 + t);
+      std::string buf(40000, '\0');
+      for (int op = 0; op < 600; ++op) {
+        const int i = rng() % kKeys;
+        const UnitKey k = Key(i);
+        const size_t n = size_of(i);
+        switch (rng() % 8) {
+          case 0: s->Remove(k); break;
+          case 1:
+          case 2:
+          case 3: (void)s->Put(k, DataOf(k, n)); break;
+          default: {
+            const uint64_t off = rng() % n;
+            const size_t len = 1 + rng() % 20000;
+            if (auto got = s->Read(k, off, len, buf.data())) {
+              ++hits;
+              // Never wrong bytes: a hit equals the model's content.
+              if (*got != std::min(len, n - off) || buf.compare(0, *got, DataOf(k, n), off, *got) != 0) ++bad;
+            }
+          }
+        }
+        if (s->used_bytes() > f.opts.max_bytes) ++bad;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  CHECK(bad == 0);
+  CHECK(hits > 0);
+  CHECK(f.metrics.cache_corruptions == 0);
+  CHECK(f.metrics.cache_read_errors == 0);
+  CHECK(f.metrics.cache_write_errors == 0);
+  // used_bytes and unit_count agree with what is in the store.
+  uint64_t sum = 0, count = 0;
+  for (int i = 0; i < kKeys; ++i) {
+    if (s->Contains(Key(i))) {
+      sum += size_of(i);
+      ++count;
+      CHECK(ReadAll(*s, Key(i), size_of(i)) == DataOf(Key(i), size_of(i)));
+    }
+  }
+  CHECK(s->used_bytes() == sum);
+  CHECK(s->unit_count() == count);
+  size_t files = 0;
+  for (auto& e : fs::recursive_directory_iterator(f.opts.dir + "/units")) files += e.is_regular_file();
+  CHECK(files == count);
+  CHECK(fs::is_empty(f.opts.dir + "/tmp"));
+  // And it all survives a reopen.
+  s.reset();
+  auto r = f.Open();
+  CHECK(r->unit_count() == count);
+  CHECK(r->used_bytes() == sum);
+}
+
+}  // namespace
+}  // namespace igt::cache

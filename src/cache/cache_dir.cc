@@ -1,0 +1,133 @@
+#include "src/cache/cache_dir.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <system_error>
+
+namespace igt::cache {
+
+std::string ErrnoText(int err) { return std::strerror(err); }
+
+Status MakeDirIfMissing(const std::string& path) {
+  if (::mkdir(path.c_str(), kDirMode) == 0) {
+    if (::chmod(path.c_str(), kDirMode) != 0) {
+      return Status::IoError(fmt::format("cannot chmod {}: {}", path, ErrnoText(errno)));
+    }
+    return Status::Ok();
+  }
+  if (errno == EEXIST) return Status::Ok();
+  const int err = errno;
+  return Status(err == EACCES || err == EPERM ? Code::kPermissionDenied
+                : err == EROFS                ? Code::kReadOnly
+                : err == ENOSPC               ? Code::kNoSpace
+                                              : Code::kIoError,
+                fmt::format("cannot create directory {}: {}", path, ErrnoText(err)));
+}
+
+Status EnsureCacheDir(const std::string& dir) {
+  if (dir.empty()) return Status::InvalidArgument("cache dir is empty");
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0) {
+    if (errno != ENOENT) {
+      return Status::IoError(fmt::format("cannot access cache dir {}: {}", dir, ErrnoText(errno)));
+    }
+    // Create missing components one by one, each 0700.
+    std::filesystem::path p(dir);
+    std::filesystem::path cur;
+    for (const auto& part : p) {
+      cur /= part;
+      if (cur == cur.root_path()) continue;
+      struct stat cst {};
+      if (::stat(cur.c_str(), &cst) == 0) continue;
+      auto s = MakeDirIfMissing(cur.string());
+      if (!s.ok()) {
+        return Status(s.code(), fmt::format("cannot create cache dir {}: {}", dir, s.message()));
+      }
+    }
+    if (::stat(dir.c_str(), &st) != 0) {
+      return Status::IoError(fmt::format("cannot access cache dir {}: {}", dir, ErrnoText(errno)));
+    }
+  }
+  if (!S_ISDIR(st.st_mode)) return Status::InvalidArgument(fmt::format("cache dir {} is not a directory", dir));
+  if (st.st_uid != ::geteuid()) {
+    return Status::PermissionDenied(
+        fmt::format("cache dir {} is owned by uid {}, not by this user (uid {}); refusing to use it", dir,
+                    st.st_uid, ::geteuid()));
+  }
+  if (st.st_mode & S_IWOTH) {
+    return Status::PermissionDenied(fmt::format(
+        "cache dir {} is world-writable (mode {:o}); refusing to use it (chmod 700 it or pick another dir)", dir,
+        st.st_mode & 07777));
+  }
+  if (::access(dir.c_str(), R_OK | W_OK | X_OK) != 0) {
+    return Status::PermissionDenied(fmt::format("cache dir {} is not writable: {}", dir, ErrnoText(errno)));
+  }
+  return Status::Ok();
+}
+
+Status EnsurePrivateSubdir(const std::string& path) {
+  if (auto s = MakeDirIfMissing(path); !s.ok()) return s;
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    return Status::IoError(fmt::format("cannot access {}: {}", path, ErrnoText(errno)));
+  }
+  if (!S_ISDIR(st.st_mode)) return Status::InvalidArgument(fmt::format("{} is not a directory", path));
+  if ((st.st_mode & 07777) != kDirMode && ::chmod(path.c_str(), kDirMode) != 0) {
+    return Status::PermissionDenied(fmt::format("cannot chmod {} to 0700: {}", path, ErrnoText(errno)));
+  }
+  return Status::Ok();
+}
+
+Result<int> LockCacheDir(const std::string& dir) {
+  const std::string path = dir + "/LOCK";
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, kFileMode);
+  if (fd < 0) {
+    const int err = errno;
+    return Err(Status(err == EACCES ? Code::kPermissionDenied : Code::kIoError,
+                      fmt::format("cannot open lock file {}: {}", path, ErrnoText(err))));
+  }
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    std::string pid = "unknown";
+    char buf[32] = {};
+    ssize_t n = ::pread(fd, buf, sizeof(buf) - 1, 0);
+    if (n > 0) {
+      pid.assign(buf, static_cast<size_t>(n));
+      while (!pid.empty() && (pid.back() == '\n' || pid.back() == ' ')) pid.pop_back();
+    }
+    ::close(fd);
+    if (err == EWOULDBLOCK) {
+      return Err(Status::Busy(fmt::format("cache dir {} is in use by another igtcache process (pid {})", dir, pid)));
+    }
+    return Err(Status::IoError(fmt::format("cannot lock {}: {}", path, ErrnoText(err))));
+  }
+  (void)::fchmod(fd, kFileMode);
+  const std::string me = fmt::format("{}\n", ::getpid());
+  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, me.data(), me.size(), 0) != static_cast<ssize_t>(me.size())) {
+    const int err = errno;
+    ::close(fd);
+    return Err(Status::IoError(fmt::format("cannot write lock file {}: {}", path, ErrnoText(err))));
+  }
+  return fd;
+}
+
+Status ClearDir(const std::string& dir) {
+  std::error_code ec;
+  for (auto it = std::filesystem::directory_iterator(dir, ec); !ec && it != std::filesystem::directory_iterator();
+       it.increment(ec)) {
+    std::error_code rec;
+    std::filesystem::remove_all(it->path(), rec);
+    if (rec) return Status::IoError(fmt::format("cannot remove {}: {}", it->path().string(), rec.message()));
+  }
+  if (ec) return Status::IoError(fmt::format("cannot list {}: {}", dir, ec.message()));
+  return Status::Ok();
+}
+
+}  // namespace igt::cache

@@ -1,0 +1,103 @@
+#pragma once
+// Unit file format and unit identity of the SSD tier (DESIGN.md sec. 4).
+//
+// A unit file is a header followed by the unit's data. The header, all
+// integers little-endian:
+//
+//   off  size  field
+//   0    4     magic "IGTU"
+//   4    2     format version (kUnitFormatVersion)
+//   6    2     reserved, 0
+//   8    4     header length in bytes (= offset of the data)
+//   12   8     key hash: XXH3-64 of the object key
+//   20   8     unit index
+//   28   8     data length in bytes
+//   36   4     chunk size in bytes (kUnitChunkBytes)
+//   40   2     etag length (<= kMaxEtagBytes)
+//   42   n     etag bytes
+//   ..   8*c   XXH3-64 of each data chunk, c = ceil(data length / chunk size)
+//   ..   8     XXH3-64 of every header byte before it
+//
+// Per-chunk checksums let a read verify only the chunks it touches (a 4 KiB
+// read of a 1 MiB unit reads one 64 KiB chunk, not the unit). The header
+// names the unit it holds (key hash, etag, index, length), so a file under
+// the wrong name (swapped, stale) is caught, not served. Every mismatch is
+// Code::kCorruption; a failed system call is kIoError.
+//
+// Everything here is a pure function or works on a caller's fd; no state.
+// Thread-safety: all functions are reentrant.
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "igtcache/block_store.h"
+#include "igtcache/status.h"
+
+namespace igt::cache {
+
+inline constexpr char kUnitMagic[4] = {'I', 'G', 'T', 'U'};
+inline constexpr uint16_t kUnitFormatVersion = 1;
+// 64 KiB: the verification granule. Small enough that a 4 KiB read costs one
+// 64 KiB pread; large enough that a 1 MiB unit needs only 16 checksums.
+inline constexpr uint32_t kUnitChunkBytes = 64 * 1024;
+// S3 ETags are 32-34 chars (multipart "-N" suffix); versions ids are longer
+// but well under this. A bound keeps a corrupt header from allocating much.
+inline constexpr size_t kMaxEtagBytes = 128;
+// 1 GiB: far above any sensible unit (default 1 MiB); bounds the header at
+// 16384 chunk checksums (128 KiB).
+inline constexpr uint64_t kMaxUnitDataBytes = 1ull << 30;
+// Bytes of the header before the etag.
+inline constexpr size_t kUnitHeaderFixedBytes = 42;
+// Largest possible header: fixed + etag + checksums + header checksum.
+inline constexpr size_t kMaxUnitHeaderBytes =
+    kUnitHeaderFixedBytes + kMaxEtagBytes + 8 * (kMaxUnitDataBytes / kUnitChunkBytes) + 8;
+
+struct UnitHeader {
+  uint32_t header_len = 0;
+  uint64_t key_hash = 0;
+  uint64_t index = 0;
+  uint64_t data_len = 0;
+  uint32_t chunk_size = kUnitChunkBytes;
+  std::string etag;
+  std::vector<uint64_t> chunk_sums;  // one per chunk
+};
+
+// Stable id of a unit: XXH3-128 (hex, 32 chars) over the length-prefixed
+// object key, etag and the unit index. Also the unit's file name.
+std::string UnitId(const UnitKey& key);
+// "units/xx/yy/<id>" relative to the cache dir (xx, yy = first hex pairs).
+std::string UnitRelPath(std::string_view id);
+// XXH3-64 of the object key (the header's key hash).
+uint64_t ObjectKeyHash(std::string_view object);
+
+// The header bytes for `data` of unit `key`. InvalidArgument if the etag or
+// data are over their bounds.
+Result<std::string> EncodeUnitHeader(const UnitKey& key, std::string_view data);
+
+// Validates magic and version of a header prefix (>= 12 bytes) and returns
+// the header length it announces, within bounds.
+Result<uint32_t> PeekUnitHeaderLength(std::string_view prefix);
+// Decodes and verifies a complete header (`bytes` may be longer; only the
+// announced length is read). Corruption on any inconsistency.
+Result<UnitHeader> DecodeUnitHeader(std::string_view bytes);
+// Corruption unless the header describes unit `key`.
+Status CheckUnitHeaderMatches(const UnitHeader& h, const UnitKey& key);
+
+// Chunk c covers data bytes [c*chunk_size, min(data_len, (c+1)*chunk_size)).
+uint64_t UnitChunkCount(uint64_t data_len, uint32_t chunk_size = kUnitChunkBytes);
+// Corruption unless `bytes` (the whole chunk c) matches its checksum.
+Status VerifyUnitChunk(const UnitHeader& h, uint64_t chunk, std::string_view bytes);
+
+// --- fd helpers (pread/write on an open unit file) ---
+
+// Reads and decodes the header of an open unit file.
+Result<UnitHeader> ReadUnitHeader(int fd);
+// Copies data bytes [offset, offset+len) (clamped to data_len) into `out`,
+// reading and verifying only the chunks touched. Returns the bytes copied.
+Result<size_t> ReadUnitRange(int fd, const UnitHeader& h, uint64_t offset, size_t len, char* out);
+// Writes header + data at the start of `fd` (a fresh file).
+Status WriteUnitFile(int fd, std::string_view header, std::string_view data);
+
+}  // namespace igt::cache

@@ -1,0 +1,209 @@
+// Unit file format: header round trip, checksums, range reads, corruption.
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <random>
+#include <string>
+
+#include "src/cache/index_record.h"
+#include "src/cache/unit_file.h"
+
+namespace igt::cache {
+namespace {
+
+std::string Bytes(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::string s(n, '\0');
+  for (auto& c : s) c = static_cast<char>(rng());
+  return s;
+}
+
+// A unit file in a temp file, deleted on scope exit.
+struct TempUnit {
+  std::string path;
+  int fd = -1;
+  TempUnit(const UnitKey& key, std::string_view data) {
+    char tmpl[] = "/tmp/igt_unit_XXXXXX";
+    fd = ::mkstemp(tmpl);
+    REQUIRE(fd >= 0);
+    path = tmpl;
+    auto h = EncodeUnitHeader(key, data);
+    REQUIRE(h.has_value());
+    REQUIRE(WriteUnitFile(fd, *h, data).ok());
+  }
+  ~TempUnit() {
+    ::close(fd);
+    ::unlink(path.c_str());
+  }
+  void Flip(uint64_t file_off) {
+    char c;
+    REQUIRE(::pread(fd, &c, 1, file_off) == 1);
+    c ^= 0x5a;
+    REQUIRE(::pwrite(fd, &c, 1, file_off) == 1);
+  }
+};
+
+TEST_CASE("unit id is stable, hex, and separates fields", "[unit_file]") {
+  UnitKey a{"dir/file", "etag1", 3};
+  CHECK(UnitId(a) == UnitId(a));
+  CHECK(UnitId(a).size() == 32);
+  CHECK(UnitId(a).find_first_not_of("0123456789abcdef") == std::string::npos);
+  CHECK(UnitId(a) != UnitId(UnitKey{"dir/file", "etag1", 4}));
+  CHECK(UnitId(a) != UnitId(UnitKey{"dir/file", "etag2", 3}));
+  // Length prefixes: moving bytes between fields changes the id.
+  CHECK(UnitId(UnitKey{"ab", "c", 0}) != UnitId(UnitKey{"a", "bc", 0}));
+  const std::string id = UnitId(a);
+  CHECK(UnitRelPath(id) == "units/" + id.substr(0, 2) + "/" + id.substr(2, 2) + "/" + id);
+}
+
+TEST_CASE("header round trip", "[unit_file]") {
+  const size_t n = GENERATE(size_t{0}, size_t{1}, size_t{65536}, size_t{65537}, size_t{1} << 20);
+  UnitKey key{"a/b.bin", "\"d41d8cd98f00b204e9800998ecf8427e\"", 7};
+  const std::string data = Bytes(n, 1);
+  auto h = EncodeUnitHeader(key, data);
+  REQUIRE(h.has_value());
+  CHECK(h->size() == kUnitHeaderFixedBytes + key.etag.size() + 8 * UnitChunkCount(n) + 8);
+  auto len = PeekUnitHeaderLength(*h);
+  REQUIRE(len.has_value());
+  CHECK(*len == h->size());
+  auto d = DecodeUnitHeader(*h + data);  // trailing data is ignored
+  REQUIRE(d.has_value());
+  CHECK(d->header_len == h->size());
+  CHECK(d->data_len == n);
+  CHECK(d->index == 7);
+  CHECK(d->etag == key.etag);
+  CHECK(d->key_hash == ObjectKeyHash(key.object));
+  CHECK(d->chunk_sums.size() == UnitChunkCount(n));
+  CHECK(CheckUnitHeaderMatches(*d, key).ok());
+  for (uint64_t c = 0; c < d->chunk_sums.size(); ++c) {
+    const std::string_view chunk = std::string_view(data).substr(c * kUnitChunkBytes, kUnitChunkBytes);
+    CHECK(VerifyUnitChunk(*d, c, chunk).ok());
+  }
+}
+
+TEST_CASE("header mismatches are corruption", "[unit_file]") {
+  UnitKey key{"obj", "e1", 2};
+  const std::string data = Bytes(100000, 2);
+  auto h = EncodeUnitHeader(key, data);
+  REQUIRE(h.has_value());
+  auto d = DecodeUnitHeader(*h);
+  REQUIRE(d.has_value());
+  CHECK(CheckUnitHeaderMatches(*d, UnitKey{"obj2", "e1", 2}).code() == Code::kCorruption);
+  CHECK(CheckUnitHeaderMatches(*d, UnitKey{"obj", "e2", 2}).code() == Code::kCorruption);
+  CHECK(CheckUnitHeaderMatches(*d, UnitKey{"obj", "e1", 3}).code() == Code::kCorruption);
+
+  // Every single-byte flip anywhere in the header is caught.
+  for (size_t i = 0; i < h->size(); ++i) {
+    std::string bad = *h;
+    bad[i] ^= 0x01;
+    auto r = DecodeUnitHeader(bad);
+    INFO("byte " << i);
+    REQUIRE_FALSE(r.has_value());
+    CHECK(r.error().code() == Code::kCorruption);
+  }
+  // Truncated headers.
+  CHECK_FALSE(DecodeUnitHeader(h->substr(0, 8)).has_value());
+  CHECK_FALSE(DecodeUnitHeader(h->substr(0, h->size() - 1)).has_value());
+  CHECK_FALSE(DecodeUnitHeader("").has_value());
+  // A flipped data byte fails its chunk.
+  std::string chunk = data.substr(kUnitChunkBytes, data.size() - kUnitChunkBytes);
+  CHECK(VerifyUnitChunk(*d, 1, chunk).ok());
+  chunk[5] ^= 1;
+  CHECK(VerifyUnitChunk(*d, 1, chunk).code() == Code::kCorruption);
+  CHECK(VerifyUnitChunk(*d, 1, chunk.substr(1)).code() == Code::kCorruption);
+  CHECK(VerifyUnitChunk(*d, 9, chunk).code() == Code::kCorruption);
+}
+
+TEST_CASE("encode rejects oversized etags", "[unit_file]") {
+  UnitKey key{"obj", std::string(kMaxEtagBytes + 1, 'e'), 0};
+  auto h = EncodeUnitHeader(key, "x");
+  REQUIRE_FALSE(h.has_value());
+  CHECK(h.error().code() == Code::kInvalidArgument);
+  key.etag.resize(kMaxEtagBytes);
+  CHECK(EncodeUnitHeader(key, "x").has_value());
+}
+
+TEST_CASE("range reads on a unit file", "[unit_file]") {
+  UnitKey key{"big", "v1", 0};
+  const std::string data = Bytes((1 << 20) + 123, 3);
+  TempUnit u(key, data);
+  auto h = ReadUnitHeader(u.fd);
+  REQUIRE(h.has_value());
+  CHECK(h->data_len == data.size());
+
+  std::mt19937 rng(4);
+  for (int i = 0; i < 200; ++i) {
+    const uint64_t off = rng() % (data.size() + 10);
+    const size_t len = rng() % 300000;
+    std::string out(len, '\0');
+    auto n = ReadUnitRange(u.fd, *h, off, len, out.data());
+    REQUIRE(n.has_value());
+    const size_t want = off >= data.size() ? 0 : std::min<size_t>(len, data.size() - off);
+    REQUIRE(*n == want);
+    REQUIRE(out.substr(0, *n) == data.substr(std::min<size_t>(off, data.size()), want));
+  }
+
+  SECTION("a corrupt chunk fails only reads that touch it") {
+    u.Flip(h->header_len + 3 * kUnitChunkBytes + 17);
+    char buf[4096];
+    CHECK(ReadUnitRange(u.fd, *h, 0, sizeof buf, buf).has_value());
+    CHECK(ReadUnitRange(u.fd, *h, 4 * kUnitChunkBytes, sizeof buf, buf).has_value());
+    auto bad = ReadUnitRange(u.fd, *h, 3 * kUnitChunkBytes + 4000, sizeof buf, buf);
+    REQUIRE_FALSE(bad.has_value());
+    CHECK(bad.error().code() == Code::kCorruption);
+    // A range spanning chunks 2..3 also fails.
+    CHECK_FALSE(ReadUnitRange(u.fd, *h, 3 * kUnitChunkBytes - 10, 100, buf).has_value());
+  }
+  SECTION("a truncated file is corruption") {
+    REQUIRE(::ftruncate(u.fd, h->header_len + data.size() - 1) == 0);
+    char buf[16];
+    auto r = ReadUnitRange(u.fd, *h, data.size() - 8, 8, buf);
+    REQUIRE_FALSE(r.has_value());
+    CHECK(r.error().code() == Code::kCorruption);
+    CHECK(ReadUnitRange(u.fd, *h, 0, 8, buf).has_value());
+  }
+  SECTION("a header flip is caught by ReadUnitHeader") {
+    u.Flip(25);
+    auto r = ReadUnitHeader(u.fd);
+    REQUIRE_FALSE(r.has_value());
+    CHECK(r.error().code() == Code::kCorruption);
+  }
+}
+
+TEST_CASE("headers longer than the first read are read whole", "[unit_file]") {
+  UnitKey key{"huge", "v", 1};
+  const std::string data = Bytes(64u << 20, 5);  // 1024 chunks: 8 KiB of checksums
+  TempUnit u(key, data);
+  auto h = ReadUnitHeader(u.fd);
+  REQUIRE(h.has_value());
+  CHECK(h->header_len > 4096);
+  char buf[10];
+  auto n = ReadUnitRange(u.fd, *h, data.size() - 10, 10, buf);
+  REQUIRE(n.has_value());
+  CHECK(std::string(buf, 10) == data.substr(data.size() - 10));
+}
+
+TEST_CASE("index record round trip and rejection", "[index_record]") {
+  UnitRecord r{UnitKey{"a/b", "etag", 9}, 1234, "units/aa/bb/x", 111, 5};
+  const std::string enc = EncodeUnitRecord(r);
+  auto d = DecodeUnitRecord(enc);
+  REQUIRE(d.has_value());
+  CHECK(d->key.object == "a/b");
+  CHECK(d->key.etag == "etag");
+  CHECK(d->key.index == 9);
+  CHECK(d->data_len == 1234);
+  CHECK(d->rel_path == "units/aa/bb/x");
+  CHECK(d->last_access_us == 111);
+  CHECK(d->access_count == 5);
+  for (size_t i = 0; i < enc.size(); ++i) CHECK_FALSE(DecodeUnitRecord(enc.substr(0, i)).has_value());
+  CHECK_FALSE(DecodeUnitRecord(enc + "x").has_value());
+  std::string bad = enc;
+  bad[0] = 9;
+  CHECK_FALSE(DecodeUnitRecord(bad).has_value());
+}
+
+}  // namespace
+}  // namespace igt::cache
