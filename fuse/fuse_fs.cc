@@ -1,0 +1,364 @@
+#define FUSE_USE_VERSION 312
+#include "fuse/fuse_fs.h"
+
+#include <fuse3/fuse_lowlevel.h>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <csignal>
+#include <cstring>
+#include <fmt/format.h>
+#include <memory>
+
+#include "fuse/errno_map.h"
+
+namespace igt {
+namespace {
+
+// Reserved inode of the hidden stats file: far above anything next_ino_ reaches.
+constexpr fuse_ino_t kStatsIno = fuse_ino_t{1} << 62;
+
+// An open handle: a regular file pinned to the version seen at open (so one
+// read never mixes versions), a directory snapshot, or the stats file.
+struct Handle {
+  enum class Kind { kFile, kDir, kStats } kind;
+  FileVersion file;                            // kFile
+  std::shared_ptr<const DirListing> listing;   // kDir
+  std::string content;                         // kStats
+};
+
+Handle* H(fuse_file_info* fi) { return reinterpret_cast<Handle*>(fi->fh); }
+
+FuseFs* Self(fuse_req_t req) { return static_cast<FuseFs*>(fuse_req_userdata(req)); }
+
+double TtlSeconds(const Config& c) { return static_cast<double>(c.metadata.ttl_ms) / 1000.0; }
+
+struct stat ToStat(const InodeAttr& a, uint64_t unit_size) {
+  struct stat st {};
+  st.st_ino = a.ino;
+  st.st_mode = a.is_dir ? (S_IFDIR | 0555) : (S_IFREG | 0444);
+  st.st_nlink = 1;  // unknown link count: find(1) then does not assume leaf dirs
+  st.st_uid = getuid();
+  st.st_gid = getgid();
+  st.st_size = static_cast<off_t>(a.size);
+  st.st_blocks = static_cast<blkcnt_t>((a.size + 511) / 512);
+  st.st_blksize = static_cast<blksize_t>(std::min<uint64_t>(unit_size, 1 << 20));
+  st.st_mtim.tv_sec = a.mtime_ns / 1000000000;
+  st.st_mtim.tv_nsec = a.mtime_ns % 1000000000;
+  st.st_ctim = st.st_mtim;
+  st.st_atim = st.st_mtim;
+  return st;
+}
+
+struct stat StatsFileStat() {
+  struct stat st {};
+  st.st_ino = kStatsIno;
+  st.st_mode = S_IFREG | 0444;
+  st.st_nlink = 1;
+  st.st_uid = getuid();
+  st.st_gid = getgid();
+  return st;
+}
+
+}  // namespace
+
+struct FuseFs::Impl {
+  static void Reply(fuse_req_t req, const Status& s) { fuse_reply_err(req, ToErrno(s)); }
+
+  static void Init(void* userdata, fuse_conn_info* conn) {
+    auto* self = static_cast<FuseFs*>(userdata);
+    const auto& c = self->opts_.config;
+    const unsigned max_read = static_cast<unsigned>(c.fuse.max_read_bytes);
+    // libfuse 3.14 only honours -o max_read when init() sets it as well.
+    conn->max_read = max_read;
+    // max_pages is derived from max_write: without it the kernel splits
+    // reads at 128 KiB. Nothing is ever written (read-only mount).
+    conn->max_write = max_read;
+    // Kernel readahead up to one request: sequential readers get 1 MiB reads.
+    conn->max_readahead = max_read;
+    // Room for many concurrent readahead requests (many DataLoader workers).
+    conn->max_background = static_cast<unsigned>(c.fuse.max_background);
+    conn->congestion_threshold = conn->max_background * 3 / 4;
+    // Lookups and readdirs in one directory may run in parallel: the
+    // Namespace is thread-safe and a DataLoader opens files concurrently.
+    if (conn->capable & FUSE_CAP_PARALLEL_DIROPS) conn->want |= FUSE_CAP_PARALLEL_DIROPS;
+    // Reads of one file may be in flight together (readahead + reader).
+    if (conn->capable & FUSE_CAP_ASYNC_READ) conn->want |= FUSE_CAP_ASYNC_READ;
+    // We decide page-cache validity ourselves (keep_cache while the ETag
+    // holds); mtime-based invalidation would only add doubt.
+    conn->want &= ~FUSE_CAP_AUTO_INVAL_DATA;
+    spdlog::info("fuse: max_read={} max_background={} proto {}.{}", conn->max_read,
+                 conn->max_background, conn->proto_major, conn->proto_minor);
+  }
+
+  static void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) noexcept {
+    auto* self = Self(req);
+    fuse_entry_param e{};
+    if (parent == Namespace::kRootIno && std::strcmp(name, kStatsFileName) == 0) {
+      e.ino = kStatsIno;
+      e.attr = StatsFileStat();
+      fuse_reply_entry(req, &e);
+      return;
+    }
+    auto a = self->ns_->Lookup(parent, name);
+    if (!a) {
+      if (a.error().code() == Code::kNotFound) {
+        // Negative entry: the kernel remembers the absence for a while.
+        e.ino = 0;
+        e.entry_timeout = static_cast<double>(self->opts_.config.metadata.negative_ttl_ms) / 1000.0;
+        fuse_reply_entry(req, &e);
+        return;
+      }
+      spdlog::warn("lookup '{}': {}", name, a.error().ToString());
+      Reply(req, a.error());
+      return;
+    }
+    e.ino = a->ino;
+    e.attr = ToStat(*a, self->pipeline_->unit_size());
+    e.attr_timeout = TtlSeconds(self->opts_.config);
+    e.entry_timeout = TtlSeconds(self->opts_.config);
+    if (fuse_reply_entry(req, &e) != 0) self->ns_->Forget(a->ino, 1);  // request was interrupted
+  }
+
+  static void Forget(fuse_req_t req, fuse_ino_t ino, uint64_t n) noexcept {
+    if (ino != kStatsIno) Self(req)->ns_->Forget(ino, n);
+    fuse_reply_none(req);
+  }
+
+  static void ForgetMulti(fuse_req_t req, size_t count, fuse_forget_data* f) noexcept {
+    for (size_t i = 0; i < count; ++i)
+      if (f[i].ino != kStatsIno) Self(req)->ns_->Forget(f[i].ino, f[i].nlookup);
+    fuse_reply_none(req);
+  }
+
+  static void GetAttr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) noexcept {
+    auto* self = Self(req);
+    if (ino == kStatsIno) {
+      auto st = StatsFileStat();
+      fuse_reply_attr(req, &st, 0);
+      return;
+    }
+    auto a = self->ns_->GetAttr(ino);
+    if (!a) return Reply(req, a.error());
+    auto st = ToStat(*a, self->pipeline_->unit_size());
+    fuse_reply_attr(req, &st, TtlSeconds(self->opts_.config));
+  }
+
+  static void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) noexcept {
+    auto* self = Self(req);
+    if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) {
+      fuse_reply_err(req, EROFS);
+      return;
+    }
+    if (ino == kStatsIno) {
+      auto h = std::make_unique<Handle>(Handle{Handle::Kind::kStats, {}, nullptr, self->stats_json_()});
+      fi->direct_io = 1;  // size is not known ahead; never page-cached
+      fi->fh = reinterpret_cast<uint64_t>(h.get());
+      if (fuse_reply_open(req, fi) == 0) h.release();
+      return;
+    }
+    auto a = self->ns_->GetAttr(ino);
+    if (!a) return Reply(req, a.error());
+    if (a->is_dir) {
+      fuse_reply_err(req, EISDIR);
+      return;
+    }
+    {
+      // The page cache stays valid while the object's ETag does.
+      std::lock_guard lk(self->etag_mu_);
+      auto& last = self->last_etag_[ino];
+      fi->keep_cache = (last == a->etag) ? 1 : 0;
+      last = a->etag;
+    }
+    Add(self->metrics_->opens);
+    if (self->open_hook_) self->open_hook_(fuse_req_ctx(req)->pid, a->key, a->size);
+    auto h = std::make_unique<Handle>(Handle{Handle::Kind::kFile, FileVersion{a->key, a->etag, a->size}, nullptr, {}});
+    fi->fh = reinterpret_cast<uint64_t>(h.get());
+    if (fuse_reply_open(req, fi) == 0) h.release();
+  }
+
+  static void Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) noexcept {
+    auto* self = Self(req);
+    Handle* h = H(fi);
+    if (h->kind == Handle::Kind::kStats) {
+      const auto& c = h->content;
+      size_t from = std::min<size_t>(static_cast<size_t>(off), c.size());
+      fuse_reply_buf(req, c.data() + from, std::min(size, c.size() - from));
+      return;
+    }
+    thread_local std::vector<char> buf;
+    if (buf.size() < size) buf.resize(size);
+    Add(self->metrics_->read_requests);
+    auto n = self->pipeline_->Read(h->file, static_cast<uint64_t>(off), size, buf.data());
+    if (!n) {
+      Add(self->metrics_->read_errors);
+      spdlog::warn("read '{}' [{}, +{}): {}", h->file.key, off, size, n.error().ToString());
+      // A changed object is reported as EIO to the reader (ESTALE confuses
+      // tools into retrying the path forever); the next open sees the new version.
+      Reply(req, n.error().code() == Code::kChanged ? Status::IoError("") : n.error());
+      return;
+    }
+    Add(self->metrics_->read_bytes, *n);
+    fuse_reply_buf(req, buf.data(), *n);
+    if (self->access_hook_)
+      self->access_hook_(fuse_req_ctx(req)->pid, h->file.key, static_cast<uint64_t>(off), *n, h->file.size);
+  }
+
+  static void Release(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) noexcept {
+    delete H(fi);
+    fuse_reply_err(req, 0);
+  }
+
+  static void OpenDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) noexcept {
+    auto l = Self(req)->ns_->ReadDir(ino);
+    if (!l) return Reply(req, l.error());
+    auto h = std::make_unique<Handle>(Handle{Handle::Kind::kDir, {}, *l, {}});
+    fi->fh = reinterpret_cast<uint64_t>(h.get());
+    fi->cache_readdir = 1;
+    if (fuse_reply_open(req, fi) == 0) h.release();
+  }
+
+  static void ReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) noexcept {
+    const auto& entries = H(fi)->listing->entries;
+    std::vector<char> buf(size);
+    size_t used = 0;
+    // Offsets: 0 ".", 1 "..", 2+i entries[i]; the offset given with an
+    // entry is that of the next one.
+    for (off_t i = off; i < static_cast<off_t>(entries.size()) + 2; ++i) {
+      struct stat st {};
+      const char* name;
+      if (i == 0) {
+        name = ".";
+        st.st_ino = ino;
+        st.st_mode = S_IFDIR;
+      } else if (i == 1) {
+        name = "..";
+        st.st_ino = Namespace::kRootIno;
+        st.st_mode = S_IFDIR;
+      } else {
+        const auto& e = entries[static_cast<size_t>(i - 2)];
+        name = e.name.c_str();
+        st.st_ino = std::hash<std::string>{}(e.name) | 1;  // d_ino only; lookup gives the real one
+        st.st_mode = e.is_dir ? S_IFDIR : S_IFREG;
+      }
+      size_t need = fuse_add_direntry(req, buf.data() + used, size - used, name, &st, i + 1);
+      if (need > size - used) break;
+      used += need;
+    }
+    fuse_reply_buf(req, buf.data(), used);
+  }
+
+  static void ReleaseDir(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) noexcept {
+    delete H(fi);
+    fuse_reply_err(req, 0);
+  }
+
+  static void StatFs(fuse_req_t req, fuse_ino_t) noexcept {
+    struct statvfs sv {};
+    sv.f_bsize = 4096;
+    sv.f_frsize = 4096;
+    sv.f_blocks = 1ull << 40;  // a bucket has no fixed size: report a large, empty volume
+    sv.f_bfree = 0;
+    sv.f_bavail = 0;
+    sv.f_files = 1ull << 32;
+    sv.f_ffree = 0;
+    sv.f_namemax = 255;
+    fuse_reply_statfs(req, &sv);
+  }
+
+  static void ReadOnly(fuse_req_t req) { fuse_reply_err(req, EROFS); }
+  static void Mkdir(fuse_req_t r, fuse_ino_t, const char*, mode_t) noexcept { ReadOnly(r); }
+  static void Unlink(fuse_req_t r, fuse_ino_t, const char*) noexcept { ReadOnly(r); }
+  static void Rename(fuse_req_t r, fuse_ino_t, const char*, fuse_ino_t, const char*, unsigned) noexcept { ReadOnly(r); }
+  static void Create(fuse_req_t r, fuse_ino_t, const char*, mode_t, fuse_file_info*) noexcept { ReadOnly(r); }
+  static void SetAttr(fuse_req_t r, fuse_ino_t, struct stat*, int, fuse_file_info*) noexcept { ReadOnly(r); }
+  static void Write(fuse_req_t r, fuse_ino_t, const char*, size_t, off_t, fuse_file_info*) noexcept { ReadOnly(r); }
+};
+
+FuseFs::FuseFs(Namespace* ns, ReadPipeline* pipeline, Metrics* metrics,
+               std::function<std::string()> stats_json, Options opts)
+    : ns_(ns), pipeline_(pipeline), metrics_(metrics), stats_json_(std::move(stats_json)),
+      opts_(std::move(opts)) {}
+
+FuseFs::~FuseFs() {
+  if (se_) {
+    if (handlers_set_) fuse_remove_signal_handlers(se_);
+    if (mounted_) fuse_session_unmount(se_);
+    fuse_session_destroy(se_);
+  }
+}
+
+Status FuseFs::Mount() {
+  static const fuse_lowlevel_ops ops = [] {
+    fuse_lowlevel_ops o{};
+    o.init = Impl::Init;
+    o.lookup = Impl::Lookup;
+    o.forget = Impl::Forget;
+    o.forget_multi = Impl::ForgetMulti;
+    o.getattr = Impl::GetAttr;
+    o.open = Impl::Open;
+    o.read = Impl::Read;
+    o.release = Impl::Release;
+    o.opendir = Impl::OpenDir;
+    o.readdir = Impl::ReadDir;
+    o.releasedir = Impl::ReleaseDir;
+    o.statfs = Impl::StatFs;
+    o.mkdir = Impl::Mkdir;
+    o.unlink = Impl::Unlink;
+    o.rmdir = Impl::Unlink;
+    o.rename = Impl::Rename;
+    o.create = Impl::Create;
+    o.setattr = Impl::SetAttr;
+    o.write = Impl::Write;
+    return o;
+  }();
+
+  std::string fsname = opts_.fsname;
+  std::replace(fsname.begin(), fsname.end(), ',', '_');  // ',' separates -o options
+  std::string o = fmt::format("ro,fsname={},subtype=igtcache,max_read={}", fsname,
+                              opts_.config.fuse.max_read_bytes);
+  if (opts_.config.fuse.allow_other) o += ",allow_other,default_permissions";
+  std::vector<std::string> argv_s = {"igtcache", "-o", o};
+  for (const auto& x : opts_.extra_opts) {
+    argv_s.push_back("-o");
+    argv_s.push_back(x);
+  }
+  std::vector<char*> argv;
+  for (auto& s : argv_s) argv.push_back(s.data());
+  fuse_args args = FUSE_ARGS_INIT(static_cast<int>(argv.size()), argv.data());
+  se_ = fuse_session_new(&args, &ops, sizeof(ops), this);
+  fuse_opt_free_args(&args);
+  if (!se_) return Status::InvalidArgument("invalid FUSE options (see the message above)");
+  if (fuse_set_signal_handlers(se_) != 0) return Status::Internal("cannot install signal handlers");
+  handlers_set_ = true;
+  if (fuse_session_mount(se_, opts_.mountpoint.c_str()) != 0)
+    return Status::IoError(fmt::format("cannot mount on '{}' (is it an existing directory, "
+                                       "not already mounted, and is /dev/fuse usable?)",
+                                       opts_.mountpoint));
+  mounted_ = true;
+  return Status::Ok();
+}
+
+Status FuseFs::Run() {
+  fuse_loop_config* cfg = fuse_loop_cfg_create();
+  fuse_loop_cfg_set_max_threads(cfg, static_cast<unsigned>(opts_.config.fuse.threads));
+  fuse_loop_cfg_set_idle_threads(cfg, static_cast<unsigned>(std::max<uint64_t>(1, opts_.config.fuse.threads / 2)));
+  int rc = fuse_session_loop_mt(se_, cfg);
+  fuse_loop_cfg_destroy(cfg);
+  if (handlers_set_) {
+    fuse_remove_signal_handlers(se_);
+    handlers_set_ = false;
+  }
+  if (mounted_) {
+    fuse_session_unmount(se_);
+    mounted_ = false;
+  }
+  if (rc != 0 && rc != SIGINT && rc != SIGTERM && rc != SIGHUP)
+    return Status::IoError(fmt::format("FUSE loop ended with {}", rc));
+  return Status::Ok();
+}
+
+}  // namespace igt

@@ -1,0 +1,82 @@
+#pragma once
+// FuseFs: the libfuse3 low-level adapter (read-only). Thin by design: each
+// handler translates one request into a Namespace / ReadPipeline call and
+// replies exactly once; errors map through errno_map.h. All capability
+// choices are made in Init(), with the reason beside each.
+//
+// Besides the bucket's files, the root holds one hidden virtual file,
+// `.igtcache.stats` (not listed by readdir): reading it returns the live stats
+// JSON. `igtcache stats MOUNTPOINT` reads it.
+//
+// Lifetime: the caller owns Namespace, ReadPipeline and the stats provider;
+// they must outlive Run(). Thread-safety: handlers run on libfuse's worker
+// threads; FuseFs state is guarded as noted on each member.
+
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "igtcache/config.h"
+#include "igtcache/metrics.h"
+#include "igtcache/status.h"
+#include "src/fs/namespace.h"
+#include "src/read/read_pipeline.h"
+
+struct fuse_session;
+
+namespace igt {
+
+inline constexpr const char* kStatsFileName = ".igtcache.stats";
+
+// Called for every read the kernel sends (after it is served): for the
+// access stream tree and the trace. May be empty.
+using AccessHook = std::function<void(uint64_t pid, const std::string& key, uint64_t offset,
+                                      uint64_t length, uint64_t file_size)>;
+// Called when a file is opened (page-cache hits never reach read()).
+using OpenHook = std::function<void(uint64_t pid, const std::string& key, uint64_t file_size)>;
+
+class FuseFs {
+ public:
+  struct Options {
+    std::string mountpoint;
+    std::string fsname;                   // shown in /proc/mounts (the source URL)
+    std::vector<std::string> extra_opts;  // user -o options, passed to libfuse
+    Config config;
+  };
+
+  FuseFs(Namespace* ns, ReadPipeline* pipeline, Metrics* metrics,
+         std::function<std::string()> stats_json, Options opts);
+  ~FuseFs();
+
+  // Creates the session and mounts. On error nothing stays mounted.
+  Status Mount();
+  // Serves requests until unmounted or SIGINT/SIGTERM; then unmounts.
+  Status Run();
+
+  void set_access_hook(AccessHook h) { access_hook_ = std::move(h); }
+  void set_open_hook(OpenHook h) { open_hook_ = std::move(h); }
+
+  // Request handlers (called from the C trampolines in fuse_fs.cc).
+  struct Impl;
+
+ private:
+  friend struct Impl;
+  Namespace* ns_;
+  ReadPipeline* pipeline_;
+  Metrics* metrics_;
+  std::function<std::string()> stats_json_;
+  Options opts_;
+  AccessHook access_hook_;
+  OpenHook open_hook_;
+  fuse_session* se_ = nullptr;
+  bool mounted_ = false;
+  bool handlers_set_ = false;
+
+  std::mutex etag_mu_;  // guards last_etag_
+  std::unordered_map<uint64_t, std::string> last_etag_;  // ino -> ETag at the last open
+};
+
+}  // namespace igt

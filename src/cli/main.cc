@@ -1,0 +1,85 @@
+// The `igtcache` command: mount, stats, config. See docs/CLI.md.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+
+#include "fuse/fuse_fs.h"
+#include "igtcache/config.h"
+#include "igtcache/version.h"
+#include "src/cli/mount_cmd.h"
+
+namespace {
+
+bool IsIgtcacheMount(const std::string& mnt) {
+  std::ifstream in("/proc/self/mounts");
+  std::string dev, dir, type, rest;
+  while (in >> dev >> dir >> type && std::getline(in, rest))
+    if (dir == mnt && type == "fuse.igtcache") return true;
+  return false;
+}
+
+int RunStats(const std::string& mountpoint) {
+  std::string mnt = mountpoint;
+  while (mnt.size() > 1 && mnt.back() == '/') mnt.pop_back();
+  std::ifstream in(mnt + "/" + igt::kStatsFileName);
+  if (!in) {
+    std::fprintf(stderr, "igtcache: error: '%s' is not an igtcache mount point%s\n",
+                 mountpoint.c_str(), IsIgtcacheMount(mnt) ? " that answers (is the daemon alive?)" : "");
+    return igt::kExitError;
+  }
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::cout << ss.str();
+  return igt::kExitOk;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"igtcache: mount a cloud bucket with an adaptive SSD cache for AI workloads"};
+  app.set_version_flag("--version", std::string("igtcache ") + igt::kVersion);
+  app.require_subcommand(1);
+
+  igt::MountArgs m;
+  auto* mount = app.add_subcommand("mount", "Mount SOURCE (file:///dir or s3://bucket[/prefix]) on MOUNTPOINT");
+  mount->add_option("SOURCE", m.source, "file:///abs/dir or s3://bucket[/prefix]")->required();
+  mount->add_option("MOUNTPOINT", m.mountpoint, "Existing empty directory")->required();
+  mount->add_option("--config", m.config_path, "YAML config file (see examples/igtcache.yaml)");
+  mount->add_option("--cache-dir", m.cache_dir, "Cache directory (cache.dir)");
+  mount->add_option("--cache-size", m.cache_size, "Cache size limit, e.g. 10G (cache.max_bytes)");
+  mount->add_flag("-f,--foreground", m.foreground, "Stay in the foreground, log to stderr");
+  mount->add_option("-o", m.fuse_opts, "Extra FUSE mount options (comma-separated)")->allow_extra_args(false);
+  mount->add_option("--endpoint", m.endpoint, "S3 endpoint URL (backend.endpoint; default $AWS_ENDPOINT_URL)");
+  mount->add_option("--region", m.region, "S3 region (backend.region)");
+  mount->add_option("--profile", m.profile, "Credentials profile in ~/.aws/credentials (backend.profile)");
+  mount->add_option("--addressing", m.addressing, "auto | path | virtual (backend.addressing)");
+  mount->add_option("--log-level", m.log_level, "trace|debug|info|warn|error|off (logging.level)");
+  mount->add_option("--log-file", m.log_file, "Log file (logging.file)");
+
+  std::string stats_mnt;
+  auto* stats = app.add_subcommand("stats", "Print the live counters of a mount as JSON");
+  stats->add_option("MOUNTPOINT", stats_mnt, "An igtcache mount point")->required();
+
+  bool markdown = false, example = false;
+  auto* config = app.add_subcommand("config", "Print the configuration reference");
+  config->add_flag("--markdown", markdown, "docs/CONFIGURATION.md");
+  config->add_flag("--example", example, "examples/igtcache.yaml (every key with its default)");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? 0 : igt::kExitUsage;
+  }
+  if (*mount) return igt::RunMount(m);
+  if (*stats) return RunStats(stats_mnt);
+  if (*config) {
+    std::cout << (markdown ? igt::ConfigMarkdown() : igt::ConfigExampleYaml());
+    return 0;
+  }
+  return igt::kExitUsage;
+}

@@ -1,0 +1,269 @@
+#include "src/cli/mount_cmd.h"
+
+#include <fcntl.h>
+#include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "fuse/fuse_fs.h"
+#include "igtcache/backends.h"
+#include "igtcache/block_store.h"
+#include "igtcache/metrics.h"
+#include "igtcache/version.h"
+#include "src/fs/namespace.h"
+#include "src/read/read_pipeline.h"
+
+namespace igt {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Failure {
+  int code;
+  std::string message;
+};
+
+std::string DefaultCacheDir() {
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/igtcache";
+  if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.cache/igtcache";
+  return "/var/cache/igtcache";
+}
+
+// Reports the mount's outcome to the waiting parent (daemon mode) or to
+// stderr (foreground).
+class Reporter {
+ public:
+  explicit Reporter(int fd) : fd_(fd) {}
+  void Fail(const std::string& msg) {
+    std::string line = "igtcache: error: " + msg + "\n";
+    if (fd_ >= 0) {
+      (void)!write(fd_, line.data(), line.size());
+      close(fd_);
+      fd_ = -1;
+    } else {
+      std::fputs(line.c_str(), stderr);
+    }
+  }
+  void Ready() {
+    if (fd_ >= 0) {
+      (void)!write(fd_, "OK\n", 3);
+      close(fd_);
+      fd_ = -1;
+    }
+  }
+
+ private:
+  int fd_;
+};
+
+Status SetUpLogging(const Config& c, bool foreground, const std::string& cache_dir) {
+  try {
+    std::string file = c.logging.file;
+    if (file.empty() && !foreground) file = cache_dir + "/igtcache.log";
+    std::shared_ptr<spdlog::logger> logger;
+    if (file.empty())
+      logger = spdlog::stderr_logger_mt("igtcache");
+    else
+      logger = spdlog::basic_logger_mt("igtcache", file);
+    logger->set_level(spdlog::level::from_str(c.logging.level));
+    logger->flush_on(spdlog::level::warn);
+    spdlog::set_default_logger(logger);
+    spdlog::flush_every(std::chrono::seconds(2));
+  } catch (const spdlog::spdlog_ex& e) {
+    return Status::InvalidArgument(fmt::format("cannot set up logging: {}", e.what()));
+  }
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<Backend>> BuildBackend(const SourceUrl& url, const Config& c, Metrics* m) {
+  if (url.kind == SourceUrl::Kind::kFile) return MakeLocalBackend(url.path);
+  S3Options o;
+  o.bucket = url.bucket;
+  o.prefix = url.prefix;
+  o.endpoint = c.backend.endpoint;
+  if (o.endpoint.empty())
+    if (const char* e = std::getenv("AWS_ENDPOINT_URL"); e && *e) o.endpoint = e;
+  o.region = c.backend.region;
+  o.addressing = c.backend.addressing;
+  o.no_sign_request = c.backend.no_sign_request;
+  o.connect_timeout_ms = static_cast<int>(c.backend.connect_timeout_ms);
+  o.request_timeout_ms = static_cast<int>(c.backend.request_timeout_ms);
+  o.max_retries = static_cast<int>(c.backend.max_retries);
+  o.retry_base_ms = static_cast<int>(c.backend.retry_base_ms);
+  o.retry_deadline_ms = static_cast<int>(c.backend.retry_deadline_ms);
+  o.max_connections = static_cast<int>(c.backend.max_connections);
+  o.metrics = m;
+  if (!o.no_sign_request) {
+    auto cred = ResolveCredentials(c.backend.profile);
+    if (!cred)
+      return Err(Status::PermissionDenied(
+          fmt::format("no credentials for {}: {} (or set backend.no_sign_request for a public "
+                      "bucket)", "s3://" + url.bucket, cred.error().message())));
+    o.credentials = *cred;
+  }
+  return MakeS3Backend(o);
+}
+
+// Everything after argument parsing; runs in the daemon child or in the
+// foreground process. Returns once the file system is unmounted.
+int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, bool foreground) {
+  if (auto s = SetUpLogging(cfg, foreground, cfg.cache.dir); !s.ok()) {
+    rep.Fail(s.message());
+    return kExitUsage;
+  }
+  Metrics metrics;
+  auto backend = BuildBackend(url, cfg, &metrics);
+  if (!backend) {
+    rep.Fail(backend.error().message());
+    return kExitError;
+  }
+  if (auto s = (*backend)->Probe(); !s.ok()) {
+    rep.Fail(fmt::format("source {} is not usable: {}", (*backend)->Describe(), s.message()));
+    return kExitError;
+  }
+  BlockStoreOptions bo;
+  bo.dir = cfg.cache.dir;
+  bo.max_bytes = cfg.cache.max_bytes;
+  bo.min_free_ratio = cfg.cache.min_free_ratio;
+  bo.eviction = cfg.cache.eviction;
+  auto store = BlockStore::Open(bo, &metrics);
+  if (!store) {
+    rep.Fail(fmt::format("cache dir '{}': {}", cfg.cache.dir, store.error().message()));
+    return kExitError;
+  }
+  Namespace ns(backend->get(), store->get(), &metrics, Namespace::Options{cfg.metadata.ttl_ms});
+  ReadPipeline pipeline(backend->get(), store->get(), &metrics,
+                        ReadPipeline::Options{cfg.cache.unit_size_bytes, cfg.backend.max_request_bytes});
+  const auto started = std::chrono::steady_clock::now();
+  const std::string source = (*backend)->Describe();
+  BlockStore* st = store->get();
+  auto stats_json = [&metrics, st, started, source, &ns]() {
+    nlohmann::json j;
+    for (const auto& [k, v] : metrics.Snapshot()) j[k] = v;
+    j["cache_used_bytes"] = st->used_bytes();
+    j["cache_limit_bytes"] = st->limit_bytes();
+    j["cache_units"] = st->unit_count();
+    j["inodes"] = ns.inode_count();
+    j["pid"] = static_cast<int64_t>(getpid());
+    j["source"] = source;
+    j["version"] = kVersion;
+    j["uptime_s"] = std::chrono::duration_cast<std::chrono::seconds>(
+                        std::chrono::steady_clock::now() - started).count();
+    return j.dump(2) + "\n";
+  };
+  FuseFs::Options fo;
+  fo.mountpoint = a.mountpoint;
+  fo.fsname = url.kind == SourceUrl::Kind::kFile ? "file://" + url.path
+                                                : "s3://" + url.bucket + "/" + url.prefix;
+  fo.extra_opts = a.fuse_opts;
+  fo.config = cfg;
+  FuseFs fuse(&ns, &pipeline, &metrics, stats_json, fo);
+  if (auto s = fuse.Mount(); !s.ok()) {
+    rep.Fail(s.message());
+    return kExitError;
+  }
+  spdlog::info("igtcache {} mounted {} on {} (cache {} limit {})", kVersion, source, a.mountpoint,
+               cfg.cache.dir, FormatSize(cfg.cache.max_bytes));
+  rep.Ready();
+  if (!foreground) {
+    int devnull = open("/dev/null", O_RDWR);
+    if (devnull >= 0) {
+      dup2(devnull, STDIN_FILENO);
+      dup2(devnull, STDOUT_FILENO);
+      dup2(devnull, STDERR_FILENO);
+      if (devnull > 2) close(devnull);
+    }
+  }
+  auto s = fuse.Run();
+  spdlog::info("unmounted {}", a.mountpoint);
+  spdlog::default_logger()->flush();
+  if (!s.ok()) {
+    spdlog::error("{}", s.ToString());
+    return kExitError;
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+int RunMount(const MountArgs& a) {
+  auto fail = [](int code, const std::string& m) {
+    std::fprintf(stderr, "igtcache: error: %s\n", m.c_str());
+    return code;
+  };
+  auto cfg = LoadConfig(a.config_path);
+  if (!cfg) return fail(kExitUsage, cfg.error().message());
+  struct Override {
+    const char* key;
+    const std::string& value;
+  };
+  for (const Override& o : {Override{"cache.dir", a.cache_dir}, {"cache.max_bytes", a.cache_size},
+                            {"backend.endpoint", a.endpoint}, {"backend.region", a.region},
+                            {"backend.profile", a.profile}, {"backend.addressing", a.addressing},
+                            {"logging.level", a.log_level}, {"logging.file", a.log_file}}) {
+    if (o.value.empty()) continue;
+    if (auto s = SetConfigValue(*cfg, o.key, o.value); !s.ok())
+      return fail(kExitUsage, fmt::format("{} (from the command line)", s.message()));
+  }
+  if (auto s = Validate(*cfg); !s.ok()) return fail(kExitUsage, s.message());
+  auto url = ParseSourceUrl(a.source);
+  if (!url) return fail(kExitUsage, url.error().message());
+
+  std::error_code ec;
+  auto mp = fs::absolute(a.mountpoint, ec);
+  if (ec || !fs::is_directory(mp, ec))
+    return fail(kExitUsage, fmt::format("mount point '{}' is not an existing directory", a.mountpoint));
+  MountArgs args = a;
+  args.mountpoint = mp.lexically_normal().string();
+  if (cfg->cache.dir.empty()) cfg->cache.dir = DefaultCacheDir();
+  cfg->cache.dir = fs::absolute(cfg->cache.dir, ec).lexically_normal().string();
+  if (!cfg->logging.file.empty())
+    cfg->logging.file = fs::absolute(cfg->logging.file, ec).string();
+
+  if (a.foreground) {
+    Reporter rep(-1);
+    return Serve(args, *cfg, *url, rep, true);
+  }
+  // Daemon: the child does all the work and tells the parent how the mount
+  // went through a pipe, so errors still reach the terminal and the exit
+  // code, and nothing stays mounted after a failure.
+  int p[2];
+  if (pipe(p) != 0) return fail(kExitError, std::string("pipe: ") + std::strerror(errno));
+  std::fflush(nullptr);
+  pid_t pid = fork();
+  if (pid < 0) return fail(kExitError, std::string("fork: ") + std::strerror(errno));
+  if (pid == 0) {
+    close(p[0]);
+    setsid();
+    Reporter rep(p[1]);
+    int rc = Serve(args, *cfg, *url, rep, false);
+    _exit(rc);
+  }
+  close(p[1]);
+  std::string msg;
+  char buf[512];
+  ssize_t n;
+  while ((n = read(p[0], buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR))
+    if (n > 0) msg.append(buf, static_cast<size_t>(n));
+  close(p[0]);
+  if (msg.rfind("OK", 0) == 0) return kExitOk;
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (msg.empty()) msg = "igtcache: error: the mount daemon exited before the mount was ready\n";
+  std::fputs(msg.c_str(), stderr);
+  int rc = WIFEXITED(status) ? WEXITSTATUS(status) : kExitError;
+  return rc == 0 ? kExitError : rc;
+}
+
+}  // namespace igt

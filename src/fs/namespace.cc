@@ -1,0 +1,282 @@
+#include "src/fs/namespace.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+
+namespace igt {
+
+int64_t NowMs() {
+  using namespace std::chrono;
+  return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
+}
+
+namespace {
+
+// Persisted listing format version: bump when the CBOR layout changes so an
+// old record is ignored (relisted) rather than misread.
+constexpr int kListingFormat = 1;
+
+std::string MetaKey(const std::string& dir_key) { return "l/" + dir_key; }
+
+std::string EncodeListing(const DirListing& l) {
+  nlohmann::json j;
+  j["v"] = kListingFormat;
+  j["t"] = l.fetched_ms;
+  auto& e = j["e"] = nlohmann::json::array();
+  for (const auto& d : l.entries) e.push_back({d.name, d.is_dir, d.size, d.mtime_ns, d.etag});
+  auto bytes = nlohmann::json::to_cbor(j);
+  return std::string(bytes.begin(), bytes.end());
+}
+
+std::shared_ptr<DirListing> DecodeListing(const std::string& s) {
+  try {
+    auto j = nlohmann::json::from_cbor(s);
+    if (j.value("v", 0) != kListingFormat) return nullptr;
+    auto l = std::make_shared<DirListing>();
+    l->fetched_ms = j.at("t").get<int64_t>();
+    for (const auto& e : j.at("e")) {
+      DirEntry d{e.at(0).get<std::string>(), e.at(1).get<bool>(), e.at(2).get<uint64_t>(),
+                 e.at(3).get<int64_t>(), e.at(4).get<std::string>()};
+      if (!Namespace::SafeName(d.name)) return nullptr;
+      l->entries.push_back(std::move(d));
+    }
+    return l;
+  } catch (const nlohmann::json::exception&) {
+    return nullptr;  // a bad record is just a cache miss
+  }
+}
+
+std::string ChildKey(const std::string& dir_key, std::string_view name) {
+  return dir_key.empty() ? std::string(name) : dir_key + "/" + std::string(name);
+}
+
+}  // namespace
+
+const DirEntry* DirListing::Find(std::string_view name) const {
+  auto it = std::lower_bound(entries.begin(), entries.end(), name,
+                             [](const DirEntry& e, std::string_view n) { return e.name < n; });
+  return (it != entries.end() && it->name == name) ? &*it : nullptr;
+}
+
+struct Namespace::Fetch {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;  // guarded by mu
+  Result<std::shared_ptr<const DirListing>> result = Err(Status::Internal("pending"));
+};
+
+Namespace::Namespace(Backend* backend, BlockStore* store, Metrics* metrics, Options opts)
+    : backend_(backend), store_(store), metrics_(metrics), opts_(opts) {
+  Inode root{kRootIno, kRootIno, "", InodeAttr{kRootIno, true, "", 0, 0, ""}, 0, 1};
+  root.attr.mtime_ns = NowMs() * 1000000;
+  inodes_.emplace(kRootIno, root);
+  by_key_.emplace("/", kRootIno);
+}
+
+bool Namespace::SafeName(std::string_view n) {
+  return !n.empty() && n != "." && n != ".." && n.size() <= 255 &&
+         n.find('/') == std::string_view::npos && n.find('\0') == std::string_view::npos;
+}
+
+bool Namespace::Fresh(int64_t fetched_ms) const {
+  return NowMs() - fetched_ms < static_cast<int64_t>(opts_.ttl_ms);
+}
+
+size_t Namespace::inode_count() const {
+  std::lock_guard lk(mu_);
+  return inodes_.size();
+}
+
+Result<std::shared_ptr<const DirListing>> Namespace::FetchListing(const std::string& dir_key) {
+  auto listing = std::make_shared<DirListing>();
+  listing->fetched_ms = NowMs();
+  std::map<std::string, DirEntry> merged;  // sorted, dirs shadow same-named files
+  ListRequest req;
+  req.prefix = dir_key.empty() ? "" : dir_key + "/";
+  size_t skipped = 0;
+  do {
+    if (metrics_) Add(metrics_->backend_list_requests);
+    auto page = backend_->List(req);
+    if (!page) return Err(page.error());
+    for (const auto& o : page->objects) {
+      std::string_view name(o.key);
+      name.remove_prefix(std::min(name.size(), req.prefix.size()));
+      if (!SafeName(name)) {  // "dir/" markers, "a/../b", over-long names
+        if (!name.empty()) ++skipped;
+        continue;
+      }
+      merged.try_emplace(std::string(name), DirEntry{std::string(name), false, o.size, o.mtime_ns, o.etag});
+    }
+    for (const auto& p : page->prefixes) {
+      std::string_view name(p);
+      name.remove_prefix(std::min(name.size(), req.prefix.size()));
+      if (!name.empty() && name.back() == '/') name.remove_suffix(1);
+      if (!SafeName(name)) {
+        ++skipped;
+        continue;
+      }
+      merged.insert_or_assign(std::string(name), DirEntry{std::string(name), true, 0, 0, ""});
+    }
+    req.continuation_token = page->next_token;
+  } while (!req.continuation_token.empty());
+  if (skipped)
+    spdlog::warn("listing of '{}/': {} key(s) with names unsafe for a file system are hidden",
+                 dir_key, skipped);
+  listing->entries.reserve(merged.size());
+  for (auto& [_, e] : merged) listing->entries.push_back(std::move(e));
+  if (store_) {
+    if (auto s = store_->PutMeta(MetaKey(dir_key), EncodeListing(*listing)); !s.ok())
+      spdlog::debug("listing of '{}' not persisted: {}", dir_key, s.ToString());
+  }
+  return std::shared_ptr<const DirListing>(std::move(listing));
+}
+
+Result<std::shared_ptr<const DirListing>> Namespace::Listing(const std::string& dir_key) {
+  std::shared_ptr<Fetch> fetch;
+  bool leader = false;
+  {
+    std::lock_guard lk(listings_mu_);
+    if (auto it = listings_.find(dir_key); it != listings_.end() && Fresh(it->second->fetched_ms))
+      return it->second;
+    if (auto it = fetches_.find(dir_key); it != fetches_.end()) {
+      fetch = it->second;
+    } else {
+      fetch = std::make_shared<Fetch>();
+      fetches_.emplace(dir_key, fetch);
+      leader = true;
+    }
+  }
+  if (!leader) {
+    std::unique_lock lk(fetch->mu);
+    fetch->cv.wait(lk, [&] { return fetch->done; });
+    return fetch->result;
+  }
+  Result<std::shared_ptr<const DirListing>> result = Err(Status::Internal("unset"));
+  // A persisted listing from an earlier mount, if still fresh.
+  if (store_) {
+    if (auto raw = store_->GetMeta(MetaKey(dir_key))) {
+      if (auto l = DecodeListing(*raw); l && Fresh(l->fetched_ms)) result = std::shared_ptr<const DirListing>(l);
+    }
+  }
+  if (!result) result = FetchListing(dir_key);
+  {
+    std::lock_guard lk(listings_mu_);
+    if (result) listings_[dir_key] = *result;
+    fetches_.erase(dir_key);
+  }
+  {
+    std::lock_guard lk(fetch->mu);
+    fetch->result = result;
+    fetch->done = true;
+  }
+  fetch->cv.notify_all();
+  return result;
+}
+
+Result<InodeAttr> Namespace::Child(const std::string& dir_key, std::string_view name) {
+  auto listing = Listing(dir_key);
+  if (!listing) return Err(listing.error());
+  const DirEntry* e = (*listing)->Find(name);
+  if (!e) return Err(Status::NotFound(ChildKey(dir_key, name)));
+  InodeAttr a;
+  a.is_dir = e->is_dir;
+  a.key = ChildKey(dir_key, name);
+  a.size = e->size;
+  a.mtime_ns = e->is_dir ? (*listing)->fetched_ms * 1000000 : e->mtime_ns;
+  a.etag = e->etag;
+  return a;
+}
+
+Result<InodeAttr> Namespace::Lookup(uint64_t parent, std::string_view name) {
+  if (!SafeName(name)) return Err(Status::NotFound(std::string(name)));
+  std::string dir_key;
+  {
+    std::lock_guard lk(mu_);
+    auto it = inodes_.find(parent);
+    if (it == inodes_.end()) return Err(Status::NotFound("stale parent inode"));
+    if (!it->second.attr.is_dir) return Err(Status::InvalidArgument("not a directory"));
+    dir_key = it->second.attr.key;
+  }
+  auto child = Child(dir_key, name);
+  if (!child) return Err(child.error());
+  std::lock_guard lk(mu_);
+  std::string k = child->key + (child->is_dir ? "/" : "");
+  uint64_t ino;
+  if (auto it = by_key_.find(k); it != by_key_.end()) {
+    ino = it->second;
+    Inode& n = inodes_.at(ino);
+    n.attr = *child;
+    n.attr.ino = ino;
+    n.attr_ms = NowMs();
+    ++n.nlookup;
+  } else {
+    ino = next_ino_++;
+    InodeAttr a = *child;
+    a.ino = ino;
+    inodes_.emplace(ino, Inode{ino, parent, std::string(name), a, NowMs(), 1});
+    by_key_.emplace(k, ino);
+  }
+  return inodes_.at(ino).attr;
+}
+
+void Namespace::Forget(uint64_t ino, uint64_t nlookup) {
+  if (ino == kRootIno) return;
+  std::lock_guard lk(mu_);
+  auto it = inodes_.find(ino);  // looked up again under the lock before erasing
+  if (it == inodes_.end()) return;
+  if (it->second.nlookup < nlookup) {
+    spdlog::critical("lookup count underflow on inode {} ({} < {})", ino, it->second.nlookup, nlookup);
+    std::abort();
+  }
+  it->second.nlookup -= nlookup;
+  if (it->second.nlookup == 0) {
+    by_key_.erase(it->second.attr.key + (it->second.attr.is_dir ? "/" : ""));
+    inodes_.erase(it);
+  }
+}
+
+Result<InodeAttr> Namespace::GetAttr(uint64_t ino) {
+  std::string parent_key, name;
+  {
+    std::lock_guard lk(mu_);
+    auto it = inodes_.find(ino);
+    if (it == inodes_.end()) return Err(Status::NotFound("stale inode"));
+    if (ino == kRootIno || Fresh(it->second.attr_ms)) return it->second.attr;
+    auto p = inodes_.find(it->second.parent);
+    if (p == inodes_.end()) return it->second.attr;
+    parent_key = p->second.attr.key;
+    name = it->second.name;
+  }
+  // Stale: refresh from the parent's listing (one LIST per directory, not a HEAD per file).
+  auto child = Child(parent_key, name);
+  std::lock_guard lk(mu_);
+  auto it = inodes_.find(ino);
+  if (it == inodes_.end()) return Err(Status::NotFound("stale inode"));
+  if (!child) {
+    if (child.error().code() == Code::kNotFound) return Err(child.error());
+    return it->second.attr;  // backend trouble: keep serving what we know
+  }
+  if (child->is_dir != it->second.attr.is_dir) return Err(Status::NotFound("replaced"));
+  it->second.attr.size = child->size;
+  it->second.attr.mtime_ns = child->mtime_ns;
+  it->second.attr.etag = child->etag;
+  it->second.attr_ms = NowMs();
+  return it->second.attr;
+}
+
+Result<std::shared_ptr<const DirListing>> Namespace::ReadDir(uint64_t ino) {
+  std::string key;
+  {
+    std::lock_guard lk(mu_);
+    auto it = inodes_.find(ino);
+    if (it == inodes_.end()) return Err(Status::NotFound("stale inode"));
+    if (!it->second.attr.is_dir) return Err(Status::InvalidArgument("not a directory"));
+    key = it->second.attr.key;
+  }
+  return Listing(key);
+}
+
+}  // namespace igt

@@ -1,0 +1,117 @@
+#pragma once
+// Namespace: path <-> inode, object attributes and directory listings.
+//
+// Directories are key prefixes. A directory's listing is fetched with one
+// paginated LIST (delimiter '/') and cached in memory and in the BlockStore's
+// metadata space for `ttl_ms`, so `ls -lR` costs one LIST per directory (no
+// HEAD per file) and a remount within the TTL costs none. Attributes of a
+// file come from its parent's listing.
+//
+// Inodes follow the FUSE lookup-count contract: Lookup() adds one, Forget()
+// subtracts; an inode whose count reaches zero is erased (root never is).
+// Underflow is a bug and aborts.
+//
+// Thread-safety: all methods are safe from many threads. Lock order:
+// mu_ (inode tables) and listings_mu_ are never held together, and never
+// across a backend call.
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "igtcache/backend.h"
+#include "igtcache/block_store.h"
+#include "igtcache/metrics.h"
+#include "igtcache/status.h"
+
+namespace igt {
+
+struct DirEntry {
+  std::string name;  // one path component
+  bool is_dir = false;
+  uint64_t size = 0;
+  int64_t mtime_ns = 0;
+  std::string etag;
+};
+
+struct DirListing {
+  std::vector<DirEntry> entries;  // sorted by name, unique
+  int64_t fetched_ms = 0;         // wall clock, ms since the epoch
+  const DirEntry* Find(std::string_view name) const;
+};
+
+struct InodeAttr {
+  uint64_t ino = 0;
+  bool is_dir = false;
+  std::string key;  // object key ("a/b.jpg"), or dir path without '/' ("" = root)
+  uint64_t size = 0;
+  int64_t mtime_ns = 0;
+  std::string etag;
+};
+
+class Namespace {
+ public:
+  static constexpr uint64_t kRootIno = 1;
+
+  struct Options {
+    uint64_t ttl_ms = 60000;  // Default: 60 s. Listing/attribute freshness.
+  };
+
+  // `store` may be null (no persistent metadata). Not owned.
+  Namespace(Backend* backend, BlockStore* store, Metrics* metrics, Options opts);
+
+  // Child `name` of directory `parent`; adds one lookup reference.
+  Result<InodeAttr> Lookup(uint64_t parent, std::string_view name);
+  void Forget(uint64_t ino, uint64_t nlookup);
+  // Current attributes; refreshed from the parent's listing once stale.
+  Result<InodeAttr> GetAttr(uint64_t ino);
+  // The listing of a directory inode (fresh within the TTL).
+  Result<std::shared_ptr<const DirListing>> ReadDir(uint64_t ino);
+
+  // Validates a name from the bucket: not "", ".", "..", no '/' or NUL,
+  // at most 255 bytes. Unsafe names are hidden from the mount.
+  static bool SafeName(std::string_view name);
+
+  size_t inode_count() const;
+
+ private:
+  struct Inode {
+    uint64_t ino;
+    uint64_t parent;
+    std::string name;
+    InodeAttr attr;
+    int64_t attr_ms;   // when attr was taken from a listing
+    uint64_t nlookup;
+  };
+  struct Fetch;  // an in-flight listing fetch (single-flight)
+
+  Result<std::shared_ptr<const DirListing>> Listing(const std::string& dir_key);
+  Result<std::shared_ptr<const DirListing>> FetchListing(const std::string& dir_key);
+  bool Fresh(int64_t fetched_ms) const;
+  Result<InodeAttr> Child(const std::string& dir_key, std::string_view name);
+
+  Backend* backend_;
+  BlockStore* store_;
+  Metrics* metrics_;
+  Options opts_;
+
+  mutable std::mutex mu_;  // guards inodes_, by_key_, next_ino_
+  std::unordered_map<uint64_t, Inode> inodes_;
+  std::unordered_map<std::string, uint64_t> by_key_;  // attr.key + (dir ? "/" : "")
+  uint64_t next_ino_ = 2;
+
+  std::mutex listings_mu_;  // guards listings_, fetches_
+  std::unordered_map<std::string, std::shared_ptr<const DirListing>> listings_;
+  std::unordered_map<std::string, std::shared_ptr<Fetch>> fetches_;
+};
+
+int64_t NowMs();
+
+}  // namespace igt

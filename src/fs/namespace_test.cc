@@ -1,0 +1,114 @@
+#include "src/fs/namespace.h"
+
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+
+#include "backends/fault_backend.h"
+#include "backends/memory_backend.h"
+
+using namespace igt;
+
+TEST_CASE("lookup and readdir follow key prefixes, one LIST per directory") {
+  auto mem = std::make_shared<MemoryBackend>();
+  for (int i = 0; i < 2500; ++i) mem->Put("d/f" + std::to_string(i), "x");
+  mem->Put("top.txt", "hello");
+  mem->Put("d/sub/deep.bin", std::string(10, 'y'));
+  mem->Put("d/sub/", "");         // a "directory marker" object: not a file
+  mem->Put("weird/../escape", "");  // unsafe name: hidden
+  FaultInjectingBackend fb(mem);
+  Metrics m;
+  Namespace ns(&fb, nullptr, &m, Namespace::Options{60000});
+
+  auto root = ns.ReadDir(Namespace::kRootIno);
+  REQUIRE(root.has_value());
+  REQUIRE((*root)->entries.size() == 3);
+  CHECK((*root)->entries[0].name == "d");
+  CHECK((*root)->entries[0].is_dir);
+  CHECK((*root)->entries[1].name == "top.txt");
+  CHECK((*root)->entries[1].size == 5);
+
+  auto d = ns.Lookup(Namespace::kRootIno, "d");
+  REQUIRE(d.has_value());
+  CHECK(d->is_dir);
+  auto dl = ns.ReadDir(d->ino);
+  REQUIRE(dl.has_value());
+  CHECK((*dl)->entries.size() == 2501);
+  for (int i = 0; i < 2500; i += 97) {
+    auto f = ns.Lookup(d->ino, "f" + std::to_string(i));
+    REQUIRE(f.has_value());
+    CHECK(f->key == "d/f" + std::to_string(i));
+    CHECK(f->size == 1);
+  }
+  auto sub = ns.Lookup(d->ino, "sub");
+  REQUIRE(sub.has_value());
+  auto deep = ns.Lookup(sub->ino, "deep.bin");
+  REQUIRE(deep.has_value());
+  CHECK(deep->size == 10);
+  CHECK(fb.counts().stats == 0);  // no HEAD per file
+  // root, d (3 pages of 1000), d/sub, weird
+  CHECK(fb.counts().lists <= 6);
+  CHECK_FALSE(ns.Lookup(Namespace::kRootIno, "nope").has_value());
+  CHECK_FALSE(ns.Lookup(Namespace::kRootIno, "..").has_value());
+}
+
+TEST_CASE("lookup counts: forget erases, underflow is a bug") {
+  auto mem = std::make_shared<MemoryBackend>();
+  mem->Put("a", "1");
+  Namespace ns(mem.get(), nullptr, nullptr, Namespace::Options{60000});
+  auto a1 = ns.Lookup(Namespace::kRootIno, "a");
+  auto a2 = ns.Lookup(Namespace::kRootIno, "a");
+  REQUIRE(a1.has_value());
+  CHECK(a1->ino == a2->ino);
+  CHECK(ns.inode_count() == 2);
+  ns.Forget(a1->ino, 2);
+  CHECK(ns.inode_count() == 1);
+  CHECK_FALSE(ns.GetAttr(a1->ino).has_value());
+}
+
+TEST_CASE("stale attributes are refreshed from the listing after the TTL") {
+  auto mem = std::make_shared<MemoryBackend>();
+  mem->Put("a", "1");
+  Namespace ns(mem.get(), nullptr, nullptr, Namespace::Options{0});  // always stale
+  auto a = ns.Lookup(Namespace::kRootIno, "a");
+  REQUIRE(a.has_value());
+  mem->Put("a", "22");
+  auto b = ns.GetAttr(a->ino);
+  REQUIRE(b.has_value());
+  CHECK(b->size == 2);
+  CHECK(b->etag != a->etag);
+  mem->Delete("a");
+  auto c = ns.GetAttr(a->ino);
+  REQUIRE_FALSE(c.has_value());
+  CHECK(c.error().code() == Code::kNotFound);
+}
+
+TEST_CASE("listings persist in the BlockStore: a new Namespace within the TTL does not relist") {
+  auto dir = std::filesystem::temp_directory_path() / ("igt-ns-test-" + std::to_string(getpid()));
+  std::filesystem::remove_all(dir);
+  auto mem = std::make_shared<MemoryBackend>();
+  mem->Put("x/y", "1");
+  FaultInjectingBackend fb(mem);
+  BlockStoreOptions o;
+  o.dir = dir.string();
+  o.min_free_ratio = 0;
+  {
+    auto store = BlockStore::Open(o, nullptr);
+    REQUIRE(store.has_value());
+    Namespace ns(&fb, store->get(), nullptr, Namespace::Options{60000});
+    auto x = ns.Lookup(Namespace::kRootIno, "x");
+    REQUIRE(x.has_value());
+    REQUIRE(ns.Lookup(x->ino, "y").has_value());
+  }
+  fb.ResetCounts();
+  {
+    auto store = BlockStore::Open(o, nullptr);
+    REQUIRE(store.has_value());
+    Namespace ns(&fb, store->get(), nullptr, Namespace::Options{60000});
+    auto x = ns.Lookup(Namespace::kRootIno, "x");
+    REQUIRE(x.has_value());
+    REQUIRE(ns.Lookup(x->ino, "y").has_value());
+    CHECK(fb.counts().lists == 0);
+  }
+  std::filesystem::remove_all(dir);
+}

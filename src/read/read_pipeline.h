@@ -1,0 +1,75 @@
+#pragma once
+// ReadPipeline: turns a read of (object version, offset, length) into cache
+// unit lookups and backend fetches (DESIGN.md sec. 3).
+//
+//  - The range is split into units of `unit_size` bytes (the last one short).
+//  - Each unit is first looked up in the BlockStore (a verified hit copies
+//    just the requested bytes).
+//  - Misses are single-flight: a unit already being fetched by another thread
+//    is waited for, not fetched again.
+//  - The units this call must fetch itself are grouped into runs of adjacent
+//    units, each run one ranged GET of at most `max_request_bytes`, checked
+//    against the object's ETag; each fetched unit is inserted into the store.
+//
+// Never returns bytes that were not verified against the object's version: a
+// backend that answers with another ETag or a short body gives an error, and
+// nothing is cached.
+// Thread-safety: Read() is safe from many threads.
+
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "igtcache/backend.h"
+#include "igtcache/block_store.h"
+#include "igtcache/metrics.h"
+#include "igtcache/status.h"
+
+namespace igt {
+
+struct FileVersion {
+  std::string key;
+  std::string etag;
+  uint64_t size = 0;
+};
+
+class ReadPipeline {
+ public:
+  struct Options {
+    uint64_t unit_size = 1 << 20;          // Default: 1 MiB (cache.unit_size_bytes)
+    uint64_t max_request_bytes = 8 << 20;  // Default: 8 MiB (backend.max_request_bytes)
+  };
+
+  // `store` may be null (no caching). Not owned.
+  ReadPipeline(Backend* backend, BlockStore* store, Metrics* metrics, Options opts);
+
+  // Reads [offset, offset+length) of `file`, clamped at its end, into `out`.
+  // Returns the number of bytes (0 at or past EOF).
+  Result<size_t> Read(const FileVersion& file, uint64_t offset, size_t length, char* out);
+
+  // Fetches units [first, last] into the cache without returning data
+  // (used by warm-up and prefetching). Already cached units are skipped.
+  Status Fetch(const FileVersion& file, uint64_t first_unit, uint64_t last_unit);
+
+  uint64_t unit_size() const { return opts_.unit_size; }
+
+ private:
+  struct Flight;
+  struct Need;
+
+  Status FetchRuns(const FileVersion& file, std::vector<Need>& lead);
+  std::string FlightKey(const FileVersion& f, uint64_t unit) const;
+
+  Backend* backend_;
+  BlockStore* store_;
+  Metrics* metrics_;
+  Options opts_;
+
+  std::mutex mu_;  // guards flights_; never held across I/O
+  std::unordered_map<std::string, std::shared_ptr<Flight>> flights_;
+};
+
+}  // namespace igt

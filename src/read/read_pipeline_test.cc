@@ -1,0 +1,170 @@
+#include "src/read/read_pipeline.h"
+
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <filesystem>
+#include <random>
+#include <thread>
+
+#include "backends/fault_backend.h"
+#include "backends/memory_backend.h"
+#include "igtcache/block_store.h"
+
+using namespace igt;
+
+namespace {
+
+std::string Pattern(size_t n, uint32_t seed) {
+  std::string s(n, '\0');
+  std::mt19937 rng(seed);
+  for (auto& c : s) c = static_cast<char>(rng());
+  return s;
+}
+
+struct Fixture {
+  std::shared_ptr<MemoryBackend> mem = std::make_shared<MemoryBackend>();
+  std::shared_ptr<FaultInjectingBackend> fb = std::make_shared<FaultInjectingBackend>(mem);
+  Metrics metrics;
+  std::filesystem::path dir;
+  std::unique_ptr<BlockStore> store;
+  std::unique_ptr<ReadPipeline> pipe;
+
+  explicit Fixture(bool with_store, uint64_t unit = 64 << 10, uint64_t max_req = 256 << 10) {
+    if (with_store) {
+      dir = std::filesystem::temp_directory_path() /
+            ("igt-read-test-" + std::to_string(getpid()) + "-" + std::to_string(counter++));
+      std::filesystem::remove_all(dir);
+      BlockStoreOptions o;
+      o.dir = dir.string();
+      o.max_bytes = 64 << 20;
+      o.min_free_ratio = 0;
+      auto s = BlockStore::Open(o, &metrics);
+      REQUIRE(s.has_value());
+      store = std::move(*s);
+    }
+    pipe = std::make_unique<ReadPipeline>(fb.get(), store.get(), &metrics,
+                                          ReadPipeline::Options{unit, max_req});
+  }
+  ~Fixture() {
+    store.reset();
+    if (!dir.empty()) std::filesystem::remove_all(dir);
+  }
+  FileVersion Version(const std::string& key) {
+    return FileVersion{key, mem->EtagOf(key), mem->Get(key).size()};
+  }
+  static inline int counter = 0;
+};
+
+}  // namespace
+
+TEST_CASE("reads return exactly the object's bytes, at and past EOF") {
+  Fixture f(false);
+  const std::string data = Pattern(300 * 1024 + 17, 1);
+  f.mem->Put("a", data);
+  auto v = f.Version("a");
+  std::mt19937 rng(7);
+  std::vector<char> out(1 << 20);
+  for (int i = 0; i < 200; ++i) {
+    uint64_t off = rng() % (data.size() + 1000);
+    size_t len = rng() % (200 * 1024) + 1;
+    auto n = f.pipe->Read(v, off, len, out.data());
+    REQUIRE(n.has_value());
+    size_t expect = off >= data.size() ? 0 : std::min<size_t>(len, data.size() - off);
+    REQUIRE(*n == expect);
+    REQUIRE(std::equal(out.begin(), out.begin() + expect, data.begin() + std::min<size_t>(off, data.size())));
+  }
+  FileVersion empty{"none", "x", 0};
+  CHECK(*f.pipe->Read(empty, 0, 10, out.data()) == 0);
+}
+
+TEST_CASE("adjacent misses are coalesced into one ranged GET, capped by max_request_bytes") {
+  Fixture f(true, 64 << 10, 256 << 10);
+  const std::string data = Pattern(1 << 20, 2);  // 16 units
+  f.mem->Put("big", data);
+  std::vector<char> out(1 << 20);
+  auto n = f.pipe->Read(f.Version("big"), 0, 1 << 20, out.data());
+  REQUIRE(n.has_value());
+  CHECK(*n == data.size());
+  CHECK(f.fb->counts().reads == 4);  // 16 units / 4 units per request
+  CHECK(f.metrics.backend_get_bytes == data.size());
+  // Warm: no backend reads at all.
+  f.fb->ResetCounts();
+  n = f.pipe->Read(f.Version("big"), 1000, 500000, out.data());
+  REQUIRE(n.has_value());
+  CHECK(f.fb->counts().reads == 0);
+  CHECK(std::equal(out.begin(), out.begin() + 500000, data.begin() + 1000));
+  CHECK(f.metrics.cache_hit_bytes == 500000);
+}
+
+TEST_CASE("concurrent readers fetch each unit once (single-flight)") {
+  Fixture f(true, 64 << 10, 256 << 10);
+  const std::string data = Pattern(2 << 20, 3);
+  f.mem->Put("shared", data);
+  f.fb->SetLatency(std::chrono::microseconds(2000));  // widen the race window
+  auto v = f.Version("shared");
+  std::atomic<bool> bad{false};
+  std::vector<std::thread> ts;
+  for (int t = 0; t < 16; ++t) {
+    ts.emplace_back([&, t] {
+      std::mt19937 rng(t);
+      std::vector<char> out(300 << 10);
+      for (int i = 0; i < 40; ++i) {
+        uint64_t off = rng() % data.size();
+        size_t len = rng() % out.size() + 1;
+        auto n = f.pipe->Read(v, off, len, out.data());
+        size_t expect = std::min<size_t>(len, data.size() - off);
+        if (!n || *n != expect || !std::equal(out.begin(), out.begin() + expect, data.begin() + off))
+          bad = true;
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
+  CHECK_FALSE(bad);
+  CHECK(f.fb->counts().read_bytes <= data.size());  // no unit fetched twice
+}
+
+TEST_CASE("a changed or short backend answer is an error and is not cached") {
+  Fixture f(true);
+  const std::string v1 = Pattern(200 << 10, 4);
+  f.mem->Put("obj", v1);
+  auto old = f.Version("obj");
+  f.mem->Put("obj", Pattern(200 << 10, 5));  // overwritten in the bucket
+  std::vector<char> out(200 << 10);
+  auto n = f.pipe->Read(old, 0, out.size(), out.data());
+  REQUIRE_FALSE(n.has_value());
+  CHECK(n.error().code() == Code::kChanged);
+  CHECK(f.store->unit_count() == 0);
+
+  f.fb->SetReadFault(FaultInjectingBackend::ReadFault::kTruncate);
+  n = f.pipe->Read(f.Version("obj"), 0, out.size(), out.data());
+  REQUIRE_FALSE(n.has_value());
+  CHECK(f.store->unit_count() == 0);
+  f.fb->SetReadFault(FaultInjectingBackend::ReadFault::kNone);
+  n = f.pipe->Read(f.Version("obj"), 0, out.size(), out.data());
+  REQUIRE(n.has_value());
+  CHECK(std::equal(out.begin(), out.end(), f.mem->Get("obj").begin()));
+}
+
+TEST_CASE("backend failures reach the reader; a later read succeeds") {
+  Fixture f(false);
+  f.mem->Put("x", Pattern(1000, 6));
+  f.fb->FailNext(1, Code::kUnavailable, FaultInjectingBackend::kRead);
+  std::vector<char> out(1000);
+  auto n = f.pipe->Read(f.Version("x"), 0, 1000, out.data());
+  REQUIRE_FALSE(n.has_value());
+  CHECK(n.error().code() == Code::kUnavailable);
+  n = f.pipe->Read(f.Version("x"), 0, 1000, out.data());
+  REQUIRE(n.has_value());
+  CHECK(*n == 1000);
+}
+
+TEST_CASE("Fetch warms units without returning data") {
+  Fixture f(true);
+  f.mem->Put("w", Pattern(500 << 10, 7));
+  REQUIRE(f.pipe->Fetch(f.Version("w"), 0, 100).ok());
+  f.fb->ResetCounts();
+  std::vector<char> out(500 << 10);
+  REQUIRE(f.pipe->Read(f.Version("w"), 0, out.size(), out.data()).has_value());
+  CHECK(f.fb->counts().reads == 0);
+}
