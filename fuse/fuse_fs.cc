@@ -11,7 +11,9 @@
 #include <csignal>
 #include <cstring>
 #include <fmt/format.h>
+#include <fstream>
 #include <memory>
+#include <sstream>
 
 #include "fuse/errno_map.h"
 
@@ -339,7 +341,29 @@ Status FuseFs::Mount() {
                                        "not already mounted, and is /dev/fuse usable?)",
                                        opts_.mountpoint));
   mounted_ = true;
+  RaiseReadahead();
   return Status::Ok();
+}
+
+// The kernel caps a FUSE mount's readahead at its bdi default (128 KiB)
+// whatever init() asks, so sequential readers would get 128 KiB requests.
+// As root we raise /sys/class/bdi/<dev>/read_ahead_kb to max_read, as other
+// FUSE file systems do; unprivileged, this quietly keeps the default. The
+// device comes from /proc/self/mountinfo: a stat() of the mount point would
+// wait on our own not-yet-running loop.
+void FuseFs::RaiseReadahead() {
+  std::ifstream in("/proc/self/mountinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream ls(line);
+    std::string id, parent, dev, root, mnt;
+    ls >> id >> parent >> dev >> root >> mnt;
+    if (mnt != opts_.mountpoint) continue;  // last match wins: the newest mount
+    const std::string path = "/sys/class/bdi/" + dev + "/read_ahead_kb";
+    std::ofstream ra(path);
+    if (ra) ra << opts_.config.fuse.max_read_bytes / 1024;
+    if (!ra) spdlog::debug("cannot raise readahead via {} (not root?)", path);
+  }
 }
 
 Status FuseFs::Run() {

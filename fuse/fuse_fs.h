@@ -64,6 +64,7 @@ class FuseFs {
 
  private:
   friend struct Impl;
+  void RaiseReadahead();
   Namespace* ns_;
   ReadPipeline* pipeline_;
   Metrics* metrics_;
