@@ -28,7 +28,7 @@ from pathlib import Path
 
 import harness
 
-VERSION = 1
+VERSION = 2
 SEED = 20250612
 KiB, MiB = 1 << 10, 1 << 20
 UNIT = MiB          # igtcache's default cache unit; the edge sizes straddle it
@@ -136,6 +136,17 @@ def plan() -> list[tuple[str, int, int]]:
         ("big/big_40MiB_odd.bin", 40 * MiB + 12345),
         ("big/with space 20MiB.bin", 20 * MiB + 1),
     ]
+    # s3rver 3.7.1 (FilesystemStore.listObjects with a delimiter) never
+    # reports a common prefix whose directory holds only sub-directories
+    # (it does not walk below a directory whose relative path contains the
+    # delimiter), so "deep/" would be invisible in a delimited listing of
+    # the root. Real S3 lists it. Every directory therefore gets at least one
+    # object of its own. (test_local_mount checks directory-only levels on a
+    # small tree of its own.)
+    have = {p.rsplit("/", 1)[0] for p, _ in out if "/" in p}
+    implied = {"/".join(p.split("/")[:i]) for p, _ in out for i in range(1, p.count("/") + 1)}
+    for d in sorted(implied - have):
+        out.append((f"{d}/_index.bin", small()))
     paths = [p for p, _ in out]
     assert len(set(paths)) == len(paths), "duplicate path in plan"
     assert len(out) >= 2000, len(out)

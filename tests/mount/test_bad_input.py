@@ -9,6 +9,9 @@ key, bad value, unwritable cache dir (under a regular file; a regular file;
 on a read-only filesystem when we can make one), missing mount point, and a
 second daemon on a cache dir already in use."""
 
+import sys
+sys.dont_write_bytecode = True  # keep tests/mount free of __pycache__
+
 import os
 import re
 import subprocess
@@ -95,7 +98,9 @@ def main():
         cfg_badval2 = s.write_config("badval2.yaml", "backend:\n  addressing: sideways\n")
         cfg_missing = s.tmp / "no_such_config.yaml"
 
-        # (name, source, args, keywords any of which must appear on stderr)
+        # (name, source, args, keywords any of which must appear on stderr;
+        # case-insensitive). An unusable cache dir must be called that, not
+        # reported through a side effect such as the log file inside it.
         cases = [
             ("unknown scheme", "gs://x", [], ["gs://", "scheme", "gs"]),
             ("no scheme", "just-a-name", [], ["just-a-name", "scheme", "source"]),
@@ -112,10 +117,10 @@ def main():
             ("missing config file", f"file://{src_dir}", ["--config", str(cfg_missing)], ["no_such_config"]),
             ("bad --cache-size", f"file://{src_dir}", ["--cache-size", "12Q"], ["cache-size", "12Q", "size"]),
             ("cache dir under a file", f"file://{src_dir}", ["--cache-dir", str(afile / "cache")],
-             [str(afile), "cache"]),
-            ("cache dir is a file", f"file://{src_dir}", ["--cache-dir", str(afile)], [str(afile), "cache"]),
+             ["cache dir"]),
+            ("cache dir is a file", f"file://{src_dir}", ["--cache-dir", str(afile)], ["cache dir"]),
             ("cache dir in /proc", f"file://{src_dir}", ["--cache-dir", "/proc/igtcache-test-cache"],
-             ["/proc/igtcache-test-cache", "cache"]),
+             ["cache dir"]),
         ]
 
         # A read-only filesystem for the cache dir, if this machine lets us make one.
@@ -125,7 +130,7 @@ def main():
         ro_mounted = r.returncode == 0
         if ro_mounted:
             cases.append(("cache dir on a read-only fs", f"file://{src_dir}",
-                          ["--cache-dir", str(ro / "cache")], [str(ro), "cache", "read-only"]))
+                          ["--cache-dir", str(ro / "cache")], ["cache dir"]))
         else:
             log(f"  (cannot mount a read-only tmpfs here: {r.stderr.decode(errors='replace').strip()}; "
                 "that sub-case is skipped)")

@@ -7,6 +7,9 @@ unit (1 MiB) fetched again. A third mount sees a healthy cache (no GETs).
 Then a header byte flip and a truncated unit file: still correct bytes,
 refetched."""
 
+import sys
+sys.dont_write_bytecode = True  # keep tests/mount free of __pycache__
+
 import hashlib
 import os
 from pathlib import Path

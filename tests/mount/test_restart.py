@@ -4,6 +4,9 @@ second pass must be served entirely from the SSD cache: zero backend GETs
 (from `igtcache stats`) and byte-identical data. The first pass must fetch
 each byte once (backend_get_bytes == dataset size)."""
 
+import sys
+sys.dont_write_bytecode = True  # keep tests/mount free of __pycache__
+
 import harness
 import verify
 from dataset import ensure_dataset

@@ -4,6 +4,9 @@ every file byte-identical by seeded random range reads (cold and warm) and by
 whole-file hashes, writes get EROFS. The mount runs both with a prefix-less
 bucket and (briefly) with s3://bucket/prefix."""
 
+import sys
+sys.dont_write_bytecode = True  # keep tests/mount free of __pycache__
+
 import harness
 import verify
 from dataset import Dataset, ensure_dataset
