@@ -12,7 +12,7 @@ PKGS=(
   librocksdb-dev libfmt-dev libyaml-cpp-dev libspdlog-dev
   catch2 libboost-math-dev libpugixml-dev libxxhash-dev libcli11-dev
   nlohmann-json3-dev
-  python3 nodejs npm
+  python3 python3-matplotlib python3-numpy nodejs npm
   s3fs rclone
 )
 

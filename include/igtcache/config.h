@@ -46,6 +46,9 @@ struct Config {
     uint64_t max_background = 0;
     bool allow_other = false;
   } fuse;
+  struct Policy {
+    std::string file;
+  } policy;
   struct Logging {
     std::string level;
     std::string file;

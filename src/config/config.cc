@@ -130,6 +130,10 @@ const std::vector<Key>& Schema() {
       {"fuse.allow_other", Type::kBool, "false",
        "Let other users access the mount (turns on default_permissions too).", nullptr,
        SET_BOOL(fuse.allow_other)},
+      {"policy.file", Type::kString, "",
+       "Policy file (YAML): per-pattern prefetch/eviction modules, per-path overrides, "
+       "profiles; see docs/POLICIES.md. Empty: built-in defaults. Reloaded on SIGHUP.",
+       nullptr, SET_STR(policy.file)},
       {"logging.level", Type::kEnum, "info", "Log level.", "trace|debug|info|warn|error|off",
        SET_STR(logging.level)},
       {"logging.file", Type::kString, "",
