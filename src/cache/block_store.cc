@@ -214,6 +214,9 @@ class DiskBlockStore final : public BlockStore {
   }
   // Persists dirty access state if the flush interval has passed (or `force`).
   void FlushAccessState(bool force = true);
+  // Moves due dirty access state into `batch`; true if it did. Requires mu_.
+  bool CollectDirtyLocked(rocksdb::WriteBatch& batch, bool force);
+  void WriteAccessState(rocksdb::WriteBatch& batch);
   Status WriteUnit(const std::string& id, const UnitKey& key, std::string_view header, std::string_view data);
   Status WriteError(Status s) {
     Add(metrics_->cache_write_errors);
@@ -298,19 +301,28 @@ void DiskBlockStore::Remove(const UnitKey& key) {
   DeleteDetached(v, /*count_as_eviction=*/false);
 }
 
+bool DiskBlockStore::CollectDirtyLocked(rocksdb::WriteBatch& batch, bool force) {
+  const uint64_t now = hooks_.now_us();
+  if (dirty_.empty() || (!force && now - last_flush_us_ < hooks_.access_flush_interval_us)) return false;
+  last_flush_us_ = now;
+  for (const auto& id : dirty_) {
+    auto it = index_.find(id);
+    if (it != index_.end()) batch.Put(std::string(kUnitKeyPrefix) + id, EncodeUnitRecord(RecordOf(id, it->second)));
+  }
+  dirty_.clear();
+  return true;
+}
+
 void DiskBlockStore::FlushAccessState(bool force) {
   rocksdb::WriteBatch batch;
   {
     std::lock_guard lk(mu_);
-    const uint64_t now = hooks_.now_us();
-    if (dirty_.empty() || (!force && now - last_flush_us_ < hooks_.access_flush_interval_us)) return;
-    last_flush_us_ = now;
-    for (const auto& id : dirty_) {
-      auto it = index_.find(id);
-      if (it != index_.end()) batch.Put(std::string(kUnitKeyPrefix) + id, EncodeUnitRecord(RecordOf(id, it->second)));
-    }
-    dirty_.clear();
+    if (!CollectDirtyLocked(batch, force)) return;
   }
+  WriteAccessState(batch);
+}
+
+void DiskBlockStore::WriteAccessState(rocksdb::WriteBatch& batch) {
   // Outside mu_: if a unit is evicted meanwhile, this may re-write its record
   // after the delete; the next start-up drops a record without a file.
   auto s = db_->Write(rocksdb::WriteOptions(), &batch);
@@ -360,12 +372,15 @@ std::optional<size_t> DiskBlockStore::Read(const UnitKey& key, uint64_t offset, 
     }
     return std::nullopt;
   }
+  rocksdb::WriteBatch batch;
+  bool flush = false;
   {
     std::lock_guard lk(mu_);
     auto it = index_.find(id);
     if (it != index_.end() && it->second.gen == gen) Touch(id, it->second);
+    flush = CollectDirtyLocked(batch, /*force=*/false);
   }
-  FlushAccessState(/*force=*/false);
+  if (flush) WriteAccessState(batch);
   return *n;
 }
 

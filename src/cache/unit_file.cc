@@ -197,14 +197,28 @@ Result<size_t> ReadUnitRange(int fd, const UnitHeader& h, uint64_t offset, size_
   const uint64_t c1 = (end - 1) / h.chunk_size;  // inclusive
   const uint64_t span_start = c0 * h.chunk_size;
   const uint64_t span_end = std::min<uint64_t>(h.data_len, (c1 + 1) * h.chunk_size);
-  std::string buf(span_end - span_start, '\0');
-  if (auto s = PreadAll(fd, buf.data(), buf.size(), h.header_len + span_start); !s.ok()) return Err(s);
+  // When the range is whole chunks (e.g. a whole-unit read) read straight
+  // into `out`; otherwise through a buffer. Either way `out` never keeps
+  // unverified bytes: on a failed check it is zeroed.
+  const bool direct = offset == span_start && end == span_end;
+  std::string buf;
+  char* dst = out;
+  if (!direct) {
+    buf.resize(span_end - span_start);
+    dst = buf.data();
+  }
+  const uint64_t span = span_end - span_start;
+  auto fail = [&](Status s) {
+    if (direct) std::memset(out, 0, span);
+    return Err(std::move(s));
+  };
+  if (auto s = PreadAll(fd, dst, span, h.header_len + span_start); !s.ok()) return fail(s);
   for (uint64_t c = c0; c <= c1; ++c) {
     const uint64_t cs = c * h.chunk_size - span_start;
-    const uint64_t ce = std::min<uint64_t>(buf.size(), cs + h.chunk_size);
-    if (auto s = VerifyUnitChunk(h, c, std::string_view(buf).substr(cs, ce - cs)); !s.ok()) return Err(s);
+    const uint64_t ce = std::min<uint64_t>(span, cs + h.chunk_size);
+    if (auto s = VerifyUnitChunk(h, c, std::string_view(dst + cs, ce - cs)); !s.ok()) return fail(s);
   }
-  std::memcpy(out, buf.data() + (offset - span_start), end - offset);
+  if (!direct) std::memcpy(out, buf.data() + (offset - span_start), end - offset);
   return static_cast<size_t>(end - offset);
 }
 

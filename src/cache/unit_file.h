@@ -96,6 +96,7 @@ Status VerifyUnitChunk(const UnitHeader& h, uint64_t chunk, std::string_view byt
 Result<UnitHeader> ReadUnitHeader(int fd);
 // Copies data bytes [offset, offset+len) (clamped to data_len) into `out`,
 // reading and verifying only the chunks touched. Returns the bytes copied.
+// On an error `out` holds no unverified bytes (it is left alone or zeroed).
 Result<size_t> ReadUnitRange(int fd, const UnitHeader& h, uint64_t offset, size_t len, char* out);
 // Writes header + data at the start of `fd` (a fresh file).
 Status WriteUnitFile(int fd, std::string_view header, std::string_view data);

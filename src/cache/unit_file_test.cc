@@ -207,3 +207,27 @@ TEST_CASE("index record round trip and rejection", "[index_record]") {
 
 }  // namespace
 }  // namespace igt::cache
+
+namespace igt::cache {
+namespace {
+
+TEST_CASE("whole-chunk reads go straight to the caller's buffer, zeroed on failure", "[unit_file]") {
+  UnitKey key{"direct", "v", 0};
+  const std::string data = Bytes(3 * kUnitChunkBytes + 500, 9);
+  TempUnit u(key, data);
+  auto h = ReadUnitHeader(u.fd);
+  REQUIRE(h.has_value());
+  std::string out(data.size(), 'x');
+  REQUIRE(ReadUnitRange(u.fd, *h, 0, out.size(), out.data()) == data.size());
+  CHECK(out == data);
+  std::string mid(kUnitChunkBytes, 'x');
+  REQUIRE(ReadUnitRange(u.fd, *h, kUnitChunkBytes, mid.size(), mid.data()) == kUnitChunkBytes);
+  CHECK(mid == data.substr(kUnitChunkBytes, kUnitChunkBytes));
+  u.Flip(h->header_len + 2 * kUnitChunkBytes);
+  std::fill(out.begin(), out.end(), 'x');
+  REQUIRE_FALSE(ReadUnitRange(u.fd, *h, 0, out.size(), out.data()).has_value());
+  CHECK(out == std::string(out.size(), '\0'));
+}
+
+}  // namespace
+}  // namespace igt::cache
