@@ -84,12 +84,9 @@ Result<Credentials> ParseCredentialsIni(std::string_view text, const std::string
 }
 
 Result<Credentials> ResolveCredentials(const std::string& profile_arg) {
-  // An explicit profile wins over the environment (as with `aws --profile`);
-  // otherwise the environment variables come first.
-  if (profile_arg.empty()) {
-    std::string id = Env("AWS_ACCESS_KEY_ID"), secret = Env("AWS_SECRET_ACCESS_KEY");
-    if (!id.empty() && !secret.empty()) return Credentials{id, secret, Env("AWS_SESSION_TOKEN")};
-  }
+  // The environment comes first (both variables must be set), then the file.
+  std::string id = Env("AWS_ACCESS_KEY_ID"), secret = Env("AWS_SECRET_ACCESS_KEY");
+  if (!id.empty() && !secret.empty()) return Credentials{id, secret, Env("AWS_SESSION_TOKEN")};
   std::string profile = profile_arg;
   if (profile.empty()) profile = Env("AWS_PROFILE");
   if (profile.empty()) profile = "default";
@@ -97,14 +94,13 @@ Result<Credentials> ResolveCredentials(const std::string& profile_arg) {
   std::ifstream in(path);
   if (!in) {
     return Err(Status::NotFound(
-        "no AWS credentials: " +
-        std::string(profile_arg.empty() ? "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY are not set and " : "") +
+        "no AWS credentials: AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY are not set and "
         "credentials file " + path + " cannot be read (profile [" + profile + "])"));
   }
   std::stringstream ss;
   ss << in.rdbuf();
   auto c = ParseCredentialsIni(ss.str(), profile, path);
-  if (!c && profile_arg.empty()) {
+  if (!c) {
     return Err(Status(c.error().code(),
                       c.error().message() + "; AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY are not set"));
   }

@@ -85,7 +85,7 @@ TEST_CASE("ResolveCredentials: environment first, then the file", "[credentials]
   ScopedEnv token("AWS_SESSION_TOKEN", std::nullopt);
   ScopedEnv profile("AWS_PROFILE", std::nullopt);
 
-  SECTION("env vars win when no profile is given") {
+  SECTION("env vars win") {
     ScopedEnv id("AWS_ACCESS_KEY_ID", std::string("AKIDENV"));
     ScopedEnv secret("AWS_SECRET_ACCESS_KEY", std::string("secretenv"));
     ScopedEnv tok("AWS_SESSION_TOKEN", std::string("envtok"));
@@ -94,6 +94,7 @@ TEST_CASE("ResolveCredentials: environment first, then the file", "[credentials]
     CHECK(c->access_key == "AKIDENV");
     CHECK(c->secret_key == "secretenv");
     CHECK(c->session_token == "envtok");
+    CHECK(igt::ResolveCredentials("work")->access_key == "AKIDENV");
   }
   SECTION("file, default profile") {
     ScopedEnv id("AWS_ACCESS_KEY_ID", std::nullopt);
@@ -111,6 +112,7 @@ TEST_CASE("ResolveCredentials: environment first, then the file", "[credentials]
     CHECK(c->access_key == "AKIDWORK");
   }
   SECTION("an explicit profile argument beats $AWS_PROFILE") {
+    ScopedEnv id("AWS_ACCESS_KEY_ID", std::nullopt);
     ScopedEnv p("AWS_PROFILE", std::string("default"));
     auto c = igt::ResolveCredentials("work");
     REQUIRE(c);

@@ -1,0 +1,321 @@
+// The S3 backend against a scripted in-process HTTP server: retries on 503 /
+// 500 / truncated bodies / bad Content-Range, no retry on 4xx, error bodies
+// never returned as data, metrics, and what the requests look like on the wire.
+
+#include <catch2/catch.hpp>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "igtcache/backends.h"
+#include "igtcache/metrics.h"
+
+using igt::Code;
+
+namespace {
+
+// One request per connection; replies come from a FIFO script (an empty
+// script answers 500). Records each request's head (request line + headers).
+class FakeServer {
+ public:
+  FakeServer() {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    int one = 1;
+    ::setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    socklen_t len = sizeof a;
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+    REQUIRE(::listen(fd_, 16) == 0);
+    thread_ = std::thread([this] { Loop(); });
+  }
+  ~FakeServer() {
+    stop_ = true;
+    thread_.join();
+    ::close(fd_);
+  }
+
+  std::string endpoint() const { return "http://127.0.0.1:" + std::to_string(port_); }
+
+  void Push(std::string raw) {
+    std::lock_guard l(mu_);
+    script_.push_back(std::move(raw));
+  }
+  std::vector<std::string> requests() {
+    std::lock_guard l(mu_);
+    return requests_;
+  }
+
+  static std::string Reply(int status, const std::vector<std::string>& headers, const std::string& body,
+                           bool auto_length = true) {
+    std::string r = "HTTP/1.1 " + std::to_string(status) + " X\r\nConnection: close\r\n";
+    for (const auto& h : headers) r += h + "\r\n";
+    if (auto_length) r += "Content-Length: " + std::to_string(body.size()) + "\r\n";
+    return r + "\r\n" + body;
+  }
+
+ private:
+  void Loop() {
+    while (!stop_) {
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, 20) <= 0) continue;
+      int c = ::accept(fd_, nullptr, nullptr);
+      if (c < 0) continue;
+      std::string head;
+      char buf[4096];
+      while (head.find("\r\n\r\n") == std::string::npos) {
+        ssize_t n = ::recv(c, buf, sizeof buf, 0);
+        if (n <= 0) break;
+        head.append(buf, static_cast<size_t>(n));
+      }
+      std::string reply;
+      {
+        std::lock_guard l(mu_);
+        requests_.push_back(head.substr(0, head.find("\r\n\r\n")));
+        if (script_.empty()) {
+          reply = Reply(500, {}, "<Error><Code>InternalError</Code><Message>unscripted</Message></Error>");
+        } else {
+          reply = std::move(script_.front());
+          script_.pop_front();
+        }
+      }
+      size_t off = 0;
+      while (off < reply.size()) {
+        ssize_t n = ::send(c, reply.data() + off, reply.size() - off, MSG_NOSIGNAL);
+        if (n <= 0) break;
+        off += static_cast<size_t>(n);
+      }
+      ::shutdown(c, SHUT_RDWR);
+      ::close(c);
+    }
+  }
+
+  int fd_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+  std::mutex mu_;  // guards script_, requests_
+  std::deque<std::string> script_;
+  std::vector<std::string> requests_;
+};
+
+igt::S3Options Opts(const FakeServer& s, igt::Metrics* m) {
+  igt::S3Options o;
+  o.bucket = "bkt";
+  o.prefix = "pre/";
+  o.endpoint = s.endpoint();
+  o.credentials = {"AKIDTEST", "secret-never-shown", ""};
+  o.max_retries = 3;
+  o.retry_base_ms = 1;
+  o.retry_deadline_ms = 10000;
+  o.connect_timeout_ms = 2000;
+  o.request_timeout_ms = 5000;
+  o.metrics = m;
+  return o;
+}
+
+const std::string kTen = "0123456789";
+const std::vector<std::string> kOkHeaders = {"Content-Range: bytes 0-9/10", "ETag: \"e1\""};
+
+std::string Head(const std::string& req, const std::string& lower_name) {
+  std::string lower = req;
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  auto p = lower.find("\r\n" + lower_name + ":");
+  if (p == std::string::npos) return "";
+  auto start = p + 3 + lower_name.size();
+  auto end = req.find("\r\n", start);
+  std::string v = req.substr(start, end - start);
+  while (!v.empty() && v.front() == ' ') v.erase(0, 1);
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("S3 fake: a ranged GET looks right on the wire", "[s3fake]") {
+  FakeServer s;
+  igt::Metrics m;
+  auto o = Opts(s, &m);
+  o.credentials.session_token = "TOKEN123";
+  auto b = igt::MakeS3Backend(o);
+  REQUIRE(b);
+  s.Push(FakeServer::Reply(206, kOkHeaders, kTen));
+  char buf[10];
+  auto n = (*b)->Read("dir/a b.txt", 0, 10, "e1", buf);
+  REQUIRE(n);
+  CHECK(*n == 10);
+  CHECK(std::string(buf, 10) == kTen);
+  auto reqs = s.requests();
+  REQUIRE(reqs.size() == 1);
+  CHECK(reqs[0].starts_with("GET /bkt/pre/dir/a%20b.txt HTTP/1.1"));
+  CHECK(Head(reqs[0], "range") == "bytes=0-9");
+  CHECK(Head(reqs[0], "host") == "127.0.0.1:" + s.endpoint().substr(s.endpoint().rfind(':') + 1));
+  CHECK(Head(reqs[0], "x-amz-content-sha256") ==
+        "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  CHECK(Head(reqs[0], "x-amz-security-token") == "TOKEN123");
+  CHECK(Head(reqs[0], "authorization").starts_with("AWS4-HMAC-SHA256 Credential=AKIDTEST/"));
+  CHECK_THAT(Head(reqs[0], "authorization"), Catch::Contains("/us-east-1/s3/aws4_request"));
+  CHECK(reqs[0].find("secret-never-shown") == std::string::npos);
+  CHECK(m.backend_retries == 0);
+}
+
+TEST_CASE("S3 fake: anonymous requests are unsigned", "[s3fake]") {
+  FakeServer s;
+  auto o = Opts(s, nullptr);
+  o.no_sign_request = true;
+  auto b = igt::MakeS3Backend(o);
+  REQUIRE(b);
+  s.Push(FakeServer::Reply(206, kOkHeaders, kTen));
+  char buf[10];
+  REQUIRE((*b)->Read("k", 0, 10, "", buf));
+  CHECK(Head(s.requests()[0], "authorization").empty());
+}
+
+TEST_CASE("S3 fake: retries 503 SlowDown, 500, truncated bodies and bad ranges", "[s3fake]") {
+  FakeServer s;
+  igt::Metrics m;
+  auto b = igt::MakeS3Backend(Opts(s, &m));
+  REQUIRE(b);
+  s.Push(FakeServer::Reply(503, {}, "<Error><Code>SlowDown</Code><Message>Reduce</Message></Error>"));
+  s.Push(FakeServer::Reply(206, {"Content-Range: bytes 0-9/10", "ETag: \"e1\"", "Content-Length: 10"},
+                           "01234", /*auto_length=*/false));  // truncated
+  s.Push(FakeServer::Reply(206, {"Content-Range: bytes 1-10/11", "ETag: \"e1\""}, kTen));  // wrong range
+  s.Push(FakeServer::Reply(206, kOkHeaders, kTen));
+  char buf[10];
+  auto n = (*b)->Read("k", 0, 10, "e1", buf);
+  REQUIRE(n);
+  CHECK(*n == 10);
+  CHECK(std::string(buf, 10) == kTen);
+  CHECK(m.backend_retries == 3);
+  CHECK(m.backend_errors == 0);
+  CHECK(s.requests().size() == 4);
+}
+
+TEST_CASE("S3 fake: retry budget is bounded and error bodies are never data", "[s3fake]") {
+  FakeServer s;
+  igt::Metrics m;
+  auto b = igt::MakeS3Backend(Opts(s, &m));
+  REQUIRE(b);
+  for (int i = 0; i < 4; ++i) {
+    s.Push(FakeServer::Reply(500, {}, "<Error><Code>InternalError</Code><Message>boom</Message></Error>"));
+  }
+  char buf[64];
+  std::memset(buf, '#', sizeof buf);
+  auto n = (*b)->Read("k", 0, 64, "", buf);
+  REQUIRE(!n);
+  CHECK(n.error().code() == Code::kIoError);
+  CHECK_THAT(n.error().message(), Catch::Contains("InternalError"));
+  CHECK_THAT(n.error().message(), Catch::Contains("3 retries"));
+  CHECK(std::string(buf, 64) == std::string(64, '#'));
+  CHECK(m.backend_retries == 3);
+  CHECK(m.backend_errors == 1);
+  CHECK(s.requests().size() == 4);
+
+  // A zero deadline allows no retry at all.
+  FakeServer s2;
+  igt::Metrics m2;
+  auto o = Opts(s2, &m2);
+  o.retry_deadline_ms = 0;
+  o.retry_base_ms = 1000;
+  auto b2 = igt::MakeS3Backend(o);
+  REQUIRE(b2);
+  CHECK(!(*b2)->Read("k", 0, 64, "", buf));
+  CHECK(m2.backend_retries == 0);
+  CHECK(s2.requests().size() == 1);
+}
+
+TEST_CASE("S3 fake: 4xx are final; ETag mismatch is kChanged; oversize is an error", "[s3fake]") {
+  FakeServer s;
+  igt::Metrics m;
+  auto b = igt::MakeS3Backend(Opts(s, &m));
+  REQUIRE(b);
+  char buf[10];
+  s.Push(FakeServer::Reply(403, {}, "<Error><Code>AccessDenied</Code><Message>Access Denied</Message></Error>"));
+  auto n = (*b)->Read("k", 0, 10, "", buf);
+  REQUIRE(!n);
+  CHECK(n.error().code() == Code::kPermissionDenied);
+  CHECK_THAT(n.error().message(), Catch::Contains("bkt"));
+  CHECK_THAT(n.error().message(), Catch::Contains("AccessDenied"));
+  CHECK_THAT(n.error().message(), !Catch::Contains("secret-never-shown"));
+
+  s.Push(FakeServer::Reply(404, {}, "<Error><Code>NoSuchKey</Code><Message>nope</Message></Error>"));
+  CHECK((*b)->Read("k", 0, 10, "", buf).error().code() == Code::kNotFound);
+
+  s.Push(FakeServer::Reply(206, {"Content-Range: bytes 0-9/10", "ETag: \"other\""}, kTen));
+  CHECK((*b)->Read("k", 0, 10, "e1", buf).error().code() == Code::kChanged);
+
+  // Range ignored: 200 with a 20-byte object for a 10-byte read.
+  s.Push(FakeServer::Reply(200, {"ETag: \"e1\""}, kTen + kTen));
+  auto big = (*b)->Read("k", 0, 10, "", buf);
+  REQUIRE(!big);
+  CHECK(big.error().code() == Code::kIoError);
+
+  // 200 for a whole small object is fine.
+  s.Push(FakeServer::Reply(200, {"ETag: \"e1\""}, "abc"));
+  CHECK((*b)->Read("k", 0, 10, "e1", buf).value() == 3);
+
+  // 416 at EOF: zero bytes.
+  s.Push(FakeServer::Reply(416, {"Content-Range: bytes */10", "ETag: \"e1\""}, "<Error><Code>InvalidRange</Code></Error>"));
+  CHECK((*b)->Read("k", 10, 10, "e1", buf).value() == 0);
+
+  CHECK(m.backend_retries == 0);
+  CHECK(s.requests().size() == 6);
+}
+
+TEST_CASE("S3 fake: Stat and List", "[s3fake]") {
+  FakeServer s;
+  auto b = igt::MakeS3Backend(Opts(s, nullptr));
+  REQUIRE(b);
+  s.Push("HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 1234\r\nETag: \"abc\"\r\n"
+         "Last-Modified: Thu, 01 Jan 1970 00:00:10 GMT\r\n\r\n");
+  auto st = (*b)->Stat("x/y");
+  REQUIRE(st);
+  CHECK(st->key == "x/y");
+  CHECK(st->size == 1234);
+  CHECK(st->etag == "abc");
+  CHECK(st->mtime_ns == 10'000'000'000LL);
+  CHECK(s.requests()[0].starts_with("HEAD /bkt/pre/x/y HTTP/1.1"));
+
+  s.Push("HTTP/1.1 404 Not Found\r\nConnection: close\r\nContent-Length: 0\r\n\r\n");
+  CHECK((*b)->Stat("gone").error().code() == Code::kNotFound);
+
+  s.Push(FakeServer::Reply(200, {}, R"(<ListBucketResult><EncodingType>url</EncodingType>
+    <IsTruncated>true</IsTruncated><NextContinuationToken>tok/+=</NextContinuationToken>
+    <Contents><Key>pre/d/</Key><Size>0</Size></Contents>
+    <Contents><Key>pre/d/a%20b</Key><Size>3</Size><ETag>"q"</ETag></Contents>
+    <CommonPrefixes><Prefix>pre/d/sub/</Prefix></CommonPrefixes></ListBucketResult>)"));
+  igt::ListRequest req;
+  req.prefix = "d/";
+  req.max_keys = 5;
+  req.continuation_token = "prev token";
+  auto p = (*b)->List(req);
+  REQUIRE(p);
+  REQUIRE(p->objects.size() == 1);  // the "d/" marker object is skipped
+  CHECK(p->objects[0].key == "d/a b");
+  CHECK(p->objects[0].etag == "q");
+  CHECK(p->prefixes == std::vector<std::string>{"d/sub/"});
+  CHECK(p->next_token == "tok/+=");
+  std::string line = s.requests()[2].substr(0, s.requests()[2].find("\r\n"));
+  CHECK(line == "GET /bkt?continuation-token=prev%20token&delimiter=%2F&encoding-type=url&"
+                "list-type=2&max-keys=5&prefix=pre%2Fd%2F HTTP/1.1");
+
+  s.Push(FakeServer::Reply(200, {}, "<ListBucketResult><Contents>"));  // malformed, then fixed
+  s.Push(FakeServer::Reply(200, {}, "<ListBucketResult><IsTruncated>false</IsTruncated></ListBucketResult>"));
+  p = (*b)->List({});
+  REQUIRE(p);
+  CHECK(p->objects.empty());
+  CHECK(p->next_token.empty());
+}
