@@ -345,6 +345,13 @@ std::optional<size_t> DiskBlockStore::Read(const UnitKey& key, uint64_t offset, 
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     const int err = errno;
+    if (err == ENOENT) {
+      // Evicted or removed since the lookup above (the entry leaves the index
+      // before its file is deleted): a plain miss, not an error.
+      std::lock_guard lk(mu_);
+      auto it = index_.find(id);
+      if (it == index_.end() || it->second.gen != gen) return std::nullopt;
+    }
     Add(metrics_->cache_read_errors);
     WarnOnce("read-open:" + ErrnoText(err),
              fmt::format("igtcache: cannot open cache unit {}: {} (served from the backend)", path, ErrnoText(err)));
