@@ -19,9 +19,11 @@ std::unique_ptr<EvictionPolicy> Make(const std::string& name) {
   return std::move(*p);
 }
 
-TEST_CASE("registry knows lru and fifo, lru first", "[policy]") {
+TEST_CASE("registry knows every built-in module, lru first", "[policy]") {
   auto names = EvictionPolicyNames();
-  REQUIRE(names.size() >= 2);
+  REQUIRE(names.size() >= 6);
+  for (const char* n : {"lfu", "2random", "keep", "evict-behind"})
+    CHECK(std::find(names.begin(), names.end(), n) != names.end());
   CHECK(names.front() == "lru");
   CHECK(std::find(names.begin(), names.end(), "fifo") != names.end());
   for (const auto& n : names) CHECK(Make(n)->name() == n);
@@ -197,6 +199,164 @@ TEST_CASE("lru: an accessed restored unit moves behind the others", "[policy][lr
   CHECK(*p->PickVictim() == "new");
   p->OnRemove("new");
   CHECK(*p->PickVictim() == "old");
+}
+
+TEST_CASE("module params: unknown key and out-of-range value name the key", "[policy]") {
+  auto a = MakeEvictionPolicy("lfu", {{"half_lfe_ms", 5}});
+  REQUIRE_FALSE(a.has_value());
+  CHECK(a.error().message().find("lfu.params.half_lfe_ms") != std::string::npos);
+  auto b = MakeEvictionPolicy("lfu", {{"half_life_ms", -1}});
+  REQUIRE_FALSE(b.has_value());
+  CHECK(b.error().message().find("lfu.params.half_life_ms") != std::string::npos);
+  auto c = MakeEvictionPolicy("lru", {{"x", 1}});
+  REQUIRE_FALSE(c.has_value());
+  CHECK(c.error().message().find("lru.params.x") != std::string::npos);
+  auto d = MakePrefetchPolicy("adaptive-readahead", {{"max_units", 1}, {"initial_units", 4}});
+  REQUIRE_FALSE(d.has_value());
+  CHECK(d.error().message().find("max_units") != std::string::npos);
+  auto e = MakePrefetchPolicy("warp");
+  REQUIRE_FALSE(e.has_value());
+  CHECK(e.error().message().find("adaptive-readahead") != std::string::npos);
+}
+
+TEST_CASE("conformance: metadata hooks keep the invariants", "[policy][conformance]") {
+  const std::string name = GENERATE(from_range(EvictionPolicyNames()));
+  const uint32_t seed = GENERATE(5u, 6u);
+  INFO("policy " << name << " seed " << seed);
+  auto p = Make(name);
+  std::mt19937 rng(seed);
+  std::set<std::string> model;
+  uint64_t now = 1;
+  for (int step = 0; step < 4000; ++step) {
+    now += rng() % 1000;
+    std::string id = "k" + std::to_string(rng() % 48);
+    switch (rng() % 6) {
+      case 0:
+      case 1:
+        p->OnInsertUnit(id, 1 + rng() % 100, 0, UnitMeta{rng() % 64, rng() % 2 == 0, now});
+        model.insert(id);
+        break;
+      case 2: p->OnAccessAt(id, now); break;
+      case 3: p->OnRemove(id); model.erase(id); break;
+      case 4:
+        if (rng() % 50 == 0) p->OnEpoch();
+        (void)p->VictimWeight();
+        break;
+      case 5:
+        if (auto v = p->PickVictim()) {
+          REQUIRE(model.count(*v) == 1);
+          // Stable between calls until something changes.
+          REQUIRE(*p->PickVictim() == *v);
+          p->OnRemove(*v);
+          model.erase(*v);
+        } else {
+          REQUIRE(model.empty());
+        }
+        break;
+    }
+    REQUIRE(p->size() == model.size());
+  }
+}
+
+TEST_CASE("lfu: least frequent first, ties by recency; ageing lets old heat go", "[policy][lfu]") {
+  auto p = Make("lfu");
+  p->OnInsert("a", 1, 0);
+  p->OnInsert("b", 1, 0);
+  p->OnInsert("c", 1, 0);
+  p->OnAccess("a");
+  p->OnAccess("a");
+  p->OnAccess("c");
+  CHECK(*p->PickVictim() == "b");
+  p->OnRemove("b");
+  CHECK(*p->PickVictim() == "c");
+
+  auto aged = MakeEvictionPolicy("lfu", {{"half_life_ms", 1}});  // 1 ms half-life
+  REQUIRE(aged.has_value());
+  auto& q = *aged;
+  q->OnInsertUnit("old", 1, 0, UnitMeta{0, false, 1000});
+  for (int i = 0; i < 10; ++i) q->OnAccessAt("old", 1000 + i);  // hot long ago
+  q->OnInsertUnit("new", 1, 0, UnitMeta{0, false, 100000});
+  q->OnAccessAt("new", 100000);
+  // 99 half-lives later "old" is worth ~0; "new" has count 2.
+  CHECK(*q->PickVictim() == "old");
+  CHECK(q->VictimWeight() < 1e-6);
+}
+
+TEST_CASE("keep: read-this-epoch units first (newest first), then unread", "[policy][keep]") {
+  auto p = Make("keep");
+  p->OnInsertUnit("p1", 1, 0, UnitMeta{0, true, 0});  // prefetched, unread
+  p->OnInsertUnit("d1", 1, 0, UnitMeta{0, false, 0}); // demand: read
+  p->OnInsertUnit("d2", 1, 0, UnitMeta{0, false, 0});
+  CHECK(*p->PickVictim() == "d2");
+  p->OnAccess("p1");                                    // p1 read now
+  CHECK(*p->PickVictim() == "p1");
+  p->OnEpoch();                                         // nothing read yet
+  p->OnInsertUnit("p2", 1, 0, UnitMeta{0, true, 0});
+  CHECK(*p->PickVictim() == "p2");
+  p->OnAccess("d1");
+  CHECK(*p->PickVictim() == "d1");
+}
+
+TEST_CASE("evict-behind: consumed furthest-along first, then unread furthest ahead", "[policy][evict-behind]") {
+  auto p = Make("evict-behind");
+  for (uint64_t i = 0; i < 4; ++i) p->OnInsertUnit("c" + std::to_string(i), 1, 0, UnitMeta{i, false, 0});
+  for (uint64_t i = 4; i < 6; ++i) p->OnInsertUnit("u" + std::to_string(i), 1, 0, UnitMeta{i, true, 0});
+  std::vector<std::string> order;
+  while (auto v = p->PickVictim()) {
+    order.push_back(*v);
+    p->OnRemove(*v);
+  }
+  CHECK(order == std::vector<std::string>{"c3", "c2", "c1", "c0", "u5", "u4"});
+}
+
+TEST_CASE("prefetch modules: registry and plans", "[policy][prefetch]") {
+  auto names = PrefetchPolicyNames();
+  for (const auto& n : names) {
+    auto p = MakePrefetchPolicy(n);
+    REQUIRE(p.has_value());
+    CHECK((*p)->name() == n);
+    // Every module is harmless on a read of a one-unit file with no callbacks.
+    PrefetchContext c;
+    c.path = "f";
+    c.file_size = 100;
+    c.length = 100;
+    std::vector<PrefetchRange> out;
+    (*p)->Plan(c, out);
+    CHECK(out.empty());
+  }
+  auto ra = *MakePrefetchPolicy("adaptive-readahead", {{"initial_units", 2}, {"max_units", 8}});
+  PrefetchContext c;
+  c.path = "big";
+  c.file_size = 100 << 20;
+  c.unit_bytes = 1 << 20;
+  c.length = 1 << 20;
+  std::vector<PrefetchRange> out;
+  ra->Plan(c, out);  // offset 0: window 2
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].first_unit == 1);
+  CHECK(out[0].last_unit == 2);
+  uint64_t w = 0;
+  for (int i = 1; i < 6; ++i) {  // stays sequential: 4, 8, 8, ...
+    out.clear();
+    c.offset = uint64_t(i) << 20;
+    c.continues = true;
+    ra->Plan(c, out);
+    REQUIRE(out.size() == 1);
+    w = out[0].last_unit - out[0].first_unit + 1;
+  }
+  CHECK(w == 8);
+  ra->OnWasted("big");  // shrinks to 4, then doubles again on the next read
+  out.clear();
+  c.offset = 6 << 20;
+  ra->Plan(c, out);
+  CHECK(out[0].last_unit - out[0].first_unit + 1 == 8);
+  ra->OnWasted("big");
+  ra->OnWasted("big");
+  out.clear();
+  c.offset = 20 << 20;  // a jump: back to the initial window
+  c.continues = false;
+  ra->Plan(c, out);
+  CHECK(out.empty());  // a jump mid-file is not sequential evidence
 }
 
 TEST_CASE("fifo ignores reads", "[policy][fifo]") {

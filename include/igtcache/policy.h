@@ -8,6 +8,8 @@
 // Policies are created by name (MakeEvictionPolicy), like RocksDB plug-ins.
 
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -16,6 +18,22 @@
 #include "igtcache/status.h"
 
 namespace igt {
+
+// Per-unit facts a stream-aware eviction module may use (DESIGN.md sec. 6).
+// Modules that do not need them ignore them (the default OnInsertUnit
+// forwards to OnInsert).
+struct UnitMeta {
+  // Position of the unit in its stream's scan order (listing rank of the file
+  // times 2^32 plus the unit index): evict-behind keeps the lowest positions.
+  uint64_t position = 0;
+  // Inserted by a prefetch and not read yet (a readahead window unit).
+  bool prefetched = false;
+  uint64_t now_us = 0;  // the caller's clock at the insert (0 = unknown)
+};
+
+// Module parameters from the policy YAML (`{name: lfu, params: {...}}`),
+// numbers only. A factory rejects a key it does not know, naming it.
+using PolicyParams = std::map<std::string, double>;
 
 class EvictionPolicy {
  public:
@@ -32,10 +50,88 @@ class EvictionPolicy {
   // it is gone). nullopt when the policy tracks nothing.
   virtual std::optional<std::string> PickVictim() = 0;
   virtual size_t size() const = 0;
+
+  // --- Optional hooks of stream-aware modules (defaults keep the flat
+  // behaviour above, so the BlockStore may keep calling only the above). ---
+
+  // OnInsert with the unit's metadata.
+  virtual void OnInsertUnit(const std::string& id, uint64_t bytes, uint64_t last_access_us,
+                            const UnitMeta& meta) {
+    OnInsert(id, bytes, last_access_us);
+  }
+  // OnAccess with the caller's clock (frequency ageing).
+  virtual void OnAccessAt(const std::string& id, uint64_t now_us) { OnAccess(id); }
+  // A new epoch of the stream began (every cached unit becomes "not yet read
+  // this epoch"). Epoch-aware modules only.
+  virtual void OnEpoch() {}
+  // A module-defined weight of the next victim, comparable across streams of
+  // the same module: `lfu` returns the victim's aged access count. Negative
+  // when the module has no such notion.
+  virtual double VictimWeight() const { return -1; }
 };
 
-// "lru" (default), "fifo". Unknown names give InvalidArgument listing the known ones.
+// Built-in modules (policies/registry.cc): "lru" (default), "fifo", "lfu",
+// "2random", "keep", "evict-behind". Unknown names give InvalidArgument
+// listing the known ones; unknown or out-of-range params name the key.
 Result<std::unique_ptr<EvictionPolicy>> MakeEvictionPolicy(const std::string& name);
+Result<std::unique_ptr<EvictionPolicy>> MakeEvictionPolicy(const std::string& name,
+                                                           const PolicyParams& params);
 std::vector<std::string> EvictionPolicyNames();
+
+// ---------------------------------------------------------------------------
+// Prefetch modules (DESIGN.md sec. 6): after each read, a module proposes
+// ranges of units to fetch ahead. Modules keep their own bounded per-file
+// state; the engine calls them under its own lock (no thread-safety needed).
+
+struct PrefetchRange {
+  std::string path;        // object key relative to the mount root
+  uint64_t file_size = 0;  // bytes
+  uint64_t first_unit = 0, last_unit = 0;  // inclusive
+};
+
+// A file in a directory listing (listing order = byte order of the key).
+struct ListedFile {
+  std::string path;
+  uint64_t size = 0;
+};
+
+struct PrefetchContext {
+  uint64_t now_us = 0;
+  uint32_t pid = 0;
+  std::string_view path;   // the file just read
+  uint64_t file_size = 0;
+  uint64_t offset = 0, length = 0;
+  uint64_t unit_bytes = 1 << 20;
+  // The read starts where this reader's previous read of the file ended
+  // (the engine tracks it per (pid, file)).
+  bool continues = false;
+  // Labels of the governing streams (igt::stream::Label values: 0 unknown,
+  // 1 sequential, 2 random, 3 skewed): the file at block granularity and its
+  // directory at file granularity.
+  int file_label = 0;
+  int dir_label = 0;
+  // Up to `n` files after `path` in its directory's listing order.
+  std::function<std::vector<ListedFile>(std::string_view path, size_t n)> next_files;
+  // Up to `n` files of the governing uniform stream not yet read in its
+  // current epoch and not cached (epoch-aware prefetching); empty if none.
+  std::function<std::vector<ListedFile>(size_t n)> unread_items;
+};
+
+class PrefetchPolicy {
+ public:
+  virtual ~PrefetchPolicy() = default;
+  virtual std::string_view name() const = 0;
+  // Appends the ranges to fetch ahead (possibly already cached: the caller
+  // skips those).
+  virtual void Plan(const PrefetchContext& ctx, std::vector<PrefetchRange>& out) = 0;
+  // A unit this module prefetched for `path` was evicted before it was read:
+  // shrink that file's window.
+  virtual void OnWasted(std::string_view path) {}
+};
+
+// "none", "readahead" (fixed window), "adaptive-readahead", "epoch".
+Result<std::unique_ptr<PrefetchPolicy>> MakePrefetchPolicy(const std::string& name,
+                                                           const PolicyParams& params = {});
+std::vector<std::string> PrefetchPolicyNames();
 
 }  // namespace igt

@@ -1,0 +1,83 @@
+// keep: "keep what is cached", the eviction module of uniform (random)
+// streams, epoch-aware (DESIGN.md sec. 6, docs/POLICIES.md).
+//
+// Under uniform access every cached unit is equally likely to be read next,
+// so replacing one by another gains nothing and churn only costs writes: the
+// newest unit is the victim (a miss that finds the stream at its share is in
+// effect not admitted), and the cached set stays put: hit ratio c/D instead of
+// LRU's lower figure under epoch shuffling.
+// Epochs: a unit read in the current epoch will not be read again before the
+// next one, so units already read this epoch are the first victims (newest
+// first); units not yet read this epoch come after. A unit inserted by a
+// demand miss counts as read (it is being read); a prefetched one as not
+// yet read. OnEpoch() makes every unit "not yet read".
+// Thread-safety: none (the caller's lock).
+
+#include <list>
+#include <unordered_map>
+
+#include "policies/builtin.h"
+
+namespace igt::policies {
+namespace {
+
+class KeepPolicy final : public EvictionPolicy {
+ public:
+  std::string_view name() const override { return "keep"; }
+  void OnInsert(const std::string& id, uint64_t bytes, uint64_t last_access_us) override {
+    Put(id, /*read=*/true);
+  }
+  void OnInsertUnit(const std::string& id, uint64_t bytes, uint64_t last_access_us,
+                    const UnitMeta& meta) override {
+    Put(id, !meta.prefetched);
+  }
+  void OnAccess(const std::string& id) override {
+    auto it = map_.find(id);
+    if (it == map_.end() || it->second.read) return;
+    unread_.erase(it->second.pos);
+    read_.push_back(id);
+    it->second = {true, std::prev(read_.end())};
+  }
+  void OnRemove(const std::string& id) override {
+    auto it = map_.find(id);
+    if (it == map_.end()) return;
+    (it->second.read ? read_ : unread_).erase(it->second.pos);
+    map_.erase(it);
+  }
+  std::optional<std::string> PickVictim() override {
+    if (!read_.empty()) return read_.back();
+    if (!unread_.empty()) return unread_.back();
+    return std::nullopt;
+  }
+  size_t size() const override { return map_.size(); }
+  void OnEpoch() override {
+    // Read units join the unread ones, older than any unit prefetched so far
+    // this epoch (they stay cached; the prefetched ones are newest).
+    for (auto& id : read_) map_[id].read = false;
+    unread_.splice(unread_.begin(), read_);
+    for (auto it = unread_.begin(); it != unread_.end(); ++it) map_[*it].pos = it;
+  }
+  // Units already read this epoch (for stats and the engine's planning).
+  size_t read_count() const { return read_.size(); }
+
+ private:
+  struct Slot {
+    bool read;
+    std::list<std::string>::iterator pos;
+  };
+  void Put(const std::string& id, bool read) {
+    OnRemove(id);
+    auto& l = read ? read_ : unread_;
+    l.push_back(id);
+    map_[id] = {read, std::prev(l.end())};
+  }
+  std::list<std::string> read_;    // back = newest = first victim
+  std::list<std::string> unread_;  // back = newest
+  std::unordered_map<std::string, Slot> map_;
+};
+
+}  // namespace
+
+std::unique_ptr<EvictionPolicy> MakeKeepPolicy() { return std::make_unique<KeepPolicy>(); }
+
+}  // namespace igt::policies

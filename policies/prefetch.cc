@@ -1,0 +1,140 @@
+// Prefetch modules (igtcache/policy.h PrefetchPolicy):
+//   none                no prefetching (random and skewed streams)
+//   readahead           fixed window of `units` after a read that continues
+//                       the reader's previous read or starts a file (the
+//                       lru-readahead baseline; small readahead for unknown)
+//   adaptive-readahead  sequential streams: a per-file window that doubles
+//                       while reads stay sequential (initial_units ..
+//                       max_units), is reset by a jump, and halves when a
+//                       unit it prefetched is evicted unread; at the end of a
+//                       file whose directory is scanned in listing order it
+//                       runs on into the next files
+//   epoch               uniform streams over a known item set: propose items
+//                       not yet read this epoch (they will all be read before
+//                       the epoch ends), plus a small readahead inside a file
+// Per-file state is bounded: at kMaxTracked files the table is cleared (a
+// stream that is still active rebuilds its window in a few reads).
+// Thread-safety: none (the engine's lock).
+
+#include <algorithm>
+#include <string>
+#include <unordered_map>
+
+#include "policies/builtin.h"
+
+namespace igt::policies {
+namespace {
+
+constexpr size_t kMaxTracked = 16384;  // per-file windows kept (~64 B each)
+constexpr int kSequential = 1;          // igt::stream::Label::kSequential
+
+uint64_t UnitsOf(uint64_t size, uint64_t unit) { return size == 0 ? 1 : (size + unit - 1) / unit; }
+
+// Units [end_unit+1, end_unit+window] of the file just read, clipped at EOF.
+// Returns the window not covered because the file ended.
+uint64_t AheadInFile(const PrefetchContext& c, uint64_t window, std::vector<PrefetchRange>& out) {
+  const uint64_t n = UnitsOf(c.file_size, c.unit_bytes);
+  const uint64_t end = c.offset + std::max<uint64_t>(c.length, 1);
+  const uint64_t last_read = std::min(n - 1, (end - 1) / c.unit_bytes);
+  if (window == 0) return 0;
+  const uint64_t first = last_read + 1;
+  if (first >= n) return window;
+  const uint64_t last = std::min(n - 1, last_read + window);
+  out.push_back({std::string(c.path), c.file_size, first, last});
+  return window - (last - first + 1);
+}
+
+class NoPrefetch final : public PrefetchPolicy {
+ public:
+  std::string_view name() const override { return "none"; }
+  void Plan(const PrefetchContext&, std::vector<PrefetchRange>&) override {}
+};
+
+class FixedReadahead final : public PrefetchPolicy {
+ public:
+  explicit FixedReadahead(uint64_t units) : units_(units) {}
+  std::string_view name() const override { return "readahead"; }
+  void Plan(const PrefetchContext& c, std::vector<PrefetchRange>& out) override {
+    if (c.continues || c.offset == 0) AheadInFile(c, units_, out);
+  }
+
+ private:
+  uint64_t units_;
+};
+
+class AdaptiveReadahead final : public PrefetchPolicy {
+ public:
+  AdaptiveReadahead(uint64_t initial, uint64_t max, uint64_t next_files)
+      : initial_(initial), max_(max), next_files_(next_files) {}
+  std::string_view name() const override { return "adaptive-readahead"; }
+  void Plan(const PrefetchContext& c, std::vector<PrefetchRange>& out) override {
+    if (windows_.size() >= kMaxTracked) windows_.clear();
+    const bool dir_scan = c.dir_label == kSequential;
+    std::string key(c.path);
+    auto it = windows_.find(key);
+    uint64_t w;
+    if (it == windows_.end()) {
+      // A new file: in a directory scan it inherits the scan's window.
+      w = dir_scan ? std::max(initial_, scan_window_) : initial_;
+    } else if (c.continues || c.file_label == kSequential) {
+      w = std::min(max_, it->second * 2);
+    } else {
+      w = initial_;  // a jump: start over
+    }
+    windows_[key] = w;
+    if (!(c.continues || c.offset == 0 || c.file_label == kSequential)) return;
+    uint64_t left = AheadInFile(c, w, out);
+    if (dir_scan) {
+      scan_window_ = w;
+      if (left > 0 && next_files_ > 0 && c.next_files) {
+        for (const auto& f : c.next_files(c.path, next_files_)) {
+          if (left == 0) break;
+          const uint64_t n = std::min(left, UnitsOf(f.size, c.unit_bytes));
+          out.push_back({f.path, f.size, 0, n - 1});
+          left -= n;
+        }
+      }
+    }
+  }
+  void OnWasted(std::string_view path) override {
+    auto it = windows_.find(std::string(path));
+    if (it != windows_.end()) it->second = std::max(initial_, it->second / 2);
+    scan_window_ = std::max(initial_, scan_window_ / 2);
+  }
+
+ private:
+  const uint64_t initial_, max_, next_files_;
+  std::unordered_map<std::string, uint64_t> windows_;  // path -> window (units)
+  uint64_t scan_window_ = 0;  // window of the current listing-order scan
+};
+
+class EpochPrefetch final : public PrefetchPolicy {
+ public:
+  EpochPrefetch(uint64_t per_read, uint64_t readahead) : per_read_(per_read), readahead_(readahead) {}
+  std::string_view name() const override { return "epoch"; }
+  void Plan(const PrefetchContext& c, std::vector<PrefetchRange>& out) override {
+    if (c.continues) AheadInFile(c, readahead_, out);
+    if (per_read_ == 0 || !c.unread_items) return;
+    for (const auto& f : c.unread_items(per_read_))
+      out.push_back({f.path, f.size, 0, UnitsOf(f.size, c.unit_bytes) - 1});
+  }
+
+ private:
+  const uint64_t per_read_, readahead_;
+};
+
+}  // namespace
+
+std::unique_ptr<PrefetchPolicy> MakeNoPrefetch() { return std::make_unique<NoPrefetch>(); }
+std::unique_ptr<PrefetchPolicy> MakeFixedReadahead(uint64_t units) {
+  return std::make_unique<FixedReadahead>(units);
+}
+std::unique_ptr<PrefetchPolicy> MakeAdaptiveReadahead(uint64_t initial_units, uint64_t max_units,
+                                                      uint64_t max_next_files) {
+  return std::make_unique<AdaptiveReadahead>(initial_units, max_units, max_next_files);
+}
+std::unique_ptr<PrefetchPolicy> MakeEpochPrefetch(uint64_t per_read, uint64_t readahead_units) {
+  return std::make_unique<EpochPrefetch>(per_read, readahead_units);
+}
+
+}  // namespace igt::policies
