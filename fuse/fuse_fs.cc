@@ -204,9 +204,10 @@ struct FuseFs::Impl {
       return;
     }
     Add(self->metrics_->read_bytes, *n);
-    fuse_reply_buf(req, buf.data(), *n);
+    // Before the reply: once replied, a release may free the handle.
     if (self->access_hook_)
       self->access_hook_(fuse_req_ctx(req)->pid, h->file.key, static_cast<uint64_t>(off), *n, h->file.size);
+    fuse_reply_buf(req, buf.data(), *n);
   }
 
   static void Release(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) noexcept {

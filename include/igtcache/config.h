@@ -7,6 +7,7 @@
 // Thread-safety: a Config is a plain value; copy it.
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,9 @@ struct Config {
     std::string level;
     std::string file;
   } logging;
+  // Explicitly set `stream.*` keys (the access stream tree's tunables; see
+  // StreamConfigFrom in src/config/stream_settings.h), key -> value.
+  std::map<std::string, std::string> stream_params;
 
   // All defaults from the schema.
   static Config Defaults();

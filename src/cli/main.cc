@@ -11,6 +11,8 @@
 #include "igtcache/config.h"
 #include "igtcache/version.h"
 #include "src/cli/mount_cmd.h"
+#include "src/config/stream_settings.h"
+#include "src/stream/classify.h"
 
 namespace {
 
@@ -37,6 +39,26 @@ int RunStats(const std::string& mountpoint) {
   return igt::kExitOk;
 }
 
+int RunClassify(const std::string& trace, const std::string& config_path) {
+  auto cfg = igt::LoadConfig(config_path);
+  if (!cfg) {
+    std::fprintf(stderr, "igtcache: error: %s\n", cfg.error().message().c_str());
+    return igt::kExitUsage;
+  }
+  auto scfg = igt::StreamConfigFrom(*cfg);
+  if (!scfg) {
+    std::fprintf(stderr, "igtcache: error: %s\n", scfg.error().message().c_str());
+    return igt::kExitUsage;
+  }
+  auto j = igt::stream::ClassifyTrace(trace, *scfg);
+  if (!j) {
+    std::fprintf(stderr, "igtcache: error: %s\n", j.error().message().c_str());
+    return j.error().code() == igt::Code::kInvalidArgument ? igt::kExitUsage : igt::kExitError;
+  }
+  std::cout << j->dump(2) << "\n";
+  return igt::kExitOk;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -59,10 +81,16 @@ int main(int argc, char** argv) {
   mount->add_option("--addressing", m.addressing, "auto | path | virtual (backend.addressing)");
   mount->add_option("--log-level", m.log_level, "trace|debug|info|warn|error|off (logging.level)");
   mount->add_option("--log-file", m.log_file, "Log file (logging.file)");
+  mount->add_option("--trace-out", m.trace_out, "Record every read as a trace CSV (docs/TRACES.md)");
 
   std::string stats_mnt;
   auto* stats = app.add_subcommand("stats", "Print the live counters of a mount as JSON");
   stats->add_option("MOUNTPOINT", stats_mnt, "An igtcache mount point")->required();
+
+  std::string trace_in, classify_config;
+  auto* classify = app.add_subcommand("classify", "Label the access streams of a trace (JSON)");
+  classify->add_option("--trace", trace_in, "Trace CSV (docs/TRACES.md)")->required();
+  classify->add_option("--config", classify_config, "YAML config (stream.* keys)");
 
   bool markdown = false, example = false;
   auto* config = app.add_subcommand("config", "Print the configuration reference");
@@ -77,6 +105,7 @@ int main(int argc, char** argv) {
   }
   if (*mount) return igt::RunMount(m);
   if (*stats) return RunStats(stats_mnt);
+  if (*classify) return RunClassify(trace_in, classify_config);
   if (*config) {
     std::cout << (markdown ? igt::ConfigMarkdown() : igt::ConfigExampleYaml());
     return 0;

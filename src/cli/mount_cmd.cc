@@ -8,7 +8,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <thread>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -21,7 +24,10 @@
 #include "igtcache/block_store.h"
 #include "igtcache/metrics.h"
 #include "igtcache/version.h"
+#include "src/config/stream_settings.h"
 #include "src/fs/namespace.h"
+#include "src/stream/access_stream_tree.h"
+#include "src/stream/trace.h"
 #include "src/read/read_pipeline.h"
 
 namespace igt {
@@ -145,10 +151,30 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
   Namespace ns(backend->get(), store->get(), &metrics, Namespace::Options{cfg.metadata.ttl_ms});
   ReadPipeline pipeline(backend->get(), store->get(), &metrics,
                         ReadPipeline::Options{cfg.cache.unit_size_bytes, cfg.backend.max_request_bytes});
+  // The access stream tree sees every read the kernel sends (DESIGN.md sec. 3 step 2).
+  auto scfg = StreamConfigFrom(cfg);
+  if (!scfg) {
+    rep.Fail(scfg.error().message());
+    return kExitUsage;
+  }
+  stream::AccessStreamTree tree(*scfg);
+  std::unique_ptr<stream::TraceWriter> trace;
+  if (!a.trace_out.empty()) {
+    auto t = stream::TraceWriter::Open(a.trace_out);
+    if (!t) {
+      rep.Fail(fmt::format("--trace-out '{}': {}", a.trace_out, t.error().message()));
+      return kExitUsage;
+    }
+    trace = std::move(*t);
+  }
   const auto started = std::chrono::steady_clock::now();
+  auto now_us = [started] {
+    return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                     std::chrono::steady_clock::now() - started).count());
+  };
   const std::string source = (*backend)->Describe();
   BlockStore* st = store->get();
-  auto stats_json = [&metrics, st, started, source, &ns]() {
+  auto stats_json = [&metrics, st, started, source, &ns, &tree]() {
     nlohmann::json j;
     for (const auto& [k, v] : metrics.Snapshot()) j[k] = v;
     j["cache_used_bytes"] = st->used_bytes();
@@ -160,6 +186,10 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
     j["version"] = kVersion;
     j["uptime_s"] = std::chrono::duration_cast<std::chrono::seconds>(
                         std::chrono::steady_clock::now() - started).count();
+    j["streams"] = stream::StreamsToJson(tree.Snapshot())["streams"];
+    auto mem = tree.Memory();
+    j["stream_tree_nodes"] = mem.nodes;
+    j["stream_tree_bytes"] = mem.bytes;
     return j.dump(2) + "\n";
   };
   FuseFs::Options fo;
@@ -169,6 +199,38 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
   fo.extra_opts = a.fuse_opts;
   fo.config = cfg;
   FuseFs fuse(&ns, &pipeline, &metrics, stats_json, fo);
+  stream::TraceWriter* tw = trace.get();
+  fuse.set_access_hook([&tree, tw, now_us](uint64_t pid, const std::string& key, uint64_t off,
+                                           uint64_t len, uint64_t size) {
+    const uint64_t t = now_us();
+    tree.Record(t, static_cast<uint32_t>(pid), key, off, len, size);
+    if (tw) tw->Append(t, static_cast<uint32_t>(pid), key, off, len, size);
+  });
+  ns.set_listing_hook([&tree](const std::string& dir_key, size_t entries) {
+    tree.NoteListing(dir_key, entries);
+  });
+  // Maintenance: detector re-tests and ageing, once a second.
+  std::mutex maint_mu;
+  std::condition_variable maint_cv;
+  bool maint_stop = false;  // guarded by maint_mu
+  std::thread maintenance([&] {
+    std::unique_lock lk(maint_mu);
+    while (!maint_cv.wait_for(lk, std::chrono::seconds(1), [&] { return maint_stop; }))
+      tree.Maintain(now_us());
+  });
+  struct Joiner {
+    std::function<void()> f;
+    ~Joiner() { f(); }
+  } join_maintenance{[&] {
+    {
+      std::lock_guard lk(maint_mu);
+      maint_stop = true;
+    }
+    maint_cv.notify_all();
+    maintenance.join();
+    if (trace)
+      if (auto s = trace->Close(); !s.ok()) spdlog::error("trace: {}", s.ToString());
+  }};
   if (auto s = fuse.Mount(); !s.ok()) {
     rep.Fail(s.message());
     return kExitError;

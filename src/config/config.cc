@@ -3,6 +3,9 @@
 
 #include "igtcache/config.h"
 
+#include "src/config/stream_settings.h"
+#include "src/stream/stream_config.h"
+
 #include <yaml-cpp/yaml.h>
 
 #include <cerrno>
@@ -140,7 +143,23 @@ const std::vector<Key>& Schema() {
        "Log file. Empty: stderr in the foreground; <cache.dir>/igtcache.log when daemonized.",
        nullptr, SET_STR(logging.file)},
   };
-  return k;
+  // The access stream tree's tunables (src/stream/stream_config.h) under
+  // `stream.`: their docs and defaults come from the stream module.
+  static const std::vector<Key> all = [] {
+    std::vector<Key> v = k;
+    static const std::vector<stream::ParamDoc> docs = stream::StreamParamDocs();
+    static std::vector<std::string> helps;
+    helps.reserve(docs.size());
+    for (const auto& d : docs) {
+      helps.push_back(d.help + (d.unit.empty() ? "" : " [" + d.unit + "]") + ".");
+      Type t = d.type == "double" ? Type::kRatio : Type::kInt;
+      std::string key = d.key;
+      v.push_back({d.key.c_str(), t, d.default_value.c_str(), helps.back().c_str(), nullptr,
+                   [key](Config& c, const std::string& val) { c.stream_params[key] = val; }});
+    }
+    return v;
+  }();
+  return all;
 }
 
 const Key* FindKey(const std::string& key) {
@@ -261,6 +280,7 @@ std::string FormatSize(uint64_t b) {
 Config Config::Defaults() {
   Config c;
   for (const auto& k : Schema()) k.set(c, k.default_value);
+  c.stream_params.clear();  // only explicitly set stream keys are recorded
   return c;
 }
 
@@ -332,7 +352,37 @@ Status Validate(const Config& c) {
   if (!c.backend.endpoint.empty() && c.backend.endpoint.rfind("http://", 0) != 0 &&
       c.backend.endpoint.rfind("https://", 0) != 0)
     return bad("backend.endpoint", "'" + c.backend.endpoint + "' must start with http:// or https://");
+  if (auto sc = StreamConfigFrom(c); !sc) return sc.error();
   return Status::Ok();
+}
+
+Result<stream::StreamConfig> StreamConfigFrom(const Config& c) {
+  stream::StreamConfig s;
+  s.unit_bytes = c.cache.unit_size_bytes;  // follows the cache unit unless set
+  for (const auto& [key, v] : c.stream_params) {
+    const std::string f = key.substr(std::string("stream.").size());
+    auto u = [&] { return std::strtoull(v.c_str(), nullptr, 10); };
+    auto u32 = [&]() -> Result<uint32_t> {
+      auto x = u();
+      if (x > UINT32_MAX) return Err(Status::InvalidArgument(fmt::format("config key '{}': too large", key)));
+      return static_cast<uint32_t>(x);
+    };
+    auto d = [&] { return std::strtod(v.c_str(), nullptr); };
+#define U32(name) if (f == #name) { auto x = u32(); if (!x) return Err(x.error()); s.name = *x; continue; }
+    U32(min_samples) U32(window) U32(retest_every_samples) U32(retest_period_ms)
+    U32(hysteresis_tests) U32(sequential_gap)
+#undef U32
+    if (f == "alpha") s.alpha = d();
+    else if (f == "min_sequential_ratio") s.min_sequential_ratio = d();
+    else if (f == "mixed_sequential_ratio") s.mixed_sequential_ratio = d();
+    else if (f == "unit_bytes") s.unit_bytes = u();
+    else if (f == "memory_cap_bytes") s.memory_cap_bytes = u();
+    else if (f == "idle_prune_ms") s.idle_prune_ms = u();
+    else if (f == "heat_half_life_ms") s.heat_half_life_ms = u();
+    else return Err(Status::Internal("stream key not mapped: " + key));
+  }
+  if (auto st = stream::Validate(s); !st.ok()) return Err(st);
+  return s;
 }
 
 std::vector<ConfigKeyDoc> ConfigSchemaDocs() {

@@ -167,6 +167,7 @@ Result<std::shared_ptr<const DirListing>> Namespace::Listing(const std::string& 
     if (result) listings_[dir_key] = *result;
     fetches_.erase(dir_key);
   }
+  if (result && listing_hook_) listing_hook_(dir_key, (*result)->entries.size());
   {
     std::lock_guard lk(fetch->mu);
     fetch->result = result;

@@ -81,6 +81,10 @@ class Namespace {
 
   size_t inode_count() const;
 
+  // Called after a listing is fetched or loaded, with the directory key and
+  // its number of entries (the access stream tree's N). Set before use.
+  void set_listing_hook(std::function<void(const std::string&, size_t)> h) { listing_hook_ = std::move(h); }
+
  private:
   struct Inode {
     uint64_t ino;
@@ -101,6 +105,7 @@ class Namespace {
   BlockStore* store_;
   Metrics* metrics_;
   Options opts_;
+  std::function<void(const std::string&, size_t)> listing_hook_;
 
   mutable std::mutex mu_;  // guards inodes_, by_key_, next_ino_
   std::unordered_map<uint64_t, Inode> inodes_;
