@@ -216,6 +216,14 @@ def render(a: dict, b: dict) -> str:
              f"({cpu_model()}), {round(os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / GiB)} GiB RAM, "
              f"load average at the end {' '.join(load)} (a shared machine: figures are noisy). "
              f"Versions: " + "; ".join(f"{k} `{v}`" for k, v in vers.items()) + ".\n")
+    if a is not None:
+        render_a(L, a, gib)
+    if b is not None:
+        render_b(L, b)
+    return "\n".join(L)
+
+
+def render_a(L: list, a: dict, gib: float) -> None:
     L.append("### (a) Warm sequential read of a 1 GiB file\n")
     L.append("Source `file://` (local dir), default 1 MiB units. The cache is warmed by one read, the "
              "daemon restarted, then each run drops the page cache (`echo 3 > /proc/sys/vm/drop_caches`) "
@@ -233,6 +241,9 @@ def render(a: dict, b: dict) -> str:
              f"aim >= 0.7). Backend GETs during the warm runs: {a['warm_backend_gets']}. "
              f"Cold first read through the mount: {a['cold_s']:.2f} s. "
              f"All runs (s): {a['runs']}.\n")
+
+
+def render_b(L: list, b: dict) -> None:
     L.append("### (b) 2,000-object bucket on s3rver: cold read, warm re-read after a remount\n")
     L.append(f"The seeded test bucket of `tests/mount/dataset.py`: {b['objects']} objects, "
              f"{b['bytes'] / 1e6:.0f} MB (0 B .. 64 MiB, mostly small), served by s3rver on 127.0.0.1. "
@@ -250,7 +261,6 @@ def render(a: dict, b: dict) -> str:
     L.append("")
     L.append(f"Ratios > 1 mean the other tool took longer than igtcache. igtcache backend GETs during "
              f"the warm pass: {ig['warm_backend_gets']}.\n")
-    return "\n".join(L)
 
 
 def write_section(text: str) -> Path:
@@ -267,12 +277,24 @@ def write_section(text: str) -> Path:
 
 
 def main():
+    import argparse
+    ap = argparse.ArgumentParser(description="igtcache foundation figures -> docs/BENCHMARKS.md")
+    ap.add_argument("--parts", default="a,b", help="a (1 GiB sequential), b (bucket vs s3fs/rclone)")
+    ap.add_argument("--no-doc", action="store_true", help="print only, leave docs/BENCHMARKS.md alone")
+    opts = ap.parse_args()
+    parts = set(opts.parts.split(","))
     if os.geteuid() != 0:
         sys.exit("bench_foundation: must run as root (drops the page cache)")
+    a = b = None
     with harness.Session("bench") as s:
-        a = bench_sequential(s)
-        b = bench_bucket(s)
+        if "a" in parts:
+            a = bench_sequential(s)
+        if "b" in parts:
+            b = bench_bucket(s)
     text = render(a, b)
+    if opts.no_doc:
+        print(text)
+        return
     doc = write_section(text)
     print(text)
     print(f"bench_foundation: wrote the foundation section of {doc}")

@@ -372,11 +372,28 @@ class Session:
 
     def __exit__(self, et, ev, tb) -> bool:
         try:
+            if et is not None:
+                self.report_daemons()
             self.cleanup()
         finally:
             for sig, h in self._old_handlers.items():
                 signal.signal(sig, h)
         return False
+
+    def report_daemons(self) -> None:
+        """On failure: how each igtcache daemon we own is doing, with the end
+        of its stderr (a crash shows up as a negative exit code = signal)."""
+        for p in self.procs:
+            if p.name != "igtcache":
+                continue
+            rc = p.popen.poll()
+            state = "running" if rc is None else (
+                f"killed by signal {-rc} ({signal.Signals(-rc).name})" if rc < 0 else f"exited {rc}")
+            mnt = next((str(m.mountpoint) for m in self.mounts if m.proc is p), "?")
+            log(f"  daemon pid {p.pid} ({mnt}): {state}")
+            tail = p.stderr_text().strip().splitlines()[-25:]
+            if tail:
+                log("    stderr tail:\n      " + "\n      ".join(tail))
 
     def cleanup(self) -> None:
         errors = []

@@ -6,6 +6,9 @@ when the kernel allows it) and by whole-file hashes, and writes get EROFS."""
 import sys
 sys.dont_write_bytecode = True  # keep tests/mount free of __pycache__
 
+import signal
+import subprocess
+
 import harness
 import verify
 from dataset import ensure_dataset
@@ -47,6 +50,29 @@ def main():
         harness.check(got == want, f"directory-only levels and an empty dir listed: {got}")
         harness.check((m.mountpoint / "x/y/z/leaf.txt").read_bytes() == b"leaf\n", "leaf readable")
         harness.check(s.unmount(m) == 0, "daemon exited 0")
+
+        # Daemon mode: returns 0 once mounted; the daemon (pid from stats)
+        # serves reads and exits by itself after fusermount3 -u.
+        m = s.mount(f"file://{src}", foreground=False)
+        pid = m.daemon_pid
+        harness.check(pid is not None and harness.pid_alive(pid),
+                      f"daemon mode: mounted, daemon pid {pid} from stats is alive")
+        harness.check((m.mountpoint / "x/y/z/leaf.txt").read_bytes() == b"leaf\n", "daemon mode: leaf readable")
+        s.unmount(m)
+        harness.check(not harness.pid_alive(pid) and not harness.is_mounted(m.mountpoint),
+                      "daemon mode: daemon gone and mount gone after fusermount3 -u")
+
+        # SIGTERM and SIGINT to a foreground daemon: clean exit, mount removed.
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            m = s.mount(f"file://{src}")
+            m.proc.popen.send_signal(sig)
+            try:
+                rc = m.proc.popen.wait(30)
+            except subprocess.TimeoutExpired:
+                rc = None
+            gone = not harness.is_mounted(m.mountpoint)
+            m.unmounted = gone
+            harness.check(rc == 0 and gone, f"{sig.name}: daemon exited 0 (rc={rc}) and removed its mount ({gone})")
 
 
 if __name__ == "__main__":
