@@ -240,7 +240,8 @@ def render_a(L: list, a: dict, gib: float) -> None:
     L.append(f"**Warm mount / direct unit files (cat): {fmt_ratio(base, a['mount_cat_s'])}** (throughput ratio; "
              f"aim >= 0.7). Backend GETs during the warm runs: {a['warm_backend_gets']}. "
              f"Cold first read through the mount: {a['cold_s']:.2f} s. "
-             f"All runs (s): {a['runs']}.\n")
+             "All runs (s): " + "; ".join(f"{k} " + ", ".join(f"{x:.2f}" for x in v)
+                                          for k, v in a["runs"].items()) + ".\n")
 
 
 def render_b(L: list, b: dict) -> None:
@@ -260,7 +261,8 @@ def render_b(L: list, b: dict) -> None:
                  f"{fmt_ratio(r['warm_s'], ig['warm_s'])} |")
     L.append("")
     L.append(f"Ratios > 1 mean the other tool took longer than igtcache. igtcache backend GETs during "
-             f"the warm pass: {ig['warm_backend_gets']}.\n")
+             f"the warm pass: {ig['warm_backend_gets']} (from `igtcache stats`; the other tools' "
+             "backend traffic is not measured here).\n")
 
 
 def write_section(text: str) -> Path:
