@@ -1,0 +1,754 @@
+#include "src/stream/access_stream_tree.h"
+
+#include <algorithm>
+#include <deque>
+#include <map>
+#include <shared_mutex>
+#include <thread>
+
+namespace igt::stream {
+namespace detail {
+
+// Test-and-test-and-set spin lock: the critical sections on the read path
+// are a few dozen instructions (a re-test, every K samples, is the longest:
+// tens of microseconds), so waiters spin briefly and then yield.
+class SpinLock {
+ public:
+  void lock() {
+    while (f_.exchange(true, std::memory_order_acquire)) {
+      for (int spins = 0; f_.load(std::memory_order_relaxed); ++spins) {
+        if (spins > 64) std::this_thread::yield();  // ~64 pause-free loads, then yield
+      }
+    }
+  }
+  void unlock() { f_.store(false, std::memory_order_release); }
+
+ private:
+  std::atomic<bool> f_{false};
+};
+
+struct RingEntry {
+  uint64_t time_us;
+  uint32_t child;
+  uint32_t pid;
+};
+
+// A node's sample ring and detection state. Guarded by Node::mu.
+struct StreamState {
+  // Circular buffer: `count` valid entries ending just before `next`. It
+  // starts small and is re-allocated (oldest first) up to the window when
+  // full; if memory is refused it simply overwrites (a smaller window).
+  std::vector<RingEntry> ring;
+  uint32_t count = 0;
+  uint32_t next = 0;
+  uint64_t samples = 0;
+  uint32_t since_test = 0;
+  uint64_t last_test_us = 0;
+  uint64_t last_sample_us = 0;
+  Label label = Label::kUnknown;
+  Label pending = Label::kUnknown;  // candidate new label (hysteresis)
+  uint32_t pending_votes = 0;
+  bool ever_labelled = false;
+  DetectResult shown;  // the test behind `label` (latest test while never labelled)
+
+  const RingEntry& oldest(size_t i) const {  // i-th oldest valid entry
+    const size_t sz = ring.size();
+    return ring[(next + sz - count + i) % sz];
+  }
+};
+
+// Per-reader position in a file, to tell continuations from new visits.
+struct PidCursor {
+  uint32_t pid = 0;
+  bool valid = false;
+  uint64_t end = 0;                 // end offset of this pid's last read
+  uint64_t last_block = UINT64_MAX; // last block that read touched
+};
+// Readers remembered per file; a fifth concurrent reader of one file evicts
+// the oldest (its next read is then counted as a new visit).
+constexpr size_t kCursors = 4;
+
+using ChildMap = std::map<std::string, Node*, std::less<>>;
+
+// Children of a directory node. `mu` guards everything here; `listed` is
+// atomic. INVARIANT: slots[c->slot] == c for every child c in map, and
+// c->self points at c's map entry; pruned children leave a null slot that is
+// reused only after the parent's ring has turned over (so old ring entries
+// never count for a new child).
+struct DirState {
+  mutable std::shared_mutex mu;
+  ChildMap map;
+  std::vector<Node*> slots;
+  std::deque<std::pair<uint32_t, uint64_t>> free_slots;  // (slot, parent samples at free)
+  std::atomic<uint64_t> listed{0};
+};
+
+struct Node {
+  // Constant after creation (published under the parent's DirState::mu).
+  Node* parent = nullptr;
+  bool is_dir = false;
+  uint32_t slot = 0;
+  ChildMap::iterator self{};
+  std::unique_ptr<DirState> dir;  // directories only
+
+  SpinLock mu;  // guards the fields below up to `stream`, and *stream
+  uint64_t file_size = 0;
+  uint32_t heat = 0;
+  uint64_t heat_time_us = 0;
+  std::array<PidCursor, kCursors> cursors{};
+  uint8_t cursor_victim = 0;
+  std::unique_ptr<StreamState> stream;
+
+  std::atomic<uint64_t> last_access_us{0};
+  std::atomic<uint64_t> samples_seen{0};
+  std::atomic<uint64_t> bytes{0};     // accounted; frozen once retired
+  std::atomic<bool> retired{false};   // set under mu (and dir->mu) by the pruner
+};
+
+}  // namespace detail
+
+using detail::DirState;
+using detail::Node;
+using detail::RingEntry;
+using detail::StreamState;
+
+namespace {
+
+// libstdc++ std::map node: 32-byte header + std::string (32) + Node* (8),
+// plus malloc's 8-byte chunk header, rounded to 16: 80 bytes.
+constexpr uint64_t kMapEntryBytes = 80;
+// malloc chunk overhead per separate allocation (glibc: 8, rounded to 16).
+constexpr uint64_t kAllocOverhead = 16;
+// Up to this many blocks of one read become samples (a FUSE read is at most
+// max_read = 1 MiB; larger reads from other callers are folded).
+constexpr uint64_t kMaxBlocksPerRead = 8;
+// First ring allocation, then doubling up to the window.
+constexpr uint32_t kInitialRing = 16;
+// Pruning frees down to this fraction of the cap, so that the next prune is
+// many creations away (amortises the tree walk).
+constexpr double kPruneLowWater = 0.9;
+
+uint64_t NameBytes(std::string_view key) {
+  // std::string keeps <= 15 chars inline (SSO); longer names allocate.
+  return key.size() > 15 ? key.size() + 1 + kAllocOverhead : 0;
+}
+
+uint64_t NodeBytes(std::string_view key, bool is_dir) {
+  uint64_t b = sizeof(Node) + kAllocOverhead + kMapEntryBytes + NameBytes(key) + sizeof(Node*);
+  if (is_dir) b += sizeof(DirState) + kAllocOverhead;
+  return b;
+}
+
+thread_local uint32_t t_shard = [] {
+  static std::atomic<uint32_t> next{0};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}();
+
+bool DirSucc(const void* ctx, uint32_t a, uint32_t b, uint32_t gap) {
+  auto* d = static_cast<const DirState*>(ctx);  // d->mu held shared by the caller
+  if (a >= d->slots.size() || b >= d->slots.size()) return false;
+  const Node* na = d->slots[a];
+  const Node* nb = d->slots[b];
+  if (!na || !nb || na == nb) return false;
+  auto it = na->self;
+  for (uint32_t i = 0; i < gap; ++i) {
+    if (++it == d->map.end()) return false;
+    if (it->second == nb) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+class AccessStreamTree::EpochGuard {
+ public:
+  explicit EpochGuard(const AccessStreamTree& t) : t_(t) {
+    auto& sh = t_.shards_[t_shard % kEpochShards];
+    while (true) {
+      e_ = t_.epoch_.load(std::memory_order_seq_cst);
+      sh.active[e_ % 3].fetch_add(1, std::memory_order_seq_cst);
+      if (t_.epoch_.load(std::memory_order_seq_cst) == e_) break;
+      sh.active[e_ % 3].fetch_sub(1, std::memory_order_seq_cst);
+    }
+    shard_ = &sh;
+  }
+  ~EpochGuard() { shard_->active[e_ % 3].fetch_sub(1, std::memory_order_release); }
+
+ private:
+  const AccessStreamTree& t_;
+  EpochShard* shard_ = nullptr;
+  uint64_t e_ = 0;
+};
+
+AccessStreamTree::AccessStreamTree(StreamConfig cfg) : cfg_([&] {
+  cfg.window = std::clamp<uint32_t>(cfg.window, 16, 1u << 20);
+  cfg.min_samples = std::clamp<uint32_t>(cfg.min_samples, 2, cfg.window);
+  cfg.retest_every_samples = std::max<uint32_t>(cfg.retest_every_samples, 1);
+  cfg.hysteresis_tests = std::max<uint32_t>(cfg.hysteresis_tests, 1);
+  cfg.sequential_gap = std::clamp<uint32_t>(cfg.sequential_gap, 1, 64);
+  cfg.unit_bytes = std::max<uint64_t>(cfg.unit_bytes, 1);
+  cfg.heat_half_life_ms = std::max<uint64_t>(cfg.heat_half_life_ms, 1);
+  return cfg;
+}()) {
+  root_ = new Node;
+  root_->is_dir = true;
+  root_->dir = std::make_unique<DirState>();
+  uint64_t b = NodeBytes("", true);
+  root_->bytes = b;
+  total_bytes_ = b;
+  nodes_ = 1;
+}
+
+static void DeleteSubtree(Node* n) {
+  if (n->dir) {
+    for (auto& [k, c] : n->dir->map) DeleteSubtree(c);
+  }
+  delete n;
+}
+
+AccessStreamTree::~AccessStreamTree() {
+  DeleteSubtree(root_);
+  for (auto& r : retired_)
+    for (Node* n : r) DeleteSubtree(n);
+}
+
+// ------------------------------------------------------------ memory
+
+bool AccessStreamTree::TryReserve(uint64_t bytes) {
+  uint64_t cur = total_bytes_.load(std::memory_order_relaxed);
+  while (cur + bytes <= cfg_.memory_cap_bytes) {
+    if (total_bytes_.compare_exchange_weak(cur, cur + bytes, std::memory_order_relaxed)) return true;
+  }
+  return false;
+}
+
+bool AccessStreamTree::Reserve(uint64_t bytes) {
+  if (TryReserve(bytes)) return true;
+  EnforceCap(bytes);
+  return TryReserve(bytes);
+}
+
+void AccessStreamTree::Unreserve(uint64_t bytes) { total_bytes_.fetch_sub(bytes, std::memory_order_relaxed); }
+
+void AccessStreamTree::EnforceCap(uint64_t need) {
+  std::unique_lock lk(prune_mu_, std::try_to_lock);
+  if (!lk.owns_lock()) return;  // another thread is pruning; this access may be dropped
+  TryReclaimLocked();
+  const double low = kPruneLowWater * static_cast<double>(cfg_.memory_cap_bytes);
+  uint64_t target = low > static_cast<double>(need) ? static_cast<uint64_t>(low) - need : 0;
+  if (total_bytes_.load() + need > cfg_.memory_cap_bytes) PruneLocked(0, target);
+  TryReclaimLocked();
+}
+
+void AccessStreamTree::TryReclaimLocked() {
+  uint64_t e = epoch_.load(std::memory_order_seq_cst);
+  for (auto& sh : shards_)
+    if (sh.active[(e + 2) % 3].load(std::memory_order_seq_cst) != 0) return;  // readers left in e-1
+  epoch_.store(e + 1, std::memory_order_seq_cst);
+  auto& bucket = retired_[(e + 1) % 3];  // retired during e-2: nobody can hold them
+  for (Node* n : bucket) {
+    uint64_t b = n->bytes.load();
+    retired_bytes_.fetch_sub(b, std::memory_order_relaxed);
+    total_bytes_.fetch_sub(b, std::memory_order_relaxed);
+    delete n;  // retired nodes have no children (only empty directories are pruned)
+  }
+  bucket.clear();
+}
+
+template <class Fn>
+void AccessStreamTree::ForEachNode(Fn&& fn) const {
+  std::vector<std::pair<Node*, std::string>> stack;
+  stack.emplace_back(root_, std::string());
+  std::vector<std::pair<std::string, Node*>> kids;
+  while (!stack.empty()) {
+    auto [n, path] = std::move(stack.back());
+    stack.pop_back();
+    fn(n, path);
+    if (!n->dir) continue;
+    kids.clear();
+    {
+      std::shared_lock lk(n->dir->mu);
+      for (auto& [k, c] : n->dir->map) kids.emplace_back(k, c);
+    }
+    for (auto it = kids.rbegin(); it != kids.rend(); ++it) stack.emplace_back(it->second, path + it->first);
+  }
+}
+
+size_t AccessStreamTree::PruneLocked(uint64_t older_than_us, uint64_t target_bytes) {
+  struct Cand {
+    uint64_t last;
+    Node* n;
+  };
+  std::vector<Cand> cands;
+  {
+    EpochGuard g(*this);
+    ForEachNode([&](Node* n, const std::string&) {
+      if (n == root_) return;
+      if (n->dir) {
+        std::shared_lock lk(n->dir->mu);
+        if (!n->dir->map.empty()) return;
+      }
+      uint64_t last = n->last_access_us.load(std::memory_order_relaxed);
+      if (older_than_us == 0 || last < older_than_us) cands.push_back({last, n});
+    });
+  }
+  // Pruner holds prune_mu_: no other thread unlinks or frees, so `cands`
+  // stay valid without a guard.
+  std::sort(cands.begin(), cands.end(), [](const Cand& a, const Cand& b) { return a.last < b.last; });
+  size_t pruned = 0;
+  for (const Cand& c : cands) {
+    if (older_than_us == 0 && total_bytes_.load() - retired_bytes_.load() <= target_bytes) break;
+    if (UnlinkLocked(c.n)) ++pruned;
+  }
+  return pruned;
+}
+
+bool AccessStreamTree::UnlinkLocked(Node* n) {
+  Node* p = n->parent;
+  DirState& pd = *p->dir;
+  std::unique_lock plk(pd.mu);
+  if (n->slot >= pd.slots.size() || pd.slots[n->slot] != n) return false;
+  {
+    std::lock_guard nlk(n->mu);
+    if (n->dir) {
+      std::unique_lock dlk(n->dir->mu);
+      if (!n->dir->map.empty()) return false;  // gained a child since the walk
+      n->retired.store(true);
+    } else {
+      n->retired.store(true);
+    }
+    if (n->stream) stream_nodes_.fetch_sub(1, std::memory_order_relaxed);
+  }
+  pd.map.erase(n->self);
+  pd.slots[n->slot] = nullptr;
+  pd.free_slots.emplace_back(n->slot, p->samples_seen.load(std::memory_order_relaxed));
+  retired_bytes_.fetch_add(n->bytes.load(), std::memory_order_relaxed);
+  retired_[epoch_.load() % 3].push_back(n);
+  nodes_.fetch_sub(1, std::memory_order_relaxed);
+  pruned_.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+// ------------------------------------------------------------ recording
+
+Node* AccessStreamTree::FindOrCreate(Node* parent, std::string_view key, bool is_dir, uint64_t now_us) {
+  DirState& d = *parent->dir;
+  {
+    std::shared_lock lk(d.mu);
+    auto it = d.map.find(key);
+    if (it != d.map.end()) return it->second;
+  }
+  const uint64_t need = NodeBytes(key, is_dir);
+  if (!Reserve(need)) return nullptr;
+  std::unique_lock lk(d.mu);
+  if (parent->retired.load()) {
+    Unreserve(need);
+    return nullptr;
+  }
+  if (auto it = d.map.find(key); it != d.map.end()) {
+    Unreserve(need);
+    return it->second;
+  }
+  auto* c = new Node;
+  c->parent = parent;
+  c->is_dir = is_dir;
+  if (is_dir) c->dir = std::make_unique<DirState>();
+  c->bytes.store(need, std::memory_order_relaxed);
+  c->last_access_us.store(now_us, std::memory_order_relaxed);
+  c->heat_time_us = now_us;
+  c->self = d.map.emplace(std::string(key), c).first;
+  const uint64_t parent_samples = parent->samples_seen.load(std::memory_order_relaxed);
+  if (!d.free_slots.empty() && parent_samples - d.free_slots.front().second > cfg_.window) {
+    c->slot = d.free_slots.front().first;
+    d.free_slots.pop_front();
+    d.slots[c->slot] = c;
+  } else {
+    c->slot = static_cast<uint32_t>(d.slots.size());
+    d.slots.push_back(c);
+  }
+  nodes_.fetch_add(1, std::memory_order_relaxed);
+  return c;
+}
+
+void AccessStreamTree::Record(uint64_t time_us, uint32_t pid, std::string_view path, uint64_t offset,
+                              uint64_t length, uint64_t file_size) {
+  EpochGuard g(*this);
+  std::array<Node*, kMaxDepth + 1> chain;
+  uint32_t depth = 0;
+  chain[0] = root_;
+  Node* cur = root_;
+  size_t pos = 0;
+  bool dropped = false;
+  while (pos < path.size() && depth < kMaxDepth) {
+    size_t slash = path.find('/', pos);
+    if (slash == pos) {  // empty component ("a//b" or a leading '/')
+      ++pos;
+      continue;
+    }
+    const bool last = slash == std::string_view::npos;
+    // Directory keys keep their '/', so file "a" and directory "a/" differ and
+    // sort as the bucket lists them.
+    std::string_view key = last ? path.substr(pos) : path.substr(pos, slash - pos + 1);
+    Node* child = FindOrCreate(cur, key, !last, time_us);
+    if (!child) {
+      dropped = true;
+      break;
+    }
+    chain[++depth] = child;
+    cur = child;
+    if (last) break;
+    pos = slash + 1;
+  }
+  if (dropped) dropped_.fetch_add(1, std::memory_order_relaxed);
+
+  bool new_visit = true;
+  Node* leaf = chain[depth];
+  if (!leaf->is_dir && !dropped) {
+    new_visit = RecordInFile(leaf, time_us, pid, offset, length, file_size);
+  } else {
+    leaf->last_access_us.store(time_us, std::memory_order_relaxed);
+  }
+  for (uint32_t d = depth; d-- > 0;) {
+    Node* n = chain[d];
+    n->last_access_us.store(time_us, std::memory_order_relaxed);
+    if (new_visit) PushSample(n, chain[d + 1]->slot, pid, time_us);
+  }
+  // A ring or stream could not get memory under a node lock: prune now that
+  // no lock is held.
+  if (want_prune_.load(std::memory_order_relaxed) && want_prune_.exchange(false)) EnforceCap(0);
+}
+
+bool AccessStreamTree::RecordInFile(Node* f, uint64_t t, uint32_t pid, uint64_t off, uint64_t len,
+                                    uint64_t fsize) {
+  f->last_access_us.store(t, std::memory_order_relaxed);
+  std::lock_guard lk(f->mu);
+  f->file_size = fsize;
+  detail::PidCursor* c = nullptr;
+  for (auto& cu : f->cursors)
+    if (cu.valid && cu.pid == pid) c = &cu;
+  const bool cont = c && off != 0 && c->end == off;
+  if (!c) {
+    c = &f->cursors[f->cursor_victim];
+    f->cursor_victim = static_cast<uint8_t>((f->cursor_victim + 1) % detail::kCursors);
+    *c = detail::PidCursor{pid, true, 0, UINT64_MAX};
+  }
+  if (fsize > cfg_.unit_bytes) {
+    const uint64_t nblocks = (fsize + cfg_.unit_bytes - 1) / cfg_.unit_bytes;
+    uint64_t b0 = std::min(off / cfg_.unit_bytes, nblocks - 1);
+    const uint64_t b1 = std::min((off + std::max<uint64_t>(len, 1) - 1) / cfg_.unit_bytes, nblocks - 1);
+    if (cont && b0 == c->last_block) ++b0;
+    for (uint64_t b = b0; b <= b1 && b < b0 + kMaxBlocksPerRead; ++b)
+      PushSampleLocked(f, static_cast<uint32_t>(b), pid, t);
+    c->last_block = b1;
+  }
+  c->end = off + len;
+  return !cont;
+}
+
+void AccessStreamTree::PushSample(Node* n, uint32_t child, uint32_t pid, uint64_t t) {
+  std::lock_guard lk(n->mu);
+  PushSampleLocked(n, child, pid, t);
+}
+
+void AccessStreamTree::PushSampleLocked(Node* n, uint32_t child, uint32_t pid, uint64_t t) {
+  n->samples_seen.fetch_add(1, std::memory_order_relaxed);
+  // Heat: +1 per sample, halved every half-life (integer shifts, lazily).
+  const uint64_t half_us = cfg_.heat_half_life_ms * 1000;
+  if (t > n->heat_time_us + half_us) {
+    uint64_t periods = (t - n->heat_time_us) / half_us;
+    n->heat = periods >= 32 ? 0 : n->heat >> periods;
+    n->heat_time_us += periods * half_us;
+  }
+  if (n->heat < UINT32_MAX) ++n->heat;
+
+  if (!n->stream) {
+    if (n->retired.load(std::memory_order_relaxed)) return;
+    const uint64_t need = sizeof(StreamState) + kAllocOverhead;
+    if (!TryReserve(need)) {
+      want_prune_.store(true, std::memory_order_relaxed);
+      dropped_.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    n->stream = std::make_unique<StreamState>();
+    n->bytes.fetch_add(need, std::memory_order_relaxed);
+    stream_nodes_.fetch_add(1, std::memory_order_relaxed);
+  }
+  StreamState& s = *n->stream;
+  if (s.count == s.ring.size() && s.ring.size() < cfg_.window && !n->retired.load(std::memory_order_relaxed)) {
+    const size_t old_sz = s.ring.size();
+    const size_t new_sz = std::min<size_t>(cfg_.window, std::max<size_t>(kInitialRing, old_sz * 2));
+    const uint64_t grow = (new_sz - old_sz) * sizeof(RingEntry) + (old_sz == 0 ? kAllocOverhead : 0);
+    // No pruning here: a node lock is held (see the lock order).
+    if (TryReserve(grow)) {
+      std::vector<RingEntry> bigger(new_sz);
+      for (size_t i = 0; i < s.count; ++i) bigger[i] = s.oldest(i);
+      s.ring.swap(bigger);
+      s.next = s.count;
+      n->bytes.fetch_add(grow, std::memory_order_relaxed);
+    } else {
+      want_prune_.store(true, std::memory_order_relaxed);
+    }
+  }
+  if (s.ring.empty()) {
+    dropped_.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  s.ring[s.next] = RingEntry{t, child, pid};
+  s.next = static_cast<uint32_t>((s.next + 1) % s.ring.size());
+  if (s.count < s.ring.size()) ++s.count;
+  ++s.samples;
+  ++s.since_test;
+  s.last_sample_us = t;
+  if (s.samples >= cfg_.min_samples && s.since_test >= cfg_.retest_every_samples) RunTestLocked(n, t);
+}
+
+// ------------------------------------------------------------ detection
+
+void AccessStreamTree::RunTestLocked(Node* n, uint64_t now_us) {
+  StreamState& s = *n->stream;
+  thread_local std::vector<uint32_t> children, pids;
+  const size_t sz = s.count;
+  children.resize(sz);
+  pids.resize(sz);
+  for (size_t i = 0; i < sz; ++i) {
+    const RingEntry& e = s.oldest(i);
+    children[i] = e.child;
+    pids[i] = e.pid;
+  }
+  DetectInput in;
+  in.children = children;
+  in.pids = pids;
+  DetectResult r;
+  if (n->dir) {
+    std::shared_lock lk(n->dir->mu);
+    in.n_children = std::max<uint64_t>(n->dir->listed.load(std::memory_order_relaxed), n->dir->map.size());
+    in.successor = SuccessorFn{n->dir.get(), &DirSucc};
+    r = Detect(in, cfg_);
+  } else {
+    in.n_children = (n->file_size + cfg_.unit_bytes - 1) / cfg_.unit_bytes;
+    in.successor = IndexSuccessor();
+    r = Detect(in, cfg_);
+  }
+  s.since_test = 0;
+  s.last_test_us = now_us;
+  // Hysteresis (see StreamConfig::hysteresis_tests).
+  if (r.label == s.label) {
+    s.shown = r;
+    s.pending_votes = 0;
+  } else if (!s.ever_labelled) {
+    s.shown = r;
+    if (r.label != Label::kUnknown) {
+      s.label = r.label;
+      s.ever_labelled = true;
+    }
+  } else {
+    if (r.label == s.pending) {
+      ++s.pending_votes;
+    } else {
+      s.pending = r.label;
+      s.pending_votes = 1;
+    }
+    if (s.pending_votes >= cfg_.hysteresis_tests) {
+      s.label = r.label;
+      s.shown = r;
+      s.pending_votes = 0;
+    }
+  }
+}
+
+size_t AccessStreamTree::RetestAll(bool only_pending) {
+  EpochGuard g(*this);
+  size_t tests = 0;
+  ForEachNode([&](Node* n, const std::string&) {
+    std::lock_guard lk(n->mu);
+    if (!n->stream || n->stream->samples < cfg_.min_samples) return;
+    if (only_pending && n->stream->since_test == 0) return;
+    RunTestLocked(n, n->stream->last_sample_us);
+    ++tests;
+  });
+  return tests;
+}
+
+void AccessStreamTree::Maintain(uint64_t now_us) {
+  std::lock_guard plk(prune_mu_);
+  if (cfg_.idle_prune_ms > 0 && now_us > cfg_.idle_prune_ms * 1000)
+    PruneLocked(now_us - cfg_.idle_prune_ms * 1000, 0);
+  if (cfg_.retest_period_ms > 0) {
+    EpochGuard g(*this);
+    ForEachNode([&](Node* n, const std::string&) {
+      std::lock_guard lk(n->mu);
+      if (!n->stream || n->stream->samples < cfg_.min_samples || n->stream->since_test == 0) return;
+      if (now_us >= n->stream->last_test_us + uint64_t{cfg_.retest_period_ms} * 1000)
+        RunTestLocked(n, now_us);
+    });
+  }
+  // Nodes retired in epoch e are freed when the epoch reaches e + 3.
+  for (int i = 0; i < 3; ++i) TryReclaimLocked();
+}
+
+// ------------------------------------------------------------ queries
+
+void AccessStreamTree::NoteListing(std::string_view dir_path, uint64_t n_children) {
+  EpochGuard g(*this);
+  Node* cur = root_;
+  size_t pos = 0;
+  uint32_t depth = 0;
+  while (pos < dir_path.size() && depth < kMaxDepth) {
+    size_t slash = dir_path.find('/', pos);
+    if (slash == pos) {
+      ++pos;
+      continue;
+    }
+    std::string key(dir_path.substr(pos, slash == std::string_view::npos ? std::string_view::npos : slash - pos));
+    key.push_back('/');
+    Node* c = FindOrCreate(cur, key, true, cur->last_access_us.load(std::memory_order_relaxed));
+    if (!c || !c->dir) return;
+    cur = c;
+    ++depth;
+    if (slash == std::string_view::npos) break;
+    pos = slash + 1;
+  }
+  cur->dir->listed.store(n_children, std::memory_order_relaxed);
+}
+
+Node* AccessStreamTree::Lookup(std::string_view p, bool, uint64_t) const {
+  if (p == "/") p = "";
+  Node* cur = root_;
+  size_t pos = 0;
+  while (pos < p.size()) {
+    size_t slash = p.find('/', pos);
+    if (slash == pos) {
+      ++pos;
+      continue;
+    }
+    const bool last = slash == std::string_view::npos;
+    std::string_view key = last ? p.substr(pos) : p.substr(pos, slash - pos + 1);
+    if (!cur->dir) return nullptr;
+    {
+      std::shared_lock lk(cur->dir->mu);
+      auto it = cur->dir->map.find(key);
+      if (it == cur->dir->map.end()) return nullptr;
+      cur = it->second;
+    }
+    if (last) break;
+    pos = slash + 1;
+  }
+  return cur;
+}
+
+StreamInfo AccessStreamTree::InfoLocked(const Node* n, std::string path) const {
+  StreamInfo i;
+  i.path = path.empty() ? "/" : std::move(path);
+  i.granularity = n->is_dir ? "file" : "block";
+  i.bytes = n->bytes.load(std::memory_order_relaxed);
+  i.heat = n->heat;
+  i.last_access_us = n->last_access_us.load(std::memory_order_relaxed);
+  if (n->dir) {
+    std::shared_lock lk(n->dir->mu);  // a node's own DirState under its mu: allowed
+    i.n_children = std::max<uint64_t>(n->dir->listed.load(std::memory_order_relaxed),
+                                      n->dir->slots.size() - n->dir->free_slots.size());
+  } else {
+    i.n_children = n->file_size > cfg_.unit_bytes ? (n->file_size + cfg_.unit_bytes - 1) / cfg_.unit_bytes : 0;
+  }
+  if (const StreamState* s = n->stream.get()) {
+    i.label = s->label;
+    i.samples = s->samples;
+    i.statistic = s->shown.statistic;
+    i.p_value = s->shown.p_value;
+    i.zipf_s = s->label == Label::kSkewed ? s->shown.zipf_s : 0.0;
+    i.test = s->shown.test;
+    i.window_samples = s->count;
+  }
+  return i;
+}
+
+std::vector<StreamInfo> AccessStreamTree::Snapshot(bool all) const {
+  EpochGuard g(*this);
+  std::vector<StreamInfo> out;
+  ForEachNode([&](Node* n, const std::string& path) {
+    std::lock_guard lk(n->mu);
+    if (!n->stream) return;
+    if (!all && n->stream->samples < cfg_.min_samples) return;
+    out.push_back(InfoLocked(n, path));
+  });
+  std::sort(out.begin(), out.end(), [](const StreamInfo& a, const StreamInfo& b) { return a.path < b.path; });
+  return out;
+}
+
+std::optional<StreamInfo> AccessStreamTree::Find(std::string_view node_path) const {
+  EpochGuard g(*this);
+  Node* n = Lookup(node_path, false, 0);
+  if (!n) return std::nullopt;
+  std::string path(node_path == "/" ? "" : node_path);
+  std::lock_guard lk(n->mu);
+  return InfoLocked(n, std::move(path));
+}
+
+GoverningStreams AccessStreamTree::Governing(std::string_view file_path) const {
+  EpochGuard g(*this);
+  GoverningStreams gs;
+  Node* cur = root_;
+  std::string path;
+  auto consider = [&](Node* n) {
+    std::lock_guard lk(n->mu);
+    const StreamState* s = n->stream.get();
+    if (!s || s->label == Label::kUnknown || s->samples < cfg_.min_samples) return;
+    StreamInfo i = InfoLocked(n, path);
+    if (!gs.retention) gs.retention = i;
+    gs.prefetch = std::move(i);
+  };
+  consider(cur);
+  size_t pos = 0;
+  while (pos < file_path.size()) {
+    size_t slash = file_path.find('/', pos);
+    if (slash == pos) {
+      ++pos;
+      continue;
+    }
+    const bool last = slash == std::string_view::npos;
+    std::string_view key = last ? file_path.substr(pos) : file_path.substr(pos, slash - pos + 1);
+    {
+      std::shared_lock lk(cur->dir->mu);
+      auto it = cur->dir->map.find(key);
+      if (it == cur->dir->map.end()) break;
+      cur = it->second;
+    }
+    path += key;
+    consider(cur);
+    if (last || !cur->dir) break;
+    pos = slash + 1;
+  }
+  return gs;
+}
+
+TreeMemoryStats AccessStreamTree::Memory() const {
+  TreeMemoryStats m;
+  m.nodes = nodes_.load();
+  m.stream_nodes = stream_nodes_.load();
+  m.bytes = total_bytes_.load();
+  m.retired_bytes = retired_bytes_.load();
+  m.cap_bytes = cfg_.memory_cap_bytes;
+  m.pruned_nodes = pruned_.load();
+  m.dropped_records = dropped_.load();
+  m.bytes_per_node = m.nodes ? static_cast<double>(m.bytes - m.retired_bytes) / m.nodes : 0;
+  return m;
+}
+
+nlohmann::json StreamsToJson(const std::vector<StreamInfo>& streams) {
+  auto finite = [](double v) { return std::isfinite(v) ? v : 0.0; };
+  nlohmann::json arr = nlohmann::json::array();
+  for (const StreamInfo& s : streams) {
+    nlohmann::json j;
+    j["path"] = s.path;
+    j["granularity"] = std::string(s.granularity);
+    j["pattern"] = std::string(LabelName(s.label));
+    j["samples"] = s.samples;
+    j["statistic"] = finite(s.statistic);
+    j["p_value"] = finite(s.p_value);
+    if (s.label == Label::kSkewed) j["zipf_s"] = finite(s.zipf_s);
+    arr.push_back(std::move(j));
+  }
+  return nlohmann::json{{"streams", std::move(arr)}};
+}
+
+}  // namespace igt::stream

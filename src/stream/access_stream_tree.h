@@ -1,0 +1,189 @@
+#pragma once
+// AccessStreamTree (DESIGN.md sec. 5): the recent reads of one mount,
+// organised by namespace level, each level labelled by the detectors.
+//
+// Nodes: root ("/") -> directories ("a/b/") -> files ("a/b/f.bin"). A node
+// sees its subtree's accesses at its children's granularity: a directory
+// records which child (file or subdirectory) each new visit goes to
+// ("file" granularity); a file larger than one unit records which block
+// ("block" granularity). Blocks are not nodes of their own: they are the
+// file node's child indices. Files of at most one unit are leaves.
+//
+// Samples. A read that continues the same reader's previous read of the same
+// file (offset == end of that pid's last read) is a continuation: it is not a
+// new visit for any directory, and it is a new sample for the file only when
+// it enters a new block. So a file read front to back in 128 KiB pieces is one
+// sample for its directory and one sample per block for itself.
+//
+// Memory. Each node with a stream keeps a ring of the last `window` samples
+// (child, time, pid; 16 bytes each, grown on demand), its label and last test.
+// Every byte is accounted; creating a node or growing a ring beyond
+// `memory_cap_bytes` first prunes the least recently used leaves down to 90%
+// of the cap, and if that is impossible the access is dropped (counted). The
+// cap bounds all node memory including pruned nodes not yet freed.
+//
+// Thread-safety. Every public method is safe from any number of threads.
+// Record() takes no global lock: it takes each node's spin lock on its path
+// in turn (never two at once) and a directory's shared lock for lookups;
+// creating a node takes that directory's lock exclusively. Pruned nodes are
+// freed by epoch-based reclamation, once no Record() that might still hold
+// them is running. Lock order: prune_mu_ -> DirState::mu of a parent ->
+// Node::mu of a child -> DirState::mu of that child. A thread holding a
+// Node::mu may take only that same node's DirState::mu (shared).
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "src/stream/detector.h"
+#include "src/stream/stream_config.h"
+
+namespace igt::stream {
+
+namespace detail {
+struct Node;
+}
+
+// One stream (a node with samples), as reported by classify and stats.
+struct StreamInfo {
+  std::string path;              // "/" root, "a/b/" directory, "a/b/f.bin" file
+  std::string_view granularity;  // "file" (directory nodes) | "block" (file nodes)
+  Label label = Label::kUnknown;
+  uint64_t samples = 0;          // samples recorded since the node was created
+  double statistic = 0;          // of the test behind the label (see TestKind)
+  double p_value = 1;
+  double zipf_s = 0;             // skewed only
+  TestKind test = TestKind::kNone;
+  uint64_t n_children = 0;       // N used by the tests (listing size / blocks)
+  uint64_t window_samples = 0;   // samples in the ring
+  uint64_t bytes = 0;            // accounted memory of this node
+  uint64_t heat = 0;             // aged access counter
+  uint64_t last_access_us = 0;
+};
+
+// The two streams that govern a read (DESIGN.md sec. 5): the lowest
+// confidently labelled node on its path (prefetch) and the highest
+// (retention and space). Confident = label != unknown and >= min_samples.
+struct GoverningStreams {
+  std::optional<StreamInfo> prefetch;
+  std::optional<StreamInfo> retention;
+};
+
+struct TreeMemoryStats {
+  uint64_t nodes = 0;           // linked nodes, root included
+  uint64_t stream_nodes = 0;    // nodes that have a sample ring
+  uint64_t bytes = 0;           // accounted bytes, pruned-not-yet-freed included
+  uint64_t retired_bytes = 0;   // pruned nodes waiting for readers to drain
+  uint64_t cap_bytes = 0;
+  uint64_t pruned_nodes = 0;    // since creation
+  uint64_t dropped_records = 0; // accesses not fully recorded: cap reached
+  double bytes_per_node = 0;    // bytes / nodes
+};
+
+class AccessStreamTree {
+ public:
+  // `cfg` should have passed Validate(); out-of-range fields are clamped.
+  explicit AccessStreamTree(StreamConfig cfg = {});
+  ~AccessStreamTree();
+  AccessStreamTree(const AccessStreamTree&) = delete;
+  AccessStreamTree& operator=(const AccessStreamTree&) = delete;
+
+  // One read as the FUSE layer sees it. `path` relative to the mount root
+  // ('/'-separated, no leading '/'; at most kMaxDepth components are tracked).
+  // O(depth); allocation-free once the nodes exist.
+  void Record(uint64_t time_us, uint32_t pid, std::string_view path, uint64_t offset,
+              uint64_t length, uint64_t file_size);
+
+  // The directory `dir_path` ("" or "/" = root, "a/b" or "a/b/") has
+  // `n_children` entries in its listing: N for the uniformity test. Without
+  // it N is the number of children seen so far, which hides skew until most
+  // children have been seen. Creates the directory node if needed.
+  void NoteListing(std::string_view dir_path, uint64_t n_children);
+
+  // Periodic upkeep (the mount's maintenance thread, e.g. every second):
+  // prunes nodes idle for idle_prune_ms, re-tests streams whose last test is
+  // older than retest_period_ms, frees pruned nodes no reader can hold.
+  void Maintain(uint64_t now_us);
+
+  // Re-tests every stream with >= min_samples (only those with samples since
+  // their last test if `only_pending`). Returns the number of tests run.
+  size_t RetestAll(bool only_pending);
+
+  // Every stream with >= min_samples (or every node with a ring if `all`),
+  // sorted by path.
+  std::vector<StreamInfo> Snapshot(bool all = false) const;
+  // The stream at `node_path` ("/" root, "a/" directory, "a/f" file).
+  std::optional<StreamInfo> Find(std::string_view node_path) const;
+  GoverningStreams Governing(std::string_view file_path) const;
+
+  TreeMemoryStats Memory() const;
+  const StreamConfig& config() const { return cfg_; }
+
+  // Deeper path components are folded into the deepest tracked directory.
+  static constexpr uint32_t kMaxDepth = 64;
+
+ private:
+  class EpochGuard;
+  using Node = detail::Node;
+
+  Node* FindOrCreate(Node* parent, std::string_view key, bool is_dir, uint64_t now_us);
+  Node* Lookup(std::string_view node_path, bool create, uint64_t now_us) const;
+  bool RecordInFile(Node* f, uint64_t t, uint32_t pid, uint64_t off, uint64_t len, uint64_t fsize);
+  void PushSample(Node* n, uint32_t child, uint32_t pid, uint64_t t);
+  void PushSampleLocked(Node* n, uint32_t child, uint32_t pid, uint64_t t);
+  void RunTestLocked(Node* n, uint64_t now_us);
+  StreamInfo InfoLocked(const Node* n, std::string path) const;
+
+  // Accounts `bytes` against the cap. Reserve() may prune first and must be
+  // called with no node or directory lock held; TryReserve() never prunes.
+  bool Reserve(uint64_t bytes);
+  bool TryReserve(uint64_t bytes);
+  void Unreserve(uint64_t bytes);
+  void EnforceCap(uint64_t need);
+  // prune_mu_ held. Removes leaves idle since `older_than_us` (all leaves
+  // if 0) in LRU order until accounted bytes <= target.
+  size_t PruneLocked(uint64_t older_than_us, uint64_t target_bytes);
+  bool UnlinkLocked(Node* n);
+  void TryReclaimLocked();
+
+  template <class Fn>
+  void ForEachNode(Fn&& fn) const;  // fn(Node*, const std::string& path); caller holds an EpochGuard
+
+  const StreamConfig cfg_;
+  Node* root_;
+
+  std::atomic<uint64_t> total_bytes_{0};
+  std::atomic<uint64_t> retired_bytes_{0};
+  std::atomic<uint64_t> nodes_{0};
+  std::atomic<uint64_t> stream_nodes_{0};
+  std::atomic<uint64_t> pruned_{0};
+  std::atomic<uint64_t> dropped_{0};
+  std::atomic<bool> want_prune_{false};  // a locked path was refused memory
+
+  // Epoch-based reclamation: a reader registers in the current epoch's
+  // counter of its shard; the epoch advances from e only when nobody is left
+  // in e-1, and nodes retired in e-2 are then freed.
+  static constexpr size_t kEpochShards = 16;  // spreads reader counters over cache lines
+  struct alignas(64) EpochShard {
+    std::atomic<int64_t> active[3] = {0, 0, 0};
+  };
+  mutable std::array<EpochShard, kEpochShards> shards_;
+  std::atomic<uint64_t> epoch_{0};
+
+  std::mutex prune_mu_;                 // guards retired_ and serialises pruning
+  std::vector<Node*> retired_[3];       // by epoch % 3 (guarded by prune_mu_)
+};
+
+// {"streams": [{"path", "granularity", "pattern", "samples", "statistic",
+// "p_value", "zipf_s" (skewed only)}, ...]}
+nlohmann::json StreamsToJson(const std::vector<StreamInfo>& streams);
+
+}  // namespace igt::stream

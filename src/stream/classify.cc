@@ -1,0 +1,65 @@
+#include "src/stream/classify.h"
+
+#include <string_view>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "src/stream/trace.h"
+
+namespace igt::stream {
+
+Status ReplayTrace(const std::string& trace_path, AccessStreamTree& tree) {
+  // Pass 1: validate, and collect each directory's distinct children.
+  std::unordered_map<std::string, std::unordered_set<std::string>> children;  // dir -> child keys
+  {
+    auto reader = TraceReader::Open(trace_path);
+    if (!reader) return reader.error();
+    std::unordered_set<std::string> seen_paths;
+    TraceRecord r;
+    while (true) {
+      auto more = (*reader)->Next(r);
+      if (!more) return more.error();
+      if (!*more) break;
+      if (!seen_paths.insert(r.path).second) continue;
+      std::string_view p = r.path;
+      size_t pos = 0;
+      while (pos < p.size()) {
+        size_t slash = p.find('/', pos);
+        if (slash == pos) {
+          ++pos;
+          continue;
+        }
+        const bool last = slash == std::string_view::npos;
+        std::string dir(p.substr(0, pos));
+        std::string key(last ? p.substr(pos) : p.substr(pos, slash - pos + 1));
+        children[dir].insert(std::move(key));
+        if (last) break;
+        pos = slash + 1;
+      }
+    }
+  }
+  for (const auto& [dir, kids] : children) tree.NoteListing(dir, kids.size());
+  children.clear();
+
+  // Pass 2: replay.
+  auto reader = TraceReader::Open(trace_path);
+  if (!reader) return reader.error();
+  TraceRecord r;
+  while (true) {
+    auto more = (*reader)->Next(r);
+    if (!more) return more.error();
+    if (!*more) break;
+    tree.Record(r.time_us, r.pid, r.path, r.offset, r.length, r.file_size);
+  }
+  return Status::Ok();
+}
+
+Result<nlohmann::json> ClassifyTrace(const std::string& trace_path, const StreamConfig& cfg) {
+  if (Status s = Validate(cfg); !s.ok()) return Err(std::move(s));
+  AccessStreamTree tree(cfg);
+  if (Status s = ReplayTrace(trace_path, tree); !s.ok()) return Err(std::move(s));
+  tree.RetestAll(/*only_pending=*/true);
+  return StreamsToJson(tree.Snapshot());
+}
+
+}  // namespace igt::stream

@@ -1,0 +1,242 @@
+#include "src/stream/detector.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <vector>
+
+#include <boost/math/distributions/binomial.hpp>
+#include <boost/math/distributions/chi_squared.hpp>
+#include <boost/math/distributions/normal.hpp>
+#include <boost/math/distributions/poisson.hpp>
+
+namespace igt::stream {
+namespace {
+
+// Boost.Math must never throw on the read path: report errors as NaN/inf and
+// let the callers treat a non-finite p-value as "no evidence" (p = 1).
+using NoThrow = boost::math::policies::policy<
+    boost::math::policies::domain_error<boost::math::policies::ignore_error>,
+    boost::math::policies::overflow_error<boost::math::policies::ignore_error>,
+    boost::math::policies::underflow_error<boost::math::policies::ignore_error>,
+    boost::math::policies::pole_error<boost::math::policies::ignore_error>,
+    boost::math::policies::evaluation_error<boost::math::policies::ignore_error>,
+    boost::math::policies::promote_double<false>>;
+
+double Clean(double p) { return std::isfinite(p) ? std::clamp(p, 0.0, 1.0) : 1.0; }
+
+// Readers tracked separately by the sequential test. A node rarely sees more
+// than a few dozen distinct pids in one window; beyond 64 the oldest slot is
+// reused (that reader's next step is then not counted).
+constexpr size_t kMaxPids = 64;
+
+// Var[D] at or above this uses the normal approximation for the distinct
+// count (3 standard deviations are >= 9 children wide, where the continuity
+// corrected normal tail is accurate). Below it D is near one of its ends and
+// the rarer event is counted with a Poisson tail instead: repeats when n << N
+// (sparse), empty children when n is a few times N (dense).
+constexpr double kNormalMinVariance = 9.0;
+
+// Pearson chi-square is used when every child expects at least this many
+// samples (the textbook rule); below it, the collision test.
+constexpr double kChiSquareMinExpected = 5.0;
+
+// H(N, s) = sum_{i=1..N} i^-s: exact for the first kExactTerms terms, then
+// the midpoint integral (relative error < 1e-6 for i > 1000).
+constexpr uint64_t kExactTerms = 1000;
+double Harmonic(uint64_t n, double s) {
+  double h = 0;
+  uint64_t m = std::min(n, kExactTerms);
+  for (uint64_t i = 1; i <= m; ++i) h += std::pow(static_cast<double>(i), -s);
+  if (n > m) {
+    double a = m + 0.5, b = n + 0.5;
+    if (std::abs(s - 1.0) < 1e-9) h += std::log(b / a);
+    else h += (std::pow(b, 1 - s) - std::pow(a, 1 - s)) / (1 - s);
+  }
+  return h;
+}
+
+bool IndexSucc(const void*, uint32_t a, uint32_t b, uint32_t gap) { return b > a && b - a <= gap; }
+
+}  // namespace
+
+std::string_view LabelName(Label l) {
+  switch (l) {
+    case Label::kSequential: return "sequential";
+    case Label::kRandom: return "random";
+    case Label::kSkewed: return "skewed";
+    case Label::kUnknown: break;
+  }
+  return "unknown";
+}
+
+std::string_view TestKindName(TestKind k) {
+  switch (k) {
+    case TestKind::kBinomial: return "binomial";
+    case TestKind::kChiSquare: return "chi_square";
+    case TestKind::kCollision: return "collision";
+    case TestKind::kNone: break;
+  }
+  return "none";
+}
+
+SuccessorFn IndexSuccessor() { return SuccessorFn{nullptr, &IndexSucc}; }
+
+double FitZipfByCollisions(double collision_prob, uint64_t n_items) {
+  if (n_items < 2 || !(collision_prob > 1.0 / static_cast<double>(n_items))) return 0.0;
+  auto cp = [&](double s) {
+    double h = Harmonic(n_items, s);
+    return Harmonic(n_items, 2 * s) / (h * h);
+  };
+  double lo = 0, hi = 4;  // exponents beyond 4 put > 92% of the mass on one item
+  if (cp(hi) <= collision_prob) return hi;
+  for (int i = 0; i < 40; ++i) {  // 4 / 2^40: far below any useful precision
+    double mid = 0.5 * (lo + hi);
+    (cp(mid) < collision_prob ? lo : hi) = mid;
+  }
+  return 0.5 * (lo + hi);
+}
+
+DetectResult Detect(const DetectInput& in, const StreamConfig& cfg) {
+  DetectResult r;
+  const size_t n = in.children.size();
+  const double alpha_each = cfg.alpha / 2;  // Bonferroni over the two tests
+
+  // --- Uniformity statistics (also gives D for N). ---
+  thread_local std::vector<uint32_t> sorted;
+  sorted.assign(in.children.begin(), in.children.end());
+  std::sort(sorted.begin(), sorted.end());
+  uint64_t distinct = 0;
+  double pairs = 0;  // sum c(c-1): ordered pairs of samples on the same child
+  thread_local std::vector<uint32_t> counts;
+  counts.clear();
+  for (size_t i = 0; i < n;) {
+    size_t j = i;
+    while (j < n && sorted[j] == sorted[i]) ++j;
+    uint32_t c = static_cast<uint32_t>(j - i);
+    counts.push_back(c);
+    pairs += static_cast<double>(c) * (c - 1);
+    ++distinct;
+    i = j;
+  }
+  r.distinct = static_cast<uint32_t>(distinct);
+  const uint64_t big_n = std::max<uint64_t>(in.n_children, distinct);
+  const double nd = static_cast<double>(n), bn = static_cast<double>(big_n);
+
+  // --- Sequential: per-reader "next" steps. ---
+  {
+    std::array<uint32_t, kMaxPids> pid{};
+    std::array<uint32_t, kMaxPids> last{};
+    size_t used = 0, victim = 0;
+    uint32_t steps = 0, next = 0;
+    for (size_t i = 0; i < n; ++i) {
+      size_t k = 0;
+      while (k < used && pid[k] != in.pids[i]) ++k;
+      if (k < used) {
+        ++steps;
+        if (in.successor(last[k], in.children[i], cfg.sequential_gap)) ++next;
+      } else if (used < kMaxPids) {
+        k = used++;
+        pid[k] = in.pids[i];
+      } else {
+        k = victim;
+        victim = (victim + 1) % kMaxPids;
+        pid[k] = in.pids[i];
+      }
+      last[k] = in.children[i];
+    }
+    r.steps = steps;
+    r.next_steps = next;
+    const double p0 = big_n > 0 ? cfg.sequential_gap / bn : 1.0;
+    if (steps > 0 && p0 < 0.5) {
+      if (next == 0) {
+        r.seq_p = 1;
+      } else {
+        boost::math::binomial_distribution<double, NoThrow> b(steps, p0);
+        r.seq_p = Clean(boost::math::cdf(boost::math::complement(b, next - 1)));
+      }
+    }
+  }
+
+  // --- Uniformity test. ---
+  if (big_n >= 2 && n >= 2) {
+    const double expected = nd / bn;
+    if (expected >= kChiSquareMinExpected) {
+      double x2 = static_cast<double>(big_n - distinct) * expected;
+      for (uint32_t c : counts) x2 += (c - expected) * (c - expected) / expected;
+      boost::math::chi_squared_distribution<double, NoThrow> chi(bn - 1);
+      r.uniform_test = TestKind::kChiSquare;
+      r.uniform_stat = x2;
+      r.uniform_p = Clean(boost::math::cdf(boost::math::complement(chi, x2)));
+    } else {
+      const double q1 = std::exp(nd * std::log1p(-1.0 / bn));
+      const double q2 = big_n == 2 ? 0.0 : std::exp(nd * std::log1p(-2.0 / bn));
+      const double mean_d = bn * (1 - q1);
+      const double var_d = std::max(0.0, bn * (bn - 1) * q2 + bn * q1 - bn * bn * q1 * q1);
+      const double d = static_cast<double>(distinct);
+      r.uniform_test = TestKind::kCollision;
+      r.uniform_stat = var_d > 0 ? (d - mean_d) / std::sqrt(var_d) : 0.0;
+      if (var_d >= kNormalMinVariance) {
+        boost::math::normal_distribution<double, NoThrow> z;
+        r.uniform_p = Clean(boost::math::cdf(z, (d + 0.5 - mean_d) / std::sqrt(var_d)));
+      } else if (nd - mean_d <= bn - mean_d) {
+        // Sparse (n << N): repeats R = n - D are nearly Poisson(n - E[D]).
+        const double repeats = nd - d, lambda = std::max(nd - mean_d, 1e-12);
+        if (repeats < 0.5) {
+          r.uniform_p = 1;
+        } else {
+          boost::math::poisson_distribution<double, NoThrow> po(lambda);
+          r.uniform_p = Clean(boost::math::cdf(boost::math::complement(po, repeats - 1)));
+        }
+      } else {
+        // Dense (n a few times N): the empty children U = N - D are nearly
+        // Poisson(N (1-1/N)^n); skew leaves more of them empty.
+        const double empty = bn - d, lambda = std::max(bn * q1, 1e-12);
+        if (empty < 0.5) {
+          r.uniform_p = 1;
+        } else {
+          boost::math::poisson_distribution<double, NoThrow> po(lambda);
+          r.uniform_p = Clean(boost::math::cdf(boost::math::complement(po, empty - 1)));
+        }
+      }
+    }
+  }
+
+  // --- Decision. ---
+  const double frac = r.steps > 0 ? static_cast<double>(r.next_steps) / r.steps : 0.0;
+  const bool seq_sig = r.seq_p < alpha_each;
+  auto use_seq = [&] {
+    r.test = TestKind::kBinomial;
+    r.statistic = frac;
+    r.p_value = r.seq_p;
+  };
+  auto use_uni = [&] {
+    r.test = r.uniform_test;
+    r.statistic = r.uniform_stat;
+    r.p_value = r.uniform_p;
+  };
+  if (n < cfg.min_samples || big_n < 2) {
+    use_uni();
+    r.label = Label::kUnknown;
+  } else if (seq_sig && frac >= cfg.min_sequential_ratio) {
+    use_seq();
+    r.label = Label::kSequential;
+  } else if (seq_sig && frac >= cfg.mixed_sequential_ratio) {
+    use_seq();
+    r.label = Label::kUnknown;  // part scan, part not: the tests disagree
+  } else if (r.uniform_test != TestKind::kNone && r.uniform_p < alpha_each) {
+    use_uni();
+    r.label = Label::kSkewed;
+    const double cp = n >= 2 ? pairs / (nd * (nd - 1)) : 0.0;
+    r.zipf_s = FitZipfByCollisions(cp, big_n);
+  } else if (r.uniform_test != TestKind::kNone) {
+    use_uni();
+    r.label = Label::kRandom;
+  } else {
+    use_uni();
+    r.label = Label::kUnknown;
+  }
+  return r;
+}
+
+}  // namespace igt::stream

@@ -1,0 +1,75 @@
+#pragma once
+// Pattern detectors of DESIGN.md sec. 5: pure functions over one node's window
+// of child accesses. The AccessStreamTree calls Detect() on every re-test;
+// tests and benchmarks call it directly. See docs/DETECTION.md for the
+// statistics and why each threshold is what it is.
+//
+// Tests, in order (each at alpha/2, Bonferroni, so that a stream with no
+// pattern is falsely labelled with probability <= alpha):
+//   1. sequential: per reader (pid), the fraction of steps that go to a "next"
+//      child (forward by 1..gap), one-sided binomial test against chance
+//      p0 = gap/N, plus a floor on the fraction;
+//   2. uniformity: Pearson chi-square when n/N >= 5, else a one-sided
+//      collision test on the number of distinct children (normal
+//      approximation with continuity correction when Var[D] >= 9, else a
+//      Poisson tail on the number of repeats). Rejected => skewed, with a
+//      Zipf exponent fitted by matching the observed collision rate.
+//   3. unknown: too few samples, too few children, or "next" steps that beat
+//      chance but are below the floor (a mix of scan and something else).
+// Thread-safety: pure functions; scratch buffers are thread_local.
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+#include "src/stream/stream_config.h"
+
+namespace igt::stream {
+
+enum class Label : uint8_t { kUnknown = 0, kSequential, kRandom, kSkewed };
+// "unknown" | "sequential" | "random" | "skewed" (the JSON "pattern" values).
+std::string_view LabelName(Label l);
+
+// Which test produced `statistic` / `p_value`.
+enum class TestKind : uint8_t { kNone = 0, kBinomial, kChiSquare, kCollision };
+std::string_view TestKindName(TestKind k);
+
+// Successor oracle: is child `b` within `gap` children after child `a` in the
+// node's child order (block index, or directory listing order)?
+struct SuccessorFn {
+  const void* ctx = nullptr;
+  bool (*fn)(const void* ctx, uint32_t a, uint32_t b, uint32_t gap) = nullptr;
+  bool operator()(uint32_t a, uint32_t b, uint32_t gap) const { return fn(ctx, a, b, gap); }
+};
+// For children numbered in order (blocks): 0 < b - a <= gap.
+SuccessorFn IndexSuccessor();
+
+struct DetectInput {
+  std::span<const uint32_t> children;  // child id per sample, oldest first
+  std::span<const uint32_t> pids;      // reader per sample (same length)
+  uint64_t n_children = 0;             // N: children the node has (listing size)
+  SuccessorFn successor;
+};
+
+struct DetectResult {
+  Label label = Label::kUnknown;
+  TestKind test = TestKind::kNone;  // test behind statistic/p_value
+  double statistic = 0;   // binomial: fraction of "next" steps; chi-square: X^2;
+                          // collision: z score of distinct count (negative = repeats)
+  double p_value = 1;
+  double zipf_s = 0;      // skewed only: fitted Zipf exponent
+  // Both tests, for diagnostics.
+  uint32_t steps = 0, next_steps = 0;
+  double seq_p = 1;
+  double uniform_stat = 0, uniform_p = 1;
+  TestKind uniform_test = TestKind::kNone;
+  uint32_t distinct = 0;
+};
+
+DetectResult Detect(const DetectInput& in, const StreamConfig& cfg);
+
+// Zipf exponent s such that a Zipf(s) law over N items has collision
+// probability sum p_i^2 == `collision_prob`; in [0, 4].
+double FitZipfByCollisions(double collision_prob, uint64_t n_items);
+
+}  // namespace igt::stream

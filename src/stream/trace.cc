@@ -1,0 +1,312 @@
+#include "src/stream/trace.h"
+
+#include <cerrno>
+#include <charconv>
+#include <chrono>
+#include <cstring>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+namespace igt::stream {
+namespace {
+
+constexpr const char* kColumns[] = {"time_us", "pid", "path", "offset", "length", "file_size"};
+constexpr size_t kNumColumns = 6;
+
+bool NeedsQuoting(std::string_view s) {
+  return s.find_first_of(",\"\r\n") != std::string_view::npos;
+}
+
+void AppendUint(std::string& out, uint64_t v) {
+  char tmp[24];
+  auto [end, ec] = std::to_chars(tmp, tmp + sizeof tmp, v);
+  out.append(tmp, end);
+}
+
+// Splits one CSV record into fields (RFC 4180 quoting). Returns an error
+// description or empty on success. `fields` get views into `line` for
+// unquoted fields and into `unquoted` storage for quoted ones.
+std::string SplitCsv(std::string_view line, std::string (&store)[kNumColumns + 1],
+                     std::string_view (&fields)[kNumColumns + 1], size_t& nfields) {
+  nfields = 0;
+  size_t i = 0;
+  while (true) {
+    if (nfields == kNumColumns + 1) {
+      // Count the remaining fields only for the message.
+      size_t extra = 1;
+      bool q = false;
+      for (; i < line.size(); ++i) {
+        if (line[i] == '"') q = !q;
+        else if (line[i] == ',' && !q) ++extra;
+      }
+      return fmt::format("expected {} columns, got {}", kNumColumns, kNumColumns + extra);
+    }
+    if (i < line.size() && line[i] == '"') {
+      std::string& s = store[nfields];
+      s.clear();
+      ++i;
+      bool closed = false;
+      while (i < line.size()) {
+        if (line[i] == '"') {
+          if (i + 1 < line.size() && line[i + 1] == '"') {
+            s.push_back('"');
+            i += 2;
+          } else {
+            closed = true;
+            ++i;
+            break;
+          }
+        } else {
+          s.push_back(line[i++]);
+        }
+      }
+      if (!closed) return fmt::format("column {} ({}): unterminated quoted field", nfields + 1,
+                                      nfields < kNumColumns ? kColumns[nfields] : "extra");
+      fields[nfields++] = s;
+      if (i == line.size()) return {};
+      if (line[i] != ',')
+        return fmt::format("column {}: unexpected character after closing quote", nfields);
+      ++i;
+    } else {
+      size_t j = line.find(',', i);
+      if (j == std::string_view::npos) {
+        fields[nfields++] = line.substr(i);
+        return {};
+      }
+      fields[nfields++] = line.substr(i, j - i);
+      i = j + 1;
+    }
+  }
+}
+
+template <class T>
+std::string ParseUint(std::string_view field, size_t col, T& out) {
+  if (field.empty()) return fmt::format("column {} ({}) is empty", col + 1, kColumns[col]);
+  auto [p, ec] = std::from_chars(field.data(), field.data() + field.size(), out);
+  if (ec == std::errc::result_out_of_range)
+    return fmt::format("column {} ({}) is out of range: '{}'", col + 1, kColumns[col], field);
+  if (ec != std::errc() || p != field.data() + field.size())
+    return fmt::format("column {} ({}) is not a non-negative integer: '{}'", col + 1, kColumns[col], field);
+  return {};
+}
+
+}  // namespace
+
+void AppendTraceRow(std::string& out, uint64_t time_us, uint32_t pid, std::string_view path,
+                    uint64_t offset, uint64_t length, uint64_t file_size) {
+  AppendUint(out, time_us);
+  out.push_back(',');
+  AppendUint(out, pid);
+  out.push_back(',');
+  if (NeedsQuoting(path)) {
+    out.push_back('"');
+    for (char c : path) {
+      if (c == '"') out.push_back('"');
+      out.push_back(c);
+    }
+    out.push_back('"');
+  } else {
+    out.append(path);
+  }
+  out.push_back(',');
+  AppendUint(out, offset);
+  out.push_back(',');
+  AppendUint(out, length);
+  out.push_back(',');
+  AppendUint(out, file_size);
+  out.push_back('\n');
+}
+
+Status ParseTraceRow(std::string_view line, TraceRecord& out) {
+  if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+  thread_local std::string store[kNumColumns + 1];
+  std::string_view f[kNumColumns + 1];
+  size_t nf = 0;
+  if (auto e = SplitCsv(line, store, f, nf); !e.empty()) return Status::InvalidArgument(e);
+  if (nf != kNumColumns)
+    return Status::InvalidArgument(fmt::format("expected {} columns ({}), got {}", kNumColumns, kTraceHeader, nf));
+  std::string e;
+  if (e = ParseUint(f[0], 0, out.time_us); !e.empty()) return Status::InvalidArgument(e);
+  if (e = ParseUint(f[1], 1, out.pid); !e.empty()) return Status::InvalidArgument(e);
+  if (f[2].empty()) return Status::InvalidArgument("column 3 (path) is empty");
+  if (f[2].front() == '/')
+    return Status::InvalidArgument(fmt::format("column 3 (path) must be relative (no leading '/'): '{}'", f[2]));
+  if (f[2].back() == '/')
+    return Status::InvalidArgument(fmt::format("column 3 (path) names a directory (trailing '/'): '{}'", f[2]));
+  out.path.assign(f[2]);
+  if (e = ParseUint(f[3], 3, out.offset); !e.empty()) return Status::InvalidArgument(e);
+  if (e = ParseUint(f[4], 4, out.length); !e.empty()) return Status::InvalidArgument(e);
+  if (e = ParseUint(f[5], 5, out.file_size); !e.empty()) return Status::InvalidArgument(e);
+  return Status::Ok();
+}
+
+// ---------------------------------------------------------------- reader
+
+Result<std::unique_ptr<TraceReader>> TraceReader::Open(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) {
+    int err = errno;
+    auto msg = fmt::format("cannot open trace '{}': {}", path, std::strerror(err));
+    if (err == ENOENT) return Err(Status::NotFound(msg));
+    return Err(Status::IoError(msg));
+  }
+  std::unique_ptr<TraceReader> r(new TraceReader(path, f));
+  char* line = nullptr;
+  size_t cap = 0;
+  ssize_t len = getline(&line, &cap, f);
+  std::string header = len > 0 ? std::string(line, static_cast<size_t>(len)) : std::string();
+  std::free(line);
+  while (!header.empty() && (header.back() == '\n' || header.back() == '\r')) header.pop_back();
+  if (header.size() >= 3 && static_cast<unsigned char>(header[0]) == 0xEF) header.erase(0, 3);  // UTF-8 BOM
+  if (header != kTraceHeader)
+    return Err(r->Fail(1, fmt::format("expected header '{}', got '{}'", kTraceHeader, header)));
+  return r;
+}
+
+TraceReader::~TraceReader() {
+  if (f_) std::fclose(f_);
+}
+
+Status TraceReader::Fail(uint64_t line, const std::string& what) const {
+  return Status::InvalidArgument(fmt::format("{}:{}: {}", name_, line, what));
+}
+
+Result<bool> TraceReader::Next(TraceRecord& out) {
+  char* raw = nullptr;
+  size_t cap = 0;
+  struct Free {
+    char** p;
+    ~Free() { std::free(*p); }
+  } guard{&raw};
+  while (true) {
+    ssize_t len = getline(&raw, &cap, f_);
+    if (len < 0) {
+      if (std::ferror(f_)) return Err(Status::IoError(fmt::format("{}: read error", name_)));
+      return false;
+    }
+    uint64_t start_line = next_line_++;
+    buf_.assign(raw, static_cast<size_t>(len));
+    // A quoted path may contain newlines: keep reading while quotes are open.
+    auto open_quotes = [&] {
+      bool q = false;
+      for (char c : buf_) if (c == '"') q = !q;
+      return q;
+    };
+    while (open_quotes()) {
+      ssize_t more = getline(&raw, &cap, f_);
+      if (more < 0) return Err(Fail(start_line, "unterminated quoted field at end of file"));
+      ++next_line_;
+      buf_.append(raw, static_cast<size_t>(more));
+    }
+    while (!buf_.empty() && (buf_.back() == '\n' || buf_.back() == '\r')) buf_.pop_back();
+    if (buf_.empty()) continue;  // blank line
+    if (Status s = ParseTraceRow(buf_, out); !s.ok()) return Err(Fail(start_line, s.message()));
+    if (out.time_us < last_time_)
+      return Err(Fail(start_line, fmt::format("time_us {} is less than the previous row's {} "
+                                              "(rows must be in non-decreasing time)",
+                                              out.time_us, last_time_)));
+    last_time_ = out.time_us;
+    line_ = start_line;
+    return true;
+  }
+}
+
+// ---------------------------------------------------------------- writer
+
+TraceWriter::TraceWriter(std::string path, std::FILE* f, Options opt)
+    : path_(std::move(path)), opt_(opt), f_(f) {}
+
+Result<std::unique_ptr<TraceWriter>> TraceWriter::Open(const std::string& path, Options opt) {
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  if (!f) return Err(Status::IoError(fmt::format("cannot create trace '{}': {}", path, std::strerror(errno))));
+  std::string header(kTraceHeader);
+  header.push_back('\n');
+  if (std::fwrite(header.data(), 1, header.size(), f) != header.size()) {
+    std::fclose(f);
+    return Err(Status::IoError(fmt::format("cannot write trace '{}'", path)));
+  }
+  std::unique_ptr<TraceWriter> w(new TraceWriter(path, f, opt));
+  w->buf_.reserve(opt.flush_threshold_bytes * 2);
+  w->flusher_ = std::thread([p = w.get()] { p->FlushLoop(); });
+  return w;
+}
+
+TraceWriter::~TraceWriter() {
+  if (Status s = Close(); !s.ok()) spdlog::warn("trace writer {}: {}", path_, s.ToString());
+}
+
+void TraceWriter::Append(uint64_t time_us, uint32_t pid, std::string_view path, uint64_t offset,
+                         uint64_t length, uint64_t file_size) {
+  bool wake = false;
+  {
+    std::lock_guard lk(mu_);
+    if (stop_) return;
+    // A row is at most path + 6 numbers of <= 20 digits + quoting.
+    if (buf_.size() + path.size() * 2 + 130 > opt_.max_buffered_bytes) {
+      rows_dropped_.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    AppendTraceRow(buf_, time_us, pid, path, offset, length, file_size);
+    ++rows_in_buf_;
+    wake = buf_.size() >= opt_.flush_threshold_bytes;
+  }
+  if (wake) cv_.notify_one();
+}
+
+void TraceWriter::FlushLoop() {
+  std::string out;
+  out.reserve(opt_.flush_threshold_bytes * 2);
+  while (true) {
+    uint64_t rows = 0;
+    bool stopping;
+    {
+      std::unique_lock lk(mu_);
+      cv_.wait_for(lk, std::chrono::milliseconds(opt_.flush_interval_ms),
+                   [&] { return stop_ || buf_.size() >= opt_.flush_threshold_bytes; });
+      out.swap(buf_);  // the appenders keep the (cleared) capacity of `out`
+      buf_.clear();
+      rows = rows_in_buf_;
+      rows_in_buf_ = 0;
+      stopping = stop_;
+    }
+    if (!out.empty()) {
+      size_t n = std::fwrite(out.data(), 1, out.size(), f_);
+      if (n != out.size()) {
+        std::lock_guard lk(mu_);
+        if (write_error_.ok())
+          write_error_ = Status::IoError(fmt::format("writing trace '{}': {}", path_, std::strerror(errno)));
+        rows_dropped_.fetch_add(rows, std::memory_order_relaxed);
+      } else {
+        rows_written_.fetch_add(rows, std::memory_order_relaxed);
+      }
+      out.clear();
+    }
+    if (stopping) return;
+  }
+}
+
+Status TraceWriter::Close() {
+  if (closed_) return Status::Ok();
+  closed_ = true;
+  {
+    std::lock_guard lk(mu_);
+    stop_ = true;
+  }
+  cv_.notify_one();
+  if (flusher_.joinable()) flusher_.join();
+  // The flusher's last round ran after stop_ was set: nothing is left in buf_.
+  Status s;
+  {
+    std::lock_guard lk(mu_);
+    s = write_error_;
+  }
+  if (std::fflush(f_) != 0 && s.ok())
+    s = Status::IoError(fmt::format("flushing trace '{}': {}", path_, std::strerror(errno)));
+  if (std::fclose(f_) != 0 && s.ok())
+    s = Status::IoError(fmt::format("closing trace '{}': {}", path_, std::strerror(errno)));
+  f_ = nullptr;
+  return s;
+}
+
+}  // namespace igt::stream

@@ -1,0 +1,152 @@
+// Trace CSV reader/writer: round trip, quoting, and errors naming the line.
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <cstdio>
+#include <mutex>
+#include <thread>
+#include <unistd.h>
+#include <vector>
+#include <fstream>
+#include <string>
+
+#include "src/stream/classify.h"
+#include "src/stream/trace.h"
+
+using namespace igt::stream;
+
+namespace {
+std::string TempPath(const std::string& name) {
+  return "/tmp/igt_stream_test_" + std::to_string(::getpid()) + "_" + name;
+}
+void WriteFile(const std::string& path, const std::string& text) {
+  std::ofstream f(path, std::ios::binary);
+  f << text;
+}
+std::string ReadError(const std::string& text) {
+  std::string p = TempPath("bad.csv");
+  WriteFile(p, text);
+  auto r = TraceReader::Open(p);
+  std::string msg;
+  if (!r) {
+    msg = r.error().message();
+  } else {
+    TraceRecord rec;
+    while (true) {
+      auto n = (*r)->Next(rec);
+      if (!n) {
+        msg = n.error().message();
+        REQUIRE(n.error().code() == igt::Code::kInvalidArgument);
+        break;
+      }
+      if (!*n) break;
+    }
+  }
+  std::remove(p.c_str());
+  return msg;
+}
+}  // namespace
+
+TEST_CASE("trace rows round-trip, with RFC 4180 quoting of odd paths", "[trace]") {
+  std::string csv(kTraceHeader);
+  csv += "\n";
+  AppendTraceRow(csv, 10, 7, "a/b.bin", 0, 4096, 1 << 20);
+  AppendTraceRow(csv, 10, 8, "dir, with comma/\"quoted\".jpg", 5, 6, 7);
+  AppendTraceRow(csv, 12, 9, "multi\nline", 1, 2, 3);
+  REQUIRE(csv.find("\"dir, with comma/\"\"quoted\"\".jpg\"") != std::string::npos);
+  std::string p = TempPath("rt.csv");
+  WriteFile(p, csv);
+  auto r = TraceReader::Open(p);
+  REQUIRE(r.has_value());
+  TraceRecord rec;
+  REQUIRE(*(*r)->Next(rec));
+  CHECK(rec.time_us == 10);
+  CHECK(rec.pid == 7);
+  CHECK(rec.path == "a/b.bin");
+  CHECK(rec.length == 4096);
+  CHECK(rec.file_size == (1 << 20));
+  REQUIRE(*(*r)->Next(rec));
+  CHECK(rec.path == "dir, with comma/\"quoted\".jpg");
+  CHECK(rec.offset == 5);
+  REQUIRE(*(*r)->Next(rec));
+  CHECK(rec.path == "multi\nline");
+  CHECK((*r)->line() == 4);
+  CHECK_FALSE(*(*r)->Next(rec));
+  std::remove(p.c_str());
+}
+
+TEST_CASE("malformed traces give an error naming the line", "[trace]") {
+  const std::string h = std::string(kTraceHeader) + "\n";
+  CHECK_THAT(ReadError("time,pid,path\n1,2,a,0,1,1\n"), Catch::Contains(":1: expected header"));
+  CHECK_THAT(ReadError(h + "1,2,a,0,1,1\n2,3,b,0,1\n"), Catch::Contains(":3: expected 6 columns") );
+  CHECK_THAT(ReadError(h + "1,2,a,0,1,1\n2,3,b,0,1,1,9\n"), Catch::Contains(":3: expected 6 columns"));
+  CHECK_THAT(ReadError(h + "1,2,a,0,1,1\n2,x3,b,0,1,1\n"),
+             Catch::Contains(":3: column 2 (pid) is not a non-negative integer: 'x3'"));
+  CHECK_THAT(ReadError(h + "1,2,a,zero,1,1\n"), Catch::Contains(":2: column 4 (offset)"));
+  CHECK_THAT(ReadError(h + "1,2,a,0,-1,1\n"), Catch::Contains(":2: column 5 (length)"));
+  CHECK_THAT(ReadError(h + "1,2,a,0,1,\n"), Catch::Contains(":2: column 6 (file_size) is empty"));
+  CHECK_THAT(ReadError(h + "5,2,a,0,1,1\n5,2,a,1,1,1\n\n4,2,a,2,1,1\n"),
+             Catch::Contains(":5: time_us 4 is less than the previous row's 5"));
+  CHECK_THAT(ReadError(h + "1,2,/abs/path,0,1,1\n"), Catch::Contains(":2: column 3 (path) must be relative"));
+  CHECK_THAT(ReadError(h + "1,2,\"open,0,1,1\n"), Catch::Contains(":2: unterminated quoted field"));
+  CHECK_THAT(ReadError(h + "1,2,,0,1,1\n"), Catch::Contains(":2: column 3 (path) is empty"));
+  CHECK_THAT(ReadError(h + "99999999999999999999999,2,a,0,1,1\n"), Catch::Contains(":2: column 1 (time_us) is out of range"));
+  // CRLF line ends are accepted.
+  CHECK(ReadError(std::string(kTraceHeader) + "\r\n1,2,a,0,1,1\r\n") == "");
+}
+
+TEST_CASE("ClassifyTrace reports a malformed line and a missing file", "[trace]") {
+  std::string p = TempPath("bad2.csv");
+  WriteFile(p, std::string(kTraceHeader) + "\n1,2,a,0,1,1\n2,2,a,0,1\n");
+  auto j = ClassifyTrace(p, StreamConfig{});
+  REQUIRE_FALSE(j.has_value());
+  CHECK(j.error().code() == igt::Code::kInvalidArgument);
+  CHECK_THAT(j.error().message(), Catch::Contains(p + ":3: expected 6 columns"));
+  std::remove(p.c_str());
+  auto m = ClassifyTrace(TempPath("does_not_exist.csv"), StreamConfig{});
+  REQUIRE_FALSE(m.has_value());
+  CHECK(m.error().code() == igt::Code::kNotFound);
+  StreamConfig bad;
+  bad.alpha = 2;
+  auto v = ClassifyTrace(p, bad);
+  REQUIRE_FALSE(v.has_value());
+  CHECK_THAT(v.error().message(), Catch::Contains("stream.alpha"));
+}
+
+TEST_CASE("TraceWriter writes every appended row from many threads", "[trace]") {
+  std::string p = TempPath("w.csv");
+  TraceWriter::Options opt;
+  opt.flush_interval_ms = 5;
+  opt.flush_threshold_bytes = 4096;
+  auto w = TraceWriter::Open(p, opt);
+  REQUIRE(w.has_value());
+  constexpr int kThreads = 8, kRows = 5000;
+  std::vector<std::thread> ts;
+  std::atomic<uint64_t> clock{0};
+  std::mutex order;  // rows must be in non-decreasing time: take time and append together
+  for (int t = 0; t < kThreads; ++t) {
+    ts.emplace_back([&, t] {
+      for (int i = 0; i < kRows; ++i) {
+        std::lock_guard lk(order);
+        (*w)->Append(clock++, 100 + t, "d,ir/f" + std::to_string(t), uint64_t(i) * 10, 10, 1000000);
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
+  REQUIRE((*w)->Close().ok());
+  CHECK((*w)->rows_written() == kThreads * kRows);
+  CHECK((*w)->rows_dropped() == 0);
+  auto r = TraceReader::Open(p);
+  REQUIRE(r.has_value());
+  TraceRecord rec;
+  uint64_t n = 0;
+  while (true) {
+    auto more = (*r)->Next(rec);
+    REQUIRE(more.has_value());
+    if (!*more) break;
+    CHECK(rec.time_us == n);
+    ++n;
+  }
+  CHECK(n == kThreads * kRows);
+  std::remove(p.c_str());
+}

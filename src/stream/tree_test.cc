@@ -1,0 +1,291 @@
+// AccessStreamTree: granularity, continuations, JSON, governing streams,
+// memory cap, pruning, hysteresis and concurrent recording.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <numeric>
+#include <random>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "src/stream/access_stream_tree.h"
+
+using namespace igt::stream;
+
+namespace {
+constexpr uint64_t kMiB = 1 << 20;
+
+// Shard training in miniature: `shards` files of `blocks` MiB, shard order
+// shuffled per epoch, dealt to `workers` pids, each shard read front to back
+// in `read` byte pieces; the workers' reads interleave.
+void ShardTraining(AccessStreamTree& tree, uint64_t& t, int shards, int blocks, int epochs, int workers,
+                   uint64_t read, uint32_t seed) {
+  std::mt19937 rng(seed);
+  for (int e = 0; e < epochs; ++e) {
+    std::vector<int> order(shards);
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), rng);
+    for (size_t base = 0; base < order.size(); base += workers) {
+      const uint64_t size = uint64_t(blocks) * kMiB;
+      for (uint64_t off = 0; off < size; off += read) {
+        for (int w = 0; w < workers && base + w < order.size(); ++w) {
+          char path[64];
+          std::snprintf(path, sizeof path, "shards/shard-%05d.tar", order[base + w]);
+          tree.Record(t += 50, 500 + w, path, off, read, size);
+        }
+      }
+    }
+  }
+}
+}  // namespace
+
+TEST_CASE("shard training: directory random at file level, shards sequential at block level", "[tree]") {
+  AccessStreamTree tree;
+  tree.NoteListing("shards", 24);
+  uint64_t t = 0;
+  ShardTraining(tree, t, 24, 40, 4, 2, 256 << 10, 1);
+  tree.RetestAll(true);
+  auto dir = tree.Find("shards/");
+  REQUIRE(dir);
+  CHECK(dir->granularity == "file");
+  CHECK(dir->samples == 24 * 4);  // one visit per shard per epoch, 256 KiB reads are continuations
+  CHECK(dir->label == Label::kRandom);
+  int sequential = 0;
+  for (const StreamInfo& s : tree.Snapshot()) {
+    if (s.path.starts_with("shards/shard-")) {
+      CHECK(s.granularity == "block");
+      CHECK(s.samples == 40 * 4);  // one sample per block per epoch
+      sequential += s.label == Label::kSequential;
+    }
+  }
+  CHECK(sequential == 24);
+  // The root sees only one child: nothing to test.
+  auto root = tree.Find("/");
+  REQUIRE(root);
+  CHECK(root->label == Label::kUnknown);
+}
+
+TEST_CASE("a listing-order scan of a directory is sequential at file level", "[tree]") {
+  AccessStreamTree tree;
+  uint64_t t = 0;
+  // Two preprocessing processes scan different halves, interleaved; files of
+  // 3 MiB read in 1 MiB pieces.
+  for (int i = 0; i < 200; ++i) {
+    for (int p = 0; p < 2; ++p) {
+      char path[64];
+      std::snprintf(path, sizeof path, "raw/part%d/img_%06d.jpg", p, i);
+      for (uint64_t off = 0; off < 3 * kMiB; off += kMiB) tree.Record(t += 10, 77 + p, path, off, kMiB, 3 * kMiB);
+    }
+  }
+  tree.RetestAll(true);
+  for (const char* d : {"raw/part0/", "raw/part1/"}) {
+    auto s = tree.Find(d);
+    REQUIRE(s);
+    CHECK(s->samples == 200);
+    CHECK(s->label == Label::kSequential);
+    CHECK(s->test == TestKind::kBinomial);
+    CHECK(s->statistic > 0.95);
+    CHECK(s->p_value < 1e-6);
+  }
+  // 3-block files have 3 samples each: below min_samples, not reported.
+  for (const StreamInfo& s : tree.Snapshot()) CHECK_FALSE(s.path.ends_with(".jpg"));
+}
+
+TEST_CASE("JSON output has exactly the documented fields", "[tree]") {
+  AccessStreamTree tree;
+  tree.NoteListing("items/", 1000);
+  std::mt19937 rng(3);
+  std::vector<double> w(1000);
+  for (int i = 0; i < 1000; ++i) w[i] = std::pow(i + 1.0, -1.0);
+  std::discrete_distribution<int> zipf(w.begin(), w.end());
+  uint64_t t = 0;
+  for (int i = 0; i < 600; ++i) {
+    char path[64];
+    std::snprintf(path, sizeof path, "items/item%04d.bin", zipf(rng));
+    tree.Record(t += 5, 9, path, 0, 4096, 4096);
+  }
+  tree.RetestAll(true);
+  nlohmann::json j = StreamsToJson(tree.Snapshot());
+  REQUIRE(j.contains("streams"));
+  REQUIRE(j["streams"].size() == 2);  // the root (one child: unknown) and "items/"
+  CHECK(j["streams"][0]["path"] == "/");
+  CHECK(j["streams"][0]["pattern"] == "unknown");
+  CHECK_FALSE(j["streams"][0].contains("zipf_s"));
+  const auto& s = j["streams"][1];
+  CHECK(s["path"] == "items/");
+  CHECK(s["granularity"] == "file");
+  CHECK(s["pattern"] == "skewed");
+  CHECK(s["samples"] == 600);
+  CHECK(s["p_value"].get<double>() < 0.001);
+  CHECK(s["zipf_s"].get<double>() == Approx(1.0).margin(0.25));
+  std::set<std::string> keys;
+  for (auto& [k, v] : s.items()) keys.insert(k);
+  CHECK(keys == std::set<std::string>{"path", "granularity", "pattern", "samples", "statistic", "p_value", "zipf_s"});
+}
+
+TEST_CASE("governing streams: lowest confident for prefetch, highest for retention", "[tree]") {
+  AccessStreamTree tree;
+  tree.NoteListing("shards", 24);
+  uint64_t t = 0;
+  ShardTraining(tree, t, 24, 40, 4, 1, kMiB, 2);
+  tree.RetestAll(true);
+  GoverningStreams g = tree.Governing("shards/shard-00003.tar");
+  REQUIRE(g.prefetch);
+  REQUIRE(g.retention);
+  CHECK(g.prefetch->path == "shards/shard-00003.tar");
+  CHECK(g.prefetch->label == Label::kSequential);
+  CHECK(g.retention->path == "shards/");
+  CHECK(g.retention->label == Label::kRandom);
+  GoverningStreams none = tree.Governing("elsewhere/x");
+  CHECK_FALSE(none.prefetch);
+  CHECK_FALSE(none.retention);
+}
+
+TEST_CASE("hysteresis: a label changes only after consecutive agreeing tests", "[tree]") {
+  StreamConfig cfg;
+  cfg.window = 64;
+  cfg.min_samples = 32;
+  cfg.retest_every_samples = 16;
+  cfg.hysteresis_tests = 3;
+  AccessStreamTree tree(cfg);
+  const uint64_t size = 4096 * kMiB;
+  uint64_t t = 0;
+  for (uint64_t b = 0; b < 64; ++b) tree.Record(t += 10, 1, "big.bin", b * kMiB, kMiB, size);
+  REQUIRE(tree.Find("big.bin")->label == Label::kSequential);
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<uint64_t> any(0, 4095);
+  int tests_until_change = 0;
+  for (int i = 0; i < 64 * 16 && tree.Find("big.bin")->label == Label::kSequential; ++i) {
+    tree.Record(t += 10, 1, "big.bin", any(rng) * kMiB, 4096, size);
+    if ((i + 1) % 16 == 0) ++tests_until_change;
+  }
+  CHECK(tree.Find("big.bin")->label == Label::kRandom);
+  // The window needs a few tests to fill with random steps, then 3 votes.
+  CHECK(tests_until_change >= 3);
+}
+
+TEST_CASE("memory cap is enforced; idle nodes are pruned", "[tree][memory]") {
+  StreamConfig cfg;
+  cfg.memory_cap_bytes = 256 << 10;
+  AccessStreamTree tree(cfg);
+  uint64_t t = 0;
+  uint64_t max_bytes = 0;
+  for (int i = 0; i < 40000; ++i) {
+    char path[96];
+    std::snprintf(path, sizeof path, "d%02d/sub%03d/a-rather-long-file-name-%07d.bin", i % 7, i % 113, i);
+    tree.Record(t += 10, 1 + i % 3, path, 0, 2 * kMiB, 64 * kMiB);
+    max_bytes = std::max(max_bytes, tree.Memory().bytes);
+  }
+  TreeMemoryStats m = tree.Memory();
+  CHECK(max_bytes <= cfg.memory_cap_bytes);
+  CHECK(m.pruned_nodes > 0);
+  CHECK(m.nodes > 100);  // still tracking plenty
+  CHECK(m.bytes_per_node > 0);
+  // A hot directory keeps working under the cap.
+  for (int i = 0; i < 300; ++i) {
+    char path[64];
+    std::snprintf(path, sizeof path, "scan/f%05d", i);
+    tree.Record(t += 10, 9, path, 0, 4096, 4096);
+    max_bytes = std::max(max_bytes, tree.Memory().bytes);
+  }
+  tree.RetestAll(true);
+  CHECK(max_bytes <= cfg.memory_cap_bytes);
+  auto scan = tree.Find("scan/");
+  REQUIRE(scan);
+  CHECK(scan->label == Label::kSequential);
+
+  // Idle pruning: everything but "scan/" was last read long before.
+  StreamConfig icfg;
+  icfg.idle_prune_ms = 1000;
+  AccessStreamTree idle(icfg);
+  idle.Record(1'000'000, 1, "old/a", 0, 1, 1);
+  idle.Record(9'000'000, 1, "new/b", 0, 1, 1);
+  uint64_t before = idle.Memory().bytes;
+  idle.Maintain(9'500'000);  // "old/a" idle 8.5 s > 1 s: pruned, then "old/" next round
+  idle.Maintain(9'600'000);
+  CHECK_FALSE(idle.Find("old/a"));
+  CHECK_FALSE(idle.Find("old/"));
+  CHECK(idle.Find("new/b"));
+  CHECK(idle.Memory().bytes < before);
+  CHECK(idle.Memory().retired_bytes == 0);  // freed: no reader was running
+}
+
+TEST_CASE("8 threads recording concurrently: exact counts and labels", "[tree][concurrency]") {
+  AccessStreamTree tree;
+  constexpr int kThreads = 8, kBlocks = 512;
+  std::atomic<uint64_t> clock{0};
+  std::vector<std::thread> ts;
+  for (int th = 0; th < kThreads; ++th) {
+    ts.emplace_back([&, th] {
+      char own[64];
+      std::snprintf(own, sizeof own, "jobs/job%d/model.bin", th);
+      for (int b = 0; b < kBlocks; ++b) {
+        tree.Record(clock++, 100 + th, own, uint64_t(b) * kMiB, kMiB, kBlocks * kMiB);
+        // Everyone also reads small files in one shared directory.
+        char shared[64];
+        std::snprintf(shared, sizeof shared, "shared/f%05d", (b * 37 + th * 1001) % 2000);
+        tree.Record(clock++, 100 + th, shared, 0, 100, 100);
+      }
+    });
+  }
+  // A reader thread snapshots and maintains while they record.
+  std::atomic<bool> done{false};
+  std::thread reader([&] {
+    while (!done) {
+      (void)tree.Snapshot(true);
+      tree.Maintain(clock.load());
+      (void)tree.Governing("shared/f00001");
+    }
+  });
+  for (auto& t : ts) t.join();
+  done = true;
+  reader.join();
+  tree.RetestAll(true);
+  for (int th = 0; th < kThreads; ++th) {
+    auto s = tree.Find("jobs/job" + std::to_string(th) + "/model.bin");
+    REQUIRE(s);
+    CHECK(s->samples == kBlocks);
+    CHECK(s->label == Label::kSequential);
+  }
+  auto shared = tree.Find("shared/");
+  REQUIRE(shared);
+  CHECK(shared->samples == kThreads * kBlocks);
+  CHECK(tree.Memory().dropped_records == 0);
+}
+
+TEST_CASE("8 threads recording under a tight memory cap with concurrent pruning", "[tree][concurrency][memory]") {
+  StreamConfig cfg;
+  cfg.memory_cap_bytes = 128 << 10;
+  cfg.idle_prune_ms = 1;
+  AccessStreamTree tree(cfg);
+  std::atomic<uint64_t> clock{0};
+  std::atomic<uint64_t> max_bytes{0};
+  std::vector<std::thread> ts;
+  for (int th = 0; th < 8; ++th) {
+    ts.emplace_back([&, th] {
+      std::mt19937 rng(th);
+      for (int i = 0; i < 20000; ++i) {
+        char path[64];
+        std::snprintf(path, sizeof path, "d%d/s%d/f%d", int(rng() % 5), int(rng() % 50), int(rng() % 3000));
+        tree.Record(clock++, th, path, (rng() % 8) * kMiB, kMiB, 8 * kMiB);
+        uint64_t b = tree.Memory().bytes, cur = max_bytes.load();
+        while (b > cur && !max_bytes.compare_exchange_weak(cur, b)) {
+        }
+      }
+    });
+  }
+  std::atomic<bool> done{false};
+  std::thread maint([&] {
+    while (!done) {
+      tree.Maintain(clock.load());
+      (void)tree.Snapshot(true);
+    }
+  });
+  for (auto& t : ts) t.join();
+  done = true;
+  maint.join();
+  CHECK(max_bytes.load() <= cfg.memory_cap_bytes);
+  CHECK(tree.Memory().pruned_nodes > 0);
+}
