@@ -192,6 +192,15 @@ HttpResponse HttpPool::Perform(const HttpRequest& req) {
   curl_easy_setopt(h, CURLOPT_HTTPHEADER, nullptr);
   curl_easy_setopt(h, CURLOPT_ERRORBUFFER, nullptr);
   curl_slist_free_all(hdrs);
+  if (req.keep_connection && !req.keep_connection(resp)) {
+    curl_easy_cleanup(h);  // closes its connections: nothing stray is read later
+    {
+      std::lock_guard lock(mu_);
+      --created_;
+    }
+    cv_.notify_one();
+    return resp;
+  }
   Release(h);
   return resp;
 }

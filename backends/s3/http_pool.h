@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -19,6 +20,8 @@
 #include <vector>
 
 namespace igt::s3 {
+
+struct HttpResponse;
 
 struct HttpRequest {
   std::string method = "GET";   // GET | HEAD | PUT | DELETE
@@ -30,6 +33,10 @@ struct HttpRequest {
   // HttpResponse::body (capped at kMaxErrorBody).
   char* sink = nullptr;
   size_t sink_capacity = 0;
+  // Optional: called after the transfer; false means the reply was malformed
+  // (e.g. a body whose framing disagrees with its Content-Range), so the
+  // connection may hold stray bytes: it is closed instead of being reused.
+  std::function<bool(const HttpResponse&)> keep_connection;
 };
 
 struct HttpResponse {

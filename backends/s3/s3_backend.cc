@@ -249,7 +249,15 @@ class S3Backend final : public Backend {
       HttpRequest req = Build("GET", full, {}, {{"Range", RangeHeader(offset, length)}});
       req.sink = out;
       req.sink_capacity = length;
+      req.keep_connection = [](const HttpResponse& r) { return !MisframedBody(r); };
       HttpResponse r = pool_.Perform(req);
+      if (r.curl_code == 0 && r.status == 200 && LooksLikeErrorDocument(r, out)) {
+        // S3 documents 200 replies carrying an <Error> body (e.g. an internal
+        // error after the status was sent); such a body is never data.
+        return {Status::IoError("GET " + Quote(key) + " at " + ep_.endpoint +
+                                ": an S3 error document came with status 200"),
+                true};
+      }
       if (r.overflow && (r.status == 200 || r.status == 206)) {
         return {Status::IoError("GET " + Quote(key) + " at " + ep_.endpoint +
                                 ": server sent more bytes than the " + std::to_string(length) +
@@ -317,6 +325,31 @@ class S3Backend final : public Backend {
   }
 
  private:
+  // A 200/206 body whose length disagrees with its own framing: the
+  // connection may carry stray bytes and must not be reused.
+  static bool MisframedBody(const HttpResponse& r) {
+    if (r.curl_code != 0 || (r.status != 200 && r.status != 206)) return false;
+    if (r.overflow) return true;
+    if (const std::string* cl = r.Header("content-length")) {
+      auto n = ParseU64(*cl);
+      if (!n || *n != r.sink_bytes) return true;
+    }
+    if (r.status == 206) {
+      const std::string* cr = r.Header("content-range");
+      auto p = cr ? ParseContentRange(*cr) : std::nullopt;
+      if (!p || p->unsatisfied || p->end - p->start + 1 != r.sink_bytes) return true;
+    }
+    return false;
+  }
+
+  // An XML <Error> document where object bytes were expected (status 200).
+  static bool LooksLikeErrorDocument(const HttpResponse& r, const char* sink) {
+    const std::string* ct = r.Header("content-type");
+    if (!ct || ct->find("xml") == std::string::npos) return false;
+    std::string_view head(sink, std::min<size_t>(r.sink_bytes, 512));
+    return head.find("<Error>") != std::string_view::npos;
+  }
+
   static Status CheckKey(const std::string& key) {
     if (key.empty()) return Status::InvalidArgument("empty object key");
     if (key.find('\0') != std::string::npos) return Status::InvalidArgument("object key contains NUL");
