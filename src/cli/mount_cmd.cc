@@ -29,6 +29,8 @@
 #include "src/stream/access_stream_tree.h"
 #include "src/stream/trace.h"
 #include "src/read/read_pipeline.h"
+#include "src/obs/instrumented_backend.h"
+#include "src/obs/prometheus_exporter.h"
 
 namespace igt {
 namespace {
@@ -124,9 +126,13 @@ Result<std::unique_ptr<Backend>> BuildBackend(const SourceUrl& url, const Config
 // Everything after argument parsing; runs in the daemon child or in the
 // foreground process. Returns once the file system is unmounted.
 int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, bool foreground) {
-  if (auto s = SetUpLogging(cfg, foreground, cfg.cache.dir); !s.ok()) {
-    rep.Fail(s.message());
-    return kExitUsage;
+  // Until the cache dir is known to be usable, log to stderr (a daemon's
+  // log file lives in the cache dir by default); errors reach the user
+  // through `rep` anyway.
+  {
+    auto early = spdlog::stderr_logger_mt("igtcache-early");
+    early->set_level(foreground ? spdlog::level::from_str(cfg.logging.level) : spdlog::level::err);
+    spdlog::set_default_logger(early);
   }
   Metrics metrics;
   auto backend = BuildBackend(url, cfg, &metrics);
@@ -134,6 +140,8 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
     rep.Fail(backend.error().message());
     return kExitError;
   }
+  obs::BackendStats backend_stats;  // per-request outcomes and latency, for /metrics
+  *backend = obs::Instrument(std::move(*backend), &backend_stats);
   if (auto s = (*backend)->Probe(); !s.ok()) {
     rep.Fail(fmt::format("source {} is not usable: {}", (*backend)->Describe(), s.message()));
     return kExitError;
@@ -145,8 +153,15 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
   bo.eviction = cfg.cache.eviction;
   auto store = BlockStore::Open(bo, &metrics);
   if (!store) {
-    rep.Fail(fmt::format("cache dir '{}': {}", cfg.cache.dir, store.error().message()));
+    const std::string& m = store.error().message();
+    rep.Fail(m.find(cfg.cache.dir) != std::string::npos
+                 ? m
+                 : fmt::format("cache dir '{}': {}", cfg.cache.dir, m));
     return kExitError;
+  }
+  if (auto s = SetUpLogging(cfg, foreground, cfg.cache.dir); !s.ok()) {
+    rep.Fail(s.message());
+    return kExitUsage;
   }
   Namespace ns(backend->get(), store->get(), &metrics, Namespace::Options{cfg.metadata.ttl_ms});
   ReadPipeline pipeline(backend->get(), store->get(), &metrics,
@@ -231,6 +246,17 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
     if (trace)
       if (auto s = trace->Close(); !s.ok()) spdlog::error("trace: {}", s.ToString());
   }};
+  // Declared after everything a scrape reads, so it stops serving first.
+  std::unique_ptr<obs::MetricsServer> metrics_server;
+  if (!cfg.metrics.addr.empty()) {
+    auto ms = obs::MetricsServer::Start(cfg.metrics.addr, stats_json, &backend_stats);
+    if (!ms) {
+      rep.Fail(fmt::format("config key 'metrics.addr': {}", ms.error().message()));
+      return ms.error().code() == Code::kInvalidArgument ? kExitUsage : kExitError;
+    }
+    metrics_server = std::move(*ms);
+    spdlog::info("metrics: Prometheus endpoint on {} (port {})", cfg.metrics.addr, metrics_server->port());
+  }
   if (auto s = fuse.Mount(); !s.ok()) {
     rep.Fail(s.message());
     return kExitError;
@@ -273,7 +299,8 @@ int RunMount(const MountArgs& a) {
   for (const Override& o : {Override{"cache.dir", a.cache_dir}, {"cache.max_bytes", a.cache_size},
                             {"backend.endpoint", a.endpoint}, {"backend.region", a.region},
                             {"backend.profile", a.profile}, {"backend.addressing", a.addressing},
-                            {"logging.level", a.log_level}, {"logging.file", a.log_file}}) {
+                            {"logging.level", a.log_level}, {"logging.file", a.log_file},
+                            {"metrics.addr", a.metrics_addr}}) {
     if (o.value.empty()) continue;
     if (auto s = SetConfigValue(*cfg, o.key, o.value); !s.ok())
       return fail(kExitUsage, fmt::format("{} (from the command line)", s.message()));
