@@ -11,8 +11,8 @@ PKGS=(
   libcurl4-openssl-dev libssl-dev
   librocksdb-dev libfmt-dev libyaml-cpp-dev libspdlog-dev
   catch2 libboost-math-dev libpugixml-dev libxxhash-dev libcli11-dev
-  nlohmann-json3-dev
-  python3 python3-matplotlib python3-numpy nodejs npm
+  nlohmann-json3-dev prometheus-cpp-dev
+  python3 python3-matplotlib python3-numpy python3-yaml python3-torch nodejs npm
   s3fs rclone
 )
 

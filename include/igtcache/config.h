@@ -54,6 +54,9 @@ struct Config {
     std::string level;
     std::string file;
   } logging;
+  struct MetricsEndpoint {
+    std::string addr;                // "" = off; else HOST:PORT
+  } metrics;
   // Explicitly set `stream.*` keys (the access stream tree's tunables; see
   // StreamConfigFrom in src/config/stream_settings.h), key -> value.
   std::map<std::string, std::string> stream_params;

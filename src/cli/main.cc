@@ -82,6 +82,8 @@ int main(int argc, char** argv) {
   mount->add_option("--log-level", m.log_level, "trace|debug|info|warn|error|off (logging.level)");
   mount->add_option("--log-file", m.log_file, "Log file (logging.file)");
   mount->add_option("--trace-out", m.trace_out, "Record every read as a trace CSV (docs/TRACES.md)");
+  mount->add_option("--metrics-addr", m.metrics_addr,
+                    "Serve Prometheus metrics on HOST:PORT, e.g. 127.0.0.1:9100 (metrics.addr; off by default)");
 
   std::string stats_mnt;
   auto* stats = app.add_subcommand("stats", "Print the live counters of a mount as JSON");

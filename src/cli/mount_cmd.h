@@ -14,6 +14,7 @@ struct MountArgs {
   std::string config_path;
   std::string cache_dir, cache_size, endpoint, region, profile, addressing, log_level, log_file;
   std::string trace_out;
+  std::string metrics_addr;  // --metrics-addr (metrics.addr)
   std::vector<std::string> fuse_opts;
   bool foreground = false;
 };

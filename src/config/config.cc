@@ -142,6 +142,10 @@ const std::vector<Key>& Schema() {
       {"logging.file", Type::kString, "",
        "Log file. Empty: stderr in the foreground; <cache.dir>/igtcache.log when daemonized.",
        nullptr, SET_STR(logging.file)},
+      {"metrics.addr", Type::kString, "",
+       "Serve Prometheus metrics at http://HOST:PORT/metrics (e.g. 127.0.0.1:9100; port 0 picks "
+       "one). Empty: off. See docs/METRICS.md.",
+       nullptr, SET_STR(metrics.addr)},
   };
   // The access stream tree's tunables (src/stream/stream_config.h) under
   // `stream.`: their docs and defaults come from the stream module.
@@ -352,6 +356,12 @@ Status Validate(const Config& c) {
   if (!c.backend.endpoint.empty() && c.backend.endpoint.rfind("http://", 0) != 0 &&
       c.backend.endpoint.rfind("https://", 0) != 0)
     return bad("backend.endpoint", "'" + c.backend.endpoint + "' must start with http:// or https://");
+  if (!c.metrics.addr.empty()) {
+    const auto colon = c.metrics.addr.rfind(':');
+    if (colon == std::string::npos || colon == 0 || colon + 1 == c.metrics.addr.size() ||
+        c.metrics.addr.find_first_not_of("0123456789", colon + 1) != std::string::npos)
+      return bad("metrics.addr", "'" + c.metrics.addr + "' must be HOST:PORT, e.g. 127.0.0.1:9100");
+  }
   if (auto sc = StreamConfigFrom(c); !sc) return sc.error();
   return Status::Ok();
 }
