@@ -12,6 +12,7 @@
 #include "igtcache/version.h"
 #include "src/cli/mount_cmd.h"
 #include "src/config/stream_settings.h"
+#include "src/sim/simulator.h"
 #include "src/stream/classify.h"
 
 namespace {
@@ -36,6 +37,31 @@ int RunStats(const std::string& mountpoint) {
   std::stringstream ss;
   ss << in.rdbuf();
   std::cout << ss.str();
+  return igt::kExitOk;
+}
+
+// `igtcache sim`: the trace simulator (src/sim/simulator.h).
+int RunSimCmd(igt::sim::SimOptions o, const std::string& cache_size, const std::string& unit_size) {
+  auto cs = igt::ParseSize(cache_size);
+  if (!cs) {
+    std::fprintf(stderr, "igtcache: error: --cache-size: %s\n", cs.error().message().c_str());
+    return igt::kExitUsage;
+  }
+  o.cache_bytes = *cs;
+  if (!unit_size.empty()) {
+    auto us = igt::ParseSize(unit_size);
+    if (!us) {
+      std::fprintf(stderr, "igtcache: error: --unit-size: %s\n", us.error().message().c_str());
+      return igt::kExitUsage;
+    }
+    o.unit_bytes = *us;
+  }
+  auto j = igt::sim::RunSim(o);
+  if (!j) {
+    std::fprintf(stderr, "igtcache: error: %s\n", j.error().message().c_str());
+    return j.error().code() == igt::Code::kInvalidArgument ? igt::kExitUsage : igt::kExitError;
+  }
+  std::cout << j->dump(2) << "\n";
   return igt::kExitOk;
 }
 
@@ -94,6 +120,18 @@ int main(int argc, char** argv) {
   classify->add_option("--trace", trace_in, "Trace CSV (docs/TRACES.md)")->required();
   classify->add_option("--config", classify_config, "YAML config (stream.* keys)");
 
+  igt::sim::SimOptions so;
+  std::string sim_cache_size, sim_unit_size;
+  auto* sim = app.add_subcommand("sim", "Replay a trace through the cache policies over a modeled backend (JSON)");
+  sim->add_option("--trace", so.trace_path, "Trace CSV (docs/TRACES.md)")->required();
+  sim->add_option("--cache-size", sim_cache_size, "Simulated cache size, e.g. 2G")->required();
+  sim->add_option("--policy", so.policy, "igt | lru | lfu | fifo | 2random | lru-readahead | belady")->capture_default_str();
+  sim->add_option("--config", so.config_path, "YAML config (stream.*, cache.unit_size_bytes, policy.file)");
+  sim->add_option("--unit-size", sim_unit_size, "Cache unit (default cache.unit_size_bytes, 1M)");
+  sim->add_option("--latency-ms", so.latency_ms, "Modeled time to first byte")->capture_default_str();
+  sim->add_option("--bandwidth", so.bandwidth_bytes_per_s, "Modeled bytes/s per connection")->capture_default_str();
+  sim->add_option("--connections", so.connections, "Modeled backend connections")->capture_default_str();
+
   bool markdown = false, example = false;
   auto* config = app.add_subcommand("config", "Print the configuration reference");
   config->add_flag("--markdown", markdown, "docs/CONFIGURATION.md");
@@ -108,6 +146,7 @@ int main(int argc, char** argv) {
   if (*mount) return igt::RunMount(m);
   if (*stats) return RunStats(stats_mnt);
   if (*classify) return RunClassify(trace_in, classify_config);
+  if (*sim) return RunSimCmd(so, sim_cache_size, sim_unit_size);
   if (*config) {
     std::cout << (markdown ? igt::ConfigMarkdown() : igt::ConfigExampleYaml());
     return 0;

@@ -1,0 +1,639 @@
+// PolicyEngine implementation. See policy_engine.h for the contract and
+// docs/POLICIES.md for the value formulas used by Value().
+
+#include "src/engine/policy_engine.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace igt::engine {
+
+namespace {
+
+constexpr int kUnknown = 0, kSequential = 1, kRandom = 2, kSkewed = 3;
+// Reader continuation table cap (entries of ~80 B): cleared when reached.
+constexpr size_t kMaxReaders = 65536;
+// A repeated visit starts a new epoch once at least this fraction of the
+// stream's known items were read in the current one; fewer repeats mean
+// sampling with replacement (not epochs).
+constexpr double kEpochFullRatio = 0.5;
+// Epoch prefetching proposes only items of at most this many units (whole
+// small files; large files are served by readahead instead).
+constexpr uint64_t kEpochItemMaxUnits = 4;
+// "Protected" value of a sequential stream holding only its readahead
+// window (prefetched, unread units): it gives space only when nothing else can.
+constexpr double kWindowValue = 1e30;
+
+std::string ParentDir(std::string_view path) {
+  auto p = path.rfind('/');
+  return p == std::string_view::npos ? std::string() : std::string(path.substr(0, p + 1));
+}
+
+}  // namespace
+
+std::vector<std::string> EnginePolicyNames() {
+  return {"igt", "lru", "lfu", "fifo", "2random", "lru-readahead"};
+}
+
+struct PolicyEngine::FileRec {
+  uint64_t size = 0;
+  uint64_t rank = 0;          // first-seen order: the scan position of its units
+  Group* group = nullptr;     // retention stream at the last read
+  uint64_t epoch_read = 0;    // group->epoch + 1 when read in that epoch
+  uint32_t cached_units = 0;
+};
+
+struct PolicyEngine::Unit {
+  Group* g = nullptr;
+  const std::string* path = nullptr;  // key in files_
+  uint64_t index = 0;
+  uint64_t bytes = 0;
+  bool prefetched_unread = false;
+  bool consumed = false;       // read at least once since insert
+  uint64_t read_stamp = 0;     // g->epoch + 1 when read in that epoch
+};
+
+struct PolicyEngine::Group {
+  std::string key;
+  int label = kUnknown;
+  bool forced = false;
+  const PathOverride* ov = nullptr;
+  std::unique_ptr<EvictionPolicy> module;
+  std::string module_name;
+  uint64_t bytes = 0, units = 0;
+  // Demand: bytes read through this stream; rate is their EWMA per second.
+  uint64_t read_bytes = 0, hit_bytes = 0, period_read_bytes = 0;
+  uint64_t touched_bytes = 0;  // bytes of the units the reads touched
+  double rate = 0;
+  double half_life_ms = 0;     // lfu ageing, for the skewed value
+  // Known items (files) and their bytes: the stream's working set.
+  uint64_t ws_bytes = 0;
+  std::vector<const std::string*> items;
+  size_t item_cursor = 0;
+  // Epochs (random streams).
+  uint64_t epoch = 0, epoch_read_count = 0, repeats_in_epoch = 0;
+  bool epoch_ok = true;
+  uint64_t read_cached_bytes = 0;      // cached units read this epoch
+  uint64_t consumed_cached_bytes = 0;  // cached units read since insert
+  bool repeats = false;                // data re-read (scan repeats, several readers)
+  // Ghost of recent victims (ids), bounded by the cache capacity in bytes.
+  std::deque<std::pair<std::string, uint64_t>> ghost;
+  std::unordered_set<std::string> ghost_set;
+  uint64_t ghost_bytes = 0;
+  // Stats.
+  uint64_t prefetch_bytes = 0, prefetch_hit_bytes = 0, wasted_bytes = 0, evicted_bytes = 0;
+  double value = 0;  // at the last allocation
+};
+
+PolicyEngine::PolicyEngine(EngineOptions opts, stream::AccessStreamTree* tree, ListingFn listing)
+    : opts_(std::move(opts)), tree_(tree), listing_(std::move(listing)) {}
+PolicyEngine::~PolicyEngine() = default;
+
+Result<std::unique_ptr<PolicyEngine>> PolicyEngine::Create(EngineOptions opts, stream::AccessStreamTree* tree,
+                                                           ListingFn listing) {
+  std::unique_ptr<PolicyEngine> e(new PolicyEngine(std::move(opts), tree, std::move(listing)));
+  if (auto s = e->Init(); !s.ok()) return Err(s);
+  return e;
+}
+
+Status PolicyEngine::Init() {
+  if (opts_.unit_bytes == 0) return Status::InvalidArgument("unit size must be > 0");
+  const std::string& p = opts_.policy;
+  if (p == "igt") {
+    if (!tree_) return Status::InvalidArgument("policy igt needs an access stream tree");
+    mode_igt_ = true;
+    if (auto s = opts_.policy_file.Validate("policy"); !s.ok()) return s;
+    for (size_t i = 0; i < 4; ++i) {
+      auto m = MakePrefetchPolicy(opts_.policy_file.patterns[i].prefetch.name,
+                                  opts_.policy_file.patterns[i].prefetch.params);
+      if (!m) return m.error();
+      prefetch_[i] = std::move(*m);
+    }
+    return Status::Ok();
+  }
+  PolicyParams params;
+  std::string module = p;
+  if (p == "lru-readahead") {
+    module = "lru";
+    auto m = MakePrefetchPolicy("readahead", {{"units", double(opts_.baseline_readahead_units)}});
+    if (!m) return m.error();
+    baseline_prefetch_ = std::move(*m);
+  } else if (p == "2random") {
+    params["seed"] = double(opts_.seed);
+  } else if (p != "lru" && p != "lfu" && p != "fifo") {
+    std::string known;
+    for (const auto& n : EnginePolicyNames()) known += (known.empty() ? "" : ", ") + n;
+    return Status::InvalidArgument("unknown policy '" + p + "' (known: " + known + ")");
+  }
+  auto m = MakeEvictionPolicy(module, params);
+  if (!m) return m.error();
+  auto g = std::make_unique<Group>();
+  g->key = "*";
+  g->module = std::move(*m);
+  g->module_name = module;
+  groups_["*"] = std::move(g);
+  return Status::Ok();
+}
+
+const PathOverride* PolicyEngine::OverrideFor(std::string_view path) const {
+  const PathOverride* best = nullptr;
+  for (const auto& o : opts_.policy_file.overrides)
+    if (path.substr(0, o.prefix.size()) == o.prefix && (!best || o.prefix.size() > best->prefix.size()))
+      best = &o;
+  return best;
+}
+
+bool PolicyEngine::Admit(std::string_view path) const {
+  if (!mode_igt_) return true;
+  const PathOverride* o = OverrideFor(path);
+  return !(o && o->never_cache);
+}
+
+PolicyEngine::Group* PolicyEngine::GetGroup(const std::string& key, int label, const PathOverride* ov) {
+  auto it = groups_.find(key);
+  if (it != groups_.end()) {
+    Group* g = it->second.get();
+    if (!g->forced && g->label != label) SetLabel(g, label);
+    return g;
+  }
+  auto g = std::make_unique<Group>();
+  g->key = key;
+  g->ov = ov;
+  g->forced = ov && ov->pattern >= 0;
+  Group* raw = g.get();
+  groups_[key] = std::move(g);
+  SetLabel(raw, label);
+  // A labelled directory: its listing gives the items of the working set
+  // (those in subdirectories join as they are read).
+  if (listing_ && !key.empty() && key.back() == '/' && key.front() != '?') {
+    if (const auto* l = listing_(key)) {
+      for (const auto& lf : *l) {
+        auto [fit, fresh] = files_.try_emplace(lf.path);
+        if (fresh) {
+          fit->second.size = lf.size;
+          fit->second.rank = files_seen_++;
+        }
+        if (!fit->second.group) {
+          fit->second.group = raw;
+          raw->items.push_back(&fit->first);
+          raw->ws_bytes += lf.size;
+        }
+      }
+    }
+  }
+  return raw;
+}
+
+void PolicyEngine::SetLabel(Group* g, int label) {
+  g->label = label;
+  const ModuleSpec& spec = opts_.policy_file.patterns[label].eviction;
+  auto m = MakeEvictionPolicy(spec.name, spec.params);
+  if (!m) m = MakeEvictionPolicy("lru");  // specs were validated at Init
+  g->module = std::move(*m);
+  g->module_name = spec.name;
+  auto hl = spec.params.find("half_life_ms");
+  g->half_life_ms = hl == spec.params.end() ? 0 : hl->second;
+  if (g->units == 0) return;
+  // Hand the stream's units to the new module (a rare event: labels change
+  // with hysteresis).
+  for (auto& [id, u] : units_) {
+    if (u.g != g) continue;
+    const FileRec& f = files_[*u.path];
+    g->module->OnInsertUnit(id, u.bytes, 0, UnitMeta{(f.rank << 32) | u.index, u.prefetched_unread, now_us_});
+    if (u.consumed) g->module->OnAccessAt(id, now_us_);
+  }
+}
+
+PolicyEngine::Group* PolicyEngine::GroupFor(std::string_view path, uint64_t now_us, int* prefetch_label,
+                                            int* file_label, int* dir_label) {
+  *prefetch_label = *file_label = *dir_label = kUnknown;
+  const PathOverride* ov = OverrideFor(path);
+  const uint32_t min_samples = tree_->config().min_samples;
+  auto labelled = [&](std::string_view node) -> int {
+    auto info = tree_->Find(node);
+    if (!info || info->samples < min_samples) return kUnknown;
+    return static_cast<int>(info->label);
+  };
+  // Nodes below the root on the path: "a/", "a/b/", ..., then the file.
+  std::string top_key;
+  int top_label = kUnknown;
+  int lowest = kUnknown;
+  size_t pos = 0;
+  while (true) {
+    size_t slash = path.find('/', pos);
+    std::string_view node = slash == std::string_view::npos ? path : path.substr(0, slash + 1);
+    int l = labelled(node);
+    if (slash == std::string_view::npos) *file_label = l;
+    else if (path.find('/', slash + 1) == std::string_view::npos) *dir_label = l;
+    if (l != kUnknown) {
+      if (top_key.empty()) {
+        top_key = std::string(node);
+        top_label = l;
+      }
+      lowest = l;
+    }
+    if (slash == std::string_view::npos) break;
+    pos = slash + 1;
+  }
+  if (path.find('/') == std::string_view::npos) *dir_label = labelled("/");
+  *prefetch_label = lowest;
+  if (ov) {
+    const int l = ov->pattern >= 0 ? ov->pattern : top_label;
+    if (ov->pattern >= 0) *prefetch_label = ov->pattern;
+    return GetGroup(ov->prefix.empty() ? std::string("=") : ov->prefix, l, ov);
+  }
+  if (top_key.empty()) return GetGroup("?" + ParentDir(path), kUnknown, nullptr);
+  return GetGroup(top_key, top_label, nullptr);
+}
+
+void PolicyEngine::NewVisit(Group* g, FileRec* f, const std::string* fkey) {
+  if (g->label != kRandom) return;
+  if (f->epoch_read == g->epoch + 1) {
+    if (g->epoch_read_count >= kEpochFullRatio * std::max<size_t>(1, g->items.size())) {
+      // Most items were read and one comes round again: a new epoch.
+      ++g->epoch;
+      g->epoch_read_count = 0;
+      g->repeats_in_epoch = 0;
+      g->read_cached_bytes = 0;
+      g->item_cursor = 0;
+      g->module->OnEpoch();
+    } else {
+      ++g->repeats_in_epoch;
+    }
+  }
+  if (f->epoch_read != g->epoch + 1) {
+    f->epoch_read = g->epoch + 1;
+    ++g->epoch_read_count;
+  }
+  // Epoch shuffling has no repeats within an epoch; sampling with
+  // replacement has many (allow a few: several readers overlap at the
+  // boundary).
+  g->epoch_ok = g->repeats_in_epoch <= 4 + g->epoch_read_count / 20;
+}
+
+std::vector<ListedFile> PolicyEngine::UnreadItems(Group* g, size_t n) {
+  std::vector<ListedFile> out;
+  if (!g || g->label != kRandom || !g->epoch_ok || g->epoch == 0) return out;
+  const uint64_t free_bytes = opts_.capacity_bytes > cached_bytes_ ? opts_.capacity_bytes - cached_bytes_ : 0;
+  uint64_t avail = free_bytes + g->read_cached_bytes;
+  while (out.size() < n && g->item_cursor < g->items.size()) {
+    const std::string* key = g->items[g->item_cursor];
+    const FileRec& f = files_[*key];
+    const bool eligible = f.group == g && f.epoch_read != g->epoch + 1 && f.cached_units == 0 &&
+                          f.size <= kEpochItemMaxUnits * opts_.unit_bytes;
+    if (eligible && f.size > avail) break;  // no room now; retry later
+    ++g->item_cursor;
+    if (!eligible) continue;
+    out.push_back({*key, f.size});
+    avail -= f.size;
+  }
+  return out;
+}
+
+std::vector<ListedFile> PolicyEngine::NextFiles(std::string_view path, size_t n) {
+  std::vector<ListedFile> out;
+  if (!listing_) return out;
+  const auto* l = listing_(ParentDir(path));
+  if (!l) return out;
+  auto it = std::upper_bound(l->begin(), l->end(), path,
+                             [](std::string_view p, const ListedFile& f) { return p < f.path; });
+  for (; it != l->end() && out.size() < n; ++it) out.push_back(*it);
+  return out;
+}
+
+std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, std::string_view path,
+                                                uint64_t offset, uint64_t length, uint64_t file_size) {
+  now_us_ = std::max(now_us_, now_us);
+  MaybeAllocate(now_us_);
+  auto [fit, fresh] = files_.try_emplace(std::string(path));
+  FileRec& f = fit->second;
+  if (fresh) f.rank = files_seen_++;
+  f.size = file_size;
+
+  if (reader_end_.size() >= kMaxReaders) reader_end_.clear();
+  std::string rkey = std::to_string(pid);
+  rkey += '\0';
+  rkey += path;
+  auto [rit, rfresh] = reader_end_.try_emplace(std::move(rkey), 0);
+  const bool continues = !rfresh && rit->second == offset && offset != 0;
+  rit->second = offset + length;
+  cur_path_ = &fit->first;
+  cur_new_visit_ = !continues;
+
+  PrefetchContext ctx;
+  ctx.now_us = now_us_;
+  ctx.pid = pid;
+  ctx.path = path;
+  ctx.file_size = file_size;
+  ctx.offset = offset;
+  ctx.length = length;
+  ctx.unit_bytes = opts_.unit_bytes;
+  ctx.continues = continues;
+  std::vector<PrefetchRange> plan;
+
+  if (!mode_igt_) {
+    Group* g = groups_["*"].get();
+    g->read_bytes += length;
+    g->period_read_bytes += length;
+    if (baseline_prefetch_) baseline_prefetch_->Plan(ctx, plan);
+    return plan;
+  }
+
+  int pl, fl, dl;
+  Group* g = GroupFor(path, now_us_, &pl, &fl, &dl);
+  if (f.group != g) {
+    f.group = g;
+    g->items.push_back(&fit->first);
+    g->ws_bytes += file_size;
+  }
+  g->read_bytes += length;
+  g->period_read_bytes += length;
+  if (length > 0) {
+    const uint64_t first = offset / opts_.unit_bytes, last = (offset + length - 1) / opts_.unit_bytes;
+    g->touched_bytes += std::min<uint64_t>((last - first + 1) * opts_.unit_bytes, std::max(file_size, length));
+  }
+  if (!continues) NewVisit(g, &f, &fit->first);
+
+  ctx.file_label = fl;
+  ctx.dir_label = dl;
+  int module = pl;
+  const PathOverride* ov = g->ov;
+  if (!(ov && ov->pattern >= 0) && (continues || fl == kSequential)) module = kSequential;
+  ctx.next_files = [this](std::string_view p, size_t n) { return NextFiles(p, n); };
+  ctx.unread_items = [this, g](size_t n) { return UnreadItems(g, n); };
+  prefetch_[module]->Plan(ctx, plan);
+  return plan;
+}
+
+void PolicyEngine::NoteGhost(Group* g, const std::string& id, uint64_t bytes) {
+  if (g->ghost_set.insert(id).second) {
+    g->ghost.emplace_back(id, bytes);
+    g->ghost_bytes += bytes;
+  }
+  while (g->ghost_bytes > std::max<uint64_t>(opts_.capacity_bytes, opts_.unit_bytes) && !g->ghost.empty()) {
+    g->ghost_bytes -= g->ghost.front().second;
+    g->ghost_set.erase(g->ghost.front().first);
+    g->ghost.pop_front();
+  }
+}
+
+void PolicyEngine::OnInsert(const std::string& id, std::string_view path, uint64_t unit_index, uint64_t bytes,
+                            bool prefetched, uint64_t now_us) {
+  now_us_ = std::max(now_us_, now_us);
+  if (units_.count(id)) OnRemove(id);
+  auto [fit, fresh] = files_.try_emplace(std::string(path));
+  FileRec& f = fit->second;
+  if (fresh) f.rank = files_seen_++;
+  Group* g = nullptr;
+  if (!mode_igt_) {
+    g = groups_["*"].get();
+  } else if (f.group) {
+    g = f.group;
+  } else {
+    int pl, fl, dl;
+    g = GroupFor(path, now_us_, &pl, &fl, &dl);
+    f.group = g;
+    g->items.push_back(&fit->first);
+    g->ws_bytes += f.size;
+  }
+  if (g->ghost_set.count(id)) g->repeats = true;  // fetched again after eviction
+  Unit u;
+  u.g = g;
+  u.path = &fit->first;
+  u.index = unit_index;
+  u.bytes = bytes;
+  u.prefetched_unread = prefetched;
+  if (!prefetched) {
+    u.consumed = true;
+    u.read_stamp = g->epoch + 1;
+    g->read_cached_bytes += bytes;
+    g->consumed_cached_bytes += bytes;
+  }
+  units_.emplace(id, u);
+  g->module->OnInsertUnit(id, bytes, 0, UnitMeta{(f.rank << 32) | unit_index, prefetched, now_us_});
+  g->bytes += bytes;
+  ++g->units;
+  cached_bytes_ += bytes;
+  ++f.cached_units;
+  if (prefetched) {
+    prefetch_bytes_ += bytes;
+    g->prefetch_bytes += bytes;
+  }
+}
+
+void PolicyEngine::OnHit(const std::string& id, uint64_t bytes, uint64_t now_us) {
+  now_us_ = std::max(now_us_, now_us);
+  auto it = units_.find(id);
+  if (it == units_.end()) return;
+  Unit& u = it->second;
+  Group* g = u.g;
+  g->hit_bytes += bytes;
+  if (u.prefetched_unread) {
+    u.prefetched_unread = false;
+    prefetch_hit_bytes_ += u.bytes;
+    g->prefetch_hit_bytes += u.bytes;
+  }
+  // A new visit of a file finding units already read: the data is re-read
+  // (a repeated scan, or several readers).
+  if (u.consumed && cur_new_visit_ && cur_path_ && *cur_path_ == *u.path) g->repeats = true;
+  if (!u.consumed) {
+    u.consumed = true;
+    g->consumed_cached_bytes += u.bytes;
+  }
+  if (u.read_stamp != g->epoch + 1) {
+    u.read_stamp = g->epoch + 1;
+    g->read_cached_bytes += u.bytes;
+  }
+  g->module->OnAccessAt(id, now_us_);
+}
+
+void PolicyEngine::OnRemove(const std::string& id) {
+  auto it = units_.find(id);
+  if (it == units_.end()) return;
+  Unit& u = it->second;
+  Group* g = u.g;
+  g->module->OnRemove(id);
+  g->bytes -= u.bytes;
+  --g->units;
+  cached_bytes_ -= u.bytes;
+  g->evicted_bytes += u.bytes;
+  auto fit = files_.find(*u.path);
+  if (fit != files_.end() && fit->second.cached_units > 0) --fit->second.cached_units;
+  if (u.prefetched_unread) {
+    prefetch_wasted_bytes_ += u.bytes;
+    g->wasted_bytes += u.bytes;
+    for (auto& p : prefetch_)
+      if (p) p->OnWasted(*u.path);
+    if (baseline_prefetch_) baseline_prefetch_->OnWasted(*u.path);
+  }
+  if (u.read_stamp == g->epoch + 1) g->read_cached_bytes -= std::min(g->read_cached_bytes, u.bytes);
+  if (u.consumed) g->consumed_cached_bytes -= std::min(g->consumed_cached_bytes, u.bytes);
+  if (mode_igt_) NoteGhost(g, id, u.bytes);
+  units_.erase(it);
+}
+
+double PolicyEngine::Value(const Group* g) const {
+  if (g->ov && g->ov->never_cache) return -1;
+  const double avg = g->rate / std::max<double>({1.0, double(g->ws_bytes), double(g->bytes)});
+  switch (g->label) {
+    case kRandom:
+      // Constant marginal value rate/D; units already read this epoch are
+      // not read again before the next one: worth about half.
+      return g->read_cached_bytes > 0 ? 0.5 * avg : avg;
+    case kSequential:
+      if (g->consumed_cached_bytes == 0) return g->bytes > 0 ? kWindowValue : avg;
+      return g->repeats ? avg : 0.0;  // a single pass: consumed bytes are worth nothing
+    case kSkewed: {
+      const double w = g->module->VictimWeight();
+      if (w < 0 || g->half_life_ms <= 0) return avg;
+      // Aged count w with half-life H is ~ rate * H / ln 2: per second w ln2 / H.
+      // Byte hits per cached byte: times the fraction of a unit a read takes.
+      const double per_s = w * std::log(2.0) / (g->half_life_ms / 1000.0);
+      const double frac = g->touched_bytes == 0 ? 1.0 : double(g->read_bytes) / double(g->touched_bytes);
+      return per_s * std::min(1.0, frac);
+    }
+    default:
+      return avg;
+  }
+}
+
+void PolicyEngine::MaybeAllocate(uint64_t now_us) {
+  if (last_alloc_us_ == 0 && allocations_ == 0) {
+    last_alloc_us_ = now_us;
+    Allocate(now_us);
+    return;
+  }
+  if (now_us >= last_alloc_us_ + opts_.policy_file.allocation_period_ms * 1000) Allocate(now_us);
+}
+
+void PolicyEngine::Allocate(uint64_t now_us) {
+  const double dt = std::max(1e-3, double(now_us - std::min(now_us, last_alloc_us_)) / 1e6);
+  for (auto& [k, g] : groups_) {
+    const double inst = double(g->period_read_bytes) / dt;
+    g->rate = allocations_ == 0 ? inst : 0.5 * g->rate + 0.5 * inst;
+    g->period_read_bytes = 0;
+    g->value = Value(g.get());
+  }
+  // Drop empty, idle unlabelled streams (their files re-home on next read).
+  for (auto it = groups_.begin(); it != groups_.end();) {
+    Group* g = it->second.get();
+    if (g->units == 0 && g->rate == 0 && g->key.size() > 0 && g->key[0] == '?' && g != victim_group_) {
+      for (const std::string* k : g->items) {
+        auto f = files_.find(*k);
+        if (f != files_.end() && f->second.group == g) f->second.group = nullptr;
+      }
+      it = groups_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  last_alloc_us_ = now_us;
+  ++allocations_;
+}
+
+std::optional<std::string> PolicyEngine::PickVictim(uint64_t now_us) {
+  now_us_ = std::max(now_us_, now_us);
+  if (!mode_igt_) return groups_["*"]->module->PickVictim();
+  MaybeAllocate(now_us_);
+  // 1. A prefix over its quota gives first.
+  Group* best = nullptr;
+  uint64_t worst_over = 0;
+  for (auto& [k, g] : groups_) {
+    if (g->units == 0 || !g->ov || g->ov->quota_bytes == 0) continue;
+    if (g->bytes > g->ov->quota_bytes && g->bytes - g->ov->quota_bytes > worst_over) {
+      worst_over = g->bytes - g->ov->quota_bytes;
+      best = g.get();
+    }
+  }
+  if (!best) {
+    // 2. The lowest marginal value, with hysteresis; pinned prefixes last.
+    double best_v = std::numeric_limits<double>::infinity();
+    bool best_pinned = true;
+    for (auto& [k, g] : groups_) {
+      if (g->units == 0) continue;
+      const bool pinned = g->ov && g->ov->pin;
+      const double v = Value(g.get());
+      if ((best_pinned && !pinned) || (pinned == best_pinned && v < best_v)) {
+        best = g.get();
+        best_v = v;
+        best_pinned = pinned;
+      }
+    }
+    if (best && victim_group_ && victim_group_ != best && victim_group_->units > 0 &&
+        !(victim_group_->ov && victim_group_->ov->pin && !best_pinned)) {
+      const double cur = Value(victim_group_);
+      const double h = opts_.policy_file.hysteresis;
+      // Keep taking from the current giver unless the new one is cheaper by
+      // more than the hysteresis margin.
+      if (cur <= best_v * (1 + h)) best = victim_group_;
+    }
+  }
+  if (!best) return std::nullopt;
+  if (best != victim_group_) {
+    ++switches_;
+    victim_group_ = best;
+  }
+  if (auto v = best->module->PickVictim()) return v;
+  // A module that lost track of its units: fall back to any stream.
+  for (auto& [k, g] : groups_)
+    if (auto v = g->module->PickVictim()) return v;
+  return std::nullopt;
+}
+
+bool PolicyEngine::Contains(const std::string& id) const { return units_.count(id) != 0; }
+
+EngineStats PolicyEngine::Stats() const {
+  EngineStats s;
+  s.cached_bytes = cached_bytes_;
+  s.cached_units = units_.size();
+  s.prefetch_bytes = prefetch_bytes_;
+  s.prefetch_hit_bytes = prefetch_hit_bytes_;
+  s.prefetch_wasted_bytes = prefetch_wasted_bytes_;
+  s.allocations = allocations_;
+  s.victim_stream_switches = switches_;
+  for (const auto& [k, g] : groups_) {
+    StreamStats st;
+    st.key = g->key;
+    st.label = kPatternNames[g->label];
+    st.eviction = g->module_name;
+    st.cached_bytes = g->bytes;
+    st.cached_units = g->units;
+    st.read_bytes = g->read_bytes;
+    st.hit_bytes = g->hit_bytes;
+    st.prefetch_bytes = g->prefetch_bytes;
+    st.prefetch_hit_bytes = g->prefetch_hit_bytes;
+    st.prefetch_wasted_bytes = g->wasted_bytes;
+    st.evicted_bytes = g->evicted_bytes;
+    st.epoch = g->epoch;
+    st.value = g->value;
+    s.streams.push_back(std::move(st));
+  }
+  std::sort(s.streams.begin(), s.streams.end(), [](const StreamStats& a, const StreamStats& b) {
+    return a.cached_bytes != b.cached_bytes ? a.cached_bytes > b.cached_bytes : a.key < b.key;
+  });
+  return s;
+}
+
+nlohmann::json ToJson(const EngineStats& s) {
+  nlohmann::json j;
+  j["cached_bytes"] = s.cached_bytes;
+  j["cached_units"] = s.cached_units;
+  j["prefetch_bytes"] = s.prefetch_bytes;
+  j["prefetch_hit_bytes"] = s.prefetch_hit_bytes;
+  j["prefetch_wasted_bytes"] = s.prefetch_wasted_bytes;
+  j["allocations"] = s.allocations;
+  j["victim_stream_switches"] = s.victim_stream_switches;
+  auto& arr = j["streams"] = nlohmann::json::array();
+  for (const auto& st : s.streams) {
+    arr.push_back({{"stream", st.key}, {"pattern", st.label}, {"eviction", st.eviction},
+                   {"cached_bytes", st.cached_bytes}, {"cached_units", st.cached_units},
+                   {"read_bytes", st.read_bytes}, {"hit_bytes", st.hit_bytes},
+                   {"prefetch_bytes", st.prefetch_bytes}, {"prefetch_hit_bytes", st.prefetch_hit_bytes},
+                   {"prefetch_wasted_bytes", st.prefetch_wasted_bytes}, {"evicted_bytes", st.evicted_bytes},
+                   {"epoch", st.epoch}, {"value", st.value}});
+  }
+  return j;
+}
+
+}  // namespace igt::engine

@@ -1,0 +1,174 @@
+#pragma once
+// PolicyEngine (DESIGN.md sec. 3 steps 5-6 and sec. 6): turns the access
+// stream labels into cache decisions, independent of any store. It tracks the
+// cached units (id, object key, unit index, bytes, the stream that governs
+// them) and, from the labels of an AccessStreamTree, decides
+//   (a) prefetch plans after each read (OnRead),
+//   (b) eviction victims (PickVictim): the stream giving up space is the one
+//       whose next victim has the lowest marginal value (byte hits per
+//       second per cached byte, docs/POLICIES.md), recomputed every
+//       allocation period with hysteresis; inside it, that stream's
+//       eviction module picks the unit,
+//   (c) admission for never-cache prefixes (Admit), pins and quotas.
+// The same engine runs the baselines (`lru`, `lfu`, `fifo`, `2random`,
+// `lru-readahead`): one stream holding every unit, one module, no tree.
+// The simulator (src/sim) and the live mount (src/engine/live_engine.h)
+// drive the very same object.
+//
+// Streams ("groups"). A unit belongs to the retention stream of its file at
+// insert time: the highest confidently labelled node below the root on the
+// file's path (a dataset directory, a shard directory, a skewed embedding
+// file), or, while nothing is labelled yet, "?<parent dir>" (unknown, LRU).
+// The root is skipped: on a shared mount it mixes every job.
+//
+// Ownership: the engine owns its modules and unit table; the tree and the
+// listing callback are borrowed and must outlive it.
+// Thread-safety: none. The caller serialises every call (the live adapter
+// holds one mutex; the simulator is single-threaded).
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "igtcache/policy.h"
+#include "igtcache/status.h"
+#include "src/engine/policy_file.h"
+#include "src/stream/access_stream_tree.h"
+
+namespace igt::engine {
+
+// The names --policy accepts: "igt" and the baselines (belady lives in the
+// simulator: it needs the future).
+std::vector<std::string> EnginePolicyNames();
+
+struct EngineOptions {
+  std::string policy = "igt";       // igt | lru | lfu | fifo | 2random | lru-readahead
+  uint64_t unit_bytes = 1 << 20;    // the cache unit (cache.unit_size_bytes)
+  uint64_t capacity_bytes = 0;      // the cache size, for space checks
+  PolicyFile policy_file;           // igt only; profile "training" by default
+  uint64_t seed = 1;                // 2random
+  // lru-readahead's fixed window. Default: 8 units (8 MiB at 1 MiB units)
+  uint64_t baseline_readahead_units = 8;
+};
+
+// Files directly in directory `dir` ("" root, "a/b/" otherwise) in listing
+// order, or null if unknown. The pointer must stay valid until the next call.
+using ListingFn = std::function<const std::vector<ListedFile>*(std::string_view dir)>;
+
+struct StreamStats {
+  std::string key;        // stream path ("a/b/", "a/f.bin"), "?dir/" unlabelled, "*" baselines
+  std::string label;      // "sequential" | "random" | "skewed" | "unknown"
+  std::string eviction;   // module name
+  uint64_t cached_bytes = 0, cached_units = 0;
+  uint64_t read_bytes = 0, hit_bytes = 0;
+  uint64_t prefetch_bytes = 0, prefetch_hit_bytes = 0, prefetch_wasted_bytes = 0;
+  uint64_t evicted_bytes = 0;
+  uint64_t epoch = 0;     // random streams: epochs seen
+  double value = 0;       // marginal byte hits / s / cached byte at the last allocation
+};
+
+struct EngineStats {
+  uint64_t cached_bytes = 0, cached_units = 0;
+  uint64_t prefetch_bytes = 0, prefetch_hit_bytes = 0, prefetch_wasted_bytes = 0;
+  uint64_t allocations = 0;         // allocation periods run
+  uint64_t victim_stream_switches = 0;
+  std::vector<StreamStats> streams;  // by cached bytes, largest first
+};
+nlohmann::json ToJson(const EngineStats& s);
+
+class PolicyEngine {
+ public:
+  // `tree` may be null for the baselines (igt requires it). `listing` may be
+  // empty (no next-file prefetching).
+  static Result<std::unique_ptr<PolicyEngine>> Create(EngineOptions opts, stream::AccessStreamTree* tree,
+                                                      ListingFn listing);
+  ~PolicyEngine();
+
+  // One read, already recorded in the tree by the caller. Returns the ranges
+  // to prefetch (the caller skips cached and in-flight units and applies its
+  // bandwidth and memory budget).
+  std::vector<PrefetchRange> OnRead(uint64_t now_us, uint32_t pid, std::string_view path,
+                                    uint64_t offset, uint64_t length, uint64_t file_size);
+
+  // False for units under a never-cache prefix (do not insert them).
+  bool Admit(std::string_view path) const;
+
+  // A unit entered the cache (demand fetch or prefetch). Re-inserting a
+  // tracked id replaces it.
+  void OnInsert(const std::string& id, std::string_view path, uint64_t unit_index, uint64_t bytes,
+                bool prefetched, uint64_t now_us);
+  // A cached unit was read (`bytes` of it).
+  void OnHit(const std::string& id, uint64_t bytes, uint64_t now_us);
+  // A unit left the cache for any reason.
+  void OnRemove(const std::string& id);
+  // The next unit to evict (not removed; call OnRemove once it is gone).
+  std::optional<std::string> PickVictim(uint64_t now_us);
+
+  bool Contains(const std::string& id) const;
+  uint64_t cached_bytes() const { return cached_bytes_; }
+  uint64_t capacity_bytes() const { return opts_.capacity_bytes; }
+  void set_capacity_bytes(uint64_t b) { opts_.capacity_bytes = b; }
+  const EngineOptions& options() const { return opts_; }
+
+  // Recomputes the stream values now (else done every allocation period).
+  void Allocate(uint64_t now_us);
+  EngineStats Stats() const;
+
+ private:
+  struct Group;
+  struct Unit;
+  struct FileRec;
+
+  PolicyEngine(EngineOptions opts, stream::AccessStreamTree* tree, ListingFn listing);
+  Status Init();
+  bool igt() const { return mode_igt_; }
+  Group* GroupFor(std::string_view path, uint64_t now_us, int* prefetch_label, int* file_label,
+                  int* dir_label);
+  Group* GetGroup(const std::string& key, int label, const PathOverride* ov);
+  void SetLabel(Group* g, int label);
+  const PathOverride* OverrideFor(std::string_view path) const;
+  double Value(const Group* g) const;
+  void NewVisit(Group* g, FileRec* f, const std::string* fkey);
+  std::vector<ListedFile> UnreadItems(Group* g, size_t n);
+  std::vector<ListedFile> NextFiles(std::string_view path, size_t n);
+  void NoteGhost(Group* g, const std::string& id, uint64_t bytes);
+  void MaybeAllocate(uint64_t now_us);
+
+  EngineOptions opts_;
+  stream::AccessStreamTree* tree_;
+  ListingFn listing_;
+  bool mode_igt_ = false;
+  uint64_t now_us_ = 0;
+
+  std::unordered_map<std::string, std::unique_ptr<Group>> groups_;
+  std::unordered_map<std::string, Unit> units_;
+  std::unordered_map<std::string, FileRec> files_;
+  uint64_t files_seen_ = 0;
+  // Per (pid, file): where the reader's last read ended. Bounded: cleared at
+  // kMaxReaders entries.
+  std::unordered_map<std::string, uint64_t> reader_end_;
+  std::array<std::unique_ptr<PrefetchPolicy>, 4> prefetch_;  // by pattern
+  std::unique_ptr<PrefetchPolicy> baseline_prefetch_;        // lru-readahead
+
+  // The read being handled (OnRead sets, OnHit reads): its file and whether
+  // it is a new visit rather than a continuation.
+  const std::string* cur_path_ = nullptr;
+  bool cur_new_visit_ = false;
+
+  uint64_t cached_bytes_ = 0;
+  uint64_t prefetch_bytes_ = 0, prefetch_hit_bytes_ = 0, prefetch_wasted_bytes_ = 0;
+  uint64_t last_alloc_us_ = 0;
+  uint64_t allocations_ = 0, switches_ = 0;
+  Group* victim_group_ = nullptr;  // current giver of space (hysteresis)
+};
+
+}  // namespace igt::engine

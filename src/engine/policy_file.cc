@@ -1,0 +1,230 @@
+// Policy YAML parsing and profiles (policy_file.h). yaml-cpp exceptions are
+// caught here and turned into errors naming the key.
+
+#include "src/engine/policy_file.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "igtcache/config.h"
+
+namespace igt::engine {
+namespace {
+
+PolicyFile Training() {
+  PolicyFile f;
+  f.profile = "training";
+  f.patterns[kSequentialIdx] = {{"adaptive-readahead", {}}, {"evict-behind", {}}};
+  f.patterns[kRandomIdx] = {{"epoch", {}}, {"keep", {}}};
+  // Skewed: counts halve every minute, so yesterday's hot set gives way.
+  f.patterns[kSkewedIdx] = {{"none", {}}, {"lfu", {{"half_life_ms", 60000}}}};
+  f.patterns[kUnknownIdx] = {{"readahead", {{"units", 2}}}, {"lru", {}}};
+  return f;
+}
+
+}  // namespace
+
+std::vector<std::string> PolicyProfileNames() {
+  return {"training", "serving", "preprocessing", "checkpoint-loading"};
+}
+
+Result<PolicyFile> PolicyProfile(const std::string& name) {
+  PolicyFile f = Training();
+  if (name == "training") return f;
+  f.profile = name;
+  if (name == "serving") {
+    // Inference: popularity drifts slowly; keep heat for 10 minutes; no
+    // epoch prefetching (requests are not epochs).
+    f.patterns[kSkewedIdx].eviction = {"lfu", {{"half_life_ms", 600000}}};
+    f.patterns[kRandomIdx].prefetch = {"epoch", {{"per_read", 0}}};
+    return f;
+  }
+  if (name == "preprocessing") {
+    // Listing-order scans of many files: a deeper window across files.
+    f.patterns[kSequentialIdx].prefetch = {"adaptive-readahead", {{"max_units", 64}, {"next_files", 64}}};
+    return f;
+  }
+  if (name == "checkpoint-loading") {
+    // Few very large files read front to back, often by several ranks.
+    f.patterns[kSequentialIdx].prefetch = {"adaptive-readahead", {{"initial_units", 4}, {"max_units", 128}}};
+    f.patterns[kUnknownIdx].prefetch = {"readahead", {{"units", 8}}};
+    return f;
+  }
+  std::string known;
+  for (const auto& n : PolicyProfileNames()) known += (known.empty() ? "" : ", ") + n;
+  return Err(Status::InvalidArgument("unknown profile '" + name + "' (known: " + known + ")"));
+}
+
+Status PolicyFile::Validate(const std::string& origin) const {
+  for (size_t i = 0; i < patterns.size(); ++i) {
+    const std::string base = origin + ": patterns." + kPatternNames[i];
+    if (auto p = MakePrefetchPolicy(patterns[i].prefetch.name, patterns[i].prefetch.params); !p)
+      return Status::InvalidArgument(base + ".prefetch: " + p.error().message());
+    if (auto e = MakeEvictionPolicy(patterns[i].eviction.name, patterns[i].eviction.params); !e)
+      return Status::InvalidArgument(base + ".eviction: " + e.error().message());
+  }
+  if (allocation_period_ms == 0)
+    return Status::InvalidArgument(origin + ": allocation.period_ms: must be > 0");
+  if (!(hysteresis >= 0 && hysteresis < 10))
+    return Status::InvalidArgument(origin + ": allocation.hysteresis: must be in [0, 10)");
+  return Status::Ok();
+}
+
+namespace {
+
+struct Ctx {
+  std::string origin;
+  Status Bad(const std::string& key, const std::string& what) const {
+    return Status::InvalidArgument(origin + ": " + key + ": " + what);
+  }
+};
+
+Status CheckKeys(const Ctx& c, const YAML::Node& n, const std::string& where,
+                 std::initializer_list<const char*> allowed) {
+  if (!n.IsMap()) return c.Bad(where.empty() ? "(top level)" : where, "must be a mapping");
+  for (auto it = n.begin(); it != n.end(); ++it) {
+    const std::string k = it->first.as<std::string>();
+    bool ok = false;
+    std::string list;
+    for (const char* a : allowed) {
+      ok = ok || k == a;
+      list += std::string(list.empty() ? "" : ", ") + a;
+    }
+    if (!ok) return c.Bad(where.empty() ? k : where + "." + k, "unknown key (allowed: " + list + ")");
+  }
+  return Status::Ok();
+}
+
+Status ParseModule(const Ctx& c, const YAML::Node& n, const std::string& where, ModuleSpec& out) {
+  if (n.IsScalar()) {  // shorthand: `eviction: lru`
+    out = {n.as<std::string>(), {}};
+    return Status::Ok();
+  }
+  if (auto s = CheckKeys(c, n, where, {"name", "params"}); !s.ok()) return s;
+  if (!n["name"]) return c.Bad(where + ".name", "missing");
+  out.name = n["name"].as<std::string>();
+  out.params.clear();
+  if (auto p = n["params"]) {
+    if (!p.IsMap()) return c.Bad(where + ".params", "must be a mapping of numbers");
+    for (auto it = p.begin(); it != p.end(); ++it) {
+      const std::string k = it->first.as<std::string>();
+      try {
+        out.params[k] = it->second.as<double>();
+      } catch (const YAML::Exception&) {
+        return c.Bad(where + ".params." + k, "must be a number");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+bool AsBool(const YAML::Node& n, bool& out) {
+  try {
+    out = n.as<bool>();
+    return true;
+  } catch (const YAML::Exception&) {
+    return false;
+  }
+}
+
+Result<PolicyFile> ParseImpl(const Ctx& c, const YAML::Node& root) {
+  PolicyFile f;
+  if (!root || root.IsNull()) return PolicyProfile("training");
+  if (auto s = CheckKeys(c, root, "", {"profile", "patterns", "allocation", "overrides"}); !s.ok())
+    return Err(s);
+  if (auto p = root["profile"]) {
+    auto prof = PolicyProfile(p.as<std::string>());
+    if (!prof) return Err(c.Bad("profile", prof.error().message()));
+    f = *prof;
+  } else {
+    f = *PolicyProfile("training");
+  }
+  if (auto pats = root["patterns"]) {
+    if (auto s = CheckKeys(c, pats, "patterns", {"unknown", "sequential", "random", "skewed"}); !s.ok())
+      return Err(s);
+    for (size_t i = 0; i < kPatternNames.size(); ++i) {
+      auto pn = pats[kPatternNames[i]];
+      if (!pn) continue;
+      const std::string where = std::string("patterns.") + kPatternNames[i];
+      if (auto s = CheckKeys(c, pn, where, {"prefetch", "eviction"}); !s.ok()) return Err(s);
+      if (pn["prefetch"])
+        if (auto s = ParseModule(c, pn["prefetch"], where + ".prefetch", f.patterns[i].prefetch); !s.ok())
+          return Err(s);
+      if (pn["eviction"])
+        if (auto s = ParseModule(c, pn["eviction"], where + ".eviction", f.patterns[i].eviction); !s.ok())
+          return Err(s);
+    }
+  }
+  if (auto a = root["allocation"]) {
+    if (auto s = CheckKeys(c, a, "allocation", {"period_ms", "hysteresis"}); !s.ok()) return Err(s);
+    try {
+      if (a["period_ms"]) f.allocation_period_ms = a["period_ms"].as<uint64_t>();
+    } catch (const YAML::Exception&) {
+      return Err(c.Bad("allocation.period_ms", "must be a positive integer"));
+    }
+    try {
+      if (a["hysteresis"]) f.hysteresis = a["hysteresis"].as<double>();
+    } catch (const YAML::Exception&) {
+      return Err(c.Bad("allocation.hysteresis", "must be a number"));
+    }
+  }
+  if (auto o = root["overrides"]) {
+    if (!o.IsSequence()) return Err(c.Bad("overrides", "must be a list"));
+    for (size_t i = 0; i < o.size(); ++i) {
+      const std::string where = "overrides[" + std::to_string(i) + "]";
+      const YAML::Node n = o[i];
+      if (auto s = CheckKeys(c, n, where, {"prefix", "pattern", "pin", "never_cache", "quota"}); !s.ok())
+        return Err(s);
+      PathOverride ov;
+      if (!n["prefix"]) return Err(c.Bad(where + ".prefix", "missing"));
+      ov.prefix = n["prefix"].as<std::string>();
+      while (!ov.prefix.empty() && ov.prefix.front() == '/') ov.prefix.erase(0, 1);
+      if (auto p = n["pattern"]) {
+        const std::string v = p.as<std::string>();
+        for (size_t k = 0; k < kPatternNames.size(); ++k)
+          if (v == kPatternNames[k]) ov.pattern = static_cast<int>(k);
+        if (ov.pattern < 0)
+          return Err(c.Bad(where + ".pattern", "'" + v + "' is not one of sequential, random, skewed, unknown"));
+      }
+      if (n["pin"] && !AsBool(n["pin"], ov.pin)) return Err(c.Bad(where + ".pin", "must be true or false"));
+      if (n["never_cache"] && !AsBool(n["never_cache"], ov.never_cache))
+        return Err(c.Bad(where + ".never_cache", "must be true or false"));
+      if (auto q = n["quota"]) {
+        auto sz = ParseSize(q.as<std::string>());
+        if (!sz) return Err(c.Bad(where + ".quota", sz.error().message()));
+        ov.quota_bytes = *sz;
+      }
+      if (ov.pin && ov.never_cache)
+        return Err(c.Bad(where + ".never_cache", "cannot be combined with pin"));
+      f.overrides.push_back(std::move(ov));
+    }
+  }
+  if (auto s = f.Validate(c.origin); !s.ok()) return Err(s);
+  return f;
+}
+
+}  // namespace
+
+Result<PolicyFile> ParsePolicyFile(const std::string& yaml_text, const std::string& origin) {
+  Ctx c{origin};
+  try {
+    YAML::Node root = YAML::Load(yaml_text);
+    return ParseImpl(c, root);
+  } catch (const YAML::Exception& e) {
+    return Err(Status::InvalidArgument(origin + ":" + std::to_string(e.mark.line + 1) + ": " + e.msg));
+  }
+}
+
+Result<PolicyFile> LoadPolicyFile(const std::string& path) {
+  if (path.empty()) return PolicyProfile("training");
+  std::ifstream in(path);
+  if (!in) return Err(Status::NotFound("policy.file: cannot open '" + path + "'"));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ParsePolicyFile(ss.str(), path);
+}
+
+}  // namespace igt::engine

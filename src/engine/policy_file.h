@@ -1,0 +1,80 @@
+#pragma once
+// PolicyFile: the policy YAML (config key `policy.file`, docs/POLICIES.md):
+// which prefetch and eviction module each access pattern uses, with
+// parameters; the space allocator's period and hysteresis; per-path
+// overrides (force a pattern, pin a prefix, never cache a prefix, a quota
+// for a prefix); and named profiles to start from.
+//
+//   profile: training             # optional; the other keys refine it
+//   patterns:
+//     sequential: {prefetch: {name: adaptive-readahead, params: {max_units: 64}},
+//                  eviction: {name: evict-behind}}
+//     random:     {prefetch: {name: epoch}, eviction: {name: keep}}
+//     skewed:     {prefetch: {name: none}, eviction: {name: lfu, params: {half_life_ms: 60000}}}
+//     unknown:    {prefetch: {name: readahead, params: {units: 2}}, eviction: {name: lru}}
+//   allocation: {period_ms: 1000, hysteresis: 0.1}
+//   overrides:
+//     - {prefix: "models/", pattern: sequential, pin: true, quota: 20G}
+//     - {prefix: "tmp/", never_cache: true}
+//
+// Errors are InvalidArgument "<origin>: <key>: <what is wrong>", naming the
+// key (e.g. "overrides[1].quota"). Plain values; thread-safety: copy them.
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "igtcache/policy.h"
+#include "igtcache/status.h"
+
+namespace igt::engine {
+
+struct ModuleSpec {
+  std::string name;
+  PolicyParams params;
+};
+
+struct PatternPolicy {
+  ModuleSpec prefetch;
+  ModuleSpec eviction;
+};
+
+// Index into PolicyFile::patterns: the stream::Label values.
+enum PatternIndex : size_t { kUnknownIdx = 0, kSequentialIdx = 1, kRandomIdx = 2, kSkewedIdx = 3 };
+inline constexpr std::array<const char*, 4> kPatternNames = {"unknown", "sequential", "random", "skewed"};
+
+struct PathOverride {
+  std::string prefix;          // object-key prefix ("models/"; "" = everything)
+  int pattern = -1;            // forced label (PatternIndex), -1 = detected
+  bool pin = false;            // never evicted while anything else can be
+  bool never_cache = false;    // units under it are not admitted
+  uint64_t quota_bytes = 0;    // 0 = no quota; above it the prefix is evicted first
+};
+
+struct PolicyFile {
+  std::string profile = "training";
+  std::array<PatternPolicy, 4> patterns;
+  // Space allocation: stream values are recomputed every period_ms (of the
+  // caller's clock); the stream giving up space changes only when another
+  // one's marginal value is lower by more than `hysteresis` (relative).
+  // Default: 1000 ms, 0.1
+  uint64_t allocation_period_ms = 1000;
+  double hysteresis = 0.1;
+  std::vector<PathOverride> overrides;
+
+  // Creates every module once to validate names and params.
+  Status Validate(const std::string& origin) const;
+};
+
+// "training" (default), "serving", "preprocessing", "checkpoint-loading".
+Result<PolicyFile> PolicyProfile(const std::string& name);
+std::vector<std::string> PolicyProfileNames();
+
+// Parses YAML text; `origin` names the file in errors.
+Result<PolicyFile> ParsePolicyFile(const std::string& yaml_text, const std::string& origin);
+// Reads and parses a file; "" gives the "training" profile.
+Result<PolicyFile> LoadPolicyFile(const std::string& path);
+
+}  // namespace igt::engine

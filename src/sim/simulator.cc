@@ -1,0 +1,483 @@
+// Trace-driven simulator (simulator.h).
+
+#include "src/sim/simulator.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <set>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "igtcache/config.h"
+#include "src/config/stream_settings.h"
+#include "src/engine/policy_engine.h"
+#include "src/stream/access_stream_tree.h"
+#include "src/stream/trace.h"
+
+namespace igt::sim {
+namespace {
+
+constexpr uint64_t kMaintainEveryUs = 200000;  // tree upkeep every 200 ms of trace time
+
+struct Row {
+  uint64_t t_us;
+  uint32_t pid;
+  uint32_t file;  // index into Trace::files
+  uint64_t off, len;
+};
+
+struct FileInfo {
+  std::string path;
+  uint64_t size = 0;
+};
+
+struct Trace {
+  std::vector<Row> rows;
+  std::vector<FileInfo> files;
+  // Directory ("" root, "a/") -> files directly in it, listing order.
+  std::unordered_map<std::string, std::vector<ListedFile>> listing;
+  // Directory -> distinct direct children (files and subdirectories).
+  std::unordered_map<std::string, uint64_t> n_children;
+};
+
+std::string Parent(std::string_view p) {
+  auto s = p.rfind('/');
+  return s == std::string_view::npos ? std::string() : std::string(p.substr(0, s + 1));
+}
+
+Result<Trace> LoadTrace(const std::string& path) {
+  auto rd = stream::TraceReader::Open(path);
+  if (!rd) return Err(rd.error());
+  Trace t;
+  std::unordered_map<std::string, uint32_t> ids;
+  stream::TraceRecord r;
+  while (true) {
+    auto more = (*rd)->Next(r);
+    if (!more) return Err(more.error());
+    if (!*more) break;
+    auto [it, fresh] = ids.try_emplace(r.path, uint32_t(t.files.size()));
+    if (fresh) t.files.push_back({r.path, r.file_size});
+    t.files[it->second].size = std::max(t.files[it->second].size, r.file_size);
+    t.rows.push_back({r.time_us, r.pid, it->second, r.offset, r.length});
+  }
+  std::unordered_map<std::string, std::set<std::string>> children;
+  for (const auto& f : t.files) {
+    t.listing[Parent(f.path)].push_back({f.path, f.size});
+    // Every ancestor directory counts its direct child.
+    std::string_view p = f.path;
+    while (true) {
+      std::string dir = Parent(p);
+      std::string child(p.substr(dir.size()));
+      children[dir].insert(child);
+      if (dir.empty()) break;
+      p = std::string_view(f.path).substr(0, dir.size() - 1);
+    }
+  }
+  for (auto& [d, l] : t.listing)
+    std::sort(l.begin(), l.end(), [](const ListedFile& a, const ListedFile& b) { return a.path < b.path; });
+  for (auto& [d, c] : children) t.n_children[d] = c.size();
+  return t;
+}
+
+// The backend: connections with the time each is next free (seconds).
+class Backend {
+ public:
+  Backend(const SimOptions& o) : lat_(o.latency_ms / 1000.0), bw_(o.bandwidth_bytes_per_s), free_(o.connections, 0.0) {}
+  // Starts a GET at time `t`; returns its start (first byte at start+lat).
+  double Get(double t, uint64_t bytes) {
+    auto it = std::min_element(free_.begin(), free_.end());
+    const double start = std::max(t, *it);
+    *it = start + lat_ + double(bytes) / bw_;
+    ++requests_;
+    bytes_ += bytes;
+    return start;
+  }
+  // When byte `k` (1-based count) of a GET started at `start` has arrived.
+  double Arrival(double start, uint64_t k) const { return start + lat_ + double(k) / bw_; }
+  size_t IdleAt(double t) const {
+    return size_t(std::count_if(free_.begin(), free_.end(), [t](double f) { return f <= t; }));
+  }
+  uint64_t requests() const { return requests_; }
+  uint64_t bytes() const { return bytes_; }
+
+ private:
+  double lat_, bw_;
+  std::vector<double> free_;
+  uint64_t requests_ = 0, bytes_ = 0;
+};
+
+uint64_t UnitCount(uint64_t size, uint64_t unit) { return size == 0 ? 1 : (size + unit - 1) / unit; }
+uint64_t UnitBytes(uint64_t size, uint64_t unit, uint64_t idx) {
+  const uint64_t start = idx * unit;
+  return start >= size ? 0 : std::min(unit, size - start);
+}
+
+struct Counters {
+  uint64_t requests = 0, hit_requests = 0, req_bytes = 0, hit_bytes = 0;
+  uint64_t prefetch_bytes = 0;
+};
+
+// Per-reader closed-loop clock (seconds since the trace start).
+struct Clocks {
+  std::unordered_map<uint32_t, std::pair<double, uint64_t>> pid;  // clock, last trace time
+  uint64_t t0 = 0;
+  double end = 0;
+  double Issue(const Row& r) {
+    auto [it, fresh] = pid.try_emplace(r.pid, 0.0, r.t_us);
+    if (fresh) it->second.first = double(r.t_us - t0) / 1e6;
+    else it->second.first += double(r.t_us - it->second.second) / 1e6;
+    it->second.second = r.t_us;
+    return it->second.first;
+  }
+  void Complete(const Row& r, double t) {
+    pid[r.pid].first = t;
+    end = std::max(end, t);
+  }
+};
+
+nlohmann::json Output(const SimOptions& o, const Counters& c, const Backend& be, uint64_t prefetch_wasted,
+                      double modeled, uint64_t unit) {
+  nlohmann::json j;
+  j["policy"] = o.policy;
+  j["cache_size"] = o.cache_bytes;
+  j["requests"] = c.requests;
+  j["hit_ratio"] = c.requests ? double(c.hit_requests) / double(c.requests) : 0.0;
+  j["byte_hit_ratio"] = c.req_bytes ? double(c.hit_bytes) / double(c.req_bytes) : 0.0;
+  j["backend_bytes"] = be.bytes();
+  j["backend_requests"] = be.requests();
+  j["prefetch_bytes"] = c.prefetch_bytes;
+  j["prefetch_wasted_bytes"] = prefetch_wasted;
+  j["modeled_time_s"] = modeled;
+  j["details"] = {{"unit_bytes", unit},
+                  {"requested_bytes", c.req_bytes},
+                  {"hit_bytes", c.hit_bytes},
+                  {"latency_ms", o.latency_ms},
+                  {"bandwidth_bytes_per_s", o.bandwidth_bytes_per_s},
+                  {"connections", o.connections},
+                  {"max_request_bytes", o.max_request_bytes},
+                  {"prefetch_budget_bytes", o.prefetch_budget_bytes}};
+  return j;
+}
+
+// ---------------------------------------------------------------------------
+// Engine policies (igt and the online baselines).
+
+Result<nlohmann::json> RunEngine(const SimOptions& o, const Trace& tr, uint64_t unit,
+                                 const stream::StreamConfig& scfg, const engine::PolicyFile& pf) {
+  std::unique_ptr<stream::AccessStreamTree> tree;
+  if (o.policy == "igt") {
+    tree = std::make_unique<stream::AccessStreamTree>(scfg);
+    for (const auto& [dir, n] : tr.n_children) tree->NoteListing(dir, n);
+  }
+  engine::EngineOptions eo;
+  eo.policy = o.policy;
+  eo.unit_bytes = unit;
+  eo.capacity_bytes = o.cache_bytes;
+  eo.policy_file = pf;
+  eo.seed = o.seed;
+  engine::ListingFn listing = [&tr](std::string_view dir) -> const std::vector<ListedFile>* {
+    auto it = tr.listing.find(std::string(dir));
+    return it == tr.listing.end() ? nullptr : &it->second;
+  };
+  auto eng = engine::PolicyEngine::Create(eo, tree.get(), listing);
+  if (!eng) return Err(eng.error());
+  engine::PolicyEngine& e = **eng;
+
+  Backend be(o);
+  Counters c;
+  Clocks clk;
+  clk.t0 = tr.rows.empty() ? 0 : tr.rows.front().t_us;
+  std::unordered_map<std::string, double> ready;  // cached unit id -> arrival time
+  std::vector<std::pair<double, uint64_t>> pf_inflight;  // (done, bytes) of prefetch GETs
+  uint64_t next_maintain = clk.t0 + kMaintainEveryUs;
+
+  auto unit_id = [](const std::string& path, uint64_t idx) {
+    std::string id = path;
+    id += '#';
+    id += std::to_string(idx);
+    return id;
+  };
+  auto make_room = [&](double now) {
+    const uint64_t now_us = uint64_t(now * 1e6);
+    while (e.cached_bytes() > o.cache_bytes) {
+      auto v = e.PickVictim(now_us);
+      if (!v || !e.Contains(*v)) break;
+      e.OnRemove(*v);
+      ready.erase(*v);
+    }
+  };
+  // Fetches units [first, last] of `f` (none cached) as GETs of at most
+  // max_request_bytes starting at `t`; inserts them. Returns the arrival of
+  // the last byte.
+  auto fetch_run = [&](const FileInfo& f, uint64_t first, uint64_t last, double t, bool prefetch) {
+    double done = t;
+    uint64_t idx = first;
+    while (idx <= last) {
+      uint64_t bytes = 0, end = idx;
+      while (end <= last && (bytes == 0 || bytes + UnitBytes(f.size, unit, end) <= o.max_request_bytes)) {
+        bytes += UnitBytes(f.size, unit, end);
+        ++end;
+      }
+      const double start = be.Get(t, bytes);
+      uint64_t k = 0;
+      for (uint64_t i = idx; i < end; ++i) {
+        const uint64_t ub = UnitBytes(f.size, unit, i);
+        k += ub;
+        const double arrive = be.Arrival(start, k);
+        done = std::max(done, arrive);
+        if (!e.Admit(f.path)) continue;
+        const std::string id = unit_id(f.path, i);
+        ready[id] = arrive;
+        e.OnInsert(id, f.path, i, ub, prefetch, uint64_t(t * 1e6));
+        make_room(t);
+      }
+      if (prefetch) {
+        c.prefetch_bytes += bytes;
+        pf_inflight.emplace_back(be.Arrival(start, bytes), bytes);
+      }
+      idx = end;
+    }
+    return done;
+  };
+  std::unordered_map<std::string, uint32_t> file_ids;
+  for (uint32_t i = 0; i < tr.files.size(); ++i) file_ids[tr.files[i].path] = i;
+
+  for (const Row& r : tr.rows) {
+    const FileInfo& f = tr.files[r.file];
+    const double issue = clk.Issue(r);
+    const uint64_t issue_us = uint64_t(issue * 1e6);
+    if (tree) {
+      tree->Record(r.t_us, r.pid, f.path, r.off, r.len, f.size);
+      if (r.t_us >= next_maintain) {
+        tree->Maintain(r.t_us);
+        next_maintain = r.t_us + kMaintainEveryUs;
+      }
+    }
+    auto plan = e.OnRead(issue_us, r.pid, f.path, r.off, r.len, f.size);
+
+    // Demand: the units of the read.
+    ++c.requests;
+    uint64_t len = r.off >= f.size ? 0 : std::min(r.len, f.size - r.off);
+    c.req_bytes += len;
+    double done = issue;
+    uint64_t hit = 0;
+    if (len > 0) {
+      const uint64_t first = r.off / unit, last = (r.off + len - 1) / unit;
+      uint64_t run_first = 0;
+      bool in_run = false;
+      for (uint64_t i = first; i <= last + 1; ++i) {
+        bool missing = false;
+        if (i <= last) {
+          const uint64_t lo = std::max(r.off, i * unit), hi = std::min(r.off + len, (i + 1) * unit);
+          const std::string id = unit_id(f.path, i);
+          auto it = ready.find(id);
+          if (it != ready.end()) {
+            if (it->second <= issue) hit += hi - lo;
+            else done = std::max(done, it->second);  // in flight: a miss that waits
+            e.OnHit(id, hi - lo, issue_us);
+          } else {
+            missing = true;
+          }
+        }
+        if (missing && !in_run) {
+          in_run = true;
+          run_first = i;
+        } else if (!missing && in_run) {
+          in_run = false;
+          done = std::max(done, fetch_run(f, run_first, i - 1, issue, false));
+        }
+      }
+    }
+    c.hit_bytes += hit;
+    if (hit == len) ++c.hit_requests;
+    clk.Complete(r, done);
+
+    // Prefetch plan, under the bandwidth and in-flight budget.
+    if (!plan.empty()) {
+      uint64_t inflight = 0;
+      std::erase_if(pf_inflight, [&](const auto& p) { return p.first <= issue; });
+      for (const auto& p : pf_inflight) inflight += p.second;
+      for (const auto& pr : plan) {
+        auto fid = file_ids.find(pr.path);
+        if (fid == file_ids.end()) continue;
+        const FileInfo& pf_file = tr.files[fid->second];
+        const uint64_t n = UnitCount(pf_file.size, unit);
+        bool stop = false;
+        uint64_t i = pr.first_unit;
+        while (i <= std::min(pr.last_unit, n - 1) && !stop) {
+          if (ready.count(unit_id(pf_file.path, i)) || !e.Admit(pf_file.path)) {
+            ++i;
+            continue;
+          }
+          uint64_t j = i;
+          while (j + 1 <= std::min(pr.last_unit, n - 1) && !ready.count(unit_id(pf_file.path, j + 1))) ++j;
+          uint64_t bytes = 0;
+          for (uint64_t k = i; k <= j; ++k) bytes += UnitBytes(pf_file.size, unit, k);
+          // One connection must stay idle for demand reads.
+          if (be.IdleAt(issue) < 2 || inflight + bytes > o.prefetch_budget_bytes) {
+            stop = true;
+            break;
+          }
+          fetch_run(pf_file, i, j, issue, true);
+          inflight += bytes;
+          i = j + 1;
+        }
+        if (stop) break;
+      }
+    }
+  }
+  const auto st = e.Stats();
+  uint64_t wasted = st.prefetch_wasted_bytes;
+  // Prefetched units never read by the end of the trace are waste too.
+  wasted += st.prefetch_bytes - std::min(st.prefetch_bytes, st.prefetch_hit_bytes + st.prefetch_wasted_bytes);
+  auto j = Output(o, c, be, wasted, clk.end, unit);
+  j["details"]["engine"] = engine::ToJson(st);
+  if (tree) j["details"]["tree_nodes"] = tree->Memory().nodes;
+  return j;
+}
+
+// ---------------------------------------------------------------------------
+// belady: offline optimal eviction (demand fetches only).
+
+Result<nlohmann::json> RunBelady(const SimOptions& o, const Trace& tr, uint64_t unit) {
+  // Unit touches in trace order and, for each, the position of the next
+  // touch of the same unit.
+  struct Touch {
+    uint64_t uid;
+    uint64_t next;
+  };
+  constexpr uint64_t kNever = std::numeric_limits<uint64_t>::max();
+  std::vector<Touch> touches;
+  std::vector<uint32_t> row_first;  // first touch index of each row
+  row_first.reserve(tr.rows.size() + 1);
+  for (const Row& r : tr.rows) {
+    row_first.push_back(uint32_t(touches.size()));
+    const FileInfo& f = tr.files[r.file];
+    const uint64_t len = r.off >= f.size ? 0 : std::min(r.len, f.size - r.off);
+    if (len == 0) continue;
+    for (uint64_t i = r.off / unit; i <= (r.off + len - 1) / unit; ++i)
+      touches.push_back({(uint64_t(r.file) << 32) | i, kNever});
+  }
+  row_first.push_back(uint32_t(touches.size()));
+  {
+    std::unordered_map<uint64_t, uint64_t> last;
+    for (uint64_t k = touches.size(); k-- > 0;) {
+      auto it = last.find(touches[k].uid);
+      touches[k].next = it == last.end() ? kNever : it->second;
+      last[touches[k].uid] = k;
+    }
+  }
+  Backend be(o);
+  Counters c;
+  Clocks clk;
+  clk.t0 = tr.rows.empty() ? 0 : tr.rows.front().t_us;
+  std::set<std::pair<uint64_t, uint64_t>> by_next;            // (next use, uid)
+  std::unordered_map<uint64_t, std::pair<uint64_t, double>> cached;  // uid -> (next use, ready)
+  uint64_t used = 0;
+  auto ubytes = [&](uint64_t uid) { return UnitBytes(tr.files[uid >> 32].size, unit, uid & 0xffffffffu); };
+
+  for (size_t ri = 0; ri < tr.rows.size(); ++ri) {
+    const Row& r = tr.rows[ri];
+    const FileInfo& f = tr.files[r.file];
+    const double issue = clk.Issue(r);
+    ++c.requests;
+    const uint64_t len = r.off >= f.size ? 0 : std::min(r.len, f.size - r.off);
+    c.req_bytes += len;
+    double done = issue;
+    uint64_t hit = 0;
+    std::vector<std::pair<uint64_t, uint64_t>> miss;  // (touch index, unit index)
+    for (uint64_t k = row_first[ri]; k < row_first[ri + 1]; ++k) {
+      const uint64_t uid = touches[k].uid, i = uid & 0xffffffffu;
+      const uint64_t lo = std::max(r.off, i * unit), hi = std::min(r.off + len, (i + 1) * unit);
+      auto it = cached.find(uid);
+      if (it != cached.end()) {
+        if (it->second.second <= issue) hit += hi - lo;
+        else done = std::max(done, it->second.second);
+        by_next.erase({it->second.first, uid});
+        it->second.first = touches[k].next;
+        by_next.insert({touches[k].next, uid});
+      } else {
+        miss.emplace_back(k, i);
+      }
+    }
+    // Fetch misses in runs of adjacent units.
+    for (size_t a = 0; a < miss.size();) {
+      size_t b = a;
+      uint64_t bytes = UnitBytes(f.size, unit, miss[a].second);
+      while (b + 1 < miss.size() && miss[b + 1].second == miss[b].second + 1 &&
+             bytes + UnitBytes(f.size, unit, miss[b + 1].second) <= o.max_request_bytes) {
+        ++b;
+        bytes += UnitBytes(f.size, unit, miss[b].second);
+      }
+      const double start = be.Get(issue, bytes);
+      uint64_t kbytes = 0;
+      for (size_t m = a; m <= b; ++m) {
+        const uint64_t uid = touches[miss[m].first].uid, next = touches[miss[m].first].next;
+        const uint64_t ub = UnitBytes(f.size, unit, miss[m].second);
+        kbytes += ub;
+        const double arrive = be.Arrival(start, kbytes);
+        done = std::max(done, arrive);
+        if (next == kNever || ub > o.cache_bytes) continue;  // never used again: do not admit
+        // Evict furthest-next-use units while that is better than not admitting.
+        while (used + ub > o.cache_bytes && !by_next.empty()) {
+          auto far = std::prev(by_next.end());
+          if (far->first <= next) break;
+          used -= ubytes(far->second);
+          cached.erase(far->second);
+          by_next.erase(far);
+        }
+        if (used + ub > o.cache_bytes) continue;
+        cached[uid] = {next, arrive};
+        by_next.insert({next, uid});
+        used += ub;
+      }
+      a = b + 1;
+    }
+    c.hit_bytes += hit;
+    if (hit == len) ++c.hit_requests;
+    clk.Complete(r, done);
+  }
+  return Output(o, c, be, 0, clk.end, unit);
+}
+
+}  // namespace
+
+std::vector<std::string> SimPolicyNames() {
+  auto n = engine::EnginePolicyNames();
+  n.push_back("belady");
+  return n;
+}
+
+Result<nlohmann::json> RunSim(const SimOptions& o) {
+  auto names = SimPolicyNames();
+  if (std::find(names.begin(), names.end(), o.policy) == names.end()) {
+    std::string known;
+    for (const auto& n : names) known += (known.empty() ? "" : ", ") + n;
+    return Err(Status::InvalidArgument("--policy: unknown policy '" + o.policy + "' (known: " + known + ")"));
+  }
+  if (o.cache_bytes == 0) return Err(Status::InvalidArgument("--cache-size: must be > 0"));
+  if (o.connections == 0) return Err(Status::InvalidArgument("--connections: must be > 0"));
+  auto cfg = LoadConfig(o.config_path);
+  if (!cfg) return Err(cfg.error());
+  if (o.unit_bytes) cfg->cache.unit_size_bytes = o.unit_bytes;
+  auto scfg = StreamConfigFrom(*cfg);
+  if (!scfg) return Err(scfg.error());
+  const uint64_t unit = cfg->cache.unit_size_bytes;
+  if (unit == 0) return Err(Status::InvalidArgument("--unit-size: must be > 0"));
+  engine::PolicyFile pf;
+  if (o.policy_file) {
+    pf = *o.policy_file;
+  } else {
+    auto loaded = engine::LoadPolicyFile(cfg->policy.file);
+    if (!loaded) return Err(loaded.error());
+    pf = *loaded;
+  }
+  auto tr = LoadTrace(o.trace_path);
+  if (!tr) return Err(tr.error());
+  if (o.policy == "belady") return RunBelady(o, *tr, unit);
+  return RunEngine(o, *tr, unit, *scfg, pf);
+}
+
+}  // namespace igt::sim

@@ -1,0 +1,68 @@
+#pragma once
+// `igtcache sim` (DESIGN.md sec. 7): replays a read trace through the real
+// AccessStreamTree, PolicyEngine and policy modules over a simulated store
+// and clock, and reports hit ratios, backend traffic, prefetch waste and a
+// modeled job time.
+//
+// Model (docs/EVALUATION.md, "Simulator model"):
+//  - Cache: `cache_bytes` of units (`unit_bytes`, the last unit of a file
+//    short; a small file is one unit). A unit inserted by a fetch is in the
+//    cache from the moment the fetch is issued (its space is taken) but its
+//    bytes are there only when they arrive: a read before that is a MISS
+//    (it waits for the fetch in flight, single-flight, no second GET).
+//  - Backend: `connections` connections; a GET of b bytes on a connection
+//    that is free at time s delivers byte k at s + latency + k / bandwidth
+//    (defaults 25 ms to first byte, 90 MB/s per connection, 16 connections,
+//    at most max_request_bytes per GET). Demand GETs queue for the earliest
+//    free connection; prefetch GETs are issued only on a connection idle at
+//    that moment while another one stays idle for demand, and only while the
+//    prefetch bytes in flight are under `prefetch_budget_bytes`.
+//  - Clock: each reader (pid) is closed-loop: its next read is issued when
+//    its previous read completed plus the gap between the two reads in the
+//    trace (the job's compute time). Hits cost nothing. modeled_time_s is
+//    the time the last reader finishes.
+//  - belady: the offline optimum for eviction (evict the unit whose next use
+//    is furthest, do not admit one used later than everything cached), demand
+//    fetches only, same clock and backend model.
+// Thread-safety: RunSim is reentrant.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "igtcache/status.h"
+#include "src/engine/policy_file.h"
+
+namespace igt::sim {
+
+struct SimOptions {
+  std::string trace_path;
+  uint64_t cache_bytes = 0;
+  std::string policy = "igt";   // igt | lru | lfu | fifo | 2random | lru-readahead | belady
+  std::string config_path;      // igtcache YAML: stream.*, cache.unit_size_bytes, policy.file
+  uint64_t unit_bytes = 0;      // 0: cache.unit_size_bytes of the config (default 1 MiB)
+  // Overrides the config's policy.file (tests).
+  std::optional<engine::PolicyFile> policy_file;
+
+  // Backend model. Defaults: S3 Standard as DESIGN.md sec. 8 models it.
+  double latency_ms = 25;                  // to first byte
+  double bandwidth_bytes_per_s = 90e6;     // per connection
+  uint32_t connections = 16;               // bounded connection pool
+  uint64_t max_request_bytes = 8 << 20;    // largest ranged GET (backend.max_request_bytes)
+  uint64_t prefetch_budget_bytes = 256ull << 20;  // prefetch bytes in flight at most
+  uint64_t seed = 1;                       // 2random
+};
+
+// All the names --policy accepts.
+std::vector<std::string> SimPolicyNames();
+
+// {"policy", "cache_size", "requests", "hit_ratio", "byte_hit_ratio",
+//  "backend_bytes", "backend_requests", "prefetch_bytes",
+//  "prefetch_wasted_bytes", "modeled_time_s"} plus "details" (engine
+// streams, unit size, model parameters). Errors: a bad trace (naming the
+// line), an unknown policy, a bad config or policy file.
+Result<nlohmann::json> RunSim(const SimOptions& opts);
+
+}  // namespace igt::sim
