@@ -334,6 +334,27 @@ TEST_CASE("S3 backend against s3rver", "[s3rver]") {
   }
 }
 
+TEST_CASE("HttpPool reuses keep-alive connections", "[s3rver]") {
+  S3rver* srv = SharedServer();
+  if (!srv) {
+    WARN("s3rver or node not available (" << kS3rverJs.string() << "): S3 integration test skipped");
+    return;
+  }
+  igt::s3::HttpPoolOptions po;
+  po.max_connections = 1;
+  igt::s3::HttpPool pool(po);
+  igt::s3::HttpRequest req;
+  req.url = srv->endpoint() + "/testbucket?list-type=2&max-keys=1";
+  auto first = pool.Perform(req);
+  REQUIRE(first.curl_code == 0);
+  CHECK(first.status == 200);
+  CHECK(first.new_connections == 1);
+  auto second = pool.Perform(req);
+  REQUIRE(second.curl_code == 0);
+  CHECK(second.status == 200);
+  CHECK(second.new_connections == 0);
+}
+
 TEST_CASE("S3 backend errors: no such bucket, unreachable endpoint", "[s3rver]") {
   S3rver* srv = SharedServer();
   if (!srv) {

@@ -188,6 +188,7 @@ HttpResponse HttpPool::Perform(const HttpRequest& req) {
     while (!resp.curl_error.empty() && resp.curl_error.back() == '\n') resp.curl_error.pop_back();
   }
   curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &resp.status);
+  curl_easy_getinfo(h, CURLINFO_NUM_CONNECTS, &resp.new_connections);
   // The handle must not keep pointers into this call's stack.
   curl_easy_setopt(h, CURLOPT_HTTPHEADER, nullptr);
   curl_easy_setopt(h, CURLOPT_ERRORBUFFER, nullptr);

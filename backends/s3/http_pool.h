@@ -47,6 +47,7 @@ struct HttpResponse {
   std::string body;             // see HttpRequest::sink
   size_t sink_bytes = 0;        // bytes written into the sink
   bool overflow = false;        // the server sent more than sink_capacity
+  long new_connections = 0;     // connections opened for this request (0 = reused)
 
   const std::string* Header(const std::string& lower_name) const {
     auto it = headers.find(lower_name);

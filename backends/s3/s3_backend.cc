@@ -13,6 +13,8 @@
 #include <random>
 #include <thread>
 
+#include <spdlog/spdlog.h>
+
 #include "backends/s3/s3_response.h"
 #include "backends/s3/s3_xml.h"
 #include "igtcache/metrics.h"
@@ -167,9 +169,12 @@ Outcome ClassifyFailure(const HttpResponse& r, const S3Endpoint& ep, std::string
     }
     return {Status::NotFound("no such object: " + std::string(what) + " in " + bucket), false};
   }
+  const std::string* region = r.Header("x-amz-bucket-region");
   if (s == 301 || s == 307 || e.code == "PermanentRedirect" ||
       e.code == "AuthorizationHeaderMalformed") {
-    std::string where = e.endpoint.empty() ? "" : " (server says: use " + e.endpoint + ")";
+    std::string where = region ? " (the bucket is in region " + *region + ")"
+                        : e.endpoint.empty() ? ""
+                                             : " (server says: use " + e.endpoint + ")";
     return {Status::IoError(bucket + " is not served by " + ep.endpoint + where +
                             "; check the region / endpoint (" + detail + ")"),
             false};
@@ -423,6 +428,7 @@ class S3Backend final : public Backend {
         return s;
       }
       if (opts_.metrics) Add(opts_.metrics->backend_retries);
+      spdlog::debug("s3: retry {} in {} ms after: {}", n + 1, sleep_ms, o.status.ToString());
       std::this_thread::sleep_for(std::chrono::milliseconds(sleep_ms));
     }
   }
