@@ -93,11 +93,22 @@ class FakeServer {
           script_.pop_front();
         }
       }
+      // "STALL:" replies send their bytes, then go quiet until the client
+      // gives up (or the server stops).
+      bool stall = reply.starts_with("STALL:");
+      if (stall) reply.erase(0, 6);
       size_t off = 0;
       while (off < reply.size()) {
         ssize_t n = ::send(c, reply.data() + off, reply.size() - off, MSG_NOSIGNAL);
         if (n <= 0) break;
         off += static_cast<size_t>(n);
+      }
+      while (stall && !stop_) {
+        pollfd cp{c, POLLIN, 0};
+        if (::poll(&cp, 1, 20) > 0) {
+          char tmp[256];
+          if (::recv(c, tmp, sizeof tmp, 0) <= 0) break;  // client hung up
+        }
       }
       ::shutdown(c, SHUT_RDWR);
       ::close(c);
@@ -318,4 +329,21 @@ TEST_CASE("S3 fake: Stat and List", "[s3fake]") {
   REQUIRE(p);
   CHECK(p->objects.empty());
   CHECK(p->next_token.empty());
+}
+
+TEST_CASE("S3 fake: a stalled transfer fails instead of hanging", "[s3fake]") {
+  FakeServer s;
+  igt::Metrics m;
+  auto o = Opts(s, &m);
+  o.request_timeout_ms = 1000;  // the stall limit rounds up to whole seconds
+  o.max_retries = 0;
+  auto b = igt::MakeS3Backend(o);
+  REQUIRE(b);
+  s.Push("STALL:HTTP/1.1 206 X\r\nContent-Range: bytes 0-9/10\r\nContent-Length: 10\r\n\r\n01234");
+  char buf[10];
+  auto n = (*b)->Read("k", 0, 10, "", buf);
+  REQUIRE(!n);
+  CHECK(n.error().code() == Code::kUnavailable);
+  CHECK_THAT(n.error().message(), Catch::Contains(s.endpoint()));
+  CHECK(m.backend_errors == 1);
 }
