@@ -11,34 +11,12 @@
 #include "igtcache/config.h"
 #include "igtcache/version.h"
 #include "src/cli/mount_cmd.h"
+#include "src/cli/ops_cmds.h"
 #include "src/config/stream_settings.h"
 #include "src/sim/simulator.h"
 #include "src/stream/classify.h"
 
 namespace {
-
-bool IsIgtcacheMount(const std::string& mnt) {
-  std::ifstream in("/proc/self/mounts");
-  std::string dev, dir, type, rest;
-  while (in >> dev >> dir >> type && std::getline(in, rest))
-    if (dir == mnt && type == "fuse.igtcache") return true;
-  return false;
-}
-
-int RunStats(const std::string& mountpoint) {
-  std::string mnt = mountpoint;
-  while (mnt.size() > 1 && mnt.back() == '/') mnt.pop_back();
-  std::ifstream in(mnt + "/" + igt::kStatsFileName);
-  if (!in) {
-    std::fprintf(stderr, "igtcache: error: '%s' is not an igtcache mount point%s\n",
-                 mountpoint.c_str(), IsIgtcacheMount(mnt) ? " that answers (is the daemon alive?)" : "");
-    return igt::kExitError;
-  }
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::cout << ss.str();
-  return igt::kExitOk;
-}
 
 // `igtcache sim`: the trace simulator (src/sim/simulator.h).
 int RunSimCmd(igt::sim::SimOptions o, const std::string& cache_size, const std::string& unit_size) {
@@ -88,6 +66,14 @@ int RunClassify(const std::string& trace, const std::string& config_path) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // mount(8) / fstab entry point: `mount.fuse.igtcache SOURCE DIR -o OPTS`.
+  if (auto helper = igt::ParseMountHelper(std::vector<std::string>(argv, argv + argc))) {
+    if (!*helper) {
+      std::fprintf(stderr, "igtcache: error: %s\n", helper->error().message().c_str());
+      return igt::kExitUsage;
+    }
+    return (*helper)->fake ? igt::kExitOk : igt::RunMount((*helper)->mount);
+  }
   CLI::App app{"igtcache: mount a cloud bucket with an adaptive SSD cache for AI workloads"};
   app.set_version_flag("--version", std::string("igtcache ") + igt::kVersion);
   app.require_subcommand(1);
@@ -111,9 +97,26 @@ int main(int argc, char** argv) {
   mount->add_option("--metrics-addr", m.metrics_addr,
                     "Serve Prometheus metrics on HOST:PORT, e.g. 127.0.0.1:9100 (metrics.addr; off by default)");
 
-  std::string stats_mnt;
-  auto* stats = app.add_subcommand("stats", "Print the live counters of a mount as JSON");
-  stats->add_option("MOUNTPOINT", stats_mnt, "An igtcache mount point")->required();
+  igt::StatsArgs sa;
+  auto* stats = app.add_subcommand(
+      "stats", "Live counters of a mount: a table on a terminal, JSON with --json or when piped");
+  stats->add_option("MOUNTPOINT", sa.mountpoint, "An igtcache mount point")->required();
+  stats->add_flag("--json", sa.json, "Print JSON (the default when stdout is not a terminal)");
+  stats->add_flag("-w,--watch", sa.watch, "Refresh until interrupted (JSON: one object per line)");
+  stats->add_option("--interval", sa.interval_s, "Seconds between --watch refreshes (default 2)");
+
+  igt::WarmArgs wa;
+  auto* warm = app.add_subcommand("warm", "Fetch files or directories of a mount into its cache");
+  warm->add_option("PATH", wa.paths, "Files or directories inside an igtcache mount")->required();
+  warm->add_option("-j,--jobs", wa.jobs, "Parallel readers (default 8)");
+  bool warm_quiet = false;
+  warm->add_flag("-q,--quiet", warm_quiet, "No progress output, only the summary");
+
+  igt::UnmountArgs ua;
+  auto* unmount = app.add_subcommand("unmount", "Unmount an igtcache mount and wait for its daemon to exit");
+  unmount->add_option("MOUNTPOINT", ua.mountpoint, "An igtcache mount point")->required();
+  unmount->add_flag("-z,--lazy", ua.lazy, "Lazy unmount: detach now, finish when no longer busy");
+  unmount->add_option("--timeout", ua.timeout_s, "Seconds to wait for the daemon to exit (default 30)");
 
   std::string trace_in, classify_config;
   auto* classify = app.add_subcommand("classify", "Label the access streams of a trace (JSON)");
@@ -144,7 +147,12 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : igt::kExitUsage;
   }
   if (*mount) return igt::RunMount(m);
-  if (*stats) return RunStats(stats_mnt);
+  if (*stats) return igt::RunStats(sa);
+  if (*warm) {
+    wa.progress = !warm_quiet;
+    return igt::RunWarm(wa);
+  }
+  if (*unmount) return igt::RunUnmount(ua);
   if (*classify) return RunClassify(trace_in, classify_config);
   if (*sim) return RunSimCmd(so, sim_cache_size, sim_unit_size);
   if (*config) {

@@ -1,0 +1,72 @@
+#pragma once
+// The operator commands of `igtcache` beyond mount: stats (table / JSON /
+// watch), warm (fetch files into the cache through the mount), unmount, and
+// the mount(8) helper entry point (`mount -t fuse.igtcache`, /etc/fstab).
+// See docs/CLI.md. Each Run* returns the process exit code (mount_cmd.h) and
+// prints errors as one line on stderr.
+// Thread-safety: command entry points, called once from main.
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "igtcache/status.h"
+#include "src/cli/mount_cmd.h"
+
+namespace igt {
+
+// --- helpers shared by the commands
+// "/mnt/x/" -> "/mnt/x" (absolute, no trailing slash).
+std::string NormalizeMountpoint(const std::string& path);
+// True if `mnt` (normalized) is listed in /proc/self/mounts as fuse.igtcache.
+bool IsIgtcacheMount(const std::string& mnt);
+// The mount point of the igtcache mount containing `path`, if any.
+std::optional<std::string> FindIgtcacheMount(const std::string& path);
+// Reads and parses MNT/.igtcache.stats; errors name the mount point.
+Result<nlohmann::json> ReadStats(const std::string& mountpoint);
+
+// --- igtcache stats MOUNTPOINT [--json] [--watch [--interval S]]
+struct StatsArgs {
+  std::string mountpoint;
+  bool json = false;         // also implied when stdout is not a terminal
+  bool watch = false;
+  double interval_s = 2.0;   // --watch refresh period
+};
+int RunStats(const StatsArgs& a);
+// The readable table (exposed for tests). `prev`/`dt_s` give rates when set.
+std::string StatsTable(const nlohmann::json& j, const nlohmann::json* prev, double dt_s);
+
+// --- igtcache warm PATH... [--jobs N]
+struct WarmArgs {
+  std::vector<std::string> paths;
+  int jobs = 8;
+  bool progress = true;  // progress output (bar on a terminal, lines otherwise)
+};
+int RunWarm(const WarmArgs& a);
+
+// --- igtcache unmount MOUNTPOINT [--lazy] [--timeout S]
+struct UnmountArgs {
+  std::string mountpoint;
+  bool lazy = false;
+  double timeout_s = 30;  // wait this long for the daemon to exit
+};
+int RunUnmount(const UnmountArgs& a);
+
+// --- mount(8) helper. Recognises
+//   mount.fuse.igtcache SOURCE MOUNTPOINT [-sfnv] [-o OPTS] [-t TYPE]   (argv[0] name)
+//   igtcache SOURCE MOUNTPOINT [-o OPTS]                               (from mount.fuse3)
+// Returns nullopt when argv is not a helper call (normal CLI). -o options:
+// igtcache's own (config=, cache_dir=, cache_size=, endpoint=, region=,
+// profile=, addressing=, log_level=, log_file=, metrics_addr=, trace_out=),
+// mount(8)/systemd bookkeeping (defaults, auto, noauto, user, users, nouser,
+// nofail, _netdev, rw, ro, comment=, x-*) dropped, everything else passed to
+// FUSE (allow_other, nodev, ...).
+struct HelperCall {
+  MountArgs mount;
+  bool fake = false;  // -f: do everything but mount (mount(8) "fake")
+};
+std::optional<Result<HelperCall>> ParseMountHelper(const std::vector<std::string>& argv);
+
+}  // namespace igt

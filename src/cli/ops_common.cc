@@ -1,0 +1,77 @@
+// Helpers shared by the operator commands (see ops_cmds.h).
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "fuse/fuse_fs.h"
+#include "src/cli/ops_cmds.h"
+
+namespace igt {
+
+namespace fs = std::filesystem;
+
+std::string NormalizeMountpoint(const std::string& path) {
+  std::error_code ec;
+  std::string p = fs::absolute(path, ec).lexically_normal().string();
+  if (ec) p = path;
+  while (p.size() > 1 && p.back() == '/') p.pop_back();
+  return p;
+}
+
+namespace {
+// /proc/self/mounts escapes space, tab, newline and backslash as \ooo.
+std::string Unescape(const std::string& s) {
+  std::string o;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '\\' && i + 3 < s.size() && std::isdigit(static_cast<unsigned char>(s[i + 1]))) {
+      o += static_cast<char>(std::stoi(s.substr(i + 1, 3), nullptr, 8));
+      i += 3;
+    } else {
+      o += s[i];
+    }
+  }
+  return o;
+}
+}  // namespace
+
+bool IsIgtcacheMount(const std::string& mnt) {
+  std::ifstream in("/proc/self/mounts");
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream ls(line);
+    std::string dev, dir, type;
+    if (ls >> dev >> dir >> type && Unescape(dir) == mnt && type == "fuse.igtcache") return true;
+  }
+  return false;
+}
+
+std::optional<std::string> FindIgtcacheMount(const std::string& path) {
+  fs::path p = NormalizeMountpoint(path);
+  while (true) {
+    if (IsIgtcacheMount(p.string())) return p.string();
+    if (!p.has_parent_path() || p.parent_path() == p) return std::nullopt;
+    p = p.parent_path();
+  }
+}
+
+Result<nlohmann::json> ReadStats(const std::string& mountpoint) {
+  const std::string mnt = NormalizeMountpoint(mountpoint);
+  std::ifstream in(mnt + "/" + kStatsFileName);
+  if (!in)
+    return Err(Status::NotFound(fmt::format(
+        "'{}' is not an igtcache mount point{}", mountpoint,
+        IsIgtcacheMount(mnt) ? " that answers (is the daemon alive?)" : "")));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  try {
+    auto j = nlohmann::json::parse(ss.str());
+    if (!j.is_object()) throw std::runtime_error("not an object");
+    return j;
+  } catch (const std::exception& e) {
+    return Err(Status::Corruption(fmt::format("'{}': unreadable stats ({})", mountpoint, e.what())));
+  }
+}
+
+}  // namespace igt

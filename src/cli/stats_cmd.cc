@@ -1,0 +1,193 @@
+// `igtcache stats MOUNTPOINT [--json] [--watch]`: the live counters of a
+// mount as a readable table on a terminal, as JSON with --json or whenever
+// stdout is not a terminal (scripts and the test suite parse it).
+#include <unistd.h>
+
+#include <chrono>
+#include <map>
+#include <optional>
+#include <set>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "fuse/fuse_fs.h"
+#include "igtcache/config.h"
+#include "src/cli/ops_cmds.h"
+
+namespace igt {
+namespace {
+
+uint64_t U(const nlohmann::json& j, const char* k) {
+  auto it = j.find(k);
+  return it != j.end() && it->is_number() ? it->get<uint64_t>() : 0;
+}
+// A key at the top level or under "engine" (the policy engine's counters).
+const nlohmann::json* Find(const nlohmann::json& j, const char* k) {
+  if (auto it = j.find(k); it != j.end() && it->is_number()) return &*it;
+  if (auto e = j.find("engine"); e != j.end() && e->is_object())
+    if (auto it = e->find(k); it != e->end() && it->is_number()) return &*it;
+  return nullptr;
+}
+std::string Pct(double num, double den) { return den > 0 ? fmt::format("{:.1f}%", 100.0 * num / den) : "-"; }
+std::string Dur(uint64_t s) {
+  if (s < 60) return fmt::format("{}s", s);
+  if (s < 3600) return fmt::format("{}m{:02}s", s / 60, s % 60);
+  return fmt::format("{}h{:02}m", s / 3600, (s % 3600) / 60);
+}
+std::string Rate(uint64_t now, uint64_t before, double dt) {
+  if (dt <= 0 || now < before) return "";
+  return fmt::format(" ({}/s)", FormatSize(static_cast<uint64_t>(static_cast<double>(now - before) / dt)));
+}
+
+// Per-stream figures: the tree's streams (path, pattern) joined with the
+// policy engine's (key, cached_bytes, hit_bytes, read_bytes) when the mount
+// reports them; "-" where a figure is not reported.
+struct Row {
+  std::string path, label, gran, samples, cached, hit;
+};
+std::vector<Row> StreamRows(const nlohmann::json& j) {
+  std::map<std::string, const nlohmann::json*> eng;
+  if (auto e = j.find("engine"); e != j.end() && e->is_object())
+    if (auto s = e->find("streams"); s != e->end() && s->is_array())
+      for (const auto& x : *s)
+        if (x.is_object() && x.contains("key") && x["key"].is_string()) eng[x["key"].get<std::string>()] = &x;
+  auto bytes_of = [](const nlohmann::json& x, std::string& cached, std::string& hit) {
+    if (auto c = x.find("cached_bytes"); c != x.end() && c->is_number()) cached = FormatSize(c->get<uint64_t>());
+    if (auto r = x.find("hit_ratio"); r != x.end() && r->is_number()) {
+      hit = fmt::format("{:.1f}%", 100.0 * r->get<double>());
+    } else if (x.contains("hit_bytes") && x.contains("read_bytes") && x["read_bytes"].is_number() &&
+               x["hit_bytes"].is_number()) {
+      hit = Pct(x["hit_bytes"].get<double>(), x["read_bytes"].get<double>());
+    }
+  };
+  std::vector<Row> rows;
+  std::set<std::string> seen;
+  if (auto s = j.find("streams"); s != j.end() && s->is_array()) {
+    for (const auto& x : *s) {
+      if (!x.is_object()) continue;
+      Row r;
+      r.path = x.value("path", std::string("?"));
+      r.label = x.contains("label") ? x.value("label", std::string("?")) : x.value("pattern", std::string("?"));
+      r.gran = x.value("granularity", std::string("-"));
+      r.samples = x.contains("samples") && x["samples"].is_number() ? std::to_string(x["samples"].get<uint64_t>()) : "-";
+      r.cached = r.hit = "-";
+      bytes_of(x, r.cached, r.hit);
+      if (auto e = eng.find(r.path); e != eng.end()) {
+        bytes_of(*e->second, r.cached, r.hit);
+        seen.insert(r.path);
+      }
+      rows.push_back(std::move(r));
+    }
+  }
+  for (const auto& [key, x] : eng) {  // engine-only streams (e.g. "?dir/" while unlabelled)
+    if (seen.count(key)) continue;
+    Row r{key, x->value("label", std::string("?")), "-", "-", "-", "-"};
+    bytes_of(*x, r.cached, r.hit);
+    rows.push_back(std::move(r));
+  }
+  return rows;
+}
+
+int PrintOnce(const std::string& mnt, bool json) {
+  if (json) {  // byte-for-byte what the mount serves
+    std::ifstream in(NormalizeMountpoint(mnt) + "/" + kStatsFileName);
+    if (in) {
+      std::stringstream ss;
+      ss << in.rdbuf();
+      std::cout << ss.str();
+      return kExitOk;
+    }
+  }
+  auto j = ReadStats(mnt);
+  if (!j) {
+    std::fprintf(stderr, "igtcache: error: %s\n", j.error().message().c_str());
+    return kExitError;
+  }
+  std::cout << StatsTable(*j, nullptr, 0);
+  return kExitOk;
+}
+
+}  // namespace
+
+std::string StatsTable(const nlohmann::json& j, const nlohmann::json* prev, double dt) {
+  std::string o;
+  auto line = [&o](const std::string& k, const std::string& v) { o += fmt::format("{:<10} {}\n", k, v); };
+  o += fmt::format("igtcache {}  {}  pid {}  up {}\n\n", j.value("version", std::string("?")),
+                   j.value("source", std::string("?")), U(j, "pid"), Dur(U(j, "uptime_s")));
+  const uint64_t used = U(j, "cache_used_bytes"), limit = U(j, "cache_limit_bytes");
+  line("cache", fmt::format("{} of {} ({}), {} units", FormatSize(used), FormatSize(limit),
+                            Pct(static_cast<double>(used), static_cast<double>(limit)), U(j, "cache_units")));
+  const uint64_t hb = U(j, "cache_hit_bytes"), mb = U(j, "cache_miss_bytes");
+  const uint64_t hu = U(j, "cache_hit_units"), mu = U(j, "cache_miss_units");
+  line("reads", fmt::format("{} requests, {}{}, {} opens", U(j, "read_requests"), FormatSize(U(j, "read_bytes")),
+                            prev ? Rate(U(j, "read_bytes"), U(*prev, "read_bytes"), dt) : "", U(j, "opens")));
+  line("hit ratio", fmt::format("{} of bytes ({} hit, {} missed), {} of units",
+                                Pct(static_cast<double>(hb), static_cast<double>(hb + mb)), FormatSize(hb),
+                                FormatSize(mb), Pct(static_cast<double>(hu), static_cast<double>(hu + mu))));
+  line("backend", fmt::format("{} GETs {}{}, {} LISTs, {} HEADs, {} retries",
+                              U(j, "backend_get_requests"), FormatSize(U(j, "backend_get_bytes")),
+                              prev ? Rate(U(j, "backend_get_bytes"), U(*prev, "backend_get_bytes"), dt) : "",
+                              U(j, "backend_list_requests"), U(j, "backend_head_requests"),
+                              U(j, "backend_retries")));
+  if (const auto* pb = Find(j, "prefetch_bytes")) {
+    const auto* pw = Find(j, "prefetch_wasted_bytes");
+    const auto* ph = Find(j, "prefetch_hit_bytes");
+    line("prefetch", fmt::format("{} fetched ahead, {} used, {} wasted", FormatSize(pb->get<uint64_t>()),
+                                 ph ? FormatSize(ph->get<uint64_t>()) : "-",
+                                 pw ? FormatSize(pw->get<uint64_t>()) : "-"));
+  }
+  line("evictions", fmt::format("{} units, {}", U(j, "evictions"), FormatSize(U(j, "evicted_bytes"))));
+  line("errors", fmt::format("read {}, backend {}, cache write {}, cache read {}, corrupt units {}",
+                             U(j, "read_errors"), U(j, "backend_errors"), U(j, "cache_write_errors"),
+                             U(j, "cache_read_errors"), U(j, "cache_corruptions")));
+  auto rows = StreamRows(j);
+  o += "\n";
+  if (rows.empty()) {
+    o += "streams    none detected yet (a stream needs a few dozen reads)\n";
+    return o;
+  }
+  size_t w = 6;
+  for (const auto& r : rows) w = std::max(w, std::min<size_t>(r.path.size(), 60));
+  o += fmt::format("{:<{}}  {:<10}  {:<5}  {:>8}  {:>10}  {:>9}\n", "STREAM", w, "LABEL", "GRAN", "SAMPLES",
+                   "CACHED", "HIT RATIO");
+  for (const auto& r : rows) {
+    std::string p = r.path.size() > 60 ? "..." + r.path.substr(r.path.size() - 57) : r.path;
+    if (p.empty()) p = "/";
+    o += fmt::format("{:<{}}  {:<10}  {:<5}  {:>8}  {:>10}  {:>9}\n", p, w, r.label, r.gran, r.samples, r.cached,
+                     r.hit);
+  }
+  return o;
+}
+
+int RunStats(const StatsArgs& a) {
+  const bool json = a.json || !isatty(STDOUT_FILENO);
+  if (!a.watch) return PrintOnce(a.mountpoint, json);
+  const double dt = a.interval_s > 0.05 ? a.interval_s : 0.05;
+  std::optional<nlohmann::json> prev;
+  auto last = std::chrono::steady_clock::now();
+  while (true) {
+    auto j = ReadStats(a.mountpoint);
+    if (!j) {
+      std::fprintf(stderr, "igtcache: error: %s\n", j.error().message().c_str());
+      return kExitError;
+    }
+    auto now = std::chrono::steady_clock::now();
+    const double elapsed = std::chrono::duration<double>(now - last).count();
+    last = now;
+    if (json) {
+      std::cout << j->dump() << std::endl;  // one object per line
+    } else {
+      std::cout << "\033[H\033[2J" << StatsTable(*j, prev ? &*prev : nullptr, elapsed)
+                << fmt::format("\n(every {:.1f}s; Ctrl-C to stop)\n", dt) << std::flush;
+    }
+    prev = std::move(*j);
+    std::this_thread::sleep_for(std::chrono::duration<double>(dt));
+  }
+}
+
+}  // namespace igt

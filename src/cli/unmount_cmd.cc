@@ -1,0 +1,94 @@
+// `igtcache unmount MOUNTPOINT`: fusermount3 -u (-uz with --lazy), then waits
+// for the daemon to exit so that callers (systemd ExecStop, scripts) know the
+// cache is flushed and unlocked when it returns.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "src/cli/ops_cmds.h"
+
+namespace igt {
+namespace {
+
+// Runs argv, returns (exit status, stderr text).
+std::pair<int, std::string> Run(const std::vector<std::string>& args) {
+  int p[2];
+  if (pipe(p) != 0) return {-1, "pipe failed"};
+  pid_t pid = fork();
+  if (pid < 0) return {-1, "fork failed"};
+  if (pid == 0) {
+    dup2(p[1], STDERR_FILENO);
+    close(p[0]);
+    close(p[1]);
+    std::vector<char*> av;
+    for (const auto& s : args) av.push_back(const_cast<char*>(s.c_str()));
+    av.push_back(nullptr);
+    execvp(av[0], av.data());
+    std::fprintf(stderr, "cannot run %s", av[0]);
+    _exit(127);
+  }
+  close(p[1]);
+  std::string err;
+  char buf[512];
+  ssize_t n;
+  while ((n = read(p[0], buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR))
+    if (n > 0) err.append(buf, static_cast<size_t>(n));
+  close(p[0]);
+  int st = 0;
+  while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+  }
+  while (!err.empty() && (err.back() == '\n' || err.back() == ' ')) err.pop_back();
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, err};
+}
+
+bool Alive(pid_t pid) {
+  if (pid <= 0) return false;
+  if (kill(pid, 0) != 0 && errno == ESRCH) return false;
+  // A zombie (exited, not yet reaped by its parent) counts as gone.
+  FILE* f = std::fopen(fmt::format("/proc/{}/stat", pid).c_str(), "r");
+  if (!f) return false;
+  char buf[512] = {};
+  size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+  std::fclose(f);
+  std::string s(buf, n);
+  auto rp = s.rfind(')');
+  return !(rp != std::string::npos && rp + 2 < s.size() && s[rp + 2] == 'Z');
+}
+
+}  // namespace
+
+int RunUnmount(const UnmountArgs& a) {
+  const std::string mnt = NormalizeMountpoint(a.mountpoint);
+  if (!IsIgtcacheMount(mnt)) {
+    std::fprintf(stderr, "igtcache: error: '%s' is not mounted (no igtcache mount there)\n", a.mountpoint.c_str());
+    return kExitError;
+  }
+  pid_t pid = 0;
+  if (auto j = ReadStats(mnt)) pid = static_cast<pid_t>(j->value("pid", int64_t{0}));
+  auto [rc, err] = Run({"fusermount3", a.lazy ? "-uz" : "-u", mnt});
+  if (rc != 0) {
+    std::string why = err.empty() ? fmt::format("fusermount3 exited {}", rc) : err;
+    if (err.find("busy") != std::string::npos)
+      why += " (files open or a process has its working directory there; close them, or use --lazy)";
+    std::fprintf(stderr, "igtcache: error: cannot unmount '%s': %s\n", a.mountpoint.c_str(), why.c_str());
+    return kExitError;
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(a.timeout_s);
+  while (Alive(pid) && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  if (Alive(pid)) {
+    std::fprintf(stderr, "igtcache: warning: unmounted '%s', but daemon pid %d is still running after %.0f s\n",
+                 a.mountpoint.c_str(), static_cast<int>(pid), a.timeout_s);
+    return kExitError;
+  }
+  return kExitOk;
+}
+
+}  // namespace igt

@@ -1,0 +1,246 @@
+// `igtcache warm PATH...`: fetches files (or whole directory trees) of an
+// igtcache mount into its SSD cache by reading them through the mount, in
+// parallel. Reads use O_DIRECT where the mount allows it (so page-cache
+// copies cannot hide a read from the daemon) and POSIX_FADV_DONTNEED after
+// each chunk either way (so warming does not flush the page cache).
+//
+// Cache limit: the mount's stats give cache_limit_bytes; files are taken in
+// the order given (directories walked in sorted order) while they fit in the
+// limit, and those that do not fit are reported (count, bytes, first names)
+// instead of churning the cache.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "fuse/fuse_fs.h"
+#include "igtcache/config.h"
+#include "src/cli/ops_cmds.h"
+
+namespace igt {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr size_t kChunk = 1 << 20;       // one FUSE max_read request
+constexpr size_t kDirectAlign = 4096;    // O_DIRECT buffer alignment
+constexpr int kMaxJobs = 256;            // more readers than FUSE threads only queue
+constexpr size_t kListNotFit = 5;        // names shown of files that did not fit
+
+struct Item {
+  std::string path;
+  uint64_t size = 0;
+};
+
+struct Progress {
+  std::atomic<uint64_t> files_done{0}, bytes_done{0}, errors{0};
+};
+
+std::string Eta(double s) {
+  if (s < 0 || s > 360000) return "--:--";
+  auto t = static_cast<uint64_t>(s + 0.5);
+  return t >= 3600 ? fmt::format("{}:{:02}:{:02}", t / 3600, (t / 60) % 60, t % 60)
+                   : fmt::format("{}:{:02}", t / 60, t % 60);
+}
+
+// Reads one file to the end; returns an error text or "".
+std::string WarmFile(const Item& it, char* buf, Progress& p) {
+  int fd = open(it.path.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
+  if (fd < 0 && errno == EINVAL) fd = open(it.path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::strerror(errno);
+  uint64_t off = 0;
+  std::string err;
+  while (true) {
+    ssize_t n = pread(fd, buf, kChunk, static_cast<off_t>(off));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EINVAL && off == 0) {  // O_DIRECT refused at read time: buffered
+      int fl = fcntl(fd, F_GETFL);
+      if (fl >= 0 && (fl & O_DIRECT) && fcntl(fd, F_SETFL, fl & ~O_DIRECT) == 0) continue;
+    }
+    if (n < 0) {
+      err = std::strerror(errno);
+      break;
+    }
+    if (n == 0) break;
+    (void)posix_fadvise(fd, static_cast<off_t>(off), n, POSIX_FADV_DONTNEED);
+    off += static_cast<uint64_t>(n);
+    p.bytes_done.fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed);
+  }
+  close(fd);
+  return err;
+}
+
+// Expands files and directories (recursively, sorted) into regular files.
+void Collect(const fs::path& p, std::vector<Item>& out, std::vector<std::string>& errors) {
+  std::error_code ec;
+  auto st = fs::symlink_status(p, ec);
+  if (ec) {
+    errors.push_back(fmt::format("{}: {}", p.string(), ec.message()));
+    return;
+  }
+  if (fs::is_regular_file(st)) {
+    if (p.filename() == kStatsFileName) return;
+    out.push_back({p.string(), static_cast<uint64_t>(fs::file_size(p, ec))});
+    return;
+  }
+  if (!fs::is_directory(st)) return;
+  std::vector<fs::path> children;
+  for (fs::directory_iterator d(p, ec), end; !ec && d != end; d.increment(ec)) children.push_back(d->path());
+  if (ec) errors.push_back(fmt::format("{}: {}", p.string(), ec.message()));
+  std::sort(children.begin(), children.end());
+  for (const auto& c : children) Collect(c, out, errors);
+}
+
+}  // namespace
+
+int RunWarm(const WarmArgs& a) {
+  auto fail = [](int code, const std::string& m) {
+    std::fprintf(stderr, "igtcache: error: %s\n", m.c_str());
+    return code;
+  };
+  if (a.paths.empty()) return fail(kExitUsage, "warm: no paths given");
+  const int jobs = std::clamp(a.jobs, 1, kMaxJobs);
+
+  // Group the paths by mount; every path must be inside an igtcache mount.
+  std::map<std::string, std::vector<std::string>> by_mount;
+  std::vector<std::string> mount_order;
+  for (const auto& p : a.paths) {
+    auto m = FindIgtcacheMount(p);
+    if (!m) return fail(kExitUsage, fmt::format("'{}' is not inside an igtcache mount", p));
+    if (!by_mount.count(*m)) mount_order.push_back(*m);
+    by_mount[*m].push_back(NormalizeMountpoint(p));
+  }
+
+  int rc = kExitOk;
+  for (const auto& mnt : mount_order) {
+    auto stats = ReadStats(mnt);
+    if (!stats) return fail(kExitError, stats.error().message());
+    const uint64_t limit = stats->value("cache_limit_bytes", uint64_t{0});
+    const uint64_t used = stats->value("cache_used_bytes", uint64_t{0});
+
+    std::vector<Item> all;
+    std::vector<std::string> errors;
+    for (const auto& p : by_mount[mnt]) Collect(p, all, errors);
+    for (const auto& e : errors) std::fprintf(stderr, "igtcache: warm: %s\n", e.c_str());
+    if (!errors.empty()) rc = kExitError;
+
+    // What fits: first fit in the given order, within the cache limit.
+    std::vector<Item> todo, skipped;
+    uint64_t budget = limit, total = 0, skipped_bytes = 0;
+    for (auto& it : all) {
+      if (it.size <= budget) {
+        budget -= it.size;
+        total += it.size;
+        todo.push_back(std::move(it));
+      } else {
+        skipped_bytes += it.size;
+        skipped.push_back(std::move(it));
+      }
+    }
+    std::printf("warm: %s: %zu files, %s to read (cache %s used of %s)\n", mnt.c_str(), todo.size(),
+                FormatSize(total).c_str(), FormatSize(used).c_str(), FormatSize(limit).c_str());
+    if (used + total > limit)
+      std::printf("warm: note: up to %s of older cached data may be evicted to make room\n",
+                  FormatSize(used + total - limit).c_str());
+    std::fflush(stdout);
+
+    Progress prog;
+    std::atomic<size_t> next{0};
+    std::mutex err_mu;
+    std::vector<std::string> read_errors;  // guarded by err_mu
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<std::thread> workers;
+    for (int w = 0; w < std::min<int>(jobs, static_cast<int>(todo.size())); ++w) {
+      workers.emplace_back([&] {
+        void* raw = nullptr;
+        if (posix_memalign(&raw, kDirectAlign, kChunk) != 0) return;
+        std::unique_ptr<char, decltype(&std::free)> buf(static_cast<char*>(raw), &std::free);
+        for (size_t i; (i = next.fetch_add(1)) < todo.size();) {
+          std::string e = WarmFile(todo[i], buf.get(), prog);
+          if (!e.empty()) {
+            prog.errors.fetch_add(1);
+            std::lock_guard lk(err_mu);
+            read_errors.push_back(fmt::format("{}: {}", todo[i].path, e));
+          }
+          prog.files_done.fetch_add(1);
+        }
+      });
+    }
+
+    // Progress: a bar redrawn in place on a terminal, a line every few
+    // seconds otherwise.
+    const bool tty = isatty(STDERR_FILENO);
+    const auto period = std::chrono::milliseconds(tty ? 200 : 5000);
+    auto show = [&](bool final) {
+      const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const uint64_t b = prog.bytes_done.load(), f = prog.files_done.load();
+      const double rate = el > 0 ? static_cast<double>(b) / el : 0;
+      const double eta = rate > 0 ? static_cast<double>(total - std::min(b, total)) / rate : -1;
+      if (tty) {
+        constexpr int kWidth = 30;  // bar characters
+        const double frac = total ? static_cast<double>(b) / static_cast<double>(total)
+                                  : (todo.empty() ? 1.0 : static_cast<double>(f) / static_cast<double>(todo.size()));
+        const int fill = static_cast<int>(std::min(1.0, frac) * kWidth);
+        std::fprintf(stderr, "\r[%s%s] %3.0f%%  %zu/%zu files  %s/%s  %s/s  ETA %s  ",
+                     std::string(static_cast<size_t>(fill), '#').c_str(),
+                     std::string(static_cast<size_t>(kWidth - fill), '.').c_str(), 100 * std::min(1.0, frac),
+                     static_cast<size_t>(f), todo.size(), FormatSize(b).c_str(), FormatSize(total).c_str(),
+                     FormatSize(static_cast<uint64_t>(rate)).c_str(), final ? "0:00" : Eta(eta).c_str());
+        if (final) std::fputc('\n', stderr);
+      } else if (!final) {
+        std::fprintf(stderr, "warm: %zu/%zu files, %s of %s, %s/s, ETA %s\n", static_cast<size_t>(f),
+                     todo.size(), FormatSize(b).c_str(), FormatSize(total).c_str(),
+                     FormatSize(static_cast<uint64_t>(rate)).c_str(), Eta(eta).c_str());
+      }
+      std::fflush(stderr);
+    };
+    if (a.progress) {
+      auto next_show = std::chrono::steady_clock::now() + period;
+      while (prog.files_done.load() < todo.size()) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        if (std::chrono::steady_clock::now() >= next_show) {
+          show(false);
+          next_show += period;
+        }
+      }
+    }
+    for (auto& t : workers) t.join();
+    if (a.progress && tty) show(true);
+    const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+    for (const auto& e : read_errors) std::fprintf(stderr, "igtcache: warm: %s\n", e.c_str());
+    if (!read_errors.empty()) rc = kExitError;
+    auto after = ReadStats(mnt);
+    std::printf("warm: read %zu files, %s in %.1f s (%s/s)%s; cache now %s of %s\n",
+                todo.size() - read_errors.size(), FormatSize(prog.bytes_done.load()).c_str(), el,
+                FormatSize(el > 0 ? static_cast<uint64_t>(static_cast<double>(prog.bytes_done.load()) / el) : 0).c_str(),
+                read_errors.empty() ? "" : fmt::format(", {} failed", read_errors.size()).c_str(),
+                after ? FormatSize(after->value("cache_used_bytes", uint64_t{0})).c_str() : "?",
+                FormatSize(limit).c_str());
+    if (!skipped.empty()) {
+      std::printf("warm: did not fit: %zu files, %s (cache limit %s):", skipped.size(),
+                  FormatSize(skipped_bytes).c_str(), FormatSize(limit).c_str());
+      for (size_t i = 0; i < skipped.size() && i < kListNotFit; ++i) std::printf(" %s", skipped[i].path.c_str());
+      if (skipped.size() > kListNotFit) std::printf(" ... and %zu more", skipped.size() - kListNotFit);
+      std::printf("\n");
+    }
+    std::fflush(stdout);
+  }
+  return rc;
+}
+
+}  // namespace igt
