@@ -3,8 +3,10 @@
 // relaxed atomic: writers on any thread, readers (stats) take a snapshot.
 // Who counts what:
 //   cache_*        BlockStore (hits/misses are counted by the ReadPipeline)
-//   backend_*      the layer that calls the Backend (Namespace, ReadPipeline);
-//                  backend_retries by the backend itself
+//   backend_*      requests and bytes: the layer that calls the Backend
+//                  (Namespace, ReadPipeline); backend_retries and
+//                  backend_errors (final failures other than NotFound and
+//                  Changed): the S3 backend itself
 // Names double as JSON keys in `igtcache stats`.
 
 #include <atomic>

@@ -88,7 +88,6 @@ Status ReadPipeline::FetchRuns(const FileVersion& file, std::vector<Need>& needs
                                        "object changed size", file.key, *got, off, len));
     }
     if (got && metrics_) Add(metrics_->backend_get_bytes, *got);
-    if (!st.ok() && metrics_) Add(metrics_->backend_errors);
     for (size_t k = i; k < j; ++k) {
       const uint64_t uoff = needs[k].unit * U - off;
       const uint64_t ulen = std::min(U, file.size - needs[k].unit * U);
