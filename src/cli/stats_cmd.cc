@@ -147,14 +147,11 @@ std::string StatsTable(const nlohmann::json& j, const nlohmann::json* prev, doub
                              U(j, "cache_read_errors"), U(j, "cache_corruptions")));
   auto rows = StreamRows(j);
   o += "\n";
-  if (rows.empty()) {
-    o += "streams    none detected yet (a stream needs a few dozen reads)\n";
-    return o;
-  }
   size_t w = 6;
   for (const auto& r : rows) w = std::max(w, std::min<size_t>(r.path.size(), 60));
   o += fmt::format("{:<{}}  {:<10}  {:<5}  {:>8}  {:>10}  {:>9}\n", "STREAM", w, "LABEL", "GRAN", "SAMPLES",
                    "CACHED", "HIT RATIO");
+  if (rows.empty()) o += "(none detected yet: a stream needs a few dozen reads)\n";
   for (const auto& r : rows) {
     std::string p = r.path.size() > 60 ? "..." + r.path.substr(r.path.size() - 57) : r.path;
     if (p.empty()) p = "/";
