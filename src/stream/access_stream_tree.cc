@@ -518,6 +518,7 @@ void AccessStreamTree::RunTestLocked(Node* n, uint64_t now_us) {
   DetectInput in;
   in.children = children;
   in.pids = pids;
+  in.fit_zipf = false;  // fitted when reported (InfoLocked), off the read path
   DetectResult r;
   if (n->dir) {
     std::shared_lock lk(n->dir->mu);
@@ -567,6 +568,16 @@ size_t AccessStreamTree::RetestAll(bool only_pending) {
     ++tests;
   });
   return tests;
+}
+
+bool AccessStreamTree::Retest(std::string_view node_path) {
+  EpochGuard g(*this);
+  Node* n = Lookup(node_path, false, 0);
+  if (!n) return false;
+  std::lock_guard lk(n->mu);
+  if (!n->stream || n->stream->samples < cfg_.min_samples) return false;
+  RunTestLocked(n, n->stream->last_sample_us);
+  return true;
 }
 
 void AccessStreamTree::Maintain(uint64_t now_us) {
@@ -655,7 +666,9 @@ StreamInfo AccessStreamTree::InfoLocked(const Node* n, std::string path) const {
     i.samples = s->samples;
     i.statistic = s->shown.statistic;
     i.p_value = s->shown.p_value;
-    i.zipf_s = s->label == Label::kSkewed ? s->shown.zipf_s : 0.0;
+    i.zipf_s = s->label == Label::kSkewed
+                   ? FitZipfByCollisions(s->shown.collision_prob, s->shown.n_children)
+                   : 0.0;
     i.test = s->shown.test;
     i.window_samples = s->count;
   }

@@ -116,6 +116,8 @@ class AccessStreamTree {
   // Re-tests every stream with >= min_samples (only those with samples since
   // their last test if `only_pending`). Returns the number of tests run.
   size_t RetestAll(bool only_pending);
+  // Re-tests one stream now; false if there is none with >= min_samples.
+  bool Retest(std::string_view node_path);
 
   // Every stream with >= min_samples (or every node with a ring if `all`),
   // sorted by path.

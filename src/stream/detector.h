@@ -49,6 +49,9 @@ struct DetectInput {
   std::span<const uint32_t> pids;      // reader per sample (same length)
   uint64_t n_children = 0;             // N: children the node has (listing size)
   SuccessorFn successor;
+  // Fit the Zipf exponent of a skewed stream here (~tens of microseconds).
+  // The tree passes false and fits lazily when the stream is reported.
+  bool fit_zipf = true;
 };
 
 struct DetectResult {
@@ -57,7 +60,9 @@ struct DetectResult {
   double statistic = 0;   // binomial: fraction of "next" steps; chi-square: X^2;
                           // collision: z score of distinct count (negative = repeats)
   double p_value = 1;
-  double zipf_s = 0;      // skewed only: fitted Zipf exponent
+  double zipf_s = 0;      // skewed only: fitted Zipf exponent (if fit_zipf)
+  double collision_prob = 0;  // sum c(c-1) / n(n-1): unbiased estimate of sum p_i^2
+  uint64_t n_children = 0;    // N the tests used
   // Both tests, for diagnostics.
   uint32_t steps = 0, next_steps = 0;
   double seq_p = 1;
