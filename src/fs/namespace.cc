@@ -49,6 +49,12 @@ std::shared_ptr<DirListing> DecodeListing(const std::string& s) {
   }
 }
 
+// How often a directory whose refresh failed is retried while its stale
+// listing is served: bounds the extra latency an outage adds to lookups.
+constexpr int64_t kStaleRetryMs = 1000;
+
+bool Unreachable(Code c) { return c == Code::kUnavailable || c == Code::kIoError || c == Code::kTimeout; }
+
 std::string ChildKey(const std::string& dir_key, std::string_view name) {
   return dir_key.empty() ? std::string(name) : dir_key + "/" + std::string(name);
 }
@@ -139,8 +145,12 @@ Result<std::shared_ptr<const DirListing>> Namespace::Listing(const std::string& 
   bool leader = false;
   {
     std::lock_guard lk(listings_mu_);
-    if (auto it = listings_.find(dir_key); it != listings_.end() && Fresh(it->second->fetched_ms))
-      return it->second;
+    if (auto it = listings_.find(dir_key); it != listings_.end()) {
+      if (Fresh(it->second->fetched_ms)) return it->second;
+      // The bucket failed a moment ago: keep serving the stale listing.
+      if (auto r = retry_after_ms_.find(dir_key); r != retry_after_ms_.end() && NowMs() < r->second)
+        return it->second;
+    }
     if (auto it = fetches_.find(dir_key); it != fetches_.end()) {
       fetch = it->second;
     } else {
@@ -161,12 +171,37 @@ Result<std::shared_ptr<const DirListing>> Namespace::Listing(const std::string& 
       if (auto l = DecodeListing(*raw); l && Fresh(l->fetched_ms)) result = std::shared_ptr<const DirListing>(l);
     }
   }
-  if (!result) result = FetchListing(dir_key);
+  bool fetched = false, stale = false;
+  if (!result) {
+    result = FetchListing(dir_key);
+    fetched = static_cast<bool>(result);
+  }
+  if (!result && Unreachable(result.error().code())) {
+    // Bucket unreachable: a stale listing beats an error (cached data stays
+    // readable during an outage).
+    std::shared_ptr<const DirListing> old;
+    {
+      std::lock_guard lk(listings_mu_);
+      if (auto it = listings_.find(dir_key); it != listings_.end()) old = it->second;
+    }
+    if (!old && store_)
+      if (auto raw = store_->GetMeta(MetaKey(dir_key))) old = DecodeListing(*raw);
+    if (old) {
+      if (!serving_stale_.exchange(true))
+        spdlog::warn("bucket unreachable ({}); serving cached listings and data until it is back",
+                     result.error().ToString());
+      result = old;
+      stale = true;
+    }
+  }
   {
     std::lock_guard lk(listings_mu_);
     if (result) listings_[dir_key] = *result;
+    if (stale) retry_after_ms_[dir_key] = NowMs() + kStaleRetryMs;
+    if (fetched) retry_after_ms_.erase(dir_key);
     fetches_.erase(dir_key);
   }
+  if (fetched && serving_stale_.exchange(false)) spdlog::info("bucket reachable again");
   if (result && listing_hook_) listing_hook_(dir_key, (*result)->entries.size());
   {
     std::lock_guard lk(fetch->mu);

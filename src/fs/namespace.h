@@ -7,6 +7,11 @@
 // HEAD per file) and a remount within the TTL costs none. Attributes of a
 // file come from its parent's listing.
 //
+// When the bucket cannot be reached (Unavailable, IoError, Timeout) and a
+// listing is stale, the stale listing (memory, else the persisted one) is
+// served instead of an error, so cached data stays reachable during an
+// outage; the bucket is asked again at most once per kStaleRetryMs per dir.
+//
 // Inodes follow the FUSE lookup-count contract: Lookup() adds one, Forget()
 // subtracts; an inode whose count reaches zero is erased (root never is).
 // Underflow is a bug and aborts.
@@ -15,6 +20,7 @@
 // mu_ (inode tables) and listings_mu_ are never held together, and never
 // across a backend call.
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -112,9 +118,13 @@ class Namespace {
   std::unordered_map<std::string, uint64_t> by_key_;  // attr.key + (dir ? "/" : "")
   uint64_t next_ino_ = 2;
 
-  std::mutex listings_mu_;  // guards listings_, fetches_
+  std::mutex listings_mu_;  // guards listings_, fetches_, retry_after_ms_
   std::unordered_map<std::string, std::shared_ptr<const DirListing>> listings_;
   std::unordered_map<std::string, std::shared_ptr<Fetch>> fetches_;
+  // Directories whose refresh failed (bucket unreachable): their stale
+  // listing is served without asking the bucket again until this time.
+  std::unordered_map<std::string, int64_t> retry_after_ms_;
+  std::atomic<bool> serving_stale_{false};  // for one warning per outage
 };
 
 int64_t NowMs();
