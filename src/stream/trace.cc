@@ -166,6 +166,7 @@ Result<std::unique_ptr<TraceReader>> TraceReader::Open(const std::string& path) 
 
 TraceReader::~TraceReader() {
   if (f_) std::fclose(f_);
+  std::free(linebuf_);
 }
 
 Status TraceReader::Fail(uint64_t line, const std::string& what) const {
@@ -173,12 +174,8 @@ Status TraceReader::Fail(uint64_t line, const std::string& what) const {
 }
 
 Result<bool> TraceReader::Next(TraceRecord& out) {
-  char* raw = nullptr;
-  size_t cap = 0;
-  struct Free {
-    char** p;
-    ~Free() { std::free(*p); }
-  } guard{&raw};
+  char*& raw = linebuf_;
+  size_t& cap = linebuf_cap_;
   while (true) {
     ssize_t len = getline(&raw, &cap, f_);
     if (len < 0) {

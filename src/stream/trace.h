@@ -71,6 +71,8 @@ class TraceReader {
   uint64_t next_line_ = 2;  // line number where the next row starts
   uint64_t last_time_ = 0;
   std::string buf_;
+  char* linebuf_ = nullptr;  // getline() buffer, reused across rows (malloc'd)
+  size_t linebuf_cap_ = 0;
 };
 
 class TraceWriter {
