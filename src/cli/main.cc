@@ -139,6 +139,8 @@ int main(int argc, char** argv) {
   auto* config = app.add_subcommand("config", "Print the configuration reference");
   config->add_flag("--markdown", markdown, "docs/CONFIGURATION.md");
   config->add_flag("--example", example, "examples/igtcache.yaml (every key with its default)");
+  std::string config_check;
+  config->add_option("--check", config_check, "Validate a YAML config file: exit 0 if valid, else the error");
 
   try {
     app.parse(argc, argv);
@@ -155,6 +157,15 @@ int main(int argc, char** argv) {
   if (*unmount) return igt::RunUnmount(ua);
   if (*classify) return RunClassify(trace_in, classify_config);
   if (*sim) return RunSimCmd(so, sim_cache_size, sim_unit_size);
+  if (*config && !config_check.empty()) {
+    auto c = igt::LoadConfig(config_check);
+    if (!c) {
+      std::fprintf(stderr, "igtcache: error: %s\n", c.error().message().c_str());
+      return igt::kExitUsage;
+    }
+    std::cout << config_check << ": valid\n";
+    return igt::kExitOk;
+  }
   if (*config) {
     std::cout << (markdown ? igt::ConfigMarkdown() : igt::ConfigExampleYaml());
     return 0;
