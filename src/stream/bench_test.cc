@@ -160,6 +160,34 @@ TEST_CASE("bench: cost of Record, of one re-test, and memory per node", "[.bench
     std::printf("| (the above directory is labelled) | %s | | |\n",
                 std::string(LabelName(tree.Find("imagenet/train/")->label)).c_str());
   }
+  for (int n : {300000}) {
+    // A flat directory larger than the cache of this machine: every Record
+    // misses in memory. With the default 64 MiB cap not all leaves fit, so
+    // some Records re-create pruned leaves (and some prune).
+    for (bool capped : {false, true}) {
+      StreamConfig cfg;
+      if (!capped) cfg.memory_cap_bytes = 1ull << 30;
+      AccessStreamTree tree(cfg);
+      std::vector<std::string> paths;
+      for (int i = 0; i < n; ++i) {
+        char p[64];
+        std::snprintf(p, sizeof p, "data/train/sample_%08d.jpg", i);
+        paths.push_back(p);
+      }
+      tree.NoteListing("data/train/", n);
+      uint64_t t = 0;
+      for (auto& p : paths) tree.Record(++t, 1, p, 0, 100000, 100000);
+      std::mt19937 rng(2);
+      std::vector<uint32_t> order(300000);
+      for (auto& o : order) o = rng() % n;
+      char what[160];
+      std::snprintf(what, sizeof what, "Record: whole small file, random in a %dk-file directory, cap %s", n / 1000,
+                    capped ? "64 MiB (leaves pruned and re-created)" : "1 GiB (all leaves fit)");
+      record_bench(what, [&](size_t i) {
+        tree.Record(++t, 2000 + static_cast<uint32_t>(i % 4), paths[order[i]], 0, 100000, 100000);
+      }, order.size());
+    }
+  }
   {
     // Detect() alone on a full window of a 4096-block file.
     Stream s = Make(Kind::kZipf, 42, 256);
