@@ -55,7 +55,11 @@ std::vector<Row> StreamRows(const nlohmann::json& j) {
   if (auto e = j.find("engine"); e != j.end() && e->is_object())
     if (auto s = e->find("streams"); s != e->end() && s->is_array())
       for (const auto& x : *s)
-        if (x.is_object() && x.contains("key") && x["key"].is_string()) eng[x["key"].get<std::string>()] = &x;
+        for (const char* k : {"stream", "key"})  // ToJson(EngineStats) names it "stream"
+          if (x.is_object() && x.contains(k) && x[k].is_string()) {
+            eng[x[k].get<std::string>()] = &x;
+            break;
+          }
   auto bytes_of = [](const nlohmann::json& x, std::string& cached, std::string& hit) {
     if (auto c = x.find("cached_bytes"); c != x.end() && c->is_number()) cached = FormatSize(c->get<uint64_t>());
     if (auto r = x.find("hit_ratio"); r != x.end() && r->is_number()) {
@@ -86,7 +90,8 @@ std::vector<Row> StreamRows(const nlohmann::json& j) {
   }
   for (const auto& [key, x] : eng) {  // engine-only streams (e.g. "?dir/" while unlabelled)
     if (seen.count(key)) continue;
-    Row r{key, x->value("label", std::string("?")), "-", "-", "-", "-"};
+    Row r{key, x->contains("label") ? x->value("label", std::string("?")) : x->value("pattern", std::string("?")),
+          "-", "-", "-", "-"};
     bytes_of(*x, r.cached, r.hit);
     rows.push_back(std::move(r));
   }
