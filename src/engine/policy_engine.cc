@@ -24,6 +24,14 @@ constexpr uint64_t kEpochItemMaxUnits = 4;
 // "Protected" value of a sequential stream holding only its readahead
 // window (prefetched, unread units): it gives space only when nothing else can.
 constexpr double kWindowValue = 1e30;
+// A directory with fewer children than this is not a retention stream of its
+// own (two subtrees read in turn look "random" over 2 children): the
+// streams below it are used instead.
+constexpr uint64_t kMinRetentionChildren = 16;
+// Prefetched units not yet read may take at most this share of the cache:
+// prefetching never crowds out what is being kept (the readahead windows
+// shrink instead).
+constexpr double kMaxPrefetchShare = 0.25;
 
 std::string ParentDir(std::string_view path) {
   auto p = path.rfind('/');
@@ -42,6 +50,10 @@ struct PolicyEngine::FileRec {
   Group* group = nullptr;     // retention stream at the last read
   uint64_t epoch_read = 0;    // group->epoch + 1 when read in that epoch
   uint32_t cached_units = 0;
+  // Proposed by epoch prefetching: its units are certain to be read this
+  // epoch and take only space freed by items already read, so they do not
+  // count against the readahead share (kMaxPrefetchShare).
+  bool epoch_planned = false;
 };
 
 struct PolicyEngine::Unit {
@@ -50,6 +62,7 @@ struct PolicyEngine::Unit {
   uint64_t index = 0;
   uint64_t bytes = 0;
   bool prefetched_unread = false;
+  bool in_share = false;       // counted in prefetched_unread_bytes_
   bool consumed = false;       // read at least once since insert
   uint64_t read_stamp = 0;     // g->epoch + 1 when read in that epoch
 };
@@ -210,8 +223,10 @@ PolicyEngine::Group* PolicyEngine::GroupFor(std::string_view path, uint64_t now_
   *prefetch_label = *file_label = *dir_label = kUnknown;
   const PathOverride* ov = OverrideFor(path);
   const uint32_t min_samples = tree_->config().min_samples;
+  uint64_t n_children = 0;
   auto labelled = [&](std::string_view node) -> int {
     auto info = tree_->Find(node);
+    n_children = info ? info->n_children : 0;
     if (!info || info->samples < min_samples) return kUnknown;
     return static_cast<int>(info->label);
   };
@@ -227,7 +242,7 @@ PolicyEngine::Group* PolicyEngine::GroupFor(std::string_view path, uint64_t now_
     if (slash == std::string_view::npos) *file_label = l;
     else if (path.find('/', slash + 1) == std::string_view::npos) *dir_label = l;
     if (l != kUnknown) {
-      if (top_key.empty()) {
+      if (top_key.empty() && n_children >= kMinRetentionChildren) {
         top_key = std::string(node);
         top_label = l;
       }
@@ -285,6 +300,7 @@ std::vector<ListedFile> PolicyEngine::UnreadItems(Group* g, size_t n) {
     if (eligible && f.size > avail) break;  // no room now; retry later
     ++g->item_cursor;
     if (!eligible) continue;
+    files_[*key].epoch_planned = true;
     out.push_back({*key, f.size});
     avail -= f.size;
   }
@@ -337,6 +353,7 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
     g->read_bytes += length;
     g->period_read_bytes += length;
     if (baseline_prefetch_) baseline_prefetch_->Plan(ctx, plan);
+    TrimPlan(plan);
     return plan;
   }
 
@@ -353,7 +370,10 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
     const uint64_t first = offset / opts_.unit_bytes, last = (offset + length - 1) / opts_.unit_bytes;
     g->touched_bytes += std::min<uint64_t>((last - first + 1) * opts_.unit_bytes, std::max(file_size, length));
   }
-  if (!continues) NewVisit(g, &f, &fit->first);
+  if (!continues) {
+    NewVisit(g, &f, &fit->first);
+    f.epoch_planned = false;
+  }
 
   ctx.file_label = fl;
   ctx.dir_label = dl;
@@ -363,7 +383,30 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
   ctx.next_files = [this](std::string_view p, size_t n) { return NextFiles(p, n); };
   ctx.unread_items = [this, g](size_t n) { return UnreadItems(g, n); };
   prefetch_[module]->Plan(ctx, plan);
+  TrimPlan(plan);
   return plan;
+}
+
+void PolicyEngine::TrimPlan(std::vector<PrefetchRange>& plan) {
+  const double cap = kMaxPrefetchShare * double(opts_.capacity_bytes);
+  double room = cap - double(prefetched_unread_bytes_);
+  size_t keep = 0;
+  std::vector<PrefetchRange> epoch_items;
+  std::erase_if(plan, [&](const PrefetchRange& r) {
+    auto it = files_.find(r.path);
+    if (it == files_.end() || !it->second.epoch_planned) return false;
+    epoch_items.push_back(r);
+    return true;
+  });
+  for (; keep < plan.size() && room > 0; ++keep) {
+    PrefetchRange& r = plan[keep];
+    const uint64_t n = r.last_unit - r.first_unit + 1;
+    const uint64_t fits = uint64_t(room / double(opts_.unit_bytes)) + 1;
+    if (fits < n) r.last_unit = r.first_unit + fits - 1;
+    room -= double(std::min(n, fits) * std::min(opts_.unit_bytes, std::max<uint64_t>(r.file_size, 1)));
+  }
+  plan.resize(keep);
+  plan.insert(plan.end(), epoch_items.begin(), epoch_items.end());
 }
 
 void PolicyEngine::NoteGhost(Group* g, const std::string& id, uint64_t bytes) {
@@ -417,6 +460,10 @@ void PolicyEngine::OnInsert(const std::string& id, std::string_view path, uint64
   cached_bytes_ += bytes;
   ++f.cached_units;
   if (prefetched) {
+    if (!f.epoch_planned) {
+      prefetched_unread_bytes_ += bytes;
+      units_[id].in_share = true;
+    }
     prefetch_bytes_ += bytes;
     g->prefetch_bytes += bytes;
   }
@@ -431,6 +478,8 @@ void PolicyEngine::OnHit(const std::string& id, uint64_t bytes, uint64_t now_us)
   g->hit_bytes += bytes;
   if (u.prefetched_unread) {
     u.prefetched_unread = false;
+    if (u.in_share) prefetched_unread_bytes_ -= std::min(prefetched_unread_bytes_, u.bytes);
+    u.in_share = false;
     prefetch_hit_bytes_ += u.bytes;
     g->prefetch_hit_bytes += u.bytes;
   }
@@ -461,6 +510,7 @@ void PolicyEngine::OnRemove(const std::string& id) {
   auto fit = files_.find(*u.path);
   if (fit != files_.end() && fit->second.cached_units > 0) --fit->second.cached_units;
   if (u.prefetched_unread) {
+    if (u.in_share) prefetched_unread_bytes_ -= std::min(prefetched_unread_bytes_, u.bytes);
     prefetch_wasted_bytes_ += u.bytes;
     g->wasted_bytes += u.bytes;
     for (auto& p : prefetch_)

@@ -142,6 +142,7 @@ class PolicyEngine {
   std::vector<ListedFile> NextFiles(std::string_view path, size_t n);
   void NoteGhost(Group* g, const std::string& id, uint64_t bytes);
   void MaybeAllocate(uint64_t now_us);
+  void TrimPlan(std::vector<PrefetchRange>& plan);
 
   EngineOptions opts_;
   stream::AccessStreamTree* tree_;
@@ -165,6 +166,7 @@ class PolicyEngine {
   bool cur_new_visit_ = false;
 
   uint64_t cached_bytes_ = 0;
+  uint64_t prefetched_unread_bytes_ = 0;
   uint64_t prefetch_bytes_ = 0, prefetch_hit_bytes_ = 0, prefetch_wasted_bytes_ = 0;
   uint64_t last_alloc_us_ = 0;
   uint64_t allocations_ = 0, switches_ = 0;

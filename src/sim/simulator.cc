@@ -124,6 +124,8 @@ struct Clocks {
   std::unordered_map<uint32_t, std::pair<double, uint64_t>> pid;  // clock, last trace time
   uint64_t t0 = 0;
   double end = 0;
+  double stall = 0;  // sum over reads of (completion - issue)
+  std::map<uint32_t, double> pid_end;
   double Issue(const Row& r) {
     auto [it, fresh] = pid.try_emplace(r.pid, 0.0, r.t_us);
     if (fresh) it->second.first = double(r.t_us - t0) / 1e6;
@@ -131,14 +133,17 @@ struct Clocks {
     it->second.second = r.t_us;
     return it->second.first;
   }
-  void Complete(const Row& r, double t) {
+  void Complete(const Row& r, double issue, double t) {
     pid[r.pid].first = t;
     end = std::max(end, t);
+    stall += t - issue;
+    pid_end[r.pid] = t;
   }
 };
 
 nlohmann::json Output(const SimOptions& o, const Counters& c, const Backend& be, uint64_t prefetch_wasted,
-                      double modeled, uint64_t unit) {
+                      const Clocks& clk, uint64_t unit) {
+  const double modeled = clk.end;
   nlohmann::json j;
   j["policy"] = o.policy;
   j["cache_size"] = o.cache_bytes;
@@ -157,7 +162,11 @@ nlohmann::json Output(const SimOptions& o, const Counters& c, const Backend& be,
                   {"bandwidth_bytes_per_s", o.bandwidth_bytes_per_s},
                   {"connections", o.connections},
                   {"max_request_bytes", o.max_request_bytes},
-                  {"prefetch_budget_bytes", o.prefetch_budget_bytes}};
+                  {"prefetch_budget_bytes", o.prefetch_budget_bytes},
+                  {"stall_time_s", clk.stall}};
+  nlohmann::json ends = nlohmann::json::object();
+  for (const auto& [pid, t] : clk.pid_end) ends[std::to_string(pid)] = t;
+  j["details"]["reader_end_s"] = ends;
   return j;
 }
 
@@ -292,7 +301,7 @@ Result<nlohmann::json> RunEngine(const SimOptions& o, const Trace& tr, uint64_t 
     }
     c.hit_bytes += hit;
     if (hit == len) ++c.hit_requests;
-    clk.Complete(r, done);
+    clk.Complete(r, issue, done);
 
     // Prefetch plan, under the bandwidth and in-flight budget.
     if (!plan.empty()) {
@@ -332,7 +341,7 @@ Result<nlohmann::json> RunEngine(const SimOptions& o, const Trace& tr, uint64_t 
   uint64_t wasted = st.prefetch_wasted_bytes;
   // Prefetched units never read by the end of the trace are waste too.
   wasted += st.prefetch_bytes - std::min(st.prefetch_bytes, st.prefetch_hit_bytes + st.prefetch_wasted_bytes);
-  auto j = Output(o, c, be, wasted, clk.end, unit);
+  auto j = Output(o, c, be, wasted, clk, unit);
   j["details"]["engine"] = engine::ToJson(st);
   if (tree) j["details"]["tree_nodes"] = tree->Memory().nodes;
   return j;
@@ -437,9 +446,9 @@ Result<nlohmann::json> RunBelady(const SimOptions& o, const Trace& tr, uint64_t 
     }
     c.hit_bytes += hit;
     if (hit == len) ++c.hit_requests;
-    clk.Complete(r, done);
+    clk.Complete(r, issue, done);
   }
-  return Output(o, c, be, 0, clk.end, unit);
+  return Output(o, c, be, 0, clk, unit);
 }
 
 }  // namespace
