@@ -25,6 +25,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <functional>
 #include <cerrno>
 #include <chrono>
 #include <filesystem>
@@ -103,7 +105,13 @@ class DiskBlockStore final : public BlockStore {
   }
 
   ~DiskBlockStore() override {
-    FlushAccessState();
+    if (!db_broken_.load() || TryResume(/*force=*/true)) FlushAccessState();
+    if (db_ && db_broken_.load()) {
+      // Closing would write to the failed WAL (an assertion in RocksDB):
+      // leave the index as it is; the next start-up reconciles it.
+      spdlog::warn("igtcache: cache index in {} was not writable; left as is for the next start", opts_.dir);
+      (void)db_.release();
+    }
     if (db_) {
       auto s = db_->Close();
       if (!s.ok()) spdlog::warn("igtcache: closing cache index in {}: {}", opts_.dir, s.ToString());
@@ -113,6 +121,33 @@ class DiskBlockStore final : public BlockStore {
   }
 
   Status Reconcile();
+
+  // Every index write goes through here. After a failed write (volume
+  // read-only, I/O error) RocksDB must not be written again until it has
+  // recovered: its WAL writer asserts on a write after an error (Debian's
+  // build keeps assertions), which would abort the daemon. Until Resume()
+  // succeeds (tried at most every kResumeIntervalUs), writes fail cleanly
+  // and inserts degrade to misses.
+  rocksdb::Status DbWrite(const std::function<rocksdb::Status()>& write) {
+    if (db_broken_.load() && !TryResume(false))
+      return rocksdb::Status::IOError("cache index not writable since an earlier error");
+    auto s = write();
+    if (!s.ok() && !db_broken_.exchange(true))
+      WarnOnce("index-broken", fmt::format("igtcache: cache index {}/index: write failed ({}); caching paused "
+                                           "until the index recovers", opts_.dir, s.ToString()));
+    return s;
+  }
+  bool TryResume(bool force) {
+    const uint64_t now = hooks_.now_us();
+    uint64_t last = last_resume_us_.load();
+    if (!force && now - last < kResumeIntervalUs) return false;
+    if (!last_resume_us_.compare_exchange_strong(last, now) && !force) return false;
+    if (!db_->Resume().ok()) return false;
+    db_broken_.store(false);
+    spdlog::info("igtcache: cache index {}/index writable again", opts_.dir);
+    return true;
+  }
+  static constexpr uint64_t kResumeIntervalUs = 5'000'000;  // 5 s: a cheap probe, not a busy loop
 
   std::optional<size_t> Read(const UnitKey& key, uint64_t offset, size_t len, char* out) override;
   Status Put(const UnitKey& key, std::string_view data) override;
@@ -135,7 +170,7 @@ class DiskBlockStore final : public BlockStore {
 
   Status PutMeta(std::string_view key, std::string_view value) override {
     const std::string k = std::string(kMetaKeyPrefix) + std::string(key);
-    return FromRocks(db_->Put(rocksdb::WriteOptions(), k, rocksdb::Slice(value.data(), value.size())),
+    return FromRocks(DbWrite([&] { return db_->Put(rocksdb::WriteOptions(), k, rocksdb::Slice(value.data(), value.size())); }),
                      fmt::format("cache index {}/index: put meta", opts_.dir));
   }
   std::optional<std::string> GetMeta(std::string_view key) override {
@@ -148,7 +183,7 @@ class DiskBlockStore final : public BlockStore {
   }
   void DeleteMeta(std::string_view key) override {
     const std::string k = std::string(kMetaKeyPrefix) + std::string(key);
-    auto s = db_->Delete(rocksdb::WriteOptions(), k);
+    auto s = DbWrite([&] { return db_->Delete(rocksdb::WriteOptions(), k); });
     if (!s.ok()) WarnOnce("meta-del", fmt::format("cache index {}/index: delete meta: {}", opts_.dir, s.ToString()));
   }
 
@@ -251,6 +286,9 @@ class DiskBlockStore final : public BlockStore {
 
   std::mutex warn_mu_;
   std::set<std::string> warned_;  // guarded by warn_mu_: kinds already logged
+
+  std::atomic<bool> db_broken_{false};       // an index write failed; see DbWrite
+  std::atomic<uint64_t> last_resume_us_{0};  // last Resume() attempt
 };
 
 void DiskBlockStore::DeleteDetached(const std::vector<Victim>& victims, bool count_as_eviction) {
@@ -267,7 +305,7 @@ void DiskBlockStore::DeleteDetached(const std::vector<Victim>& victims, bool cou
       Add(metrics_->evicted_bytes, v.bytes);
     }
   }
-  auto s = db_->Write(rocksdb::WriteOptions(), &batch);
+  auto s = DbWrite([&] { return db_->Write(rocksdb::WriteOptions(), &batch); });
   if (!s.ok()) {
     // A stale record whose file is gone is dropped by the next start-up.
     WarnOnce("index-delete", fmt::format("igtcache: cache index {}/index: delete: {}", opts_.dir, s.ToString()));
@@ -325,7 +363,7 @@ void DiskBlockStore::FlushAccessState(bool force) {
 void DiskBlockStore::WriteAccessState(rocksdb::WriteBatch& batch) {
   // Outside mu_: if a unit is evicted meanwhile, this may re-write its record
   // after the delete; the next start-up drops a record without a file.
-  auto s = db_->Write(rocksdb::WriteOptions(), &batch);
+  auto s = DbWrite([&] { return db_->Write(rocksdb::WriteOptions(), &batch); });
   if (!s.ok()) {
     WarnOnce("index-access", fmt::format("igtcache: cache index {}/index: saving access state: {}", opts_.dir,
                                          s.ToString()));
@@ -496,7 +534,7 @@ Status DiskBlockStore::Put(const UnitKey& key, std::string_view data) {
   const uint64_t now = hooks_.now_us();
   if (s.ok()) {
     const UnitRecord rec{key, n, UnitRelPath(id), now, 0};
-    s = FromRocks(db_->Put(rocksdb::WriteOptions(), std::string(kUnitKeyPrefix) + id, EncodeUnitRecord(rec)),
+    s = FromRocks(DbWrite([&] { return db_->Put(rocksdb::WriteOptions(), std::string(kUnitKeyPrefix) + id, EncodeUnitRecord(rec)); }),
                   fmt::format("cache index {}/index: put", opts_.dir));
     if (!s.ok()) ::unlink(PathOf(id).c_str());
   }

@@ -1,0 +1,172 @@
+"""The cache volume fills up, or turns read-only, while mounted.
+
+The cache dir lives on a small loop-mounted ext4 volume of our own (this
+test runs as root).
+  1. Another process fills the volume: every read still returns the right
+     bytes (from the backend), failed inserts are counted
+     (cache_write_errors), the daemon logs ONE warning about it, not one per
+     insert.
+  2. The space comes back (the filler is deleted): caching resumes without a
+     restart (inserts counted, re-reads are cache hits).
+  3. The volume turns read-only (ext4 abort): reads keep working, cached
+     units are still served; once the volume is back (fsck, mount), a new
+     mount on the same cache dir caches again.
+New directories are listed in every phase, so the metadata writes to the
+index (RocksDB) hit the full / read-only volume too.
+"""
+
+import sys
+sys.dont_write_bytecode = True  # keep tests/mount free of __pycache__
+
+import os
+import subprocess
+from pathlib import Path
+
+import faultlib
+import harness
+from faultlib import content, try_read
+from harness import check, log
+
+MiB = 1 << 20
+FS_SIZE = 48 * MiB
+
+
+def sh(*argv):
+    r = subprocess.run(list(argv), capture_output=True, text=True)
+    if r.returncode != 0:
+        raise harness.TestFailure(f"{' '.join(argv)}: {r.stderr.strip()}")
+
+
+def fill(path: Path) -> int:
+    """Writes until ENOSPC; returns the bytes written."""
+    n = 0
+    with open(path, "wb", buffering=0) as f:
+        chunk = b"\0" * MiB
+        while True:
+            try:
+                n += f.write(chunk)
+            except OSError:
+                break
+        # Fill the last partial chunk too.
+        for size in (65536, 4096, 512):
+            while True:
+                try:
+                    n += f.write(b"\0" * size)
+                except OSError:
+                    break
+    return n
+
+
+def warnings(proc: harness.Proc) -> list[str]:
+    return [ln for ln in proc.stderr_text().splitlines()
+            if "[warning]" in ln and "cache" in ln.lower()]
+
+
+def main():
+    if os.geteuid() != 0:
+        raise harness.TestFailure("needs root (mounts a tmpfs for the cache dir)")
+    with harness.Session("disk_full") as s:
+        src = s.mkdir("src")
+        files = {}
+        for phase in ("warm", "full", "back", "ro", "rw"):
+            for d in range(3):
+                for i in range(4):
+                    k = f"{phase}/d{d}/f{i}.bin"
+                    files[k] = content(k, [300_000, MiB + 5, 2 * MiB, 40_000][i])
+                    (src / k).parent.mkdir(parents=True, exist_ok=True)
+                    (src / k).write_bytes(files[k])
+        vol = s.mkdir("cachevol")
+        img = s.tmp / "cachevol.img"
+        with open(img, "wb") as f:
+            f.truncate(FS_SIZE)
+        sh("mkfs.ext4", "-q", "-F", "-m", "0", str(img))  # no root reserve: full is full
+        sh("mount", "-o", "loop", str(img), str(vol))  # the loop device auto-detaches at umount
+        os.chmod(vol, 0o700)
+        m = None
+        try:
+            cfg = faultlib.config(s, cache={"min_free_ratio": 0.02, "max_bytes": "1G"})
+            m = s.mount(f"file://{src}", cache_dir=vol / "cache", args=["--config", str(cfg)])
+
+            def read_phase(phase, twice=False):
+                keys = sorted(k for k in files if k.startswith(phase + "/"))
+                for rnd in range(2 if twice else 1):
+                    for k in keys:
+                        faultlib.drop_page_cache(m.mountpoint / k)
+                        got, e = try_read(m.mountpoint / k)
+                        if got != files[k]:
+                            raise harness.TestFailure(
+                                f"{phase}: {k}: {faultlib.errname(e) if e else 'WRONG BYTES'}")
+                return s.stats(m)
+
+            st = read_phase("warm")
+            check(st["cache_insert_units"] > 0 and st["cache_write_errors"] == 0, "warm-up: units cached")
+            # Free the warm units' space the hard way, so the filler takes it
+            # all and the cache cannot evict its way out (unit files gone
+            # behind the daemon's back are plain misses).
+            sh("rm", "-rf", str(vol / "cache" / "units"), str(vol / "cache" / "tmp"))
+            sh("mkdir", "-m", "0700", str(vol / "cache" / "units"), str(vol / "cache" / "tmp"))
+            n = fill(vol / "filler")
+            log(f"  filled the cache volume with {n / 1e6:.1f} MB; free {os.statvfs(vol).f_bavail * 4096} B")
+            before = s.stats(m)
+            w0 = len(warnings(m.proc))
+            st = read_phase("full", twice=True)
+            errs = st["cache_write_errors"] - before["cache_write_errors"]
+            check(errs > 0, f"volume full: every read byte-exact; {errs} failed inserts counted")
+            new_w = warnings(m.proc)[w0:]
+            for ln in new_w:
+                log(f"    {ln[-200:]}")
+            check(1 <= len(new_w) <= 2, f"{len(new_w)} warning(s) logged for {errs} failed inserts")
+
+            os.unlink(vol / "filler")
+            os.sync()  # the abort below must not bring the filler back
+            before = st
+            st = read_phase("back", twice=True)
+            ins = st["cache_insert_units"] - before["cache_insert_units"]
+            hits = st["cache_hit_units"] - before["cache_hit_units"]
+            check(ins > 0 and hits > 0 and st["cache_write_errors"] == before["cache_write_errors"],
+                  f"space back: caching resumed without a restart ({ins} inserts, {hits} hits, "
+                  f"no new write errors)")
+
+            # Read-only: ext4's "abort" turns the volume read-only at once, as
+            # errors=remount-ro does after an I/O error (a plain remount,ro is
+            # refused while RocksDB holds files open for writing).
+            os.sync()
+            sh("mount", "-o", "remount,abort", str(vol))
+            before = st
+            w0 = len(warnings(m.proc))
+            st = read_phase("ro", twice=True)
+            errs = st["cache_write_errors"] - before["cache_write_errors"]
+            check(errs > 0, f"read-only cache volume: every read byte-exact; {errs} failed inserts counted")
+            hits = st["cache_hit_units"] - before["cache_hit_units"]
+            new_w = warnings(m.proc)[w0:]
+            for ln in new_w:
+                log(f"    {ln[-200:]}")
+            check(len(new_w) <= 3, f"{len(new_w)} warning(s) logged for {errs} failed inserts")
+            st = read_phase("back")
+            check(st["cache_hit_units"] > before["cache_hit_units"],
+                  "read-only volume: units cached before are still served from it")
+            rc = s.unmount(m)
+            check(rc is not None and rc >= 0, f"daemon exited by itself ({rc}) on a read-only cache volume")
+            # The volume comes back (after fsck, as an admin would): a new
+            # mount on the same cache dir caches again.
+            sh("umount", str(vol))
+            subprocess.run(["e2fsck", "-f", "-y", str(img)], capture_output=True)
+            sh("mount", "-o", "loop", str(img), str(vol))
+            m = s.mount(f"file://{src}", cache_dir=vol / "cache", args=["--config", str(cfg)])
+            before = s.stats(m)
+            st = read_phase("rw", twice=True)
+            ins = st["cache_insert_units"] - before["cache_insert_units"]
+            hits = st["cache_hit_units"] - before["cache_hit_units"]
+            check(ins > 0 and hits > 0 and st["cache_corruptions"] == 0,
+                  f"volume writable again: caching resumed ({ins} inserts, {hits} hits), no corruption")
+            st = read_phase("back")
+            log(f"  units cached while space was back, after the remount: {st['cache_hit_units'] - hits} hits")
+            check(s.unmount(m) == 0, "daemon exited 0")
+        finally:
+            if m is not None:
+                s.unmount(m, quiet=True)
+            subprocess.run(["umount", str(vol)], capture_output=True)
+
+
+if __name__ == "__main__":
+    harness.run_test("test_disk_full", main)
