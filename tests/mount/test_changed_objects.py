@@ -1,0 +1,129 @@
+"""Objects overwritten or deleted in the bucket while mounted (docs/SEMANTICS.md).
+
+With metadata.ttl_ms = TTL:
+  * any read, at any time, returns bytes of exactly one version — never a
+    mix — and while the TTL runs, that version may still be the old one;
+  * once the TTL has passed, a new open sees the new version (also for an
+    overwrite of the same size, which the kernel page cache must not hide)
+    or ENOENT for a deleted object;
+  * a file opened before the change keeps reading its version (pinned at
+    open): bytes of the old version or EIO, never new bytes;
+  * units of the old version are never served again: after a remount on
+    the same cache dir every object reads as its new version.
+"""
+
+import sys
+sys.dont_write_bytecode = True  # keep tests/mount free of __pycache__
+
+import errno
+import os
+import time
+
+import faultlib
+import harness
+from faultlib import content, errname, try_read
+from harness import check, log
+
+BUCKET = "igt-changes"
+MiB = 1 << 20
+TTL_MS = 1500
+
+
+def which(got, versions):
+    for name, data in versions.items():
+        if got == data:
+            return name
+    return None
+
+
+def main():
+    v1 = {"grow.bin": content("grow1", 2 * MiB + 500), "same.bin": content("same1", 700_000),
+          "gone.bin": content("gone1", 1234), "pinned.bin": content("pinned1", 8 * MiB + 99),
+          "dir/deep.bin": content("deep1", 3 * MiB)}
+    v2 = {"grow.bin": content("grow2", 3 * MiB + 17), "same.bin": content("same2", 700_000),
+          "pinned.bin": content("pinned2", 8 * MiB + 99), "dir/deep.bin": content("deep2", 1000)}
+    with harness.Session("changed") as s:
+        srv = s.start_s3rver(buckets=(BUCKET,))
+        faultlib.put_objects(srv, BUCKET, v1)
+        cfg = faultlib.config(s, metadata={"ttl_ms": TTL_MS, "negative_ttl_ms": 500})
+        args = ["--config", str(cfg), "--endpoint", srv.endpoint, "--region", "us-east-1"]
+        cache = s.mkdir("cache")
+        m = s.mount(f"s3://{BUCKET}", cache_dir=cache, args=args)
+        mnt = m.mountpoint
+        for k, data in v1.items():
+            if k == "pinned.bin":
+                continue  # only its first MiB is read (below): the rest is uncached
+            check(try_read(mnt / k)[0] == data, f"v1 of {k} read") if k == "grow.bin" else None
+            if try_read(mnt / k)[0] != data:
+                raise harness.TestFailure(f"{k}: v1 not read correctly")
+        # Page cache populated for same.bin (keep it: no drop before the re-read).
+        check(try_read(mnt / "same.bin")[0] == v1["same.bin"], "same.bin read twice (page cache warm)")
+
+        # A reader that opened pinned.bin before the change, read part of it.
+        fd = os.open(mnt / "pinned.bin", os.O_RDONLY)
+        head = os.pread(fd, MiB, 0)
+        check(head == v1["pinned.bin"][:MiB], "pinned.bin opened, first MiB is v1")
+
+        faultlib.put_objects(srv, BUCKET, v2)
+        faultlib.delete_object(srv, BUCKET, "gone.bin")
+        t_change = time.monotonic()
+        log("  overwrote grow.bin (new size), same.bin (same size), pinned.bin, dir/deep.bin; deleted gone.bin")
+
+        # Within the TTL: whole reads are one version or the other, never a mix.
+        for k in ("grow.bin", "same.bin", "dir/deep.bin"):
+            got, e = try_read(mnt / k)
+            w = which(got, {"v1": v1[k], "v2": v2[k]}) if got is not None else errname(e)
+            if w is None:
+                raise harness.TestFailure(f"{k}: a read right after the change MIXED versions or is wrong")
+            log(f"  right after the change {k} reads as {w}")
+
+        # The pinned reader: every further chunk is v1 or an error, never v2.
+        outcomes = []
+        for off in range(MiB, len(v1["pinned.bin"]), 512 * 1024):
+            try:
+                b = os.pread(fd, 512 * 1024, off)
+                want = v1["pinned.bin"][off:off + 512 * 1024]
+                if b != want:
+                    raise harness.TestFailure(f"pinned.bin at {off}: not v1 bytes "
+                                              f"({'v2!' if b == v2['pinned.bin'][off:off + len(b)] else 'garbage'})")
+                outcomes.append("v1")
+            except OSError as e:
+                if e.errno not in (errno.EIO, errno.ESTALE):
+                    raise
+                outcomes.append(errname(e.errno))
+            if off == 2 * MiB:
+                time.sleep(max(0.0, TTL_MS / 1000 + 0.5 - (time.monotonic() - t_change)))
+        os.close(fd)
+        check("EIO" in outcomes, f"a handle opened before the change read only v1 bytes (cached "
+                                 f"units) or EIO (the version it pinned is gone): {sorted(set(outcomes))}")
+
+        # After the TTL: the new version, or ENOENT.
+        time.sleep(max(0.0, TTL_MS / 1000 + 0.5 - (time.monotonic() - t_change)))
+        for k in ("grow.bin", "same.bin", "pinned.bin", "dir/deep.bin"):
+            st = os.stat(mnt / k)
+            got, e = try_read(mnt / k)
+            if got != v2[k]:
+                w = which(got, {"v1": v1[k]}) if got is not None else errname(e)
+                raise harness.TestFailure(f"{k}: after the TTL read {w or 'WRONG BYTES'}, expected v2")
+            check(st.st_size == len(v2[k]), f"after the TTL {k} is v2 ({len(v2[k])} bytes), stat agrees")
+        got, e = try_read(mnt / "gone.bin")
+        check(got is None and e == errno.ENOENT, f"deleted gone.bin: {errname(e)}")
+        check("gone.bin" not in os.listdir(mnt), "gone.bin no longer listed")
+        st = s.stats(m)
+        check(st["cache_corruptions"] == 0, "no corruption")
+        check(s.unmount(m) == 0, "daemon exited 0")
+
+        # Old units are never served again: a remount (listings re-fetched
+        # once stale) reads v2 everywhere.
+        time.sleep(TTL_MS / 1000)
+        m = s.mount(f"s3://{BUCKET}", cache_dir=cache, args=args)
+        for k in v2:
+            if try_read(m.mountpoint / k)[0] != v2[k]:
+                raise harness.TestFailure(f"{k}: not v2 after a remount on the same cache")
+        check(True, "remount on the same cache dir: every object reads as v2")
+        check(not (m.mountpoint / "gone.bin").exists(), "gone.bin absent after the remount")
+        check(s.unmount(m) == 0, "daemon exited 0")
+
+
+if __name__ == "__main__":
+    harness.run_test("test_changed_objects", main)
