@@ -323,7 +323,20 @@ Status FuseFs::Mount() {
   std::replace(fsname.begin(), fsname.end(), ',', '_');  // ',' separates -o options
   std::string o = fmt::format("ro,fsname={},subtype=igtcache,max_read={}", fsname,
                               opts_.config.fuse.max_read_bytes);
-  if (opts_.config.fuse.allow_other) o += ",allow_other,default_permissions";
+  // allow_other (from the config or a raw -o) always comes with
+  // default_permissions: other users then get the kernel's mode checks
+  // (files 0444, dirs 0555) instead of unchecked access.
+  bool allow_other = opts_.config.fuse.allow_other;
+  for (const auto& x : opts_.extra_opts) {
+    std::string_view rest = x;
+    while (!rest.empty()) {
+      auto comma = rest.find(',');
+      if (rest.substr(0, comma) == "allow_other") allow_other = true;
+      if (comma == std::string_view::npos) break;
+      rest.remove_prefix(comma + 1);
+    }
+  }
+  if (allow_other) o += ",allow_other,default_permissions";
   std::vector<std::string> argv_s = {"igtcache", "-o", o};
   for (const auto& x : opts_.extra_opts) {
     argv_s.push_back("-o");
