@@ -78,6 +78,7 @@ struct PolicyEngine::Group {
   // Demand: bytes read through this stream; rate is their EWMA per second.
   uint64_t read_bytes = 0, hit_bytes = 0, period_read_bytes = 0;
   uint64_t touched_bytes = 0;  // bytes of the units the reads touched
+  uint64_t reads = 0;          // reads (requests)
   double rate = 0;
   double half_life_ms = 0;     // lfu ageing, for the skewed value
   // Known items (files) and their bytes: the stream's working set.
@@ -366,6 +367,7 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
   }
   g->read_bytes += length;
   g->period_read_bytes += length;
+  ++g->reads;
   if (length > 0) {
     const uint64_t first = offset / opts_.unit_bytes, last = (offset + length - 1) / opts_.unit_bytes;
     g->touched_bytes += std::min<uint64_t>((last - first + 1) * opts_.unit_bytes, std::max(file_size, length));
@@ -524,6 +526,16 @@ void PolicyEngine::OnRemove(const std::string& id) {
 }
 
 double PolicyEngine::Value(const Group* g) const {
+  const double v = ByteValue(g);
+  if (v <= 0 || v >= kWindowValue || g->read_bytes == 0) return v;
+  // Seconds a byte hit saves: a miss costs the latency once per read plus
+  // the transfer of the units it touches (the backend model of EngineOptions).
+  const double miss_s = double(g->reads) * opts_.miss_latency_us / 1e6 +
+                        double(g->touched_bytes) / opts_.bandwidth_bytes_per_s;
+  return v * miss_s / double(g->read_bytes);
+}
+
+double PolicyEngine::ByteValue(const Group* g) const {
   if (g->ov && g->ov->never_cache) return -1;
   const double avg = g->rate / std::max<double>({1.0, double(g->ws_bytes), double(g->bytes)});
   switch (g->label) {

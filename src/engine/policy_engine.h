@@ -58,6 +58,12 @@ struct EngineOptions {
   uint64_t seed = 1;                // 2random
   // lru-readahead's fixed window. Default: 8 units (8 MiB at 1 MiB units)
   uint64_t baseline_readahead_units = 8;
+  // Backend model used to weigh a hit by the time it saves (space
+  // allocation): a miss costs miss_latency_us per read plus the units it
+  // touches at bandwidth_bytes_per_s. Defaults: 25 ms, 90 MB/s (S3 Standard,
+  // DESIGN.md sec. 8; the simulator passes its own model).
+  double miss_latency_us = 25000;
+  double bandwidth_bytes_per_s = 90e6;
 };
 
 // Files directly in directory `dir` ("" root, "a/b/" otherwise) in listing
@@ -136,7 +142,8 @@ class PolicyEngine {
   Group* GetGroup(const std::string& key, int label, const PathOverride* ov);
   void SetLabel(Group* g, int label);
   const PathOverride* OverrideFor(std::string_view path) const;
-  double Value(const Group* g) const;
+  double Value(const Group* g) const;      // seconds saved / s / cached byte
+  double ByteValue(const Group* g) const;  // byte hits / s / cached byte
   void NewVisit(Group* g, FileRec* f, const std::string* fkey);
   std::vector<ListedFile> UnreadItems(Group* g, size_t n);
   std::vector<ListedFile> NextFiles(std::string_view path, size_t n);

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <queue>
+#include <tuple>
 #include <set>
 #include <unordered_map>
 #include <unordered_set>
@@ -117,28 +119,80 @@ uint64_t UnitBytes(uint64_t size, uint64_t unit, uint64_t idx) {
 struct Counters {
   uint64_t requests = 0, hit_requests = 0, req_bytes = 0, hit_bytes = 0;
   uint64_t prefetch_bytes = 0;
+  // Per top-level directory (one workload of a mixed trace).
+  struct Part {
+    uint64_t requests = 0, req_bytes = 0, hit_bytes = 0;
+    double stall = 0;
+  };
+  std::map<std::string, Part> parts;
+  void Add(const std::string& path, uint64_t req, uint64_t hit, double stall) {
+    auto s = path.find('/');
+    Part& p = parts[s == std::string::npos ? std::string("/") : path.substr(0, s + 1)];
+    ++p.requests;
+    p.req_bytes += req;
+    p.hit_bytes += hit;
+    p.stall += stall;
+  }
 };
 
-// Per-reader closed-loop clock (seconds since the trace start).
-struct Clocks {
-  std::unordered_map<uint32_t, std::pair<double, uint64_t>> pid;  // clock, last trace time
-  uint64_t t0 = 0;
+// Per-reader closed-loop clocks, run as a discrete-event simulation: each
+// reader (pid) issues its reads in trace order; a read is issued when the
+// reader's previous read completed plus the trace gap between the two (its
+// compute time); reads of all readers are processed in order of issue time,
+// so the cache and the connections see them as they would happen.
+class Clocks {
+ public:
+  explicit Clocks(const std::vector<Row>& rows) : rows_(rows) {
+    t0_ = rows.empty() ? 0 : rows.front().t_us;
+    std::map<uint32_t, size_t> slot;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      auto [it, fresh] = slot.try_emplace(rows[i].pid, per_pid_.size());
+      if (fresh) per_pid_.push_back({rows[i].pid, {}, 0});
+      per_pid_[it->second].rows.push_back(i);
+    }
+    for (size_t p = 0; p < per_pid_.size(); ++p)
+      heap_.push({double(rows[per_pid_[p].rows[0]].t_us - t0_) / 1e6, seq_++, p});
+  }
+  // The next read to process (in issue-time order); false when all are done.
+  bool Next(size_t* row, double* issue) {
+    if (heap_.empty()) return false;
+    auto [t, seq, p] = heap_.top();
+    heap_.pop();
+    current_ = p;
+    *row = per_pid_[p].rows[per_pid_[p].pos];
+    *issue = t;
+    return true;
+  }
+  // The read returned by the last Next() completed at `t`.
+  void Complete(size_t row, double issue, double t) {
+    Reader& rd = per_pid_[current_];
+    end = std::max(end, t);
+    stall += t - issue;
+    pid_end[rd.pid] = t;
+    if (++rd.pos < rd.rows.size()) {
+      const size_t next = rd.rows[rd.pos];
+      heap_.push({t + double(rows_[next].t_us - rows_[row].t_us) / 1e6, seq_++, current_});
+    }
+  }
+  uint64_t t0() const { return t0_; }
+
   double end = 0;
   double stall = 0;  // sum over reads of (completion - issue)
   std::map<uint32_t, double> pid_end;
-  double Issue(const Row& r) {
-    auto [it, fresh] = pid.try_emplace(r.pid, 0.0, r.t_us);
-    if (fresh) it->second.first = double(r.t_us - t0) / 1e6;
-    else it->second.first += double(r.t_us - it->second.second) / 1e6;
-    it->second.second = r.t_us;
-    return it->second.first;
-  }
-  void Complete(const Row& r, double issue, double t) {
-    pid[r.pid].first = t;
-    end = std::max(end, t);
-    stall += t - issue;
-    pid_end[r.pid] = t;
-  }
+
+ private:
+  struct Reader {
+    uint32_t pid;
+    std::vector<size_t> rows;
+    size_t pos;
+  };
+  using Event = std::tuple<double, uint64_t, size_t>;  // issue time, tie-break, reader
+  const std::vector<Row>& rows_;
+  uint64_t t0_ = 0;
+  std::vector<Reader> per_pid_;
+  std::priority_queue<Event, std::vector<Event>, std::greater<Event>> heap_;
+  uint64_t seq_ = 0;
+  size_t current_ = 0;
 };
 
 nlohmann::json Output(const SimOptions& o, const Counters& c, const Backend& be, uint64_t prefetch_wasted,
@@ -167,6 +221,12 @@ nlohmann::json Output(const SimOptions& o, const Counters& c, const Backend& be,
   nlohmann::json ends = nlohmann::json::object();
   for (const auto& [pid, t] : clk.pid_end) ends[std::to_string(pid)] = t;
   j["details"]["reader_end_s"] = ends;
+  nlohmann::json parts = nlohmann::json::object();
+  for (const auto& [dir, p] : c.parts)
+    parts[dir] = {{"requests", p.requests},
+                  {"byte_hit_ratio", p.req_bytes ? double(p.hit_bytes) / double(p.req_bytes) : 0.0},
+                  {"stall_time_s", p.stall}};
+  j["details"]["by_top_dir"] = parts;
   return j;
 }
 
@@ -186,6 +246,8 @@ Result<nlohmann::json> RunEngine(const SimOptions& o, const Trace& tr, uint64_t 
   eo.capacity_bytes = o.cache_bytes;
   eo.policy_file = pf;
   eo.seed = o.seed;
+  eo.miss_latency_us = o.latency_ms * 1000;
+  eo.bandwidth_bytes_per_s = o.bandwidth_bytes_per_s;
   engine::ListingFn listing = [&tr](std::string_view dir) -> const std::vector<ListedFile>* {
     auto it = tr.listing.find(std::string(dir));
     return it == tr.listing.end() ? nullptr : &it->second;
@@ -196,11 +258,10 @@ Result<nlohmann::json> RunEngine(const SimOptions& o, const Trace& tr, uint64_t 
 
   Backend be(o);
   Counters c;
-  Clocks clk;
-  clk.t0 = tr.rows.empty() ? 0 : tr.rows.front().t_us;
+  Clocks clk(tr.rows);
   std::unordered_map<std::string, double> ready;  // cached unit id -> arrival time
   std::vector<std::pair<double, uint64_t>> pf_inflight;  // (done, bytes) of prefetch GETs
-  uint64_t next_maintain = clk.t0 + kMaintainEveryUs;
+  uint64_t next_maintain = clk.t0() + kMaintainEveryUs;
 
   auto unit_id = [](const std::string& path, uint64_t idx) {
     std::string id = path;
@@ -253,15 +314,18 @@ Result<nlohmann::json> RunEngine(const SimOptions& o, const Trace& tr, uint64_t 
   std::unordered_map<std::string, uint32_t> file_ids;
   for (uint32_t i = 0; i < tr.files.size(); ++i) file_ids[tr.files[i].path] = i;
 
-  for (const Row& r : tr.rows) {
+  size_t ri;
+  double issue;
+  while (clk.Next(&ri, &issue)) {
+    const Row& r = tr.rows[ri];
     const FileInfo& f = tr.files[r.file];
-    const double issue = clk.Issue(r);
     const uint64_t issue_us = uint64_t(issue * 1e6);
     if (tree) {
-      tree->Record(r.t_us, r.pid, f.path, r.off, r.len, f.size);
-      if (r.t_us >= next_maintain) {
-        tree->Maintain(r.t_us);
-        next_maintain = r.t_us + kMaintainEveryUs;
+      const uint64_t t = clk.t0() + issue_us;  // the tree sees the simulated time
+      tree->Record(t, r.pid, f.path, r.off, r.len, f.size);
+      if (t >= next_maintain) {
+        tree->Maintain(t);
+        next_maintain = t + kMaintainEveryUs;
       }
     }
     auto plan = e.OnRead(issue_us, r.pid, f.path, r.off, r.len, f.size);
@@ -301,7 +365,8 @@ Result<nlohmann::json> RunEngine(const SimOptions& o, const Trace& tr, uint64_t 
     }
     c.hit_bytes += hit;
     if (hit == len) ++c.hit_requests;
-    clk.Complete(r, issue, done);
+    c.Add(f.path, len, hit, done - issue);
+    clk.Complete(ri, issue, done);
 
     // Prefetch plan, under the bandwidth and in-flight budget.
     if (!plan.empty()) {
@@ -380,17 +445,17 @@ Result<nlohmann::json> RunBelady(const SimOptions& o, const Trace& tr, uint64_t 
   }
   Backend be(o);
   Counters c;
-  Clocks clk;
-  clk.t0 = tr.rows.empty() ? 0 : tr.rows.front().t_us;
+  Clocks clk(tr.rows);
   std::set<std::pair<uint64_t, uint64_t>> by_next;            // (next use, uid)
   std::unordered_map<uint64_t, std::pair<uint64_t, double>> cached;  // uid -> (next use, ready)
   uint64_t used = 0;
   auto ubytes = [&](uint64_t uid) { return UnitBytes(tr.files[uid >> 32].size, unit, uid & 0xffffffffu); };
 
-  for (size_t ri = 0; ri < tr.rows.size(); ++ri) {
+  size_t ri;
+  double issue;
+  while (clk.Next(&ri, &issue)) {
     const Row& r = tr.rows[ri];
     const FileInfo& f = tr.files[r.file];
-    const double issue = clk.Issue(r);
     ++c.requests;
     const uint64_t len = r.off >= f.size ? 0 : std::min(r.len, f.size - r.off);
     c.req_bytes += len;
@@ -446,7 +511,8 @@ Result<nlohmann::json> RunBelady(const SimOptions& o, const Trace& tr, uint64_t 
     }
     c.hit_bytes += hit;
     if (hit == len) ++c.hit_requests;
-    clk.Complete(r, issue, done);
+    c.Add(f.path, len, hit, done - issue);
+    clk.Complete(ri, issue, done);
   }
   return Output(o, c, be, 0, clk, unit);
 }
