@@ -1,0 +1,213 @@
+#!/usr/bin/python3
+"""Writes docs/EVALUATION.md and its PNG plots from run_sims.py's results."""
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+NAMES = {"a": "(a) image training, shuffled epochs", "b": "(b) shard training",
+         "c": "(c) model loading", "d": "(d) skewed inference", "e": "(e) preprocessing scan",
+         "f": "(f) all interleaved (the mix)"}
+BASELINES = ["lru", "lfu", "fifo", "2random", "lru-readahead"]
+
+
+def machine():
+    cpu = "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return f"{platform.node() or 'host'}: {cpu}, {os.cpu_count()} cores, Linux {platform.release()}"
+
+
+def gib(b):
+    return f"{b / 2**30:.2f} GiB"
+
+
+def table(w, data, fractions, policies):
+    runs = {(r["policy"], r["fraction"]): r for r in data["runs"]}
+    head = "| policy | " + " | ".join(f"{int(f * 100)}% ({gib(data['working_set'] * f)})" for f in fractions) + " |"
+    sep = "|---|" + "---|" * len(fractions)
+    lines = [
+        "Byte hit ratio / request hit ratio / modeled time (s) / total reader stall (s):", "",
+        head, sep]
+    for p in policies:
+        cells = []
+        for f in fractions:
+            r = runs.get((p, f))
+            if not r:
+                cells.append("-")
+                continue
+            cells.append(f"{r['byte_hit_ratio']:.3f} / {r['hit_ratio']:.3f} / {r['modeled_time_s']:.1f} / "
+                         f"{r['details']['stall_time_s']:.0f}")
+        name = f"**{p}**" if p == "igt" else p
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def plots(res, img):
+    fractions = res["fractions"]
+    fig, axes = plt.subplots(2, 3, figsize=(15, 8.5))
+    for ax, w in zip(axes.flat, "abcdef"):
+        runs = res["workloads"][w]["runs"]
+        for p in res["policies"]:
+            ys = [next(r["byte_hit_ratio"] for r in runs if r["policy"] == p and r["fraction"] == f) for f in fractions]
+            style = dict(lw=2.5, color="C3") if p == "igt" else (dict(ls="--", color="k") if p == "belady" else {})
+            ax.plot([f * 100 for f in fractions], ys, marker="o", label=p, **style)
+        ax.set_title(NAMES[w], fontsize=10)
+        ax.set_xlabel("cache size (% of working set)")
+        ax.set_ylabel("byte hit ratio")
+        ax.set_ylim(0, 1.02)
+        ax.grid(alpha=0.3)
+    axes.flat[0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(os.path.join(img, "eval_hit_ratio.png"), dpi=90)
+    plt.close(fig)
+    fig, axes = plt.subplots(2, 3, figsize=(15, 8.5))
+    for ax, w in zip(axes.flat, "abcdef"):
+        runs = res["workloads"][w]["runs"]
+        for p in res["policies"]:
+            ys = [next(r["modeled_time_s"] for r in runs if r["policy"] == p and r["fraction"] == f) for f in fractions]
+            style = dict(lw=2.5, color="C3") if p == "igt" else (dict(ls="--", color="k") if p == "belady" else {})
+            ax.plot([f * 100 for f in fractions], ys, marker="o", label=p, **style)
+        ax.set_title(NAMES[w], fontsize=10)
+        ax.set_xlabel("cache size (% of working set)")
+        ax.set_ylabel("modeled time (s)")
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+    axes.flat[0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(os.path.join(img, "eval_time.png"), dpi=90)
+    plt.close(fig)
+
+
+def aims(res):
+    runs = res["workloads"]["f"]["runs"]
+    get = lambda p, f: next(r for r in runs if r["policy"] == p and r["fraction"] == f)  # noqa: E731
+    out = []
+    for f in (0.25, 0.50):
+        ratio = get("igt", f)["byte_hit_ratio"] / max(1e-9, get("lru", f)["byte_hit_ratio"])
+        out.append((f"igt byte hit ratio >= 1.56x lru at {int(f * 100)}%", ratio >= 1.56, f"{ratio:.2f}x"))
+    worst = []
+    ok = True
+    for f in res["fractions"]:
+        igt = get("igt", f)["byte_hit_ratio"]
+        best = max(BASELINES, key=lambda p: get(p, f)["byte_hit_ratio"])
+        ok = ok and igt > get(best, f)["byte_hit_ratio"]
+        worst.append(f"{int(f * 100)}%: {igt:.3f} vs {best} {get(best, f)['byte_hit_ratio']:.3f}")
+    out.append(("igt byte hit ratio higher than every baseline at every size", ok, "; ".join(worst)))
+    t_ok = True
+    parts = []
+    s_parts = []
+    for f in res["fractions"]:
+        r = get("lru", f)["modeled_time_s"] / max(1e-9, get("igt", f)["modeled_time_s"])
+        s = get("lru", f)["details"]["stall_time_s"] / max(1e-9, get("igt", f)["details"]["stall_time_s"])
+        t_ok = t_ok and r >= 2
+        parts.append(f"{int(f * 100)}%: {r:.2f}x")
+        s_parts.append(f"{int(f * 100)}%: {s:.2f}x")
+    out.append(("modeled time >= 2x lower than lru (makespan)", t_ok, "; ".join(parts)))
+    out.append(("(for reference) total reader stall, lru / igt", None, "; ".join(s_parts)))
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--results", required=True)
+    ap.add_argument("--md", required=True)
+    ap.add_argument("--img", required=True)
+    ap.add_argument("--seed", type=int, default=7)
+    a = ap.parse_args()
+    with open(a.results) as f:
+        res = json.load(f)
+    os.makedirs(a.img, exist_ok=True)
+    plots(res, a.img)
+    try:
+        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                             cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
+    except OSError:
+        rev = "?"
+    policies = res["policies"]
+    md = [f"""# Evaluation: igtcache's policies against the baselines, in the simulator
+
+Generated by `scripts/eval.sh` (seed {a.seed}) on {datetime.date.today().isoformat()}, commit {rev},
+on {machine()}. Every number below comes from `igtcache sim` runs of that script; re-run it to
+reproduce them (about ten minutes on two cores):
+
+```
+scripts/build.sh && scripts/eval.sh            # rewrites this file and docs/img/eval_*.png
+```
+
+## What is compared
+
+- **igt**: igtcache itself: the access stream tree labels every stream, and the policy modules
+  chosen by label (profile `training`, docs/POLICIES.md) drive prefetching, eviction and the
+  split of space.
+- Baselines on the same engine, unit size and backend model: `lru` (the eviction of Alluxio-like
+  frameworks), `lfu` (in-cache counts, ties by recency), `fifo`, `2random` (JuiceFS's default:
+  evict the less recently used of two random units), `lru-readahead` (LRU plus a fixed 8-unit
+  readahead on sequential reads, mountpoint-like), and `belady` (offline optimal eviction with
+  demand fetching: the bound for any policy that does not prefetch).
+- Workloads: `scripts/gen_trace.py --seed {a.seed}` with its defaults, (a)-(e) and the mix (f),
+  where every workload is stretched to 120 s and all run at once on one mount.
+- Cache sizes: 10, 25, 50 and 75% of each trace's working set (distinct 1 MiB units it touches).
+
+## Simulator model (src/sim/simulator.h)
+
+- A byte is a hit only if it was in the cache when the read was issued; a unit still being
+  fetched (by a prefetch or another reader) is a miss that waits for that fetch.
+- Backend: 16 connections; a GET delivers its k-th byte 25 ms + k / (90 MB/s) after it starts
+  on a free connection; GETs of at most 8 MiB; adjacent missing units of one read are one GET.
+  Prefetches run only on a connection that is idle at that moment while another idle one remains
+  for demand reads, and with at most 256 MiB in flight.
+- Time: each reader (pid) is a closed loop: it issues its next read when the previous one
+  completed plus the gap between the two in the trace (the generator models that gap as a local
+  read plus compute); all readers share the cache and the connections, in order of issue time.
+  **modeled time** is when the last reader finishes (the makespan); **stall** is the sum over
+  all reads of the time the reader waited for data.
+
+## Aims (issue 4), on the mix (f)
+
+| aim | met | figures |
+|---|---|---|
+"""]
+    for name, ok, fig in aims(res):
+        md.append(f"| {name} | {'yes' if ok else ('no' if ok is not None else '-')} | {fig} |\n")
+    md.append("""
+![byte hit ratio](img/eval_hit_ratio.png)
+
+![modeled time](img/eval_time.png)
+
+""")
+    for w in "abcdef":
+        d = res["workloads"][w]
+        md.append(f"## {NAMES[w]}\n\nWorking set {gib(d['working_set'])}.\n\n")
+        md.append(table(w, d, res["fractions"], policies) + "\n\n")
+        # Per-workload breakdown for the mix.
+        if w == "f":
+            runs = {(r["policy"], r["fraction"]): r for r in d["runs"]}
+            md.append("Per workload of the mix at 25%: byte hit ratio (stall s).\n\n")
+            dirs = sorted(runs[("igt", 0.25)]["details"]["by_top_dir"])
+            md.append("| policy | " + " | ".join(dirs) + " |\n|---|" + "---|" * len(dirs) + "\n")
+            for p in policies:
+                bt = runs[(p, 0.25)]["details"]["by_top_dir"]
+                md.append(f"| {p} | " + " | ".join(
+                    f"{bt[x]['byte_hit_ratio']:.2f} ({bt[x]['stall_time_s']:.0f})" for x in dirs) + " |\n")
+            md.append("\n")
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "notes.md")) as f:
+        md.append(f.read())
+    with open(a.md, "w") as f:
+        f.write("".join(md))
+
+
+if __name__ == "__main__":
+    main()

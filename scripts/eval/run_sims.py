@@ -1,0 +1,75 @@
+#!/usr/bin/python3
+"""Runs `igtcache sim` for every workload trace, cache size and policy.
+
+Writes <dir>/results.json: {"workloads": {w: {"working_set": bytes,
+"runs": [sim JSON, ...]}}}. The working set is the bytes of distinct cache
+units (1 MiB, or whole small files) the trace touches. Standard library only.
+"""
+import argparse
+import csv
+import json
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+POLICIES = ["igt", "lru", "lfu", "fifo", "2random", "lru-readahead", "belady"]
+FRACTIONS = [0.10, 0.25, 0.50, 0.75]
+UNIT = 1 << 20
+
+
+def working_set(path):
+    seen = set()
+    total = 0
+    with open(path) as f:
+        for r in csv.DictReader(f):
+            off, ln, fs = int(r["offset"]), int(r["length"]), int(r["file_size"])
+            if ln == 0 or off >= fs:
+                continue
+            end = min(off + ln, fs)
+            for i in range(off // UNIT, (end - 1) // UNIT + 1):
+                k = (r["path"], i)
+                if k not in seen:
+                    seen.add(k)
+                    total += min(UNIT, fs - i * UNIT)
+    return total
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", required=True)
+    ap.add_argument("--dir", required=True)
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--jobs", type=int, default=2)  # the machine has 2 cores
+    a = ap.parse_args()
+    out = {"seed": a.seed, "fractions": FRACTIONS, "policies": POLICIES, "workloads": {}}
+    jobs = []
+    for w in ["a", "b", "c", "d", "e", "f"]:
+        trace = os.path.join(a.dir, f"{w}.csv")
+        ws = working_set(trace)
+        out["workloads"][w] = {"working_set": ws, "runs": []}
+        for fr in FRACTIONS:
+            for p in POLICIES:
+                jobs.append((w, trace, int(ws * fr), fr, p))
+
+    def run(job):
+        w, trace, size, fr, p = job
+        r = subprocess.run([a.bin, "sim", "--trace", trace, "--cache-size", str(size), "--policy", p],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            sys.exit(f"sim failed: {w} {p} {size}: {r.stderr}")
+        j = json.loads(r.stdout)
+        j["fraction"] = fr
+        return w, j
+
+    with ThreadPoolExecutor(a.jobs) as ex:
+        for w, j in ex.map(run, jobs):
+            out["workloads"][w]["runs"].append(j)
+            print(f"{w} {j['fraction']:.2f} {j['policy']:14s} bhr {j['byte_hit_ratio']:.3f} "
+                  f"t {j['modeled_time_s']:.1f}", file=sys.stderr)
+    with open(os.path.join(a.dir, "results.json"), "w") as f:
+        json.dump(out, f)
+
+
+if __name__ == "__main__":
+    main()
