@@ -41,7 +41,7 @@ run() {  # name sanitizer
   local t0 t1 t2
   t0=$(date +%s)
   echo "== $name: building ($san) into $dir"
-  build "$dir" "$san" > "$dir.build.log" 2>&1 || { tail -50 "$dir.build.log"; return 1; }
+  mkdir -p "$dir"; build "$dir" "$san" > "$dir/sanitize-build.log" 2>&1 || { tail -50 "$dir/sanitize-build.log"; return 1; }
   t1=$(date +%s)
   echo "== $name: built in $((t1 - t0)) s; running unit tests"
   local mount_re='^mount: test_(corruption|faults)$'

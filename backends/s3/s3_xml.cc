@@ -117,7 +117,12 @@ Result<int64_t> ParseIso8601Ns(std::string_view s) {
   tm.tm_min = min;
   tm.tm_sec = sec;
   int64_t secs = static_cast<int64_t>(timegm(&tm)) - offset_s;
-  return secs * 1000000000LL + frac_ns;
+  // Nanoseconds since the epoch fit int64 only for years ~1678..2262
+  // (found by fuzzing: year 0000 overflowed).
+  int64_t ns = 0;
+  if (__builtin_mul_overflow(secs, int64_t{1000000000}, &ns) || __builtin_add_overflow(ns, frac_ns, &ns))
+    return bad();
+  return ns;
 }
 
 Result<ListObjectsResult> ParseListObjectsV2(std::string_view xml) {
