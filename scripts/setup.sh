@@ -14,6 +14,8 @@ PKGS=(
   nlohmann-json3-dev prometheus-cpp-dev
   python3 python3-matplotlib python3-numpy python3-yaml python3-torch nodejs npm
   s3fs rclone
+  # mkfs.ext4 for the disk-full test; libFuzzer's runtime for scripts/fuzz.sh
+  e2fsprogs libclang-rt-14-dev
 )
 
 missing=()
