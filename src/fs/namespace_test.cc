@@ -2,7 +2,9 @@
 
 #include <catch2/catch.hpp>
 
+#include <chrono>
 #include <filesystem>
+#include <thread>
 
 #include "backends/fault_backend.h"
 #include "backends/memory_backend.h"
@@ -111,4 +113,23 @@ TEST_CASE("listings persist in the BlockStore: a new Namespace within the TTL do
     CHECK(fb.counts().lists == 0);
   }
   std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a stale listing is served while the bucket is unreachable") {
+  auto mem = std::make_shared<MemoryBackend>();
+  mem->Put("a.bin", "1");
+  FaultInjectingBackend fb(mem);
+  Metrics m;
+  Namespace ns(&fb, nullptr, &m, Namespace::Options{/*ttl_ms=*/1});
+  auto a = ns.Lookup(Namespace::kRootIno, "a.bin");
+  REQUIRE(a.has_value());
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));  // listing now stale
+  mem->Put("b.bin", "2");
+  fb.FailNext(100, Code::kUnavailable, FaultInjectingBackend::kList);
+  auto again = ns.Lookup(Namespace::kRootIno, "a.bin");
+  REQUIRE(again.has_value());  // stale listing, not EIO
+  CHECK(ns.Lookup(Namespace::kRootIno, "b.bin").error().code() == Code::kNotFound);
+  const uint64_t lists = fb.counts().lists;
+  for (int i = 0; i < 20; ++i) REQUIRE(ns.Lookup(Namespace::kRootIno, "a.bin").has_value());
+  CHECK(fb.counts().lists == lists);  // no LIST per lookup while it is down (retried once a second)
 }
