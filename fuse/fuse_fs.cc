@@ -207,6 +207,7 @@ struct FuseFs::Impl {
     // Before the reply: once replied, a release may free the handle.
     if (self->access_hook_)
       self->access_hook_(fuse_req_ctx(req)->pid, h->file.key, static_cast<uint64_t>(off), *n, h->file.size);
+    if (self->read_hook_) self->read_hook_(fuse_req_ctx(req)->pid, h->file, static_cast<uint64_t>(off), *n);
     fuse_reply_buf(req, buf.data(), *n);
   }
 

@@ -35,6 +35,9 @@ inline constexpr const char* kStatsFileName = ".igtcache.stats";
 // access stream tree and the trace. May be empty.
 using AccessHook = std::function<void(uint64_t pid, const std::string& key, uint64_t offset,
                                       uint64_t length, uint64_t file_size)>;
+// Called for every read served, after the AccessHook, with the object's
+// version (the policy engine's prefetch plans need the ETag). May be empty.
+using ReadHook = std::function<void(uint64_t pid, const FileVersion& file, uint64_t offset, uint64_t length)>;
 // Called when a file is opened (page-cache hits never reach read()).
 using OpenHook = std::function<void(uint64_t pid, const std::string& key, uint64_t file_size)>;
 
@@ -57,6 +60,7 @@ class FuseFs {
   Status Run();
 
   void set_access_hook(AccessHook h) { access_hook_ = std::move(h); }
+  void set_read_hook(ReadHook h) { read_hook_ = std::move(h); }
   void set_open_hook(OpenHook h) { open_hook_ = std::move(h); }
 
   // Request handlers (called from the C trampolines in fuse_fs.cc).
@@ -71,6 +75,7 @@ class FuseFs {
   std::function<std::string()> stats_json_;
   Options opts_;
   AccessHook access_hook_;
+  ReadHook read_hook_;
   OpenHook open_hook_;
   fuse_session* se_ = nullptr;
   bool mounted_ = false;

@@ -15,11 +15,13 @@
 // Thread-safety: every public method is safe to call from many threads.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 
+#include "igtcache/policy.h"
 #include "igtcache/status.h"
 
 namespace igt {
@@ -37,6 +39,9 @@ struct BlockStoreOptions {
   uint64_t max_bytes = 10ull << 30; // Default: 10 GiB. Sum of unit data kept.
   double min_free_ratio = 0.05;     // Default: 0.05. Free space kept on the volume.
   std::string eviction = "lru";     // Default: lru. See MakeEvictionPolicy.
+  // If set, the eviction policy comes from here instead of `eviction` (the
+  // live mount's policy engine, src/engine/live_engine.h). Called once, in Open.
+  std::function<std::unique_ptr<EvictionPolicy>()> make_policy;
 };
 
 class BlockStore {

@@ -22,6 +22,7 @@ struct Config {
     double min_free_ratio = 0;
     uint64_t unit_size_bytes = 0;
     std::string eviction;
+    uint64_t prefetch_budget_bytes = 0;
   } cache;
   struct Metadata {
     uint64_t ttl_ms = 0;

@@ -29,6 +29,10 @@ struct UnitMeta {
   // Inserted by a prefetch and not read yet (a readahead window unit).
   bool prefetched = false;
   uint64_t now_us = 0;  // the caller's clock at the insert (0 = unknown)
+  // The unit's object key and unit number, when the caller knows them (the
+  // BlockStore passes them; the policy engine needs them to find the stream).
+  std::string_view object;
+  uint64_t unit_index = 0;
 };
 
 // Module parameters from the policy YAML (`{name: lfu, params: {...}}`),

@@ -547,7 +547,7 @@ Status DiskBlockStore::Put(const UnitKey& key, std::string_view data) {
     if (s.ok() && !cancelled) {
       busy_.erase(b);
       index_[id] = Entry{key, n, now, 0, next_gen_++};
-      policy_->OnInsert(id, n, 0);
+      policy_->OnInsertUnit(id, n, 0, UnitMeta{.now_us = now, .object = key.object, .unit_index = key.index});
       used_bytes_ += n;
     } else if (!s.ok()) {
       busy_.erase(b);
@@ -634,7 +634,8 @@ Status DiskBlockStore::Reconcile() {
   {
     std::lock_guard lk(mu_);
     for (auto& s : survivors) {
-      policy_->OnInsert(s.id, s.rec.data_len, std::max<uint64_t>(1, s.rec.last_access_us));
+      policy_->OnInsertUnit(s.id, s.rec.data_len, std::max<uint64_t>(1, s.rec.last_access_us),
+                            UnitMeta{.object = s.rec.key.object, .unit_index = s.rec.key.index});
       used_bytes_ += s.rec.data_len;
       index_[s.id] = Entry{std::move(s.rec.key), s.rec.data_len, s.rec.last_access_us, s.rec.access_count, next_gen_++};
     }
@@ -701,8 +702,10 @@ Result<std::unique_ptr<BlockStore>> OpenDiskBlockStore(const BlockStoreOptions& 
     return Err(Status::InvalidArgument(
         fmt::format("cache.min_free_ratio is {}; it must be in [0, 1)", opts.min_free_ratio)));
   }
-  auto policy = MakeEvictionPolicy(opts.eviction);
+  Result<std::unique_ptr<EvictionPolicy>> policy =
+      opts.make_policy ? Result<std::unique_ptr<EvictionPolicy>>(opts.make_policy()) : MakeEvictionPolicy(opts.eviction);
   if (!policy) return Err(policy.error());
+  if (!*policy) return Err(Status::InvalidArgument("make_policy returned no policy"));
   if (!hooks.volume_space) hooks.volume_space = StatVolume;
   if (!hooks.now_us) hooks.now_us = SystemNowUs;
 

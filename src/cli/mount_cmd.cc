@@ -26,6 +26,8 @@
 #include "igtcache/version.h"
 #include "src/config/stream_settings.h"
 #include "src/fs/namespace.h"
+#include "src/engine/live_engine.h"
+#include "src/read/prefetcher.h"
 #include "src/stream/access_stream_tree.h"
 #include "src/stream/trace.h"
 #include "src/read/read_pipeline.h"
@@ -146,11 +148,40 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
     rep.Fail(fmt::format("source {} is not usable: {}", (*backend)->Describe(), s.message()));
     return kExitError;
   }
+  // The access stream tree sees every read the kernel sends (DESIGN.md sec. 3 step 2).
+  auto scfg = StreamConfigFrom(cfg);
+  if (!scfg) {
+    rep.Fail(scfg.error().message());
+    return kExitUsage;
+  }
+  stream::AccessStreamTree tree(*scfg);
+  // The policy engine (DESIGN.md sec. 6) when cache.eviction names one of its
+  // policies: it picks the store's victims and plans prefetches.
+  std::shared_ptr<engine::LiveEngine> live;
+  if (cfg.cache.eviction != "lru" && cfg.cache.eviction != "fifo") {
+    engine::EngineOptions eo;
+    eo.policy = cfg.cache.eviction;
+    eo.unit_bytes = cfg.cache.unit_size_bytes;
+    eo.capacity_bytes = cfg.cache.max_bytes;
+    auto pf = engine::LoadPolicyFile(cfg.policy.file);
+    if (!pf) {
+      rep.Fail(fmt::format("config key 'policy.file': {}", pf.error().message()));
+      return kExitUsage;
+    }
+    eo.policy_file = std::move(*pf);
+    auto le = engine::LiveEngine::Create(std::move(eo), &tree);
+    if (!le) {
+      rep.Fail(fmt::format("config key 'cache.eviction': {}", le.error().message()));
+      return kExitUsage;
+    }
+    live = std::move(*le);
+  }
   BlockStoreOptions bo;
   bo.dir = cfg.cache.dir;
   bo.max_bytes = cfg.cache.max_bytes;
   bo.min_free_ratio = cfg.cache.min_free_ratio;
   bo.eviction = cfg.cache.eviction;
+  if (live) bo.make_policy = [live] { return live->MakeEvictionAdapter(); };
   auto store = BlockStore::Open(bo, &metrics);
   if (!store) {
     const std::string& m = store.error().message();
@@ -166,13 +197,17 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
   Namespace ns(backend->get(), store->get(), &metrics, Namespace::Options{cfg.metadata.ttl_ms});
   ReadPipeline pipeline(backend->get(), store->get(), &metrics,
                         ReadPipeline::Options{cfg.cache.unit_size_bytes, cfg.backend.max_request_bytes});
-  // The access stream tree sees every read the kernel sends (DESIGN.md sec. 3 step 2).
-  auto scfg = StreamConfigFrom(cfg);
-  if (!scfg) {
-    rep.Fail(scfg.error().message());
-    return kExitUsage;
+  // Prefetch plans run in the background under cache.prefetch_budget_bytes.
+  std::unique_ptr<Prefetcher> prefetcher;
+  if (live) {
+    Prefetcher::Options po;
+    po.budget_bytes = cfg.cache.prefetch_budget_bytes;
+    po.max_job_units = std::max<uint64_t>(1, cfg.backend.max_request_bytes / cfg.cache.unit_size_bytes);
+    prefetcher = std::make_unique<Prefetcher>(
+        &pipeline, store->get(), po,
+        [live](const std::string& k, uint64_t f, uint64_t l) { live->BeginPrefetch(k, f, l); },
+        [live](const std::string& k, uint64_t f, uint64_t l) { live->EndPrefetch(k, f, l); });
   }
-  stream::AccessStreamTree tree(*scfg);
   std::unique_ptr<stream::TraceWriter> trace;
   if (!a.trace_out.empty()) {
     auto t = stream::TraceWriter::Open(a.trace_out);
@@ -189,7 +224,8 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
   };
   const std::string source = (*backend)->Describe();
   BlockStore* st = store->get();
-  auto stats_json = [&metrics, st, started, source, &ns, &tree]() {
+  Prefetcher* pfr = prefetcher.get();
+  auto stats_json = [&metrics, st, started, source, &ns, &tree, live, pfr]() {
     nlohmann::json j;
     for (const auto& [k, v] : metrics.Snapshot()) j[k] = v;
     j["cache_used_bytes"] = st->used_bytes();
@@ -205,6 +241,15 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
     auto mem = tree.Memory();
     j["stream_tree_nodes"] = mem.nodes;
     j["stream_tree_bytes"] = mem.bytes;
+    if (live) {
+      j["engine"] = live->StatsJson();
+      if (pfr) {
+        const auto ps = pfr->stats();
+        j["engine"]["prefetcher"] = {{"queued_units", ps.queued_units}, {"dropped_units", ps.dropped_units},
+                                     {"fetched_units", ps.fetched_units}, {"failed_jobs", ps.failed_jobs},
+                                     {"held_bytes", ps.held_bytes}, {"peak_held_bytes", ps.peak_held_bytes}};
+      }
+    }
     return j.dump(2) + "\n";
   };
   FuseFs::Options fo;
@@ -221,6 +266,11 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
     tree.Record(t, static_cast<uint32_t>(pid), key, off, len, size);
     if (tw) tw->Append(t, static_cast<uint32_t>(pid), key, off, len, size);
   });
+  if (live)
+    fuse.set_read_hook([live, pfr, now_us](uint64_t pid, const FileVersion& f, uint64_t off, uint64_t len) {
+      for (const auto& p : live->OnRead(now_us(), static_cast<uint32_t>(pid), f.key, f.etag, off, len, f.size))
+        pfr->Submit(FileVersion{p.key, p.etag, p.size}, p.first_unit, p.last_unit);
+    });
   ns.set_listing_hook([&tree](const std::string& dir_key, size_t entries) {
     tree.NoteListing(dir_key, entries);
   });

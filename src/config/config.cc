@@ -77,8 +77,16 @@ const std::vector<Key>& Schema() {
        "Cache unit: large objects are cached in blocks of this size; smaller objects whole. "
        "Larger units mean fewer requests, more read amplification for random access.",
        nullptr, SET_SIZE(cache.unit_size_bytes)},
-      {"cache.eviction", Type::kEnum, "lru", "Eviction policy of the SSD tier.", "lru|fifo",
-       SET_STR(cache.eviction)},
+      {"cache.eviction", Type::kEnum, "lru",
+       "Eviction policy of the SSD tier. `igt`: the pattern-driven policy engine (per-stream "
+       "eviction, space allocation and prefetching, docs/POLICIES.md, tuned by policy.file); "
+       "`lfu`, `2random`, `lru-readahead` run on the same engine; `lru`, `fifo` are the plain "
+       "store policies.",
+       "lru|fifo|igt|lfu|2random|lru-readahead", SET_STR(cache.eviction)},
+      {"cache.prefetch_budget_bytes", Type::kSize, "64M",
+       "Prefetching budget (policy engine only): bytes of queued and running prefetches at most; "
+       "plans beyond it are dropped, so prefetch memory stays bounded however many files are open.",
+       nullptr, SET_SIZE(cache.prefetch_budget_bytes)},
       {"metadata.ttl_ms", Type::kInt, "60000",
        "How long directory listings and object attributes are trusted before the bucket is "
        "asked again (also the kernel's entry/attr timeout). Kept in the index across "

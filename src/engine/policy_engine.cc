@@ -477,6 +477,7 @@ void PolicyEngine::OnHit(const std::string& id, uint64_t bytes, uint64_t now_us)
   if (it == units_.end()) return;
   Unit& u = it->second;
   Group* g = u.g;
+  if (bytes == 0) bytes = u.bytes;  // the whole unit
   g->hit_bytes += bytes;
   if (u.prefetched_unread) {
     u.prefetched_unread = false;
@@ -644,6 +645,7 @@ std::optional<std::string> PolicyEngine::PickVictim(uint64_t now_us) {
 }
 
 bool PolicyEngine::Contains(const std::string& id) const { return units_.count(id) != 0; }
+uint64_t PolicyEngine::cached_units() const { return units_.size(); }
 
 EngineStats PolicyEngine::Stats() const {
   EngineStats s;

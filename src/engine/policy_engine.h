@@ -112,7 +112,7 @@ class PolicyEngine {
   // tracked id replaces it.
   void OnInsert(const std::string& id, std::string_view path, uint64_t unit_index, uint64_t bytes,
                 bool prefetched, uint64_t now_us);
-  // A cached unit was read (`bytes` of it).
+  // A cached unit was read (`bytes` of it; 0 = the whole unit).
   void OnHit(const std::string& id, uint64_t bytes, uint64_t now_us);
   // A unit left the cache for any reason.
   void OnRemove(const std::string& id);
@@ -120,6 +120,7 @@ class PolicyEngine {
   std::optional<std::string> PickVictim(uint64_t now_us);
 
   bool Contains(const std::string& id) const;
+  uint64_t cached_units() const;
   uint64_t cached_bytes() const { return cached_bytes_; }
   uint64_t capacity_bytes() const { return opts_.capacity_bytes; }
   void set_capacity_bytes(uint64_t b) { opts_.capacity_bytes = b; }

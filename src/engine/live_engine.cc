@@ -1,0 +1,105 @@
+// LiveEngine (live_engine.h).
+
+#include "src/engine/live_engine.h"
+
+#include <chrono>
+
+namespace igt::engine {
+namespace {
+
+constexpr size_t kMaxVersions = 262144;  // ~100 B each: ~25 MiB at most
+
+std::string PendingKey(std::string_view key, uint64_t unit) {
+  std::string k(key);
+  k += '#';
+  k += std::to_string(unit);
+  return k;
+}
+
+}  // namespace
+
+class LiveEngine::Adapter final : public EvictionPolicy {
+ public:
+  explicit Adapter(std::shared_ptr<LiveEngine> e) : e_(std::move(e)) {}
+  std::string_view name() const override { return e_->policy_; }
+  void OnInsert(const std::string& id, uint64_t bytes, uint64_t last_access_us) override {
+    OnInsertUnit(id, bytes, last_access_us, UnitMeta{});
+  }
+  void OnInsertUnit(const std::string& id, uint64_t bytes, uint64_t last_access_us,
+                    const UnitMeta& meta) override {
+    std::lock_guard lk(e_->mu_);
+    const bool prefetched = e_->pending_.count(PendingKey(meta.object, meta.unit_index)) != 0;
+    e_->engine_->OnInsert(id, meta.object, meta.unit_index, bytes, prefetched, e_->NowUs());
+  }
+  void OnAccess(const std::string& id) override {
+    std::lock_guard lk(e_->mu_);
+    e_->engine_->OnHit(id, 0, e_->NowUs());
+  }
+  void OnRemove(const std::string& id) override {
+    std::lock_guard lk(e_->mu_);
+    e_->engine_->OnRemove(id);
+  }
+  std::optional<std::string> PickVictim() override {
+    std::lock_guard lk(e_->mu_);
+    return e_->engine_->PickVictim(e_->NowUs());
+  }
+  size_t size() const override {
+    std::lock_guard lk(e_->mu_);
+    return e_->engine_->cached_units();
+  }
+
+ private:
+  std::shared_ptr<LiveEngine> e_;
+};
+
+Result<std::shared_ptr<LiveEngine>> LiveEngine::Create(EngineOptions opts, stream::AccessStreamTree* tree) {
+  const std::string policy = opts.policy;
+  auto e = PolicyEngine::Create(std::move(opts), tree, {});
+  if (!e) return Err(e.error());
+  return std::shared_ptr<LiveEngine>(new LiveEngine(std::move(*e), policy));
+}
+
+std::unique_ptr<EvictionPolicy> LiveEngine::MakeEvictionAdapter() {
+  return std::make_unique<Adapter>(shared_from_this());
+}
+
+uint64_t LiveEngine::NowUs() const {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now().time_since_epoch())
+          .count());
+}
+
+std::vector<LivePrefetch> LiveEngine::OnRead(uint64_t now_us, uint32_t pid, const std::string& key,
+                                             const std::string& etag, uint64_t offset, uint64_t length,
+                                             uint64_t size) {
+  std::vector<LivePrefetch> out;
+  std::lock_guard lk(mu_);
+  if (versions_.size() >= kMaxVersions) versions_.clear();
+  versions_[key] = {etag, size};
+  auto plan = engine_->OnRead(NowUs(), pid, key, offset, length, size);
+  for (auto& r : plan) {
+    auto v = versions_.find(r.path);
+    if (v == versions_.end()) continue;
+    out.push_back({std::move(r.path), v->second.first, v->second.second, r.first_unit, r.last_unit});
+  }
+  return out;
+}
+
+void LiveEngine::BeginPrefetch(const std::string& key, uint64_t first, uint64_t last) {
+  std::lock_guard lk(mu_);
+  for (uint64_t u = first; u <= last; ++u) pending_.insert(PendingKey(key, u));
+}
+
+void LiveEngine::EndPrefetch(const std::string& key, uint64_t first, uint64_t last) {
+  std::lock_guard lk(mu_);
+  for (uint64_t u = first; u <= last; ++u) pending_.erase(PendingKey(key, u));
+}
+
+nlohmann::json LiveEngine::StatsJson() const {
+  std::lock_guard lk(mu_);
+  auto j = ToJson(engine_->Stats());
+  j["policy"] = policy_;
+  return j;
+}
+
+}  // namespace igt::engine

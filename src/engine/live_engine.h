@@ -1,0 +1,76 @@
+#pragma once
+// LiveEngine: the PolicyEngine of a running mount (DESIGN.md sec. 3 steps
+// 5-6). It wraps one PolicyEngine behind a mutex and connects it to the live
+// pieces:
+//  - the BlockStore takes its victims from it: MakeEvictionAdapter() returns
+//    the EvictionPolicy the store is opened with (BlockStoreOptions::make_policy);
+//  - every read served is reported with OnRead(); the returned plan (units to
+//    fetch ahead, with the object's version) goes to the Prefetcher
+//    (src/read/prefetcher.h), which marks the units it fetches with
+//    BeginPrefetch/EndPrefetch so their inserts count as prefetches;
+//  - StatsJson() is the "engine" object of `igtcache stats` (per-stream
+//    cached bytes, hits, prefetch hits and waste).
+// Ownership: borrows the AccessStreamTree (must outlive it). The adapter keeps
+// the LiveEngine alive (shared_ptr).
+// Thread-safety: every method is safe from any thread. Lock order: the
+// BlockStore's lock -> LiveEngine::mu_ (the adapter is called under the
+// store's lock); LiveEngine never calls the store or the backend.
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "igtcache/policy.h"
+#include "src/engine/policy_engine.h"
+
+namespace igt::engine {
+
+struct LivePrefetch {
+  std::string key;    // object key
+  std::string etag;   // version the read saw
+  uint64_t size = 0;  // object size
+  uint64_t first_unit = 0, last_unit = 0;
+};
+
+class LiveEngine : public std::enable_shared_from_this<LiveEngine> {
+ public:
+  static Result<std::shared_ptr<LiveEngine>> Create(EngineOptions opts, stream::AccessStreamTree* tree);
+
+  // An EvictionPolicy that forwards the store's hooks to the engine.
+  std::unique_ptr<EvictionPolicy> MakeEvictionAdapter();
+
+  // A read the mount served (after the tree recorded it). Returns the
+  // prefetch plan; files of the plan whose version is not known yet (never
+  // read through this mount) are left out.
+  std::vector<LivePrefetch> OnRead(uint64_t now_us, uint32_t pid, const std::string& key,
+                                   const std::string& etag, uint64_t offset, uint64_t length,
+                                   uint64_t size);
+
+  // The prefetcher is about to fetch / has fetched units of `key`.
+  void BeginPrefetch(const std::string& key, uint64_t first, uint64_t last);
+  void EndPrefetch(const std::string& key, uint64_t first, uint64_t last);
+
+  nlohmann::json StatsJson() const;
+  std::string_view policy() const { return policy_; }
+
+ private:
+  class Adapter;
+  LiveEngine(std::unique_ptr<PolicyEngine> e, std::string policy) : engine_(std::move(e)), policy_(std::move(policy)) {}
+  uint64_t NowUs() const;
+
+  mutable std::mutex mu_;  // guards everything below
+  std::unique_ptr<PolicyEngine> engine_;
+  const std::string policy_;
+  // Object versions seen by reads (for prefetching files of the plan),
+  // bounded: cleared at kMaxVersions entries.
+  std::unordered_map<std::string, std::pair<std::string, uint64_t>> versions_;
+  // "key#unit" being fetched by the prefetcher.
+  std::unordered_set<std::string> pending_;
+};
+
+}  // namespace igt::engine

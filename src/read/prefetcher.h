@@ -1,0 +1,81 @@
+#pragma once
+// Prefetcher: runs prefetch plans in the background (DESIGN.md sec. 3 step
+// 5) with a small pool of threads calling ReadPipeline::Fetch, under a global
+// budget.
+//
+// Budget and backpressure: every queued or running job holds its bytes
+// (units x unit size) against `budget_bytes`; a plan that does not fit is
+// dropped (counted), never queued without bound and never blocking the read
+// path. So the memory prefetching can hold is at most budget_bytes of
+// queued work plus `threads` GET bodies of at most max_request_bytes in
+// flight, however many files are open. Units already cached or already queued
+// are skipped at Submit.
+// Hooks: `begin`/`end` bracket each job (the LiveEngine marks its units as
+// prefetches so their inserts are counted as such).
+// Thread-safety: Submit and stats are safe from any thread. The destructor
+// drops queued jobs and joins the workers (running fetches complete).
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_set>
+#include <vector>
+
+#include "igtcache/block_store.h"
+#include "src/read/read_pipeline.h"
+
+namespace igt {
+
+class Prefetcher {
+ public:
+  struct Options {
+    size_t threads = 4;                 // Default: 4 fetches at once
+    uint64_t budget_bytes = 64 << 20;   // Default: 64 MiB queued + running
+    uint64_t max_job_units = 8;         // a job is at most 8 units (one ranged GET)
+  };
+  using Hook = std::function<void(const std::string& key, uint64_t first, uint64_t last)>;
+
+  // `store` may be null (no skip of cached units). Not owned.
+  Prefetcher(ReadPipeline* pipeline, BlockStore* store, Options opts, Hook begin = {}, Hook end = {});
+  ~Prefetcher();
+  Prefetcher(const Prefetcher&) = delete;
+  Prefetcher& operator=(const Prefetcher&) = delete;
+
+  // Queues units [first, last] of `file` (clamped to the file). Returns the
+  // number of units queued; the rest were cached, already queued, or dropped
+  // for the budget.
+  size_t Submit(const FileVersion& file, uint64_t first, uint64_t last);
+
+  struct Stats {
+    uint64_t queued_units = 0, dropped_units = 0, fetched_units = 0, failed_jobs = 0;
+    uint64_t held_bytes = 0, peak_held_bytes = 0;
+  };
+  Stats stats() const;
+
+ private:
+  struct Job {
+    FileVersion file;
+    uint64_t first, last, bytes;
+  };
+  void Worker();
+
+  ReadPipeline* pipeline_;
+  BlockStore* store_;
+  const Options opts_;
+  Hook begin_, end_;
+
+  mutable std::mutex mu_;        // guards everything below
+  std::condition_variable cv_;
+  std::deque<Job> queue_;
+  std::unordered_set<std::string> units_;  // "etag#key#unit" queued or running
+  uint64_t held_bytes_ = 0;
+  bool stop_ = false;
+  Stats stats_;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace igt
