@@ -347,3 +347,21 @@ TEST_CASE("S3 fake: a stalled transfer fails instead of hanging", "[s3fake]") {
   CHECK_THAT(n.error().message(), Catch::Contains(s.endpoint()));
   CHECK(m.backend_errors == 1);
 }
+
+TEST_CASE("S3 fake: an S3 error document with status 200 is retried, never data", "[s3fake]") {
+  FakeServer s;
+  igt::Metrics m;
+  auto b = igt::MakeS3Backend(Opts(s, &m));
+  REQUIRE(b);
+  const std::string err = "<?xml version=\"1.0\"?><Error><Code>InternalError</Code></Error>";
+  // Shorter and longer than the range asked for: both must be retried.
+  s.Push(FakeServer::Reply(200, {"Content-Type: application/xml", "ETag: \"e1\""}, err.substr(0, 40) + "</Error>"));
+  s.Push(FakeServer::Reply(200, {"Content-Type: application/xml", "ETag: \"e1\""}, err));
+  s.Push(FakeServer::Reply(206, kOkHeaders, kTen));
+  char buf[10];
+  auto n = (*b)->Read("k", 0, 10, "e1", buf);
+  REQUIRE(n);
+  CHECK(*n == 10);
+  CHECK(std::string(buf, 10) == kTen);
+  CHECK(m.backend_retries == 2);
+}

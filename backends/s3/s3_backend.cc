@@ -256,7 +256,7 @@ class S3Backend final : public Backend {
       req.sink_capacity = length;
       req.keep_connection = [](const HttpResponse& r) { return !MisframedBody(r); };
       HttpResponse r = pool_.Perform(req);
-      if (r.curl_code == 0 && r.status == 200 && LooksLikeErrorDocument(r, out)) {
+      if ((r.curl_code == 0 || r.overflow) && r.status == 200 && LooksLikeErrorDocument(r, out)) {
         // S3 documents 200 replies carrying an <Error> body (e.g. an internal
         // error after the status was sent); such a body is never data.
         return {Status::IoError("GET " + Quote(key) + " at " + ep_.endpoint +
@@ -351,6 +351,9 @@ class S3Backend final : public Backend {
   static bool LooksLikeErrorDocument(const HttpResponse& r, const char* sink) {
     const std::string* ct = r.Header("content-type");
     if (!ct || ct->find("xml") == std::string::npos) return false;
+    // Longer than the range asked for: only its start was kept; an XML body
+    // overflowing a ranged GET is treated as an error document too.
+    if (r.overflow) return true;
     std::string_view head(sink, std::min<size_t>(r.sink_bytes, 512));
     return head.find("<Error>") != std::string_view::npos;
   }
