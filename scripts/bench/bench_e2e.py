@@ -390,6 +390,12 @@ def main() -> None:
                        "kernel": platform.release()},
            "versions": S.versions(), "proxy": PROXY_ARGS, "systems": systems, "cases": {}}
     try:
+        st = os.stat(harness.igtcache_bin())
+        res["igtcache_binary"] = {"path": harness.igtcache_bin(),
+                                  "built": datetime.datetime.fromtimestamp(st.st_mtime).strftime("%Y-%m-%d %H:%M")}
+    except OSError:
+        pass
+    try:
         res["git"] = subprocess.run(["git", "-C", str(ROOT), "log", "-1", "--format=%h %s"],
                                     capture_output=True, text=True).stdout.strip()
     except OSError:

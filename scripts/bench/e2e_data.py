@@ -139,11 +139,11 @@ class Scale:
     fuse_rand_reads: int        # FUSE-limit 4 KiB random reads
 
 
-FULL = Scale("full", train_cache=128 * MiB, train_classes=64, train_files=2432, small_classes=16,
+FULL = Scale("full", train_cache=96 * MiB, train_classes=48, train_files=1824, small_classes=12,
              train_epochs=3, shard_mib=[64, 96, 128, 192, 256], shard_cache=512 * MiB, shard_epochs=2,
              model_bytes=2 * GiB, model_cache=3 * GiB, mmap_faults=500,
              skew_file_bytes=1 * GiB, infer_files=4000, skew_cache=128 * MiB, skew_reads=2000, zipf_s=1.1,
-             skew_max_s=60, mix_cache=1 * GiB, mix_max_s=300, meta_objects=20_000, meta_max_s=150,
+             skew_max_s=60, mix_cache=1 * GiB, mix_max_s=200, meta_objects=20_000, meta_max_s=60,
              fuse_rand_reads=20_000)
 
 # s3fs refuses to start with less free cache space than 5 x 10 MB (its

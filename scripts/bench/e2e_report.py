@@ -228,7 +228,8 @@ def render(res: dict) -> str:
     L = []
     L.append("## End-to-end figures (issue 5)\n")
     L.append(f"Produced by `scripts/bench_e2e.sh{'' if sc['name'] == 'full' else ' --quick'}` on {res['date']} "
-             f"(igtcache at `{res.get('git', '?')}`), in {res.get('total_wall_s', 0) / 60:.0f} min. Machine: "
+             f"(checkout at `{res.get('git', '?')}`; igtcache binary built "
+             f"{_get(res, 'igtcache_binary', 'built') or '?'}), in {res.get('total_wall_s', 0) / 60:.0f} min. Machine: "
              f"{m['nproc']} CPUs ({m['cpu']}), {m['ram_gib']} GiB RAM, kernel {m['kernel']}; load average at the "
              f"end {' '.join(res.get('load_end', []))} (a machine shared with builds: single runs, noisy). "
              "Versions: " + "; ".join(f"{k} `{v}`" for k, v in res["versions"].items()) + ".\n")
@@ -271,14 +272,17 @@ def render(res: dict) -> str:
     if "4" in c:
         L.append(f"| 4 skewed | a {_mib(sc['skew_file_bytes'])} file; {c['4']['files']} files of 64 KiB "
                  f"({_mib(c['4']['files_bytes'])}) | {_mib(sc['skew_cache'])} | {sc['skew_reads']} Zipf(s={sc['zipf_s']}) "
-                 "64 KiB reads, 4 threads, each part on a fresh mount |")
+                 f"64 KiB reads, 4 threads, each part on a fresh mount; no new read after {sc.get('skew_max_s', 0):.0f} s "
+                 "(figure: time per 1,000 reads) |")
     if "5" in c:
         L.append(f"| 5 mix | cases 1 (2x set), 3 and 4 at once: {_mib(c['5']['train_bytes'])} + "
                  f"{_mib(c['5']['model_bytes'])} + {_mib(c['5']['skew_bytes'])} | {_mib(sc['mix_cache'])} | "
-                 "three processes on one mount |")
+                 f"three processes on one mount; a job still running after {sc.get('mix_max_s', 0):.0f} s is stopped "
+                 "(shown as > that) |")
     if "6" in c:
         L.append(f"| 6 metadata | {c['6']['objects']} objects in 20x10 directories | {_mib(c['6']['cache'])} | "
-                 "`ls -lR`, then os.walk + lstat to check names and sizes; again after a remount |")
+                 "`ls -lR`, then os.walk + lstat to check names and sizes; again after a remount; an `ls -lR` "
+                 f"still running after {sc.get('meta_max_s', 0):.0f} s is stopped (shown as > that) |")
     L.append("")
 
     # Summary.
