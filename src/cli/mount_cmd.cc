@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <csignal>
 #include <chrono>
 #include <condition_variable>
 #include <thread>
@@ -36,6 +37,11 @@
 
 namespace igt {
 namespace {
+
+// SIGHUP: reload the policy file (policy.file) without touching the cache.
+// The handler only raises this flag; the maintenance thread does the work.
+std::atomic<bool> g_reload_policy{false};
+void OnSighup(int) { g_reload_policy.store(true); }
 
 namespace fs = std::filesystem;
 
@@ -280,8 +286,15 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
   bool maint_stop = false;  // guarded by maint_mu
   std::thread maintenance([&] {
     std::unique_lock lk(maint_mu);
-    while (!maint_cv.wait_for(lk, std::chrono::seconds(1), [&] { return maint_stop; }))
+    while (!maint_cv.wait_for(lk, std::chrono::seconds(1), [&] { return maint_stop; })) {
       tree.Maintain(now_us());
+      if (live && g_reload_policy.exchange(false)) {
+        auto pf = engine::LoadPolicyFile(cfg.policy.file);
+        Status rs = pf ? live->Reload(std::move(*pf)) : pf.error();
+        if (rs.ok()) spdlog::info("policy: reloaded '{}'", cfg.policy.file);
+        else spdlog::error("policy: reload of '{}' failed, keeping the old policy: {}", cfg.policy.file, rs.ToString());
+      }
+    }
   });
   struct Joiner {
     std::function<void()> f;
@@ -313,6 +326,14 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
   }
   spdlog::info("igtcache {} mounted {} on {} (cache {} limit {})", kVersion, source, a.mountpoint,
                cfg.cache.dir, FormatSize(cfg.cache.max_bytes));
+  // After FuseFs installed libfuse's handlers: SIGHUP reloads the policy
+  // file instead of unmounting (SIGINT/SIGTERM still unmount).
+  if (live) {
+    struct sigaction sa {};
+    sa.sa_handler = OnSighup;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGHUP, &sa, nullptr);
+  }
   rep.Ready();
   if (!foreground) {
     int devnull = open("/dev/null", O_RDWR);

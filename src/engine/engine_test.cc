@@ -294,3 +294,38 @@ TEST_CASE("the example policy files parse", "[engine][yaml]") {
 
 }  // namespace
 }  // namespace igt::engine
+
+namespace igt::engine {
+namespace {
+
+TEST_CASE("SetPolicyFile swaps modules and keeps every cached unit", "[engine][reload]") {
+  Harness h("igt", 100, NoPrefetch());
+  h.tree.NoteListing("data/train/", 300);
+  std::mt19937 rng(2);
+  for (int k = 0; k < 400; ++k) h.Read(Item(int(rng() % 300)), 0, 1, false);
+  const uint64_t before = h.engine->cached_units();
+  auto find = [&](const std::string& key) {
+    for (const auto& st : h.engine->Stats().streams)
+      if (st.key == key) return st;
+    return StreamStats{};
+  };
+  CHECK(find("data/train/").eviction == "keep");
+  auto pf = ParsePolicyFile("patterns: {random: {eviction: lru}}\n", "new.yaml");
+  REQUIRE(pf.has_value());
+  REQUIRE(h.engine->SetPolicyFile(*pf).ok());
+  CHECK(h.engine->policy_reloads() == 1);
+  CHECK(h.engine->cached_units() == before);
+  CHECK(find("data/train/").eviction == "lru");
+  CHECK(find("data/train/").cached_units > 0);
+  // The new module drains every unit it was handed.
+  for (int k = 0; k < 400; ++k) h.Read(Item(1000 + k), 0, 1, false);
+  CHECK(h.engine->cached_bytes() <= 100 * kUnit);
+  // A bad file is refused and the old one stays.
+  PolicyFile bad = *pf;
+  bad.patterns[kRandomIdx].eviction.name = "nope";
+  CHECK_FALSE(h.engine->SetPolicyFile(bad).ok());
+  CHECK(h.engine->policy_reloads() == 1);
+}
+
+}  // namespace
+}  // namespace igt::engine

@@ -95,6 +95,11 @@ void LiveEngine::EndPrefetch(const std::string& key, uint64_t first, uint64_t la
   for (uint64_t u = first; u <= last; ++u) pending_.erase(PendingKey(key, u));
 }
 
+Status LiveEngine::Reload(PolicyFile pf) {
+  std::lock_guard lk(mu_);
+  return engine_->SetPolicyFile(std::move(pf));
+}
+
 nlohmann::json LiveEngine::StatsJson() const {
   std::lock_guard lk(mu_);
   auto j = ToJson(engine_->Stats());

@@ -55,6 +55,9 @@ class LiveEngine : public std::enable_shared_from_this<LiveEngine> {
   void BeginPrefetch(const std::string& key, uint64_t first, uint64_t last);
   void EndPrefetch(const std::string& key, uint64_t first, uint64_t last);
 
+  // SIGHUP: swap in a new policy file; the cache and its units stay.
+  Status Reload(PolicyFile pf);
+
   nlohmann::json StatsJson() const;
   std::string_view policy() const { return policy_; }
 

@@ -644,6 +644,30 @@ std::optional<std::string> PolicyEngine::PickVictim(uint64_t now_us) {
   return std::nullopt;
 }
 
+Status PolicyEngine::SetPolicyFile(PolicyFile pf) {
+  if (!mode_igt_) return Status::InvalidArgument("the policy file applies to policy igt only");
+  if (auto s = pf.Validate("policy"); !s.ok()) return s;
+  std::array<std::unique_ptr<PrefetchPolicy>, 4> pre;
+  for (size_t i = 0; i < 4; ++i) {
+    auto m = MakePrefetchPolicy(pf.patterns[i].prefetch.name, pf.patterns[i].prefetch.params);
+    if (!m) return m.error();
+    pre[i] = std::move(*m);
+  }
+  opts_.policy_file = std::move(pf);
+  prefetch_ = std::move(pre);
+  for (auto& [key, g] : groups_) {
+    // Overrides point into the new file (a stream keyed by a prefix that is
+    // no longer overridden becomes an ordinary stream until re-read).
+    g->ov = nullptr;
+    for (const auto& o : opts_.policy_file.overrides)
+      if (o.prefix == key || (o.prefix.empty() && key == "=")) g->ov = &o;
+    g->forced = g->ov && g->ov->pattern >= 0;
+    SetLabel(g.get(), g->forced ? g->ov->pattern : g->label);
+  }
+  ++reloads_;
+  return Status::Ok();
+}
+
 bool PolicyEngine::Contains(const std::string& id) const { return units_.count(id) != 0; }
 uint64_t PolicyEngine::cached_units() const { return units_.size(); }
 
@@ -656,6 +680,7 @@ EngineStats PolicyEngine::Stats() const {
   s.prefetch_wasted_bytes = prefetch_wasted_bytes_;
   s.allocations = allocations_;
   s.victim_stream_switches = switches_;
+  s.policy_reloads = reloads_;
   for (const auto& [k, g] : groups_) {
     StreamStats st;
     st.key = g->key;
@@ -688,6 +713,7 @@ nlohmann::json ToJson(const EngineStats& s) {
   j["prefetch_wasted_bytes"] = s.prefetch_wasted_bytes;
   j["allocations"] = s.allocations;
   j["victim_stream_switches"] = s.victim_stream_switches;
+  j["policy_reloads"] = s.policy_reloads;
   auto& arr = j["streams"] = nlohmann::json::array();
   for (const auto& st : s.streams) {
     arr.push_back({{"stream", st.key}, {"pattern", st.label}, {"eviction", st.eviction},

@@ -87,6 +87,7 @@ struct EngineStats {
   uint64_t prefetch_bytes = 0, prefetch_hit_bytes = 0, prefetch_wasted_bytes = 0;
   uint64_t allocations = 0;         // allocation periods run
   uint64_t victim_stream_switches = 0;
+  uint64_t policy_reloads = 0;      // SetPolicyFile calls that succeeded
   std::vector<StreamStats> streams;  // by cached bytes, largest first
 };
 nlohmann::json ToJson(const EngineStats& s);
@@ -125,6 +126,12 @@ class PolicyEngine {
   uint64_t capacity_bytes() const { return opts_.capacity_bytes; }
   void set_capacity_bytes(uint64_t b) { opts_.capacity_bytes = b; }
   const EngineOptions& options() const { return opts_; }
+
+  // Replaces the policy file (SIGHUP reload): new prefetch modules, each
+  // stream's eviction module rebuilt from the new spec with its units kept,
+  // overrides re-resolved. igt only; the cache is not touched.
+  Status SetPolicyFile(PolicyFile pf);
+  uint64_t policy_reloads() const { return reloads_; }
 
   // Recomputes the stream values now (else done every allocation period).
   void Allocate(uint64_t now_us);
@@ -177,7 +184,7 @@ class PolicyEngine {
   uint64_t prefetched_unread_bytes_ = 0;
   uint64_t prefetch_bytes_ = 0, prefetch_hit_bytes_ = 0, prefetch_wasted_bytes_ = 0;
   uint64_t last_alloc_us_ = 0;
-  uint64_t allocations_ = 0, switches_ = 0;
+  uint64_t allocations_ = 0, switches_ = 0, reloads_ = 0;
   Group* victim_group_ = nullptr;  // current giver of space (hysteresis)
 };
 
