@@ -38,7 +38,7 @@ struct BlockStoreOptions {
   std::string dir;                  // created 0700 if absent
   uint64_t max_bytes = 10ull << 30; // Default: 10 GiB. Sum of unit data kept.
   double min_free_ratio = 0.05;     // Default: 0.05. Free space kept on the volume.
-  std::string eviction = "lru";     // Default: lru. See MakeEvictionPolicy.
+  std::string eviction = "lru";     // Default here: lru (the config default, cache.eviction, is igt). See MakeEvictionPolicy.
   // If set, the eviction policy comes from here instead of `eviction` (the
   // live mount's policy engine, src/engine/live_engine.h). Called once, in Open.
   std::function<std::unique_ptr<EvictionPolicy>()> make_policy;

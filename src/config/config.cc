@@ -77,12 +77,12 @@ const std::vector<Key>& Schema() {
        "Cache unit: large objects are cached in blocks of this size; smaller objects whole. "
        "Larger units mean fewer requests, more read amplification for random access.",
        nullptr, SET_SIZE(cache.unit_size_bytes)},
-      {"cache.eviction", Type::kEnum, "lru",
+      {"cache.eviction", Type::kEnum, "igt",
        "Eviction policy of the SSD tier. `igt`: the pattern-driven policy engine (per-stream "
        "eviction, space allocation and prefetching, docs/POLICIES.md, tuned by policy.file); "
        "`lfu`, `2random`, `lru-readahead` run on the same engine; `lru`, `fifo` are the plain "
        "store policies.",
-       "lru|fifo|igt|lfu|2random|lru-readahead", SET_STR(cache.eviction)},
+       "igt|lru|fifo|lfu|2random|lru-readahead", SET_STR(cache.eviction)},
       {"cache.prefetch_budget_bytes", Type::kSize, "64M",
        "Prefetching budget (policy engine only): bytes of queued and running prefetches at most; "
        "plans beyond it are dropped, so prefetch memory stays bounded however many files are open.",
