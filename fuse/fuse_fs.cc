@@ -186,9 +186,14 @@ struct FuseFs::Impl {
     auto* self = Self(req);
     Handle* h = H(fi);
     if (h->kind == Handle::Kind::kStats) {
+      // Copy out of the handle first: once the reply is written the reader
+      // may close and a Release on another thread free the handle while
+      // fuse_reply_buf is still returning (found by ASan).
+      thread_local std::string out;
       const auto& c = h->content;
       size_t from = std::min<size_t>(static_cast<size_t>(off), c.size());
-      fuse_reply_buf(req, c.data() + from, std::min(size, c.size() - from));
+      out.assign(c, from, std::min(size, c.size() - from));
+      fuse_reply_buf(req, out.data(), out.size());
       return;
     }
     thread_local std::vector<char> buf;
