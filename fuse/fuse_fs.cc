@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <csignal>
 #include <cstring>
 #include <fmt/format.h>
@@ -33,6 +34,19 @@ struct Handle {
 };
 
 Handle* H(fuse_file_info* fi) { return reinterpret_cast<Handle*>(fi->fh); }
+
+// A Handle travels from the thread that opens it to the threads that read
+// and release it through the kernel (fi->fh), an ordering ThreadSanitizer
+// cannot see (libfuse and /dev/fuse are not instrumented): it reports a race
+// on every first read. Under TSan, each handle operation does an acq_rel RMW
+// on one atomic before it touches the handle and before it replies, which
+// makes the kernel's ordering visible. No-op in normal builds.
+#if defined(__SANITIZE_THREAD__)
+std::atomic<uint64_t> g_handoff{0};
+inline void KernelHandoff() { g_handoff.fetch_add(1, std::memory_order_acq_rel); }
+#else
+inline void KernelHandoff() {}
+#endif
 
 FuseFs* Self(fuse_req_t req) { return static_cast<FuseFs*>(fuse_req_userdata(req)); }
 
@@ -159,6 +173,7 @@ struct FuseFs::Impl {
       auto h = std::make_unique<Handle>(Handle{Handle::Kind::kStats, {}, nullptr, self->stats_json_()});
       fi->direct_io = 1;  // size is not known ahead; never page-cached
       fi->fh = reinterpret_cast<uint64_t>(h.get());
+      KernelHandoff();
       if (fuse_reply_open(req, fi) == 0) h.release();
       return;
     }
@@ -179,11 +194,13 @@ struct FuseFs::Impl {
     if (self->open_hook_) self->open_hook_(fuse_req_ctx(req)->pid, a->key, a->size);
     auto h = std::make_unique<Handle>(Handle{Handle::Kind::kFile, FileVersion{a->key, a->etag, a->size}, nullptr, {}});
     fi->fh = reinterpret_cast<uint64_t>(h.get());
+    KernelHandoff();
     if (fuse_reply_open(req, fi) == 0) h.release();
   }
 
   static void Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) noexcept {
     auto* self = Self(req);
+    KernelHandoff();
     Handle* h = H(fi);
     if (h->kind == Handle::Kind::kStats) {
       // Copy out of the handle first: once the reply is written the reader
@@ -193,6 +210,7 @@ struct FuseFs::Impl {
       const auto& c = h->content;
       size_t from = std::min<size_t>(static_cast<size_t>(off), c.size());
       out.assign(c, from, std::min(size, c.size() - from));
+      KernelHandoff();
       fuse_reply_buf(req, out.data(), out.size());
       return;
     }
@@ -205,6 +223,7 @@ struct FuseFs::Impl {
       spdlog::warn("read '{}' [{}, +{}): {}", h->file.key, off, size, n.error().ToString());
       // A changed object is reported as EIO to the reader (ESTALE confuses
       // tools into retrying the path forever); the next open sees the new version.
+      KernelHandoff();
       Reply(req, n.error().code() == Code::kChanged ? Status::IoError("") : n.error());
       return;
     }
@@ -213,10 +232,12 @@ struct FuseFs::Impl {
     if (self->access_hook_)
       self->access_hook_(fuse_req_ctx(req)->pid, h->file.key, static_cast<uint64_t>(off), *n, h->file.size);
     if (self->read_hook_) self->read_hook_(fuse_req_ctx(req)->pid, h->file, static_cast<uint64_t>(off), *n);
+    KernelHandoff();
     fuse_reply_buf(req, buf.data(), *n);
   }
 
   static void Release(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) noexcept {
+    KernelHandoff();
     delete H(fi);
     fuse_reply_err(req, 0);
   }
@@ -227,10 +248,12 @@ struct FuseFs::Impl {
     auto h = std::make_unique<Handle>(Handle{Handle::Kind::kDir, {}, *l, {}});
     fi->fh = reinterpret_cast<uint64_t>(h.get());
     fi->cache_readdir = 1;
+    KernelHandoff();
     if (fuse_reply_open(req, fi) == 0) h.release();
   }
 
   static void ReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) noexcept {
+    KernelHandoff();
     const auto& entries = H(fi)->listing->entries;
     std::vector<char> buf(size);
     size_t used = 0;
@@ -257,10 +280,12 @@ struct FuseFs::Impl {
       if (need > size - used) break;
       used += need;
     }
+    KernelHandoff();
     fuse_reply_buf(req, buf.data(), used);
   }
 
   static void ReleaseDir(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) noexcept {
+    KernelHandoff();
     delete H(fi);
     fuse_reply_err(req, 0);
   }

@@ -48,7 +48,7 @@ run() {  # name sanitizer
   local mount_re='^mount: test_(corruption|faults)$'
   if [[ -n "${SAN_TARGETS:-}" ]]; then  # only the unit tests of the targets built
     local re
-    re=$(echo "$SAN_TARGETS" | tr ' ' '\n' | sed -n 's/^test_\(.*\)$/^\1: /p' | paste -sd'|')
+    re=$(echo "$SAN_TARGETS" | tr ' ' '\n' | sed -n 's/^test_\(.*\)$/^\1:/p' | paste -sd'|')
     [[ -n "$re" ]] && ( cd "$dir" && ctest -L unit -R "$re" -j2 --output-on-failure --timeout 1200 "$@" )
   else
     ( cd "$dir" && ctest -L unit -j2 --output-on-failure --timeout 1200 "$@" )
