@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <csignal>
 #include <cstring>
 #include <fmt/format.h>
@@ -41,6 +42,24 @@ Handle* H(fuse_file_info* fi) { return reinterpret_cast<Handle*>(fi->fh); }
 // on every first read. Under TSan, each handle operation does an acq_rel RMW
 // on one atomic before it touches the handle and before it replies, which
 // makes the kernel's ordering visible. No-op in normal builds.
+// Read and lookup failures are logged at most kWarnPerSecond times a
+// second (every failure is still counted in the metrics): a busy job
+// against an unreachable bucket must not flood the log. A summary line says
+// how many were left out.
+constexpr int kWarnPerSecond = 10;
+bool WarnAllowed() {
+  static std::atomic<int64_t> window{0};
+  static std::atomic<int> count{0};
+  const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
+                          std::chrono::steady_clock::now().time_since_epoch()).count();
+  int64_t w = window.load(std::memory_order_relaxed);
+  if (w != now && window.compare_exchange_strong(w, now)) {
+    const int dropped = count.exchange(0) - kWarnPerSecond;
+    if (dropped > 0) spdlog::warn("{} more read/lookup failure warnings in the last period not shown", dropped);
+  }
+  return count.fetch_add(1, std::memory_order_relaxed) < kWarnPerSecond;
+}
+
 #if defined(__SANITIZE_THREAD__)
 std::atomic<uint64_t> g_handoff{0};
 inline void KernelHandoff() { g_handoff.fetch_add(1, std::memory_order_acq_rel); }
@@ -128,7 +147,7 @@ struct FuseFs::Impl {
         fuse_reply_entry(req, &e);
         return;
       }
-      spdlog::warn("lookup '{}': {}", name, a.error().ToString());
+      if (WarnAllowed()) spdlog::warn("lookup '{}': {}", name, a.error().ToString());
       Reply(req, a.error());
       return;
     }
@@ -220,7 +239,7 @@ struct FuseFs::Impl {
     auto n = self->pipeline_->Read(h->file, static_cast<uint64_t>(off), size, buf.data());
     if (!n) {
       Add(self->metrics_->read_errors);
-      spdlog::warn("read '{}' [{}, +{}): {}", h->file.key, off, size, n.error().ToString());
+      if (WarnAllowed()) spdlog::warn("read '{}' [{}, +{}): {}", h->file.key, off, size, n.error().ToString());
       // A changed object is reported as EIO to the reader (ESTALE confuses
       // tools into retrying the path forever); the next open sees the new version.
       KernelHandoff();
