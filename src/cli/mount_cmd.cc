@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <optional>
 #include <csignal>
 #include <chrono>
 #include <condition_variable>
@@ -163,6 +164,40 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
   stream::AccessStreamTree tree(*scfg);
   // The policy engine (DESIGN.md sec. 6) when cache.eviction names one of its
   // policies: it picks the store's victims and plans prefetches.
+  // The engine sees directory listings and object versions through the
+  // Namespace built below; reads, the only callers, start after it exists,
+  // and ns_view is cleared before it goes away.
+  std::atomic<Namespace*> ns_view{nullptr};
+  struct ListingCache {  // the last listing converted (used under the engine's lock)
+    std::string dir;
+    std::shared_ptr<const DirListing> src;
+    std::vector<ListedFile> files;
+  };
+  auto lcache = std::make_shared<ListingCache>();
+  engine::ListingFn listing_fn = [&ns_view, lcache](std::string_view dir) -> const std::vector<ListedFile>* {
+    Namespace* n = ns_view.load();
+    if (!n) return nullptr;
+    std::string key(dir);
+    if (!key.empty() && key.back() == '/') key.pop_back();
+    auto l = n->CachedListing(key);
+    if (!l) return nullptr;
+    if (lcache->src != l || lcache->dir != key) {
+      lcache->files.clear();
+      for (const auto& e : l->entries)
+        if (!e.is_dir) lcache->files.push_back({key.empty() ? e.name : key + "/" + e.name, e.size});
+      lcache->src = l;
+      lcache->dir = key;
+    }
+    return &lcache->files;
+  };
+  engine::LiveEngine::VersionFn version_fn =
+      [&ns_view](const std::string& key) -> std::optional<std::pair<std::string, uint64_t>> {
+    Namespace* n = ns_view.load();
+    if (!n) return std::nullopt;
+    auto e = n->CachedEntry(key);
+    if (!e) return std::nullopt;
+    return std::make_pair(e->etag, e->size);
+  };
   std::shared_ptr<engine::LiveEngine> live;
   if (cfg.cache.eviction != "lru" && cfg.cache.eviction != "fifo") {
     engine::EngineOptions eo;
@@ -175,7 +210,7 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
       return kExitUsage;
     }
     eo.policy_file = std::move(*pf);
-    auto le = engine::LiveEngine::Create(std::move(eo), &tree);
+    auto le = engine::LiveEngine::Create(std::move(eo), &tree, listing_fn, version_fn);
     if (!le) {
       rep.Fail(fmt::format("config key 'cache.eviction': {}", le.error().message()));
       return kExitUsage;
@@ -201,6 +236,11 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
     return kExitUsage;
   }
   Namespace ns(backend->get(), store->get(), &metrics, Namespace::Options{cfg.metadata.ttl_ms});
+  ns_view = &ns;
+  struct ClearView {
+    std::atomic<Namespace*>& v;
+    ~ClearView() { v = nullptr; }
+  } clear_ns_view{ns_view};
   ReadPipeline pipeline(backend->get(), store->get(), &metrics,
                         ReadPipeline::Options{cfg.cache.unit_size_bytes, cfg.backend.max_request_bytes});
   // Prefetch plans run in the background under cache.prefetch_budget_bytes.

@@ -52,11 +52,12 @@ class LiveEngine::Adapter final : public EvictionPolicy {
   std::shared_ptr<LiveEngine> e_;
 };
 
-Result<std::shared_ptr<LiveEngine>> LiveEngine::Create(EngineOptions opts, stream::AccessStreamTree* tree) {
+Result<std::shared_ptr<LiveEngine>> LiveEngine::Create(EngineOptions opts, stream::AccessStreamTree* tree,
+                                                       ListingFn listing, VersionFn version) {
   const std::string policy = opts.policy;
-  auto e = PolicyEngine::Create(std::move(opts), tree, {});
+  auto e = PolicyEngine::Create(std::move(opts), tree, std::move(listing));
   if (!e) return Err(e.error());
-  return std::shared_ptr<LiveEngine>(new LiveEngine(std::move(*e), policy));
+  return std::shared_ptr<LiveEngine>(new LiveEngine(std::move(*e), policy, std::move(version)));
 }
 
 std::unique_ptr<EvictionPolicy> LiveEngine::MakeEvictionAdapter() {
@@ -79,8 +80,12 @@ std::vector<LivePrefetch> LiveEngine::OnRead(uint64_t now_us, uint32_t pid, cons
   auto plan = engine_->OnRead(NowUs(), pid, key, offset, length, size);
   for (auto& r : plan) {
     auto v = versions_.find(r.path);
-    if (v == versions_.end()) continue;
-    out.push_back({std::move(r.path), v->second.first, v->second.second, r.first_unit, r.last_unit});
+    if (v != versions_.end()) {
+      out.push_back({std::move(r.path), v->second.first, v->second.second, r.first_unit, r.last_unit});
+    } else if (version_) {
+      if (auto known = version_(r.path))  // a file of the scan or epoch not read yet
+        out.push_back({std::move(r.path), known->first, known->second, r.first_unit, r.last_unit});
+    }
   }
   return out;
 }

@@ -16,7 +16,9 @@
 // BlockStore's lock -> LiveEngine::mu_ (the adapter is called under the
 // store's lock); LiveEngine never calls the store or the backend.
 
+#include <functional>
 #include <memory>
+#include <optional>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -39,7 +41,14 @@ struct LivePrefetch {
 
 class LiveEngine : public std::enable_shared_from_this<LiveEngine> {
  public:
-  static Result<std::shared_ptr<LiveEngine>> Create(EngineOptions opts, stream::AccessStreamTree* tree);
+  // Version (ETag, size) of an object from the mount's metadata, without
+  // I/O; nullopt if unknown. Lets plans name files not read yet (next files
+  // of a scan, unread items of an epoch).
+  using VersionFn = std::function<std::optional<std::pair<std::string, uint64_t>>(const std::string& key)>;
+  // `listing` (may be empty): files of a directory in listing order, for
+  // next-file prefetching; called under the engine's lock.
+  static Result<std::shared_ptr<LiveEngine>> Create(EngineOptions opts, stream::AccessStreamTree* tree,
+                                                    ListingFn listing = {}, VersionFn version = {});
 
   // An EvictionPolicy that forwards the store's hooks to the engine.
   std::unique_ptr<EvictionPolicy> MakeEvictionAdapter();
@@ -63,12 +72,14 @@ class LiveEngine : public std::enable_shared_from_this<LiveEngine> {
 
  private:
   class Adapter;
-  LiveEngine(std::unique_ptr<PolicyEngine> e, std::string policy) : engine_(std::move(e)), policy_(std::move(policy)) {}
+  LiveEngine(std::unique_ptr<PolicyEngine> e, std::string policy, VersionFn version)
+      : engine_(std::move(e)), policy_(std::move(policy)), version_(std::move(version)) {}
   uint64_t NowUs() const;
 
   mutable std::mutex mu_;  // guards everything below
   std::unique_ptr<PolicyEngine> engine_;
   const std::string policy_;
+  const VersionFn version_;
   // Object versions seen by reads (for prefetching files of the plan),
   // bounded: cleared at kMaxVersions entries.
   std::unordered_map<std::string, std::pair<std::string, uint64_t>> versions_;

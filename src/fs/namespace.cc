@@ -212,6 +212,23 @@ Result<std::shared_ptr<const DirListing>> Namespace::Listing(const std::string& 
   return result;
 }
 
+std::shared_ptr<const DirListing> Namespace::CachedListing(const std::string& dir_key) {
+  std::lock_guard lk(listings_mu_);
+  auto it = listings_.find(dir_key);
+  return it == listings_.end() ? nullptr : it->second;
+}
+
+std::optional<DirEntry> Namespace::CachedEntry(const std::string& key) {
+  const auto slash = key.rfind('/');
+  const std::string dir = slash == std::string::npos ? "" : key.substr(0, slash);
+  auto l = CachedListing(dir);
+  if (!l) return std::nullopt;
+  const DirEntry* e = l->Find(slash == std::string::npos ? std::string_view(key)
+                                                         : std::string_view(key).substr(slash + 1));
+  if (!e || e->is_dir) return std::nullopt;
+  return *e;
+}
+
 Result<InodeAttr> Namespace::Child(const std::string& dir_key, std::string_view name) {
   auto listing = Listing(dir_key);
   if (!listing) return Err(listing.error());

@@ -28,6 +28,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -86,6 +87,14 @@ class Namespace {
   static bool SafeName(std::string_view name);
 
   size_t inode_count() const;
+
+  // The listing of directory `dir_key` ("" root, "a/b" otherwise) if it is in
+  // memory (fresh or not), without asking the backend; null otherwise. For
+  // the policy engine's next-file and epoch prefetching, whose fetches check
+  // the ETag anyway.
+  std::shared_ptr<const DirListing> CachedListing(const std::string& dir_key);
+  // The entry of object `key` from its parent's in-memory listing, if any.
+  std::optional<DirEntry> CachedEntry(const std::string& key);
 
   // Called after a listing is fetched or loaded, with the directory key and
   // its number of entries (the access stream tree's N). Set before use.
