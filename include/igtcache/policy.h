@@ -63,6 +63,8 @@ class EvictionPolicy {
                             const UnitMeta& meta) {
     OnInsert(id, bytes, last_access_us);
   }
+  // A read hit that served `bytes` of the unit (per-stream hit accounting).
+  virtual void OnAccessBytes(const std::string& id, uint64_t bytes) { OnAccess(id); }
   // OnAccess with the caller's clock (frequency ageing).
   virtual void OnAccessAt(const std::string& id, uint64_t now_us) { OnAccess(id); }
   // A new epoch of the stream began (every cached unit becomes "not yet read

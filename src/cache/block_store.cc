@@ -241,8 +241,12 @@ class DiskBlockStore final : public BlockStore {
   void DeleteDetached(const std::vector<Victim>& victims, bool count_as_eviction);
   // Drops a unit found corrupt or missing, if it is still generation `gen`.
   void Drop(const std::string& id, uint64_t gen);
-  void Touch(const std::string& id, Entry& e) {
-    policy_->OnAccess(id);
+  // `read_bytes`: bytes served by a read hit (0: not a read, e.g. a racing Put).
+  void Touch(const std::string& id, Entry& e, uint64_t read_bytes = 0) {
+    if (read_bytes)
+      policy_->OnAccessBytes(id, read_bytes);
+    else
+      policy_->OnAccess(id);
     e.last_access_us = hooks_.now_us();
     ++e.access_count;
     dirty_.insert(id);
@@ -422,7 +426,7 @@ std::optional<size_t> DiskBlockStore::Read(const UnitKey& key, uint64_t offset, 
   {
     std::lock_guard lk(mu_);
     auto it = index_.find(id);
-    if (it != index_.end() && it->second.gen == gen) Touch(id, it->second);
+    if (it != index_.end() && it->second.gen == gen) Touch(id, it->second, len);
     flush = CollectDirtyLocked(batch, /*force=*/false);
   }
   if (flush) WriteAccessState(batch);

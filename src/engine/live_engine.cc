@@ -35,6 +35,10 @@ class LiveEngine::Adapter final : public EvictionPolicy {
     std::lock_guard lk(e_->mu_);
     e_->engine_->OnHit(id, 0, e_->NowUs());
   }
+  void OnAccessBytes(const std::string& id, uint64_t bytes) override {
+    std::lock_guard lk(e_->mu_);
+    e_->engine_->OnHit(id, bytes, e_->NowUs());
+  }
   void OnRemove(const std::string& id) override {
     std::lock_guard lk(e_->mu_);
     e_->engine_->OnRemove(id);
