@@ -31,6 +31,7 @@ sys.path.insert(0, str(ROOT / "tests" / "mount"))
 
 import harness  # noqa: E402
 from dataset import ensure_dataset  # noqa: E402
+from e2e_systems import mount_external, version  # noqa: E402  (shared with the e2e benchmark)
 
 BUCKET = "igt-bench"
 GiB = 1 << 30
@@ -60,28 +61,6 @@ def q(p) -> str:
 
 def read_tree_cmd(mnt: Path) -> str:
     return f"find {q(mnt)} -type f -print0 | xargs -0 -P{READERS} -n 64 cat > /dev/null"
-
-
-def mount_external(s: harness.Session, name: str, argv: list[str], mnt: Path, env=None) -> harness.Mount:
-    p = s.spawn(name, argv, env)
-    m = harness.Mount(mnt, None, p, None, name)
-    s.mounts.append(m)
-    deadline = time.monotonic() + harness.MOUNT_DEADLINE_S
-    while time.monotonic() < deadline:
-        if p.popen.poll() is not None:
-            raise RuntimeError(f"{name} exited {p.popen.returncode}: {p.stderr_text()[-2000:]}")
-        if harness.is_mounted(mnt):
-            return m
-        time.sleep(0.05)
-    raise RuntimeError(f"{name}: not mounted after {harness.MOUNT_DEADLINE_S}s: {p.stderr_text()[-2000:]}")
-
-
-def version(argv) -> str:
-    try:
-        r = subprocess.run(argv, capture_output=True, timeout=30)
-        return (r.stdout or r.stderr).decode(errors="replace").strip().splitlines()[0]
-    except Exception as e:
-        return f"unknown ({e})"
 
 
 def fmt_ratio(a, b):

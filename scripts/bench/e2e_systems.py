@@ -70,7 +70,7 @@ def dir_bytes(path: Path) -> int:
         return -1
 
 
-def _mount_external(s: harness.Session, name: str, argv: list[str], mnt: Path, env=None) -> harness.Mount:
+def mount_external(s: harness.Session, name: str, argv: list[str], mnt: Path, env=None) -> harness.Mount:
     p = s.spawn(name, argv, env)
     m = harness.Mount(mnt, None, p, None, name)
     s.mounts.append(m)
@@ -151,7 +151,7 @@ class Running:
             pw = s.tmp / "s3fs.passwd"
             pw.write_text(f"{harness.S3_ACCESS_KEY}:{harness.S3_SECRET_KEY}\n")
             os.chmod(pw, 0o600)
-            self.mount = _mount_external(s, "s3fs", [
+            self.mount = mount_external(s, "s3fs", [
                 "s3fs", self.bucket, str(mnt), "-f", "-o", f"url={ep}", "-o", "use_path_request_style",
                 "-o", f"use_cache={self.cache_dir}", "-o", f"ensure_diskfree={self.ensure_diskfree_mb}",
                 "-o", f"passwd_file={pw}", "-o", "ro"], mnt)
@@ -160,7 +160,7 @@ class Running:
             conf.write_text("")
             env = {k: v for k, v in os.environ.items() if k != "AWS_CA_BUNDLE"}
             env["RCLONE_CONFIG"] = str(conf)
-            self.mount = _mount_external(s, "rclone", [
+            self.mount = mount_external(s, "rclone", [
                 "rclone", "mount", f":s3:{self.bucket}", str(mnt), "--s3-provider", "Other",
                 "--s3-endpoint", ep, "--s3-access-key-id", harness.S3_ACCESS_KEY,
                 "--s3-secret-access-key", harness.S3_SECRET_KEY, "--s3-force-path-style",
