@@ -377,28 +377,9 @@ Status Validate(const Config& c) {
 Result<stream::StreamConfig> StreamConfigFrom(const Config& c) {
   stream::StreamConfig s;
   s.unit_bytes = c.cache.unit_size_bytes;  // follows the cache unit unless set
-  for (const auto& [key, v] : c.stream_params) {
-    const std::string f = key.substr(std::string("stream.").size());
-    auto u = [&] { return std::strtoull(v.c_str(), nullptr, 10); };
-    auto u32 = [&]() -> Result<uint32_t> {
-      auto x = u();
-      if (x > UINT32_MAX) return Err(Status::InvalidArgument(fmt::format("config key '{}': too large", key)));
-      return static_cast<uint32_t>(x);
-    };
-    auto d = [&] { return std::strtod(v.c_str(), nullptr); };
-#define U32(name) if (f == #name) { auto x = u32(); if (!x) return Err(x.error()); s.name = *x; continue; }
-    U32(min_samples) U32(window) U32(retest_every_samples) U32(retest_period_ms)
-    U32(hysteresis_tests) U32(sequential_gap)
-#undef U32
-    if (f == "alpha") s.alpha = d();
-    else if (f == "min_sequential_ratio") s.min_sequential_ratio = d();
-    else if (f == "mixed_sequential_ratio") s.mixed_sequential_ratio = d();
-    else if (f == "unit_bytes") s.unit_bytes = u();
-    else if (f == "memory_cap_bytes") s.memory_cap_bytes = u();
-    else if (f == "idle_prune_ms") s.idle_prune_ms = u();
-    else if (f == "heat_half_life_ms") s.heat_half_life_ms = u();
-    else return Err(Status::Internal("stream key not mapped: " + key));
-  }
+  for (const auto& [key, v] : c.stream_params)
+    if (auto st = stream::SetParam(s, key, v); !st.ok())
+      return Err(Status::InvalidArgument("config key '" + key + "': " + st.message()));
   if (auto st = stream::Validate(s); !st.ok()) return Err(st);
   return s;
 }

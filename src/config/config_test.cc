@@ -1,6 +1,7 @@
 #include <catch2/catch.hpp>
 
 #include "igtcache/config.h"
+#include "src/config/stream_settings.h"
 
 using namespace igt;
 
@@ -68,4 +69,18 @@ TEST_CASE("command-line overrides go through the same checks") {
   CHECK(c.cache.max_bytes == 1ull << 30);
   CHECK_FALSE(SetConfigValue(c, "cache.max_bytes", "x").ok());
   CHECK_FALSE(SetConfigValue(c, "nope", "1").ok());
+}
+
+TEST_CASE("stream.* keys reach the access stream tree's settings") {
+  auto c = ParseConfig("stream:\n  alpha: 0.01\n  window: 512\n  memory_cap_bytes: 1048576\n", "t.yaml");
+  REQUIRE(c.has_value());
+  auto s = StreamConfigFrom(*c);
+  REQUIRE(s.has_value());
+  CHECK(s->alpha == 0.01);
+  CHECK(s->window == 512);
+  CHECK(s->memory_cap_bytes == 1048576);
+  CHECK(s->unit_bytes == c->cache.unit_size_bytes);  // follows the cache unit
+  auto big = ParseConfig("stream:\n  window: 99999999999\n", "t.yaml");
+  REQUIRE_FALSE(big.has_value());
+  CHECK_THAT(big.error().message(), Catch::Contains("stream.window"));
 }

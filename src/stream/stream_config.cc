@@ -2,6 +2,11 @@
 
 #include <fmt/format.h>
 
+#include <cerrno>
+#include <cstdint>
+#include <cstdlib>
+#include <optional>
+
 namespace igt::stream {
 
 Status Validate(const StreamConfig& c) {
@@ -30,6 +35,60 @@ Status Validate(const StreamConfig& c) {
     return bad("memory_cap_bytes", fmt::format("must be >= 65536, got {}", c.memory_cap_bytes));
   if (c.heat_half_life_ms < 1) return bad("heat_half_life_ms", "must be >= 1");
   return Status::Ok();
+}
+
+Status SetParam(StreamConfig& c, std::string_view key, const std::string& value) {
+  std::string_view f = key;
+  if (f.starts_with("stream.")) f.remove_prefix(7);
+  auto bad = [&](const char* what) {
+    return Status::InvalidArgument(fmt::format("stream.{}: '{}' {}", f, value, what));
+  };
+  char* end = nullptr;
+  struct U32 { std::string_view name; uint32_t StreamConfig::*m; };
+  struct U64 { std::string_view name; uint64_t StreamConfig::*m; };
+  struct Dbl { std::string_view name; double StreamConfig::*m; };
+  static constexpr U32 kU32[] = {{"min_samples", &StreamConfig::min_samples},
+                                 {"window", &StreamConfig::window},
+                                 {"retest_every_samples", &StreamConfig::retest_every_samples},
+                                 {"retest_period_ms", &StreamConfig::retest_period_ms},
+                                 {"hysteresis_tests", &StreamConfig::hysteresis_tests},
+                                 {"sequential_gap", &StreamConfig::sequential_gap}};
+  static constexpr U64 kU64[] = {{"unit_bytes", &StreamConfig::unit_bytes},
+                                 {"memory_cap_bytes", &StreamConfig::memory_cap_bytes},
+                                 {"idle_prune_ms", &StreamConfig::idle_prune_ms},
+                                 {"heat_half_life_ms", &StreamConfig::heat_half_life_ms}};
+  static constexpr Dbl kDbl[] = {{"alpha", &StreamConfig::alpha},
+                                 {"min_sequential_ratio", &StreamConfig::min_sequential_ratio},
+                                 {"mixed_sequential_ratio", &StreamConfig::mixed_sequential_ratio}};
+  auto uint = [&]() -> std::optional<uint64_t> {
+    if (value.empty() || value.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
+    errno = 0;
+    uint64_t v = std::strtoull(value.c_str(), &end, 10);
+    if (errno == ERANGE) return std::nullopt;
+    return v;
+  };
+  for (const auto& p : kU32)
+    if (f == p.name) {
+      auto v = uint();
+      if (!v || *v > UINT32_MAX) return bad("is not an integer in [0, 4294967295]");
+      c.*p.m = static_cast<uint32_t>(*v);
+      return Status::Ok();
+    }
+  for (const auto& p : kU64)
+    if (f == p.name) {
+      auto v = uint();
+      if (!v) return bad("is not a non-negative integer");
+      c.*p.m = *v;
+      return Status::Ok();
+    }
+  for (const auto& p : kDbl)
+    if (f == p.name) {
+      double v = std::strtod(value.c_str(), &end);
+      if (value.empty() || *end != '\0') return bad("is not a number");
+      c.*p.m = v;
+      return Status::Ok();
+    }
+  return Status::InvalidArgument(fmt::format("unknown key 'stream.{}'", f));
 }
 
 std::vector<ParamDoc> StreamParamDocs() {

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "igtcache/status.h"
@@ -77,6 +78,10 @@ struct StreamConfig {
 // Checks ranges; the message names the field (`stream.<field>`) and what is
 // allowed.
 Status Validate(const StreamConfig& c);
+
+// Sets the field named by `key` ("stream.alpha" or "alpha") from text; the
+// message names the key. Ranges are checked by Validate().
+Status SetParam(StreamConfig& c, std::string_view key, const std::string& value);
 
 struct ParamDoc {
   std::string key;            // YAML key, e.g. "stream.alpha"
