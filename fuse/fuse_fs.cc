@@ -211,6 +211,11 @@ struct FuseFs::Impl {
     }
     Add(self->metrics_->opens);
     if (self->open_hook_) self->open_hook_(fuse_req_ctx(req)->pid, a->key, a->size);
+    // The kernel copies the mount's readahead into the file when the open
+    // returns, so setting it now gives this file its own (per-file
+    // readahead without a kernel interface for it). Two opens racing may
+    // swap their values: a matter of speed only, never of data.
+    if (self->readahead_hook_) self->SetReadahead(self->readahead_hook_(a->key, a->size));
     auto h = std::make_unique<Handle>(Handle{Handle::Kind::kFile, FileVersion{a->key, a->etag, a->size}, nullptr, {}});
     fi->fh = reinterpret_cast<uint64_t>(h.get());
     KernelHandoff();
@@ -426,8 +431,23 @@ void FuseFs::RaiseReadahead() {
     const std::string path = "/sys/class/bdi/" + dev + "/read_ahead_kb";
     std::ofstream ra(path);
     if (ra) ra << opts_.config.fuse.max_read_bytes / 1024;
-    if (!ra) spdlog::debug("cannot raise readahead via {} (not root?)", path);
+    if (!ra) {
+      spdlog::debug("cannot raise readahead via {} (not root?)", path);
+      continue;
+    }
+    std::lock_guard lk(ra_mu_);
+    ra_path_ = path;
+    ra_kb_ = opts_.config.fuse.max_read_bytes / 1024;
   }
+}
+
+void FuseFs::SetReadahead(uint64_t bytes) {
+  const uint64_t kb = bytes / 1024;
+  std::lock_guard lk(ra_mu_);
+  if (kb == 0 || ra_path_.empty() || kb == ra_kb_) return;
+  std::ofstream ra(ra_path_);
+  if (ra) ra << kb;
+  if (ra) ra_kb_ = kb;
 }
 
 Status FuseFs::Run() {

@@ -40,6 +40,10 @@ using AccessHook = std::function<void(uint64_t pid, const std::string& key, uint
 using ReadHook = std::function<void(uint64_t pid, const FileVersion& file, uint64_t offset, uint64_t length)>;
 // Called when a file is opened (page-cache hits never reach read()).
 using OpenHook = std::function<void(uint64_t pid, const std::string& key, uint64_t file_size)>;
+// Called when a file is opened: the kernel readahead (bytes) that file should
+// get, e.g. small for a file read at random through mmap (each page fault
+// reads this much around it). 0 leaves it as is. May be empty.
+using ReadaheadHook = std::function<uint64_t(const std::string& key, uint64_t file_size)>;
 
 class FuseFs {
  public:
@@ -62,6 +66,7 @@ class FuseFs {
   void set_access_hook(AccessHook h) { access_hook_ = std::move(h); }
   void set_read_hook(ReadHook h) { read_hook_ = std::move(h); }
   void set_open_hook(OpenHook h) { open_hook_ = std::move(h); }
+  void set_readahead_hook(ReadaheadHook h) { readahead_hook_ = std::move(h); }
 
   // Request handlers (called from the C trampolines in fuse_fs.cc).
   struct Impl;
@@ -69,6 +74,7 @@ class FuseFs {
  private:
   friend struct Impl;
   void RaiseReadahead();
+  void SetReadahead(uint64_t bytes);
   Namespace* ns_;
   ReadPipeline* pipeline_;
   Metrics* metrics_;
@@ -77,6 +83,12 @@ class FuseFs {
   AccessHook access_hook_;
   ReadHook read_hook_;
   OpenHook open_hook_;
+  ReadaheadHook readahead_hook_;
+  // The mount's /sys/class/bdi/<dev>/read_ahead_kb if we could write it
+  // (root), and the value written last; set at Mount(), then under ra_mu_.
+  std::mutex ra_mu_;
+  std::string ra_path_;
+  uint64_t ra_kb_ = 0;
   fuse_session* se_ = nullptr;
   bool mounted_ = false;
   bool handlers_set_ = false;

@@ -335,28 +335,48 @@ TEST_CASE("prefetch modules: registry and plans", "[policy][prefetch]") {
   REQUIRE(out.size() == 1);
   CHECK(out[0].first_unit == 1);
   CHECK(out[0].last_unit == 2);
-  uint64_t w = 0;
-  for (int i = 1; i < 6; ++i) {  // stays sequential: 4, 8, 8, ...
+  // Stays sequential: the window doubles to 8, and batches are planned only
+  // when less than half of it is left ahead of the reader, each covering the
+  // window after the read (so together they cover every unit, in runs of at
+  // least half a window once it is full).
+  uint64_t covered_to = 2;  // units planned so far: 1..2
+  std::vector<uint64_t> batch_sizes;
+  for (int i = 1; i < 40; ++i) {
     out.clear();
     c.offset = uint64_t(i) << 20;
     c.continues = true;
     ra->Plan(c, out);
+    if (out.empty()) {
+      CHECK(covered_to > uint64_t(i) + 1);  // the next unit is planned already
+      continue;
+    }
     REQUIRE(out.size() == 1);
-    w = out[0].last_unit - out[0].first_unit + 1;
+    CHECK(out[0].first_unit == uint64_t(i) + 1);  // restarts after the read
+    CHECK(out[0].last_unit <= uint64_t(i) + 8);
+    batch_sizes.push_back(out[0].last_unit - covered_to);  // new units
+    covered_to = out[0].last_unit;
   }
-  CHECK(w == 8);
+  CHECK(covered_to >= 39 + 4);  // at least half a window ahead
+  REQUIRE(batch_sizes.size() >= 4);
+  for (size_t k = 3; k < batch_sizes.size(); ++k) CHECK(batch_sizes[k] >= 4);
   ra->OnWasted("big");  // shrinks to 4, then doubles again on the next read
   out.clear();
-  c.offset = 6 << 20;
+  c.offset = 44 << 20;  // read 44: at most 2 units left ahead: a batch
   ra->Plan(c, out);
+  REQUIRE(out.size() == 1);
   CHECK(out[0].last_unit - out[0].first_unit + 1 == 8);
   ra->OnWasted("big");
   ra->OnWasted("big");
   out.clear();
-  c.offset = 20 << 20;  // a jump: back to the initial window
+  c.offset = 60 << 20;  // a jump: back to the initial window
   c.continues = false;
   ra->Plan(c, out);
   CHECK(out.empty());  // a jump mid-file is not sequential evidence
+  out.clear();
+  c.offset = 0;  // a new pass from the start plans afresh
+  ra->Plan(c, out);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].first_unit == 1);
 }
 
 TEST_CASE("fifo ignores reads", "[policy][fifo]") {

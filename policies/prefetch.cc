@@ -6,7 +6,9 @@
 //   adaptive-readahead  sequential streams: a per-file window that doubles
 //                       while reads stay sequential (initial_units ..
 //                       max_units), is reset by a jump, and halves when a
-//                       unit it prefetched is evicted unread; at the end of a
+//                       unit it prefetched is evicted unread; planned in
+//                       batches (when less than half the window is left
+//                       ahead of the reader); at the end of a
 //                       file whose directory is scanned in listing order it
 //                       runs on into the next files
 //   epoch               uniform streams over a known item set: propose items
@@ -72,20 +74,37 @@ class AdaptiveReadahead final : public PrefetchPolicy {
     const bool dir_scan = c.dir_label == kSequential;
     std::string key(c.path);
     auto it = windows_.find(key);
-    uint64_t w;
+    const uint64_t last_read = (c.offset + std::max<uint64_t>(c.length, 1) - 1) / c.unit_bytes;
+    Window w;
     if (it == windows_.end()) {
       // A new file: in a directory scan it inherits the scan's window.
-      w = dir_scan ? std::max(initial_, scan_window_) : initial_;
+      w.units = dir_scan ? std::max(initial_, scan_window_) : initial_;
     } else if (c.continues || c.file_label == kSequential) {
-      w = std::min(max_, it->second * 2);
+      w = it->second;
+      w.units = std::min(max_, w.units * 2);
     } else {
-      w = initial_;  // a jump: start over
+      w.units = initial_;  // a jump: start over
     }
+    if (!c.continues) w.planned_end = 0;  // a new visit or a jump: plan afresh
+    if (!(c.continues || c.offset == 0 || c.file_label == kSequential)) {
+      windows_[key] = w;
+      return;
+    }
+    // Plan in batches, like the kernel's async readahead marker: only when
+    // less than half the window is still planned ahead of the reader. Each
+    // batch then exposes at least half a window of new units at once, which
+    // the prefetcher turns into a few large ranged GETs in parallel instead
+    // of one 1-unit GET per read. The plan restarts at the unit after the
+    // read, so units dropped under the budget are proposed again.
+    if (w.planned_end > last_read + 1 + w.units / 2) {
+      windows_[key] = w;
+      return;
+    }
+    w.planned_end = last_read + 1 + w.units;
     windows_[key] = w;
-    if (!(c.continues || c.offset == 0 || c.file_label == kSequential)) return;
-    uint64_t left = AheadInFile(c, w, out);
+    uint64_t left = AheadInFile(c, w.units, out);
     if (dir_scan) {
-      scan_window_ = w;
+      scan_window_ = w.units;
       if (left > 0 && next_files_ > 0 && c.next_files) {
         for (const auto& f : c.next_files(c.path, next_files_)) {
           if (left == 0) break;
@@ -98,13 +117,17 @@ class AdaptiveReadahead final : public PrefetchPolicy {
   }
   void OnWasted(std::string_view path) override {
     auto it = windows_.find(std::string(path));
-    if (it != windows_.end()) it->second = std::max(initial_, it->second / 2);
+    if (it != windows_.end()) it->second.units = std::max(initial_, it->second.units / 2);
     scan_window_ = std::max(initial_, scan_window_ / 2);
   }
 
  private:
+  struct Window {
+    uint64_t units = 0;        // current window
+    uint64_t planned_end = 0;  // one past the last unit of the last batch
+  };
   const uint64_t initial_, max_, next_files_;
-  std::unordered_map<std::string, uint64_t> windows_;  // path -> window (units)
+  std::unordered_map<std::string, Window> windows_;  // path -> window
   uint64_t scan_window_ = 0;  // window of the current listing-order scan
 };
 

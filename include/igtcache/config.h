@@ -45,6 +45,7 @@ struct Config {
   struct Fuse {
     uint64_t threads = 0;
     uint64_t max_read_bytes = 0;
+    uint64_t random_readahead_bytes = 0;
     uint64_t max_background = 0;
     bool allow_other = false;
   } fuse;

@@ -317,6 +317,15 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
       for (const auto& p : live->OnRead(now_us(), static_cast<uint32_t>(pid), f.key, f.etag, off, len, f.size))
         pfr->Submit(FileVersion{p.key, p.etag, p.size}, p.first_unit, p.last_unit);
     });
+  // Per-file kernel readahead: small for a file whose block stream is random
+  // or skewed (mmap faults then read little around each fault), max_read
+  // for the rest (sequential readers get 1 MiB requests).
+  fuse.set_readahead_hook([&tree, &cfg](const std::string& key, uint64_t) -> uint64_t {
+    auto info = tree.Find(key);
+    const bool random = info && info->granularity == "block" &&
+                        (info->label == stream::Label::kRandom || info->label == stream::Label::kSkewed);
+    return random ? cfg.fuse.random_readahead_bytes : cfg.fuse.max_read_bytes;
+  });
   ns.set_listing_hook([&tree](const std::string& dir_key, size_t entries) {
     tree.NoteListing(dir_key, entries);
   });

@@ -83,7 +83,7 @@ const std::vector<Key>& Schema() {
        "`lfu`, `2random`, `lru-readahead` run on the same engine; `lru`, `fifo` are the plain "
        "store policies.",
        "igt|lru|fifo|lfu|2random|lru-readahead", SET_STR(cache.eviction)},
-      {"cache.prefetch_budget_bytes", Type::kSize, "64M",
+      {"cache.prefetch_budget_bytes", Type::kSize, "128M",
        "Prefetching budget (policy engine only): bytes of queued and running prefetches at most; "
        "plans beyond it are dropped, so prefetch memory stays bounded however many files are open.",
        nullptr, SET_SIZE(cache.prefetch_budget_bytes)},
@@ -135,6 +135,11 @@ const std::vector<Key>& Schema() {
       {"fuse.max_read_bytes", Type::kSize, "1M",
        "Largest read request the kernel sends (max_read; also max_pages).", nullptr,
        SET_SIZE(fuse.max_read_bytes)},
+      {"fuse.random_readahead_bytes", Type::kSize, "128K",
+       "Kernel readahead for a file opened while its block stream is labelled random or skewed "
+       "(an mmap page fault reads this much around the fault); other files get max_read. Set "
+       "per open through the mount's read_ahead_kb, so root only (else the kernel default).",
+       nullptr, SET_SIZE(fuse.random_readahead_bytes)},
       {"fuse.max_background", Type::kInt, "64",
        "Kernel limit on outstanding background requests (readahead).", nullptr,
        SET_U64(fuse.max_background)},
@@ -352,6 +357,9 @@ Status Validate(const Config& c) {
   if (c.fuse.max_read_bytes < 4096 || c.fuse.max_read_bytes > (1u << 20) ||
       (c.fuse.max_read_bytes % 4096) != 0)
     return bad("fuse.max_read_bytes", "must be a multiple of 4K between 4K and 1M");
+  if (c.fuse.random_readahead_bytes < 4096 || c.fuse.random_readahead_bytes > c.fuse.max_read_bytes ||
+      (c.fuse.random_readahead_bytes % 4096) != 0)
+    return bad("fuse.random_readahead_bytes", "must be a multiple of 4K between 4K and fuse.max_read_bytes");
   if (c.fuse.max_background < 1 || c.fuse.max_background > 65535)
     return bad("fuse.max_background", "must be 1..65535");
   if (c.backend.max_connections < 1 || c.backend.max_connections > 1024)

@@ -33,8 +33,8 @@ namespace igt {
 class Prefetcher {
  public:
   struct Options {
-    size_t threads = 4;                 // Default: 4 fetches at once
-    uint64_t budget_bytes = 64 << 20;   // Default: 64 MiB queued + running
+    size_t threads = 8;                 // Default: 8 fetches at once
+    uint64_t budget_bytes = 128 << 20;  // Default: 128 MiB queued + running
     uint64_t max_job_units = 8;         // a job is at most 8 units (one ranged GET)
   };
   using Hook = std::function<void(const std::string& key, uint64_t first, uint64_t last)>;

@@ -448,7 +448,12 @@ bool AccessStreamTree::RecordInFile(Node* f, uint64_t t, uint32_t pid, uint64_t 
     uint64_t b0 = std::min(off / cfg_.unit_bytes, nblocks - 1);
     const uint64_t b1 = std::min((off + std::max<uint64_t>(len, 1) - 1) / cfg_.unit_bytes, nblocks - 1);
     if (cont && b0 == c->last_block) ++b0;
-    for (uint64_t b = b0; b <= b1 && b < b0 + kMaxBlocksPerRead; ++b)
+    // A jump is one event: its first block only. Otherwise a reader jumping
+    // with multi-block reads (mmap faults read ~1 MiB around each fault)
+    // would look half sequential; the blocks a continuing read adds are
+    // each evidence of a scan.
+    const uint64_t upto = cont ? b1 : b0;
+    for (uint64_t b = b0; b <= upto && b < b0 + kMaxBlocksPerRead; ++b)
       PushSampleLocked(f, static_cast<uint32_t>(b), pid, t);
     c->last_block = b1;
   }

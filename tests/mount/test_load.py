@@ -35,9 +35,9 @@ RSS_BOUND = (16 * 1 + 64 * 8 + 128) * MiB
 FD_SLACK = 8
 # Open fds beyond the warm level: the HTTP pool's sockets (backend.
 # max_connections = 32), one unit file per FUSE worker (fuse.threads = 16)
-# and per prefetcher thread (4) being read or written at once, RocksDB
+# and per prefetcher thread (8) being read or written at once, RocksDB
 # table/WAL files (~10), and slack for libfuse's own (8).
-FD_GROWTH = 32 + 16 + 4 + 10 + 8
+FD_GROWTH = 32 + 16 + 8 + 10 + 8
 
 
 def main():
