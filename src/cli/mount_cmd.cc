@@ -314,8 +314,10 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
   });
   if (live)
     fuse.set_read_hook([live, pfr, now_us](uint64_t pid, const FileVersion& f, uint64_t off, uint64_t len) {
-      for (const auto& p : live->OnRead(now_us(), static_cast<uint32_t>(pid), f.key, f.etag, off, len, f.size))
-        pfr->Submit(FileVersion{p.key, p.etag, p.size}, p.first_unit, p.last_unit);
+      for (const auto& p : live->OnRead(now_us(), static_cast<uint32_t>(pid), f.key, f.etag, off, len, f.size)) {
+        const size_t q = pfr->Submit(FileVersion{p.key, p.etag, p.size}, p.first_unit, p.last_unit);
+        spdlog::debug("plan after {}@{}: {} [{}, {}] queued {}", f.key, off >> 20, p.key, p.first_unit, p.last_unit, q);
+      }
     });
   // Per-file kernel readahead: small for a file whose block stream is random
   // or skewed (mmap faults then read little around each fault), max_read

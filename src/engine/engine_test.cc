@@ -189,6 +189,28 @@ TEST_CASE("Zipf popularity under frequency eviction approaches the top-k mass", 
   CHECK(found);
 }
 
+TEST_CASE("units cached before their file was labelled follow it to its stream", "[engine]") {
+  // The first reads of a file land in its directory's group ("?m/", the
+  // file not labelled yet); once labelled, the file has its own stream.
+  // Later hits on the early units must count to that stream: no stream may
+  // report more hit bytes than bytes read through it.
+  Harness h("igt", 512);
+  for (int pass = 0; pass < 3; ++pass)
+    for (uint64_t u = 0; u < 128; ++u) h.Read("m/w.bin", u, 128, pass > 0);
+  CHECK(h.ratio() == 1.0);  // everything fits: passes 2 and 3 hit
+  auto j = ToJson(h.engine->Stats());
+  bool file_stream = false;
+  for (const auto& st : j["streams"]) {
+    INFO(st.dump());
+    CHECK(st["hit_bytes"].get<uint64_t>() <= st["read_bytes"].get<uint64_t>());
+    if (st["stream"] == "m/w.bin") {
+      file_stream = true;
+      CHECK(st["cached_units"].get<uint64_t>() == 128);  // the early units moved too
+    }
+  }
+  CHECK(file_stream);
+}
+
 TEST_CASE("overrides: never-cache is not admitted, a pinned prefix survives a scan", "[engine]") {
   auto pf = ParsePolicyFile(R"(
 profile: training

@@ -14,6 +14,9 @@ namespace {
 constexpr int kUnknown = 0, kSequential = 1, kRandom = 2, kSkewed = 3;
 // Reader continuation table cap (entries of ~80 B): cleared when reached.
 constexpr size_t kMaxReaders = 65536;
+// A read starting within this many units of where the reader's last read
+// ended still continues it (reordered readahead requests).
+constexpr uint64_t kReorderUnits = 4;
 // A repeated visit starts a new epoch once at least this fraction of the
 // stream's known items were read in the current one; fewer repeats mean
 // sampling with replacement (not epochs).
@@ -333,8 +336,12 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
   rkey += '\0';
   rkey += path;
   auto [rit, rfresh] = reader_end_.try_emplace(std::move(rkey), 0);
-  const bool continues = !rfresh && rit->second == offset && offset != 0;
-  rit->second = offset + length;
+  // Continues the reader's previous read: starts where it ended, or close to
+  // it (the kernel's readahead requests of one reader are served by several
+  // FUSE threads and may arrive out of order).
+  const uint64_t slack = kReorderUnits * opts_.unit_bytes;
+  const bool continues = !rfresh && offset != 0 && offset + slack >= rit->second && offset <= rit->second + slack;
+  rit->second = continues ? std::max(rit->second, offset + length) : offset + length;
   cur_path_ = &fit->first;
   cur_new_visit_ = !continues;
 
@@ -476,6 +483,11 @@ void PolicyEngine::OnHit(const std::string& id, uint64_t bytes, uint64_t now_us)
   auto it = units_.find(id);
   if (it == units_.end()) return;
   Unit& u = it->second;
+  // A unit cached before its file joined its current stream (e.g. while the
+  // file was still unlabelled) moves to that stream when it is read, so its
+  // hits, space and eviction follow the stream that reads it.
+  if (auto fit = files_.find(*u.path); fit != files_.end() && fit->second.group && fit->second.group != u.g)
+    MoveUnit(id, u, fit->second);
   Group* g = u.g;
   if (bytes == 0) bytes = u.bytes;  // the whole unit
   g->hit_bytes += bytes;
@@ -498,6 +510,25 @@ void PolicyEngine::OnHit(const std::string& id, uint64_t bytes, uint64_t now_us)
     g->read_cached_bytes += u.bytes;
   }
   g->module->OnAccessAt(id, now_us_);
+}
+
+void PolicyEngine::MoveUnit(const std::string& id, Unit& u, const FileRec& f) {
+  Group* from = u.g;
+  Group* to = f.group;
+  from->module->OnRemove(id);
+  from->bytes -= u.bytes;
+  --from->units;
+  if (u.read_stamp == from->epoch + 1) from->read_cached_bytes -= std::min(from->read_cached_bytes, u.bytes);
+  if (u.consumed) {
+    from->consumed_cached_bytes -= std::min(from->consumed_cached_bytes, u.bytes);
+    to->consumed_cached_bytes += u.bytes;
+  }
+  u.read_stamp = 0;  // not read in the new stream's epoch yet
+  u.g = to;
+  to->module->OnInsertUnit(id, u.bytes, 0,
+                          UnitMeta{(f.rank << 32) | u.index, u.prefetched_unread, now_us_, *u.path, u.index});
+  to->bytes += u.bytes;
+  ++to->units;
 }
 
 void PolicyEngine::OnRemove(const std::string& id) {

@@ -156,6 +156,7 @@ class PolicyEngine {
   std::vector<ListedFile> UnreadItems(Group* g, size_t n);
   std::vector<ListedFile> NextFiles(std::string_view path, size_t n);
   void NoteGhost(Group* g, const std::string& id, uint64_t bytes);
+  void MoveUnit(const std::string& id, Unit& u, const FileRec& f);
   void MaybeAllocate(uint64_t now_us);
   void TrimPlan(std::vector<PrefetchRange>& plan);
 
