@@ -93,6 +93,9 @@ struct PrefetchRange {
   std::string path;        // object key relative to the mount root
   uint64_t file_size = 0;  // bytes
   uint64_t first_unit = 0, last_unit = 0;  // inclusive
+  // Fetch the range in the background as threads and budget allow, waiting
+  // for room rather than being dropped (a whole-file fill).
+  bool fill = false;
 };
 
 // A file in a directory listing (listing order = byte order of the key).

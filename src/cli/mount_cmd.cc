@@ -293,7 +293,8 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
         const auto ps = pfr->stats();
         j["engine"]["prefetcher"] = {{"queued_units", ps.queued_units}, {"dropped_units", ps.dropped_units},
                                      {"fetched_units", ps.fetched_units}, {"failed_jobs", ps.failed_jobs},
-                                     {"held_bytes", ps.held_bytes}, {"peak_held_bytes", ps.peak_held_bytes}};
+                                     {"held_bytes", ps.held_bytes}, {"peak_held_bytes", ps.peak_held_bytes},
+                                     {"fills", ps.fills}, {"filling", ps.filling}};
       }
     }
     return j.dump(2) + "\n";
@@ -315,7 +316,8 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
   if (live)
     fuse.set_read_hook([live, pfr, now_us](uint64_t pid, const FileVersion& f, uint64_t off, uint64_t len) {
       for (const auto& p : live->OnRead(now_us(), static_cast<uint32_t>(pid), f.key, f.etag, off, len, f.size)) {
-        const size_t q = pfr->Submit(FileVersion{p.key, p.etag, p.size}, p.first_unit, p.last_unit);
+        const FileVersion fv{p.key, p.etag, p.size};
+        const size_t q = p.fill ? size_t(pfr->Fill(fv)) : pfr->Submit(fv, p.first_unit, p.last_unit);
         spdlog::debug("plan after {}@{}: {} [{}, {}] queued {}", f.key, off >> 20, p.key, p.first_unit, p.last_unit, q);
       }
     });

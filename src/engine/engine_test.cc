@@ -211,6 +211,29 @@ TEST_CASE("units cached before their file was labelled follow it to its stream",
   CHECK(file_stream);
 }
 
+TEST_CASE("a file read at random that fits in free space is filled once; one that does not is not",
+          "[engine]") {
+  auto fills = [](uint64_t cap_units, uint64_t file_units) {
+    Harness h("igt", cap_units);
+    std::mt19937 rng(5);
+    int n = 0;
+    for (int i = 0; i < 400; ++i) {
+      const uint64_t u = rng() % file_units;
+      h.now_us += 1000;
+      h.tree.Record(h.now_us, 1, "models/w.bin", u * kUnit + 4096, 4096, file_units * kUnit);
+      for (const auto& r : h.engine->OnRead(h.now_us, 1, "models/w.bin", u * kUnit + 4096, 4096, file_units * kUnit))
+        if (r.fill) {
+          ++n;
+          CHECK(r.first_unit == 0);
+          CHECK(r.last_unit == file_units - 1);
+        }
+    }
+    return n;
+  };
+  CHECK(fills(512, 256) == 1);  // labelled random, fits: one fill
+  CHECK(fills(128, 256) == 0);  // larger than the cache: demand reads only
+}
+
 TEST_CASE("overrides: never-cache is not admitted, a pinned prefix survives a scan", "[engine]") {
   auto pf = ParsePolicyFile(R"(
 profile: training

@@ -31,6 +31,12 @@ constexpr double kWindowValue = 1e30;
 // own (two subtrees read in turn look "random" over 2 children): the
 // streams below it are used instead.
 constexpr uint64_t kMinRetentionChildren = 16;
+// A file read at random (its block stream labelled random) of at least this
+// many units, whose missing units fit in the cache's free space, is fetched
+// whole in the background (a fill): free space and idle connections cost
+// nothing, and a loader faulting through a weights file at random reads most
+// of it. Smaller files are left to demand reads.
+constexpr uint64_t kFillMinUnits = 16;
 // Prefetched units not yet read may take at most this share of the cache:
 // prefetching never crowds out what is being kept (the readahead windows
 // shrink instead).
@@ -57,6 +63,8 @@ struct PolicyEngine::FileRec {
   // epoch and take only space freed by items already read, so they do not
   // count against the readahead share (kMaxPrefetchShare).
   bool epoch_planned = false;
+  // A whole-file fill was planned (random-access file fitting in free space).
+  bool fill_planned = false;
 };
 
 struct PolicyEngine::Unit {
@@ -92,6 +100,10 @@ struct PolicyEngine::Group {
   uint64_t epoch = 0, epoch_read_count = 0, repeats_in_epoch = 0;
   bool epoch_ok = true;
   uint64_t read_cached_bytes = 0;      // cached units read this epoch
+  // Epoch items planned but not inserted yet: they will take space that is
+  // already promised. Reset every allocation period, so a plan the executor
+  // dropped does not hold prefetching back for long.
+  uint64_t epoch_inflight_bytes = 0;
   uint64_t consumed_cached_bytes = 0;  // cached units read since insert
   bool repeats = false;                // data re-read (scan repeats, several readers)
   // Ghost of recent victims (ids), bounded by the cache capacity in bytes.
@@ -295,7 +307,11 @@ std::vector<ListedFile> PolicyEngine::UnreadItems(Group* g, size_t n) {
   std::vector<ListedFile> out;
   if (!g || g->label != kRandom || !g->epoch_ok || g->epoch == 0) return out;
   const uint64_t free_bytes = opts_.capacity_bytes > cached_bytes_ ? opts_.capacity_bytes - cached_bytes_ : 0;
+  // Room for items not read yet: free space and the space of items already
+  // read this epoch, less what earlier plans still in flight will take
+  // (planning beyond it would evict prefetched items before they are read).
   uint64_t avail = free_bytes + g->read_cached_bytes;
+  avail -= std::min(avail, g->epoch_inflight_bytes);
   while (out.size() < n && g->item_cursor < g->items.size()) {
     const std::string* key = g->items[g->item_cursor];
     const FileRec& f = files_[*key];
@@ -307,6 +323,7 @@ std::vector<ListedFile> PolicyEngine::UnreadItems(Group* g, size_t n) {
     files_[*key].epoch_planned = true;
     out.push_back({*key, f.size});
     avail -= f.size;
+    g->epoch_inflight_bytes += f.size;
   }
   return out;
 }
@@ -393,6 +410,21 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
   ctx.unread_items = [this, g](size_t n) { return UnreadItems(g, n); };
   prefetch_[module]->Plan(ctx, plan);
   TrimPlan(plan);
+  if (fl == kRandom && !f.fill_planned && !(ov && (ov->never_cache || ov->pattern >= 0))) {
+    const uint64_t n = (file_size + opts_.unit_bytes - 1) / opts_.unit_bytes;
+    const uint64_t missing = file_size - std::min(file_size, uint64_t(f.cached_units) * opts_.unit_bytes);
+    const uint64_t free_bytes = opts_.capacity_bytes > cached_bytes_ ? opts_.capacity_bytes - cached_bytes_ : 0;
+    if (n >= kFillMinUnits && missing <= free_bytes) {
+      f.fill_planned = true;
+      PrefetchRange r;
+      r.path = std::string(path);
+      r.file_size = file_size;
+      r.first_unit = 0;
+      r.last_unit = n - 1;
+      r.fill = true;
+      plan.push_back(std::move(r));
+    }
+  }
   return plan;
 }
 
@@ -469,9 +501,13 @@ void PolicyEngine::OnInsert(const std::string& id, std::string_view path, uint64
   cached_bytes_ += bytes;
   ++f.cached_units;
   if (prefetched) {
-    if (!f.epoch_planned) {
+    if (f.fill_planned) {
+      // A fill takes free space only: not held against the readahead share.
+    } else if (!f.epoch_planned) {
       prefetched_unread_bytes_ += bytes;
       units_[id].in_share = true;
+    } else {
+      g->epoch_inflight_bytes -= std::min(g->epoch_inflight_bytes, bytes);
     }
     prefetch_bytes_ += bytes;
     g->prefetch_bytes += bytes;
@@ -607,6 +643,7 @@ void PolicyEngine::Allocate(uint64_t now_us) {
     const double inst = double(g->period_read_bytes) / dt;
     g->rate = allocations_ == 0 ? inst : 0.5 * g->rate + 0.5 * inst;
     g->period_read_bytes = 0;
+    g->epoch_inflight_bytes = 0;
     g->value = Value(g.get());
   }
   // Drop empty, idle unlabelled streams (their files re-home on next read).

@@ -30,6 +30,7 @@ Prefetcher::~Prefetcher() {
     std::lock_guard lk(mu_);
     stop_ = true;
     queue_.clear();
+    fills_.clear();
   }
   cv_.notify_all();
   for (auto& t : threads_) t.join();
@@ -77,25 +78,84 @@ size_t Prefetcher::Submit(const FileVersion& file, uint64_t first, uint64_t last
   return queued;
 }
 
+bool Prefetcher::Fill(const FileVersion& file) {
+  if (file.size == 0) return false;
+  {
+    std::lock_guard lk(mu_);
+    if (stop_ || fills_.size() >= kMaxFills) return false;
+    for (const auto& f : fills_)
+      if (f.file.key == file.key && f.file.etag == file.etag) return false;
+    fills_.push_back(FillState{file, 0});
+    ++stats_.fills;
+  }
+  cv_.notify_all();
+  return true;
+}
+
+bool Prefetcher::NextFillJobLocked(Job* job) {
+  const uint64_t unit = pipeline_->unit_size();
+  // Submit's jobs keep two threads: a fill never delays a reader's readahead
+  // by more than the GETs already running.
+  const size_t max_running = std::max<size_t>(1, threads_.size() > 2 ? threads_.size() - 2 : 1);
+  while (!fills_.empty() && fill_running_ < max_running) {
+    FillState& f = fills_.front();
+    const uint64_t n = (f.file.size + unit - 1) / unit;
+    // Skip units cached or queued already (Contains takes the store's own
+    // lock, never ours: the store does not call back into the prefetcher).
+    while (f.next < n && ((store_ && store_->Contains(UnitKey{f.file.key, f.file.etag, f.next})) ||
+                          units_.count(UnitTag(f.file, f.next))))
+      ++f.next;
+    if (f.next >= n) {
+      fills_.pop_front();
+      continue;
+    }
+    uint64_t last = f.next;
+    while (last + 1 < n && last + 1 - f.next < opts_.max_job_units && !units_.count(UnitTag(f.file, last + 1)) &&
+           !(store_ && store_->Contains(UnitKey{f.file.key, f.file.etag, last + 1})))
+      ++last;
+    const uint64_t bytes = (last - f.next + 1) * unit;
+    if (held_bytes_ + bytes > opts_.budget_bytes) return false;  // wait for room
+    *job = Job{f.file, f.next, last, bytes, true};
+    for (uint64_t u = f.next; u <= last; ++u) units_.insert(UnitTag(f.file, u));
+    held_bytes_ += bytes;
+    stats_.peak_held_bytes = std::max(stats_.peak_held_bytes, held_bytes_);
+    ++fill_running_;
+    f.next = last + 1;
+    return true;
+  }
+  return false;
+}
+
 void Prefetcher::Worker() {
   while (true) {
     Job job;
     {
       std::unique_lock lk(mu_);
-      cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
+      cv_.wait(lk, [&] { return stop_ || !queue_.empty() || NextFillJobLocked(&job); });
       if (stop_) return;
-      job = std::move(queue_.front());
-      queue_.pop_front();
+      if (!job.fill) {
+        job = std::move(queue_.front());
+        queue_.pop_front();
+      }
     }
     if (begin_) begin_(job.file.key, job.first, job.last);
     Status s = pipeline_->Fetch(job.file, job.first, job.last);
     if (end_) end_(job.file.key, job.first, job.last);
     if (!s.ok()) spdlog::debug("prefetch {} [{}, {}]: {}", job.file.key, job.first, job.last, s.ToString());
-    std::lock_guard lk(mu_);
-    for (uint64_t u = job.first; u <= job.last; ++u) units_.erase(UnitTag(job.file, u));
-    held_bytes_ -= job.bytes;
-    if (s.ok()) stats_.fetched_units += job.last - job.first + 1;
-    else ++stats_.failed_jobs;
+    {
+      std::lock_guard lk(mu_);
+      for (uint64_t u = job.first; u <= job.last; ++u) units_.erase(UnitTag(job.file, u));
+      held_bytes_ -= job.bytes;
+      if (job.fill) {
+        --fill_running_;
+        // A failed fill stops (the reader's own misses still fetch).
+        if (!s.ok())
+          std::erase_if(fills_, [&](const FillState& f) { return f.file.key == job.file.key && f.file.etag == job.file.etag; });
+      }
+      if (s.ok()) stats_.fetched_units += job.last - job.first + 1;
+      else ++stats_.failed_jobs;
+    }
+    cv_.notify_all();  // room in the budget: a waiting fill may go on
   }
 }
 
@@ -103,6 +163,7 @@ Prefetcher::Stats Prefetcher::stats() const {
   std::lock_guard lk(mu_);
   Stats s = stats_;
   s.held_bytes = held_bytes_;
+  s.filling = fills_.size();
   return s;
 }
 

@@ -50,8 +50,16 @@ class Prefetcher {
   // for the budget.
   size_t Submit(const FileVersion& file, uint64_t first, uint64_t last);
 
+  // Fetches every unit of `file` not cached yet, in the background, with the
+  // threads and budget that Submit's jobs leave free: a fill is never dropped
+  // for the budget, it waits for room (at most kMaxFills files at once;
+  // more are refused). Returns false if refused or already filling.
+  bool Fill(const FileVersion& file);
+  static constexpr size_t kMaxFills = 16;
+
   struct Stats {
     uint64_t queued_units = 0, dropped_units = 0, fetched_units = 0, failed_jobs = 0;
+    uint64_t fills = 0, filling = 0;  // fills started; files being filled now
     uint64_t held_bytes = 0, peak_held_bytes = 0;
   };
   Stats stats() const;
@@ -60,8 +68,16 @@ class Prefetcher {
   struct Job {
     FileVersion file;
     uint64_t first, last, bytes;
+    bool fill = false;
+  };
+  struct FillState {
+    FileVersion file;
+    uint64_t next = 0;  // first unit not looked at yet
   };
   void Worker();
+  // Under mu_: the next run of a fill's units to fetch, if the budget and
+  // the fill's share of the threads allow one.
+  bool NextFillJobLocked(Job* job);
 
   ReadPipeline* pipeline_;
   BlockStore* store_;
@@ -71,6 +87,8 @@ class Prefetcher {
   mutable std::mutex mu_;        // guards everything below
   std::condition_variable cv_;
   std::deque<Job> queue_;
+  std::deque<FillState> fills_;
+  size_t fill_running_ = 0;  // fill jobs being fetched
   std::unordered_set<std::string> units_;  // "etag#key#unit" queued or running
   uint64_t held_bytes_ = 0;
   bool stop_ = false;

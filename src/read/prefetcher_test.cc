@@ -132,3 +132,28 @@ TEST_CASE("prefetcher: destruction with queued work does not hang", "[prefetch]"
   opener.join();
   SUCCEED();
 }
+
+TEST_CASE("prefetcher: a fill fetches every missing unit within the budget, never dropping", "[prefetch]") {
+  Fx fx;
+  Prefetcher::Options o{3, 4 * kUnit, 2};  // budget of 4 units, far below the 16-unit file
+  Prefetcher p(fx.pipe.get(), fx.store.get(), o);
+  const auto v = fx.Version();
+  CHECK(p.Submit(v, 5, 6) == 2);  // some units cached or queued already: skipped by the fill
+  CHECK(p.Fill(v));
+  CHECK_FALSE(p.Fill(v));  // already filling
+  for (int i = 0; i < 30000 && (p.stats().filling != 0 || p.stats().held_bytes != 0); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const auto st = p.stats();
+  CHECK(st.filling == 0);
+  CHECK(st.held_bytes == 0);
+  CHECK(st.dropped_units == 0);
+  CHECK(st.peak_held_bytes <= o.budget_bytes);
+  CHECK(st.fetched_units == 16);  // each unit once: 2 by Submit, 14 by the fill
+  CHECK(st.fills == 1);
+  for (uint64_t u = 0; u < 16; ++u) CHECK(fx.store->Contains(UnitKey{"a/big", v.etag, u}));
+  // Nothing left to fetch: a new fill finishes at once.
+  CHECK(p.Fill(v));
+  for (int i = 0; i < 30000 && p.stats().filling != 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  CHECK(p.stats().fetched_units == 16);
+}
