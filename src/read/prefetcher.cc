@@ -18,6 +18,12 @@ std::string UnitTag(const FileVersion& f, uint64_t u) {
   return s;
 }
 
+// Bytes units [first, last] of `f` hold (the last unit of a file is short:
+// a small file costs its size, not a whole unit, against the budget).
+uint64_t JobBytes(const FileVersion& f, uint64_t first, uint64_t last, uint64_t unit) {
+  return std::min(f.size, (last + 1) * unit) - std::min(f.size, first * unit);
+}
+
 }  // namespace
 
 Prefetcher::Prefetcher(ReadPipeline* pipeline, BlockStore* store, Options opts, Hook begin, Hook end)
@@ -60,7 +66,7 @@ size_t Prefetcher::Submit(const FileVersion& file, uint64_t first, uint64_t last
       while (j + 1 < want.size() && want[j + 1] == want[j] + 1 && j + 1 - i < opts_.max_job_units &&
              !units_.count(UnitTag(file, want[j + 1])))
         ++j;
-      const uint64_t bytes = (want[j] - want[i] + 1) * unit;
+      const uint64_t bytes = JobBytes(file, want[i], want[j], unit);
       if (held_bytes_ + bytes > opts_.budget_bytes) {
         stats_.dropped_units += want.size() - i;  // backpressure: drop the rest
         break;
@@ -113,7 +119,7 @@ bool Prefetcher::NextFillJobLocked(Job* job) {
     while (last + 1 < n && last + 1 - f.next < opts_.max_job_units && !units_.count(UnitTag(f.file, last + 1)) &&
            !(store_ && store_->Contains(UnitKey{f.file.key, f.file.etag, last + 1})))
       ++last;
-    const uint64_t bytes = (last - f.next + 1) * unit;
+    const uint64_t bytes = JobBytes(f.file, f.next, last, unit);
     if (held_bytes_ + bytes > opts_.budget_bytes) return false;  // wait for room
     *job = Job{f.file, f.next, last, bytes, true};
     for (uint64_t u = f.next; u <= last; ++u) units_.insert(UnitTag(f.file, u));

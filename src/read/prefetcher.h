@@ -4,7 +4,7 @@
 // budget.
 //
 // Budget and backpressure: every queued or running job holds its bytes
-// (units x unit size) against `budget_bytes`; a plan that does not fit is
+// (the bytes of its units: a small file counts its size) against `budget_bytes`; a plan that does not fit is
 // dropped (counted), never queued without bound and never blocking the read
 // path. So the memory prefetching can hold is at most budget_bytes of
 // queued work plus `threads` GET bodies of at most max_request_bytes in
