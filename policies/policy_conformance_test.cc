@@ -335,10 +335,11 @@ TEST_CASE("prefetch modules: registry and plans", "[policy][prefetch]") {
   REQUIRE(out.size() == 1);
   CHECK(out[0].first_unit == 1);
   CHECK(out[0].last_unit == 2);
-  // Stays sequential: the window doubles to 8, and batches are planned only
-  // when less than half of it is left ahead of the reader, each covering the
-  // window after the read (so together they cover every unit, in runs of at
-  // least half a window once it is full).
+  // Stays sequential: the window doubles to 8, and the plan extends only
+  // when less than half of it is left ahead of the reader, each time to the
+  // full window after the read (so the extensions cover every unit, in runs
+  // of at least half a window once it is full); in between, a read proposes
+  // again just what is planned ahead of it (retrying dropped units).
   uint64_t covered_to = 2;  // units planned so far: 1..2
   std::vector<uint64_t> batch_sizes;
   for (int i = 1; i < 40; ++i) {
@@ -346,13 +347,13 @@ TEST_CASE("prefetch modules: registry and plans", "[policy][prefetch]") {
     c.offset = uint64_t(i) << 20;
     c.continues = true;
     ra->Plan(c, out);
-    if (out.empty()) {
-      CHECK(covered_to > uint64_t(i) + 1);  // the next unit is planned already
+    REQUIRE(out.size() == 1);
+    CHECK(out[0].first_unit == uint64_t(i) + 1);  // starts after the read
+    CHECK(out[0].last_unit <= uint64_t(i) + 8);
+    if (out[0].last_unit <= covered_to) {
+      CHECK(out[0].last_unit == covered_to);  // a re-proposal of what is planned
       continue;
     }
-    REQUIRE(out.size() == 1);
-    CHECK(out[0].first_unit == uint64_t(i) + 1);  // restarts after the read
-    CHECK(out[0].last_unit <= uint64_t(i) + 8);
     batch_sizes.push_back(out[0].last_unit - covered_to);  // new units
     covered_to = out[0].last_unit;
   }

@@ -94,10 +94,12 @@ class AdaptiveReadahead final : public PrefetchPolicy {
     // less than half the window is still planned ahead of the reader. Each
     // batch then exposes at least half a window of new units at once, which
     // the prefetcher turns into a few large ranged GETs in parallel instead
-    // of one 1-unit GET per read. The plan restarts at the unit after the
-    // read, so units dropped under the budget are proposed again.
+    // of one 1-unit GET per read. Between batches a read proposes again
+    // what is planned ahead of it (the executor skips units cached or
+    // queued), so units it dropped under its budget are retried.
     if (w.planned_end > last_read + 1 + w.units / 2) {
       windows_[key] = w;
+      AheadInFile(c, w.planned_end - 1 - last_read, out);
       return;
     }
     w.planned_end = last_read + 1 + w.units;
