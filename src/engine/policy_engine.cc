@@ -31,6 +31,9 @@ constexpr double kWindowValue = 1e30;
 // own (two subtrees read in turn look "random" over 2 children): the
 // streams below it are used instead.
 constexpr uint64_t kMinRetentionChildren = 16;
+// The stream that holds readahead units until they are read (not a path: no
+// key of the tree starts with '(').
+constexpr std::string_view kWindowStream = "(readahead)";
 // A file read at random (its block stream labelled random) of at least this
 // many units, whose missing units fit in the cache's free space, is fetched
 // whole in the background (a fill): free space and idle connections cost
@@ -482,6 +485,13 @@ void PolicyEngine::OnInsert(const std::string& id, std::string_view path, uint64
     g->ws_bytes += f.size;
   }
   if (g->ghost_set.count(id)) g->repeats = true;  // fetched again after eviction
+  // Readahead units wait in the window stream until read: whatever the
+  // file's stream is (its label may be skewed or random by now, whose
+  // modules would take a never-read unit first), a window is not given up
+  // while other streams hold space; on its first read the unit moves to the
+  // file's stream (OnHit).
+  if (mode_igt_ && prefetched && !f.epoch_planned && !f.fill_planned)
+    g = WindowGroup();
   Unit u;
   u.g = g;
   u.path = &fit->first;
@@ -603,8 +613,25 @@ double PolicyEngine::Value(const Group* g) const {
   return v * miss_s / double(g->read_bytes);
 }
 
+PolicyEngine::Group* PolicyEngine::WindowGroup() {
+  auto& slot = groups_[std::string(kWindowStream)];
+  if (!slot) {
+    slot = std::make_unique<Group>();
+    slot->key = std::string(kWindowStream);
+    slot->label = kSequential;
+    slot->forced = true;
+    // Oldest first: a window nobody reads any more (the reader stopped or
+    // jumped) is older than the windows of readers still going.
+    slot->module = *MakeEvictionPolicy("fifo");
+    slot->module_name = "fifo";
+  }
+  return slot.get();
+}
+
 double PolicyEngine::ByteValue(const Group* g) const {
   if (g->ov && g->ov->never_cache) return -1;
+  if (g->key == kWindowStream)  // protected until near the readahead share, then stale windows go
+    return double(g->bytes) < 0.9 * kMaxPrefetchShare * double(opts_.capacity_bytes) ? kWindowValue : 0.0;
   const double avg = g->rate / std::max<double>({1.0, double(g->ws_bytes), double(g->bytes)});
   switch (g->label) {
     case kRandom:

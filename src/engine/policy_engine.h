@@ -157,6 +157,7 @@ class PolicyEngine {
   std::vector<ListedFile> NextFiles(std::string_view path, size_t n);
   void NoteGhost(Group* g, const std::string& id, uint64_t bytes);
   void MoveUnit(const std::string& id, Unit& u, const FileRec& f);
+  Group* WindowGroup();  // the stream of readahead units not read yet
   void MaybeAllocate(uint64_t now_us);
   void TrimPlan(std::vector<PrefetchRange>& plan);
 
