@@ -751,6 +751,7 @@ Status PolicyEngine::SetPolicyFile(PolicyFile pf) {
   opts_.policy_file = std::move(pf);
   prefetch_ = std::move(pre);
   for (auto& [key, g] : groups_) {
+    if (key == kWindowStream) continue;  // its own module (fifo), not the file's
     // Overrides point into the new file (a stream keyed by a prefix that is
     // no longer overridden becomes an ordinary stream until re-read).
     g->ov = nullptr;
