@@ -356,14 +356,6 @@ def case6(ctx: Ctx) -> dict:
 
 # ---------------------------------------------------------------------------
 
-def cpu_model() -> str:
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown"
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description="igtcache end-to-end benchmark -> docs/BENCHMARKS.md (e2e section)")
     ap.add_argument("--quick", action="store_true", help="small scale, a few minutes (for development)")
@@ -385,7 +377,7 @@ def main() -> None:
     systems = [x for x in opts.systems.split(",") if x]
     t_start = time.monotonic()
     res = {"scale": sc.__dict__, "date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
-           "machine": {"nproc": os.cpu_count(), "cpu": cpu_model(),
+           "machine": {"nproc": os.cpu_count(), "cpu": S.cpu_model(),
                        "ram_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / D.GiB),
                        "kernel": platform.release()},
            "versions": S.versions(), "proxy": PROXY_ARGS, "systems": systems, "cases": {}}

@@ -18,7 +18,6 @@ from __future__ import annotations
 import datetime
 import os
 import platform
-import re
 import statistics
 import subprocess
 import sys
@@ -31,7 +30,7 @@ sys.path.insert(0, str(ROOT / "tests" / "mount"))
 
 import harness  # noqa: E402
 from dataset import ensure_dataset  # noqa: E402
-from e2e_systems import mount_external, version  # noqa: E402  (shared with the e2e benchmark)
+from e2e_systems import cpu_model, mount_external, replace_section, version  # noqa: E402  (shared with the e2e benchmark)
 
 BUCKET = "igt-bench"
 GiB = 1 << 30
@@ -170,14 +169,6 @@ def bench_bucket(s: harness.Session) -> dict:
     return results
 
 
-def cpu_model() -> str:
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown"
-
-
 def render(a: dict, b: dict) -> str:
     now = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
     vers = {
@@ -246,14 +237,7 @@ def render_b(L: list, b: dict) -> None:
 
 def write_section(text: str) -> Path:
     doc = ROOT / "docs" / "BENCHMARKS.md"
-    begin, end = "<!-- foundation:begin -->", "<!-- foundation:end -->"
-    block = f"{begin}\n{text}\n{end}"
-    old = doc.read_text() if doc.exists() else "# Benchmarks\n\nFigures, never gates. Each section says which script produced it.\n"
-    if begin in old and end in old:
-        new = re.sub(re.escape(begin) + r".*?" + re.escape(end), lambda _: block, old, flags=re.S)
-    else:
-        new = old.rstrip("\n") + "\n\n" + block + "\n"
-    doc.write_text(new)
+    replace_section(doc, "<!-- foundation:begin -->", "<!-- foundation:end -->", text)
     return doc
 
 

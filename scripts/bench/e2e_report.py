@@ -8,8 +8,9 @@ results dict; nothing is typed in by hand. Single-threaded.
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
+
+from e2e_systems import replace_section  # bench_e2e.py puts tests/mount (harness) on sys.path
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "BENCHMARKS.md"
@@ -450,13 +451,7 @@ def _runs(res: dict):
 
 def write(res: dict) -> Path:
     text = render(res)
-    block = f"{BEGIN}\n{text}\n{END}"
-    old = DOC.read_text() if DOC.exists() else "# Benchmarks\n\nFigures, never gates. Each section says which script produced it.\n"
-    if BEGIN in old and END in old:
-        new = re.sub(re.escape(BEGIN) + r".*?" + re.escape(END), lambda _: block, old, flags=re.S)
-    else:
-        new = old.rstrip("\n") + "\n\n" + block + "\n"
-    DOC.write_text(new)
+    replace_section(DOC, BEGIN, END, text)
     IMG.mkdir(parents=True, exist_ok=True)
     (IMG / "e2e_results.json").write_text(json.dumps(res, indent=1))
     print(text)

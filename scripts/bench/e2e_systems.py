@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import platform
+import re
 import shutil
 import subprocess
 import time
@@ -35,6 +37,26 @@ MiB = 1 << 20
 RCLONE_POLL = "10s"
 
 _loops: list[Path] = []   # loop-mounted s3fs cache file systems we own
+
+
+def cpu_model() -> str:
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown"
+
+
+def replace_section(doc: Path, begin: str, end: str, text: str) -> None:
+    """Puts `text` between the markers `begin` and `end` of `doc`
+    (docs/BENCHMARKS.md), or appends the marked block if they are missing."""
+    block = f"{begin}\n{text}\n{end}"
+    old = doc.read_text() if doc.exists() else "# Benchmarks\n\nFigures, never gates. Each section says which script produced it.\n"
+    if begin in old and end in old:
+        new = re.sub(re.escape(begin) + r".*?" + re.escape(end), lambda _: block, old, flags=re.S)
+    else:
+        new = old.rstrip("\n") + "\n\n" + block + "\n"
+    doc.write_text(new)
 
 
 def drop_caches() -> None:

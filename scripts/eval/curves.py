@@ -83,6 +83,13 @@ def main():
     with open(cfg, "w") as f:
         f.write(f"policy:\n  file: {pol}\n")
     fr = [0.05, 0.1, 0.25, 0.4, 0.5, 0.6, 0.75, 0.9, 0.95]
+
+    def measured(ax, trace, d_bytes):
+        """igt and lru in the simulator on `trace` (D = d_bytes) at each fraction."""
+        for policy, fmt in (("igt", "C3o"), ("lru", "C0s")):
+            ax.plot(fr, [sim(a.bin, os.path.join(a.dir, trace), int(d_bytes * f), policy, cfg) for f in fr],
+                    fmt, label=f"{policy} (sim)")
+
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.3))
     xs = [x / 100 for x in range(1, 100)]
     # Uniform epochs (6 epochs: the first is cold, so measured = 5/6 of the steady state).
@@ -90,30 +97,18 @@ def main():
     ax.plot(xs, [x * 5 / 6 for x in xs], "C3-", label="keep: c/D (x 5/6 warm epochs)")
     ax.plot(xs, [(1 - (1 - x) + (1 - x) * math.log(1 - x)) * 5 / 6 for x in xs], "C0-",
             label="LRU: 1 - t + t ln t, t = 1 - c/D (x 5/6)")
-    d_bytes = 1000 * 256 * KIB
-    ax.plot(fr, [sim(a.bin, os.path.join(a.dir, "c_uniform.csv"), int(d_bytes * f), "igt", cfg) for f in fr],
-            "C3o", label="igt (sim)")
-    ax.plot(fr, [sim(a.bin, os.path.join(a.dir, "c_uniform.csv"), int(d_bytes * f), "lru", cfg) for f in fr],
-            "C0s", label="lru (sim)")
+    measured(ax, "c_uniform.csv", 1000 * 256 * KIB)
     ax.set_title("random (epoch-shuffled), D = 1000 items")
     # Sequential cyclic scan (5 passes, first cold: 4/5).
     ax = axes[1]
     ax.plot(xs, [x * 4 / 5 for x in xs], "C3-", label="evict-behind, kept prefix: c/D (x 4/5)")
     ax.plot(xs, [0 for _ in xs], "C0-", label="LRU: 0")
-    d_bytes = 400 * MIB
-    ax.plot(fr, [sim(a.bin, os.path.join(a.dir, "c_seq.csv"), int(d_bytes * f), "igt", cfg) for f in fr],
-            "C3o", label="igt (sim)")
-    ax.plot(fr, [sim(a.bin, os.path.join(a.dir, "c_seq.csv"), int(d_bytes * f), "lru", cfg) for f in fr],
-            "C0s", label="lru (sim)")
+    measured(ax, "c_seq.csv", 400 * MIB)
     ax.set_title("sequential (a 400 MiB file scanned 5 times)")
     # Skewed.
     ax = axes[2]
     ax.plot(xs, [cdf[max(0, int(x * 2000) - 1)] / acc for x in xs], "C3-", label="top-k mass (LFU limit)")
-    d_bytes = 2000 * 256 * KIB
-    ax.plot(fr, [sim(a.bin, os.path.join(a.dir, "c_zipf.csv"), int(d_bytes * f), "igt", cfg) for f in fr],
-            "C3o", label="igt (sim)")
-    ax.plot(fr, [sim(a.bin, os.path.join(a.dir, "c_zipf.csv"), int(d_bytes * f), "lru", cfg) for f in fr],
-            "C0s", label="lru (sim)")
+    measured(ax, "c_zipf.csv", 2000 * 256 * KIB)
     ax.set_title("skewed (Zipf s = 1.0, 2000 items)")
     for ax in axes:
         ax.set_xlabel("cache size c / data size D")

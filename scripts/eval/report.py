@@ -59,40 +59,29 @@ def table(w, data, fractions, policies):
     return "\n".join(lines)
 
 
-def plots(res, img):
+def plot_grid(res, img, metric, ylabel, fname, ylim):
+    """One panel per workload: `metric` of every policy against cache size."""
     fractions = res["fractions"]
     fig, axes = plt.subplots(2, 3, figsize=(15, 8.5))
     for ax, w in zip(axes.flat, "abcdef"):
         runs = res["workloads"][w]["runs"]
         for p in res["policies"]:
-            ys = [next(r["byte_hit_ratio"] for r in runs if r["policy"] == p and r["fraction"] == f) for f in fractions]
-            style = STYLE.get(p, {})
-            ax.plot([f * 100 for f in fractions], ys, marker="o", label=p, **style)
+            ys = [next(r[metric] for r in runs if r["policy"] == p and r["fraction"] == f) for f in fractions]
+            ax.plot([f * 100 for f in fractions], ys, marker="o", label=p, **STYLE.get(p, {}))
         ax.set_title(NAMES[w], fontsize=10)
         ax.set_xlabel("cache size (% of working set)")
-        ax.set_ylabel("byte hit ratio")
-        ax.set_ylim(0, 1.02)
+        ax.set_ylabel(ylabel)
+        ax.set_ylim(**ylim)
         ax.grid(alpha=0.3)
     axes.flat[0].legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(os.path.join(img, "eval_hit_ratio.png"), dpi=90)
+    fig.savefig(os.path.join(img, fname), dpi=90)
     plt.close(fig)
-    fig, axes = plt.subplots(2, 3, figsize=(15, 8.5))
-    for ax, w in zip(axes.flat, "abcdef"):
-        runs = res["workloads"][w]["runs"]
-        for p in res["policies"]:
-            ys = [next(r["modeled_time_s"] for r in runs if r["policy"] == p and r["fraction"] == f) for f in fractions]
-            style = STYLE.get(p, {})
-            ax.plot([f * 100 for f in fractions], ys, marker="o", label=p, **style)
-        ax.set_title(NAMES[w], fontsize=10)
-        ax.set_xlabel("cache size (% of working set)")
-        ax.set_ylabel("modeled time (s)")
-        ax.set_ylim(bottom=0)
-        ax.grid(alpha=0.3)
-    axes.flat[0].legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(os.path.join(img, "eval_time.png"), dpi=90)
-    plt.close(fig)
+
+
+def plots(res, img):
+    plot_grid(res, img, "byte_hit_ratio", "byte hit ratio", "eval_hit_ratio.png", {"bottom": 0, "top": 1.02})
+    plot_grid(res, img, "modeled_time_s", "modeled time (s)", "eval_time.png", {"bottom": 0})
 
 
 def aims(res):

@@ -85,6 +85,7 @@ struct PolicyEngine::Group {
   std::string key;
   int label = kUnknown;
   bool forced = false;
+  bool window = false;  // the (readahead) stream
   const PathOverride* ov = nullptr;
   std::unique_ptr<EvictionPolicy> module;
   std::string module_name;
@@ -620,6 +621,7 @@ PolicyEngine::Group* PolicyEngine::WindowGroup() {
     slot->key = std::string(kWindowStream);
     slot->label = kSequential;
     slot->forced = true;
+    slot->window = true;
     // Oldest first: a window nobody reads any more (the reader stopped or
     // jumped) is older than the windows of readers still going.
     slot->module = *MakeEvictionPolicy("fifo");
@@ -630,7 +632,7 @@ PolicyEngine::Group* PolicyEngine::WindowGroup() {
 
 double PolicyEngine::ByteValue(const Group* g) const {
   if (g->ov && g->ov->never_cache) return -1;
-  if (g->key == kWindowStream)  // protected until near the readahead share, then stale windows go
+  if (g->window)  // protected until near the readahead share, then stale windows go
     return double(g->bytes) < 0.9 * kMaxPrefetchShare * double(opts_.capacity_bytes) ? kWindowValue : 0.0;
   const double avg = g->rate / std::max<double>({1.0, double(g->ws_bytes), double(g->bytes)});
   switch (g->label) {
@@ -751,7 +753,7 @@ Status PolicyEngine::SetPolicyFile(PolicyFile pf) {
   opts_.policy_file = std::move(pf);
   prefetch_ = std::move(pre);
   for (auto& [key, g] : groups_) {
-    if (key == kWindowStream) continue;  // its own module (fifo), not the file's
+    if (g->window) continue;  // its own module (fifo), not the file's
     // Overrides point into the new file (a stream keyed by a prefix that is
     // no longer overridden becomes an ordinary stream until re-read).
     g->ov = nullptr;
