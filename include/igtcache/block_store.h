@@ -31,8 +31,23 @@ struct Metrics;
 struct UnitKey {
   std::string object;   // object key relative to the source root
   std::string etag;     // object version; part of the identity
-  uint64_t index = 0;   // unit number: bytes [index*unit_size, ...)
+  uint64_t index = 0;   // unit number: bytes [index*unit_size, ...), or a sub-unit (below)
 };
+
+// Sub-units (DESIGN.md sec. 4): on a miss in a file read at random, igt
+// fetches and caches only the 2^shift-byte pieces the read covers instead of
+// the whole unit. A sub-unit's index names its size and byte offset, so it
+// never depends on the unit size a cache dir was filled with:
+//   bit 63 set | shift << 56 | offset >> shift.
+constexpr uint64_t kSubUnitBit = 1ull << 63;
+inline uint64_t SubUnitIndex(uint64_t offset, unsigned shift) {
+  return kSubUnitBit | (uint64_t(shift) << 56) | (offset >> shift);
+}
+inline bool IsSubUnit(uint64_t index) { return (index & kSubUnitBit) != 0; }
+inline unsigned SubUnitShift(uint64_t index) { return unsigned(index >> 56) & 0x7f; }
+inline uint64_t SubUnitOffset(uint64_t index) {
+  return (index & ((1ull << 56) - 1)) << SubUnitShift(index);
+}
 
 struct BlockStoreOptions {
   std::string dir;                  // created 0700 if absent

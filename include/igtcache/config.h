@@ -21,6 +21,7 @@ struct Config {
     uint64_t max_bytes = 0;
     double min_free_ratio = 0;
     uint64_t unit_size_bytes = 0;
+    uint64_t sub_unit_bytes = 0;     // 0: misses always fetch whole units
     std::string eviction;
     uint64_t prefetch_budget_bytes = 0;
   } cache;

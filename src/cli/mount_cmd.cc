@@ -203,6 +203,7 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
     engine::EngineOptions eo;
     eo.policy = cfg.cache.eviction;
     eo.unit_bytes = cfg.cache.unit_size_bytes;
+    eo.sub_unit_bytes = cfg.cache.sub_unit_bytes;
     eo.capacity_bytes = cfg.cache.max_bytes;
     auto pf = engine::LoadPolicyFile(cfg.policy.file);
     if (!pf) {
@@ -241,8 +242,10 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
     std::atomic<Namespace*>& v;
     ~ClearView() { v = nullptr; }
   } clear_ns_view{ns_view};
-  ReadPipeline pipeline(backend->get(), store->get(), &metrics,
-                        ReadPipeline::Options{cfg.cache.unit_size_bytes, cfg.backend.max_request_bytes});
+  ReadPipeline::Options rpo{.unit_size = cfg.cache.unit_size_bytes, .max_request_bytes = cfg.backend.max_request_bytes};
+  // igt: misses in files read at random fetch sub-units (cache.sub_unit_bytes).
+  if (live) rpo.sub_unit_bytes = [live](const FileVersion& f) { return live->SubUnitBytes(f.key); };
+  ReadPipeline pipeline(backend->get(), store->get(), &metrics, std::move(rpo));
   // Prefetch plans run in the background under cache.prefetch_budget_bytes.
   std::unique_ptr<Prefetcher> prefetcher;
   if (live) {

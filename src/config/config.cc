@@ -77,6 +77,12 @@ const std::vector<Key>& Schema() {
        "Cache unit: large objects are cached in blocks of this size; smaller objects whole. "
        "Larger units mean fewer requests, more read amplification for random access.",
        nullptr, SET_SIZE(cache.unit_size_bytes)},
+      {"cache.sub_unit_bytes", Type::kSize, "64K",
+       "Policy engine `igt` only: a miss in a file whose reads are labelled random or skewed "
+       "fetches and caches only the pieces of this size that the read covers, not the whole "
+       "unit (a 64 KiB lookup then costs a 64 KiB GET, and the cache holds 16x more hot rows). "
+       "0 turns it off; otherwise a power of two from 64K, below cache.unit_size_bytes.",
+       nullptr, SET_SIZE(cache.sub_unit_bytes)},
       {"cache.eviction", Type::kEnum, "igt",
        "Eviction policy of the SSD tier. `igt`: the pattern-driven policy engine (per-stream "
        "eviction, space allocation and prefetching, docs/POLICIES.md, tuned by policy.file); "
@@ -350,6 +356,11 @@ Status Validate(const Config& c) {
   if (c.cache.unit_size_bytes < kMinUnit || c.cache.unit_size_bytes > kMaxUnit ||
       (c.cache.unit_size_bytes % kMinUnit) != 0)
     return bad("cache.unit_size_bytes", "must be a multiple of 64K between 64K and 64M");
+  if (c.cache.sub_unit_bytes != 0 &&
+      (c.cache.sub_unit_bytes < kMinUnit || c.cache.sub_unit_bytes >= c.cache.unit_size_bytes ||
+       (c.cache.sub_unit_bytes & (c.cache.sub_unit_bytes - 1)) != 0))
+    return bad("cache.sub_unit_bytes",
+               "must be 0 (off) or a power of two from 64K, below cache.unit_size_bytes");
   if (c.cache.max_bytes < c.cache.unit_size_bytes)
     return bad("cache.max_bytes", "must be at least one unit (cache.unit_size_bytes)");
   if (c.cache.min_free_ratio >= 1.0) return bad("cache.min_free_ratio", "must be below 1");

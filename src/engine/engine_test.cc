@@ -11,6 +11,9 @@
 #include <cmath>
 #include <numeric>
 #include <random>
+#include <set>
+
+#include "igtcache/block_store.h"
 
 #include "src/engine/policy_engine.h"
 #include "src/engine/policy_file.h"
@@ -29,14 +32,15 @@ struct Harness {
   uint64_t hits = 0, reads = 0;
   bool run_prefetch = false;
 
-  Harness(const std::string& policy, uint64_t cap, PolicyFile pf = *PolicyProfile("training"))
+  Harness(const std::string& policy, uint64_t cap, PolicyFile pf = *PolicyProfile("training"),
+          ListingFn listing = {})
       : cap_units(cap) {
     EngineOptions o;
     o.policy = policy;
     o.unit_bytes = kUnit;
     o.capacity_bytes = cap * kUnit;
     o.policy_file = std::move(pf);
-    auto e = PolicyEngine::Create(o, &tree, {});
+    auto e = PolicyEngine::Create(o, &tree, std::move(listing));
     REQUIRE(e.has_value());
     engine = std::move(*e);
   }
@@ -232,6 +236,63 @@ TEST_CASE("a file read at random that fits in free space is filled once; one tha
   };
   CHECK(fills(512, 256) == 1);  // labelled random, fits: one fill
   CHECK(fills(128, 256) == 0);  // larger than the cache: demand reads only
+}
+
+TEST_CASE("a miss in a file read at random or skewed fetches sub-units; igt only", "[engine]") {
+  auto sub = [](const std::string& policy, bool random) {
+    Harness h(policy, 512);
+    std::mt19937 rng(5);
+    for (uint64_t i = 0; i < 400; ++i) {
+      const uint64_t off = random ? (rng() % 256) * kUnit + 8192 : i * 65536;
+      h.now_us += 1000;
+      h.tree.Record(h.now_us, 1, "emb/e.bin", off, 65536, 256 * kUnit);
+      h.engine->OnRead(h.now_us, 1, "emb/e.bin", off, 65536, 256 * kUnit);
+    }
+    return h.engine->SubUnitBytes("emb/e.bin");
+  };
+  CHECK(sub("igt", true) == 64 << 10);
+  CHECK(sub("igt", false) == 0);  // sequential: whole units (and readahead)
+  CHECK(sub("lru", true) == 0);   // baselines fetch whole units
+  // A sub-unit's store index counts as its unit for the engine.
+  Harness h("igt", 512);
+  h.engine->OnInsert("s", "emb/e.bin", SubUnitIndex(3 * kUnit + 65536, 16), 65536, false, 1);
+  CHECK(h.engine->cached_bytes() == 65536);
+}
+
+TEST_CASE("a small directory read skewed is warmed while it fits in free space", "[engine]") {
+  // 400 item files of 16 KiB read with Zipf popularity: once the directory
+  // is labelled skewed, reads propose its files not cached yet, in listing
+  // order, only if all of them fit in the free space.
+  std::vector<ListedFile> files;
+  for (int i = 0; i < 400; ++i) {
+    char b[64];
+    std::snprintf(b, sizeof b, "inf/items/i_%04d.bin", i);
+    files.push_back({b, 16 << 10});
+  }
+  auto warmed = [&](uint64_t cap_units) {
+    ListingFn listing = [&](std::string_view dir) -> const std::vector<ListedFile>* {
+      return dir == "inf/items/" ? &files : nullptr;
+    };
+    Harness h("igt", cap_units, *PolicyProfile("training"), listing);
+    h.tree.NoteListing("inf/items/", files.size());
+    std::mt19937 rng(3);
+    std::set<std::string> proposed;
+    for (int k = 0; k < 3000; ++k) {
+      const int i = std::min<int>(399, int(std::pow(400.0, std::uniform_real_distribution<>(0, 1)(rng))) - 1);
+      const std::string& p = files[i].path;
+      h.now_us += 1000;
+      h.tree.Record(h.now_us, 1, p, 0, 16 << 10, 16 << 10);
+      for (const auto& r : h.engine->OnRead(h.now_us, 1, p, 0, 16 << 10, 16 << 10)) {
+        CHECK_FALSE(r.fill);
+        proposed.insert(r.path);
+        h.engine->OnInsert(r.path + "#0", r.path, 0, 16 << 10, true, h.now_us);
+      }
+      if (!h.engine->Contains(p + "#0")) h.engine->OnInsert(p + "#0", p, 0, 16 << 10, false, h.now_us);
+    }
+    return proposed.size();
+  };
+  CHECK(warmed(64) > 200);  // 6.4 MB of items in 64 MiB: most are proposed
+  CHECK(warmed(6) == 0);    // 6 MiB: they do not fit, nothing is proposed
 }
 
 TEST_CASE("overrides: never-cache is not admitted, a pinned prefix survives a scan", "[engine]") {

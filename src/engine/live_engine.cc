@@ -104,6 +104,11 @@ void LiveEngine::EndPrefetch(const std::string& key, uint64_t first, uint64_t la
   for (uint64_t u = first; u <= last; ++u) pending_.erase(PendingKey(key, u));
 }
 
+uint64_t LiveEngine::SubUnitBytes(const std::string& key) const {
+  std::lock_guard lk(mu_);
+  return engine_->SubUnitBytes(key);
+}
+
 Status LiveEngine::Reload(PolicyFile pf) {
   std::lock_guard lk(mu_);
   return engine_->SetPolicyFile(std::move(pf));

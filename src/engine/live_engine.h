@@ -65,6 +65,10 @@ class LiveEngine : public std::enable_shared_from_this<LiveEngine> {
   void BeginPrefetch(const std::string& key, uint64_t first, uint64_t last);
   void EndPrefetch(const std::string& key, uint64_t first, uint64_t last);
 
+  // PolicyEngine::SubUnitBytes: the piece size a miss in `key` fetches
+  // (ReadPipeline::Options::sub_unit_bytes), 0 for whole units.
+  uint64_t SubUnitBytes(const std::string& key) const;
+
   // SIGHUP: swap in a new policy file; the cache and its units stay.
   Status Reload(PolicyFile pf);
 

@@ -3,6 +3,8 @@
 
 #include "src/engine/policy_engine.h"
 
+#include "igtcache/block_store.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -24,6 +26,12 @@ constexpr double kEpochFullRatio = 0.5;
 // Epoch prefetching proposes only items of at most this many units (whole
 // small files; large files are served by readahead instead).
 constexpr uint64_t kEpochItemMaxUnits = 4;
+// Warm-up of a directory read at random or skewed whose files all fit in the
+// cache's free space (the first epoch of a small data set, the item files of
+// an inference server): files proposed per read, and passes over the
+// listing (a second pass retries files whose prefetch was dropped).
+constexpr size_t kWarmPerRead = 8;
+constexpr uint32_t kWarmPasses = 2;
 // "Protected" value of a sequential stream holding only its readahead
 // window (prefetched, unread units): it gives space only when nothing else can.
 constexpr double kWindowValue = 1e30;
@@ -34,9 +42,9 @@ constexpr uint64_t kMinRetentionChildren = 16;
 // The stream that holds readahead units until they are read (not a path: no
 // key of the tree starts with '(').
 constexpr std::string_view kWindowStream = "(readahead)";
-// A file read at random (its block stream labelled random) of at least this
-// many units, whose missing units fit in the cache's free space, is fetched
-// whole in the background (a fill): free space and idle connections cost
+// A file read at random (its block stream labelled random or skewed) of at
+// least this many units, whose missing units fit in the cache's free space,
+// is fetched whole in the background (a fill): free space and idle connections cost
 // nothing, and a loader faulting through a weights file at random reads most
 // of it. Smaller files are left to demand reads.
 constexpr uint64_t kFillMinUnits = 16;
@@ -61,13 +69,17 @@ struct PolicyEngine::FileRec {
   uint64_t rank = 0;          // first-seen order: the scan position of its units
   Group* group = nullptr;     // retention stream at the last read
   uint64_t epoch_read = 0;    // group->epoch + 1 when read in that epoch
-  uint32_t cached_units = 0;
+  uint32_t cached_units = 0;  // units and sub-units
+  uint64_t cached_bytes = 0;
+  int block_label = 0;        // the file's own (block stream) label at its last read
   // Proposed by epoch prefetching: its units are certain to be read this
   // epoch and take only space freed by items already read, so they do not
   // count against the readahead share (kMaxPrefetchShare).
   bool epoch_planned = false;
   // A whole-file fill was planned (random-access file fitting in free space).
   bool fill_planned = false;
+  // Proposed by a directory warm-up (Warm): takes free space only.
+  bool warm_planned = false;
 };
 
 struct PolicyEngine::Unit {
@@ -109,6 +121,11 @@ struct PolicyEngine::Group {
   // dropped does not hold prefetching back for long.
   uint64_t epoch_inflight_bytes = 0;
   uint64_t consumed_cached_bytes = 0;  // cached units read since insert
+  // Warm-up (Warm): position in the directory's listing, passes done,
+  // whether it began (the whole directory fitted in free space).
+  size_t warm_cursor = 0;
+  uint32_t warm_passes = 0;
+  bool warming = false;
   bool repeats = false;                // data re-read (scan repeats, several readers)
   // Ghost of recent victims (ids), bounded by the cache capacity in bytes.
   std::deque<std::pair<std::string, uint64_t>> ghost;
@@ -233,7 +250,7 @@ void PolicyEngine::SetLabel(Group* g, int label) {
   for (auto& [id, u] : units_) {
     if (u.g != g) continue;
     const FileRec& f = files_[*u.path];
-    g->module->OnInsertUnit(id, u.bytes, 0, UnitMeta{(f.rank << 32) | u.index, u.prefetched_unread, now_us_});
+    g->module->OnInsertUnit(id, u.bytes, 0, UnitMeta{.position = (f.rank << 32) | u.index, .prefetched = u.prefetched_unread, .now_us = now_us_});
     if (u.consumed) g->module->OnAccessAt(id, now_us_);
   }
 }
@@ -388,6 +405,7 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
 
   int pl, fl, dl;
   Group* g = GroupFor(path, now_us_, &pl, &fl, &dl);
+  f.block_label = fl;
   if (f.group != g) {
     f.group = g;
     g->items.push_back(&fit->first);
@@ -397,8 +415,12 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
   g->period_read_bytes += length;
   ++g->reads;
   if (length > 0) {
-    const uint64_t first = offset / opts_.unit_bytes, last = (offset + length - 1) / opts_.unit_bytes;
-    g->touched_bytes += std::min<uint64_t>((last - first + 1) * opts_.unit_bytes, std::max(file_size, length));
+    // The bytes a miss would fetch: the units the read touches, or its
+    // sub-units in a file read at random.
+    const uint64_t sub = SubUnitBytes(path);
+    const uint64_t piece = sub ? sub : opts_.unit_bytes;
+    const uint64_t first = offset / piece, last = (offset + length - 1) / piece;
+    g->touched_bytes += std::min<uint64_t>((last - first + 1) * piece, std::max(file_size, length));
   }
   if (!continues) {
     NewVisit(g, &f, &fit->first);
@@ -414,9 +436,9 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
   ctx.unread_items = [this, g](size_t n) { return UnreadItems(g, n); };
   prefetch_[module]->Plan(ctx, plan);
   TrimPlan(plan);
-  if (fl == kRandom && !f.fill_planned && !(ov && (ov->never_cache || ov->pattern >= 0))) {
+  if ((fl == kRandom || fl == kSkewed) && !f.fill_planned && !(ov && (ov->never_cache || ov->pattern >= 0))) {
     const uint64_t n = (file_size + opts_.unit_bytes - 1) / opts_.unit_bytes;
-    const uint64_t missing = file_size - std::min(file_size, uint64_t(f.cached_units) * opts_.unit_bytes);
+    const uint64_t missing = file_size - std::min(file_size, f.cached_bytes);
     const uint64_t free_bytes = opts_.capacity_bytes > cached_bytes_ ? opts_.capacity_bytes - cached_bytes_ : 0;
     if (n >= kFillMinUnits && missing <= free_bytes) {
       f.fill_planned = true;
@@ -429,7 +451,50 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
       plan.push_back(std::move(r));
     }
   }
+  if ((g->label == kRandom || g->label == kSkewed) && !(ov && ov->never_cache)) Warm(g, plan);
   return plan;
+}
+
+void PolicyEngine::Warm(Group* g, std::vector<PrefetchRange>& plan) {
+  if (!listing_ || g->key.empty() || g->key.back() != '/' || g->warm_passes >= kWarmPasses) return;
+  const auto* l = listing_(g->key);
+  if (!l || l->empty()) return;
+  const uint64_t free_bytes = opts_.capacity_bytes > cached_bytes_ ? opts_.capacity_bytes - cached_bytes_ : 0;
+  if (!g->warming) {
+    // Begin only if every file of the directory not cached yet fits in the
+    // free space now: then prefetching them evicts nothing.
+    uint64_t missing = 0;
+    for (const auto& lf : *l) {
+      auto it = files_.find(lf.path);
+      missing += lf.size - std::min(lf.size, it == files_.end() ? 0 : it->second.cached_bytes);
+    }
+    if (missing > free_bytes) return;
+    g->warming = true;
+  }
+  uint64_t room = free_bytes;
+  size_t n = 0;
+  while (n < kWarmPerRead) {
+    if (g->warm_cursor >= l->size()) {
+      g->warm_cursor = 0;
+      if (++g->warm_passes >= kWarmPasses) return;
+      break;
+    }
+    const ListedFile& lf = (*l)[g->warm_cursor];
+    if (lf.size > room) return;  // no room now: stop here, retry on a later read
+    ++g->warm_cursor;
+    auto [fit, fresh] = files_.try_emplace(lf.path);
+    FileRec& f = fit->second;
+    if (fresh) {
+      f.rank = files_seen_++;
+      f.size = lf.size;
+    }
+    if (f.cached_units > 0 || lf.size == 0 || lf.size > kEpochItemMaxUnits * opts_.unit_bytes) continue;
+    f.warm_planned = true;
+    const uint64_t units = (lf.size + opts_.unit_bytes - 1) / opts_.unit_bytes;
+    plan.push_back({lf.path, lf.size, 0, units - 1});
+    room -= lf.size;
+    ++n;
+  }
 }
 
 void PolicyEngine::TrimPlan(std::vector<PrefetchRange>& plan) {
@@ -454,6 +519,14 @@ void PolicyEngine::TrimPlan(std::vector<PrefetchRange>& plan) {
   plan.insert(plan.end(), epoch_items.begin(), epoch_items.end());
 }
 
+uint64_t PolicyEngine::SubUnitBytes(std::string_view path) const {
+  if (!mode_igt_ || opts_.sub_unit_bytes == 0 || opts_.sub_unit_bytes >= opts_.unit_bytes) return 0;
+  auto it = files_.find(std::string(path));
+  if (it == files_.end() || it->second.size <= opts_.unit_bytes) return 0;
+  const int l = it->second.block_label;
+  return l == kRandom || l == kSkewed ? opts_.sub_unit_bytes : 0;
+}
+
 void PolicyEngine::NoteGhost(Group* g, const std::string& id, uint64_t bytes) {
   if (g->ghost_set.insert(id).second) {
     g->ghost.emplace_back(id, bytes);
@@ -470,6 +543,7 @@ void PolicyEngine::OnInsert(const std::string& id, std::string_view path, uint64
                             bool prefetched, uint64_t now_us) {
   now_us_ = std::max(now_us_, now_us);
   if (units_.count(id)) OnRemove(id);
+  if (IsSubUnit(unit_index)) unit_index = SubUnitOffset(unit_index) / opts_.unit_bytes;
   auto [fit, fresh] = files_.try_emplace(std::string(path));
   FileRec& f = fit->second;
   if (fresh) f.rank = files_seen_++;
@@ -491,7 +565,7 @@ void PolicyEngine::OnInsert(const std::string& id, std::string_view path, uint64
   // modules would take a never-read unit first), a window is not given up
   // while other streams hold space; on its first read the unit moves to the
   // file's stream (OnHit).
-  if (mode_igt_ && prefetched && !f.epoch_planned && !f.fill_planned)
+  if (mode_igt_ && prefetched && !f.epoch_planned && !f.fill_planned && !f.warm_planned)
     g = WindowGroup();
   Unit u;
   u.g = g;
@@ -506,14 +580,15 @@ void PolicyEngine::OnInsert(const std::string& id, std::string_view path, uint64
     g->consumed_cached_bytes += bytes;
   }
   units_.emplace(id, u);
-  g->module->OnInsertUnit(id, bytes, 0, UnitMeta{(f.rank << 32) | unit_index, prefetched, now_us_});
+  g->module->OnInsertUnit(id, bytes, 0, UnitMeta{.position = (f.rank << 32) | unit_index, .prefetched = prefetched, .now_us = now_us_});
   g->bytes += bytes;
   ++g->units;
   cached_bytes_ += bytes;
   ++f.cached_units;
+  f.cached_bytes += bytes;
   if (prefetched) {
-    if (f.fill_planned) {
-      // A fill takes free space only: not held against the readahead share.
+    if (f.fill_planned || f.warm_planned) {
+      // A fill or warm-up takes free space only: not held against the readahead share.
     } else if (!f.epoch_planned) {
       prefetched_unread_bytes_ += bytes;
       units_[id].in_share = true;
@@ -589,7 +664,10 @@ void PolicyEngine::OnRemove(const std::string& id) {
   cached_bytes_ -= u.bytes;
   g->evicted_bytes += u.bytes;
   auto fit = files_.find(*u.path);
-  if (fit != files_.end() && fit->second.cached_units > 0) --fit->second.cached_units;
+  if (fit != files_.end()) {
+    if (fit->second.cached_units > 0) --fit->second.cached_units;
+    fit->second.cached_bytes -= std::min(fit->second.cached_bytes, u.bytes);
+  }
   if (u.prefetched_unread) {
     if (u.in_share) prefetched_unread_bytes_ -= std::min(prefetched_unread_bytes_, u.bytes);
     prefetch_wasted_bytes_ += u.bytes;

@@ -53,6 +53,9 @@ std::vector<std::string> EnginePolicyNames();
 struct EngineOptions {
   std::string policy = "igt";       // igt | lru | lfu | fifo | 2random | lru-readahead
   uint64_t unit_bytes = 1 << 20;    // the cache unit (cache.unit_size_bytes)
+  // igt: a miss in a file whose block stream is labelled random or skewed
+  // fetches pieces of this size (cache.sub_unit_bytes; 0 = whole units).
+  uint64_t sub_unit_bytes = 64 << 10;
   uint64_t capacity_bytes = 0;      // the cache size, for space checks
   PolicyFile policy_file;           // igt only; profile "training" by default
   uint64_t seed = 1;                // 2random
@@ -106,11 +109,17 @@ class PolicyEngine {
   std::vector<PrefetchRange> OnRead(uint64_t now_us, uint32_t pid, std::string_view path,
                                     uint64_t offset, uint64_t length, uint64_t file_size);
 
+  // The piece size a demand miss in `path` fetches: sub_unit_bytes (igt,
+  // a file of several units whose block stream was labelled random or
+  // skewed at its last read), else 0 (whole units).
+  uint64_t SubUnitBytes(std::string_view path) const;
+
   // False for units under a never-cache prefix (do not insert them).
   bool Admit(std::string_view path) const;
 
   // A unit entered the cache (demand fetch or prefetch). Re-inserting a
-  // tracked id replaces it.
+  // tracked id replaces it. `unit_index` may be a sub-unit's store index
+  // (block_store.h): the unit holding it gives its scan position.
   void OnInsert(const std::string& id, std::string_view path, uint64_t unit_index, uint64_t bytes,
                 bool prefetched, uint64_t now_us);
   // A cached unit was read (`bytes` of it; 0 = the whole unit).
@@ -155,6 +164,10 @@ class PolicyEngine {
   void NewVisit(Group* g, FileRec* f, const std::string* fkey);
   std::vector<ListedFile> UnreadItems(Group* g, size_t n);
   std::vector<ListedFile> NextFiles(std::string_view path, size_t n);
+  // Directory warm-up: a stream over a directory read at random or skewed
+  // whose files all fit in free space proposes its uncached files, a few per
+  // read, in listing order.
+  void Warm(Group* g, std::vector<PrefetchRange>& plan);
   void NoteGhost(Group* g, const std::string& id, uint64_t bytes);
   void MoveUnit(const std::string& id, Unit& u, const FileRec& f);
   Group* WindowGroup();  // the stream of readahead units not read yet

@@ -40,7 +40,7 @@ struct Fx {
     auto s = BlockStore::Open(o, &metrics);
     REQUIRE(s.has_value());
     store = std::move(*s);
-    pipe = std::make_unique<ReadPipeline>(mem.get(), store.get(), &metrics, ReadPipeline::Options{kUnit, 4 * kUnit});
+    pipe = std::make_unique<ReadPipeline>(mem.get(), store.get(), &metrics, ReadPipeline::Options{.unit_size = kUnit, .max_request_bytes = 4 * kUnit});
     std::mt19937 rng(1);
     std::string data(16 * kUnit, '\0');
     for (auto& c : data) c = static_cast<char>(rng());

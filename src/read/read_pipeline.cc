@@ -3,6 +3,8 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <bit>
+#include <optional>
 #include <cstring>
 #include <fmt/format.h>
 #include <vector>
@@ -18,28 +20,42 @@ struct ReadPipeline::Flight {
   std::string data;        // the whole unit, once done && status.ok()
 };
 
-// A unit this call is responsible for.
+// A store unit (a whole unit or a sub-unit) this call is responsible for.
 struct ReadPipeline::Need {
-  uint64_t unit;
+  uint64_t index;     // UnitKey::index
+  uint64_t off, len;  // the object's bytes it holds
   std::shared_ptr<Flight> flight;
   bool leader;
 };
 
 ReadPipeline::ReadPipeline(Backend* backend, BlockStore* store, Metrics* metrics, Options opts)
-    : backend_(backend), store_(store), metrics_(metrics), opts_(opts) {}
+    : backend_(backend), store_(store), metrics_(metrics), opts_(std::move(opts)) {}
 
-std::string ReadPipeline::FlightKey(const FileVersion& f, uint64_t unit) const {
+std::string ReadPipeline::FlightKey(const FileVersion& f, uint64_t index) const {
   std::string k = f.key;
   k.push_back('\0');
   k += f.etag;
   k.push_back('\0');
-  k += std::to_string(unit);
+  k += std::to_string(index);
   return k;
 }
 
+void ReadPipeline::AddNeed(const FileVersion& file, uint64_t index, uint64_t off, uint64_t len,
+                           std::vector<Need>& needs) {
+  std::lock_guard lk(mu_);
+  auto key = FlightKey(file, index);
+  if (auto it = flights_.find(key); it != flights_.end()) {
+    needs.push_back({index, off, len, it->second, false});
+    if (metrics_) Add(metrics_->singleflight_waits);
+  } else {
+    auto fl = std::make_shared<Flight>();
+    flights_.emplace(std::move(key), fl);
+    needs.push_back({index, off, len, fl, true});
+  }
+}
+
 Status ReadPipeline::FetchRuns(const FileVersion& file, std::vector<Need>& needs) {
-  const uint64_t U = opts_.unit_size;
-  const uint64_t max_units = std::max<uint64_t>(1, opts_.max_request_bytes / U);
+  const uint64_t max_run = std::max(opts_.max_request_bytes, opts_.unit_size);
   Status first_error;
   std::string buf;
   // A unit may have been inserted by a fetch that finished between our store
@@ -48,10 +64,9 @@ Status ReadPipeline::FetchRuns(const FileVersion& file, std::vector<Need>& needs
   if (store_) {
     for (auto& n : needs) {
       if (!n.leader) continue;
-      const uint64_t ulen = std::min(U, file.size - n.unit * U);
-      std::string data(ulen, '\0');
-      auto hit = store_->Read(UnitKey{file.key, file.etag, n.unit}, 0, ulen, data.data());
-      if (!hit || *hit != ulen) continue;
+      std::string data(n.len, '\0');
+      auto hit = store_->Read(UnitKey{file.key, file.etag, n.index}, 0, n.len, data.data());
+      if (!hit || *hit != n.len) continue;
       {
         std::lock_guard lk(n.flight->mu);
         n.flight->data = std::move(data);
@@ -60,7 +75,7 @@ Status ReadPipeline::FetchRuns(const FileVersion& file, std::vector<Need>& needs
       n.flight->cv.notify_all();
       {
         std::lock_guard lk(mu_);
-        flights_.erase(FlightKey(file, n.unit));
+        flights_.erase(FlightKey(file, n.index));
       }
       n.leader = false;
     }
@@ -70,12 +85,12 @@ Status ReadPipeline::FetchRuns(const FileVersion& file, std::vector<Need>& needs
       ++i;
       continue;
     }
-    size_t j = i + 1;  // extend the run over adjacent units we lead
-    while (j < needs.size() && needs[j].leader && needs[j].unit == needs[j - 1].unit + 1 &&
-           j - i < max_units)
+    size_t j = i + 1;  // extend the run over adjacent pieces we lead
+    while (j < needs.size() && needs[j].leader && needs[j].off == needs[j - 1].off + needs[j - 1].len &&
+           needs[j].off + needs[j].len - needs[i].off <= max_run)
       ++j;
-    const uint64_t off = needs[i].unit * U;
-    const uint64_t end = std::min(file.size, (needs[j - 1].unit + 1) * U);
+    const uint64_t off = needs[i].off;
+    const uint64_t end = needs[j - 1].off + needs[j - 1].len;
     const size_t len = static_cast<size_t>(end - off);
     buf.resize(len);
     if (metrics_) Add(metrics_->backend_get_requests);
@@ -89,12 +104,10 @@ Status ReadPipeline::FetchRuns(const FileVersion& file, std::vector<Need>& needs
     }
     if (got && metrics_) Add(metrics_->backend_get_bytes, *got);
     for (size_t k = i; k < j; ++k) {
-      const uint64_t uoff = needs[k].unit * U - off;
-      const uint64_t ulen = std::min(U, file.size - needs[k].unit * U);
       std::string unit_data;
       if (st.ok()) {
-        unit_data.assign(buf.data() + uoff, ulen);
-        if (store_) (void)store_->Put(UnitKey{file.key, file.etag, needs[k].unit}, unit_data);
+        unit_data.assign(buf.data() + (needs[k].off - off), needs[k].len);
+        if (store_) (void)store_->Put(UnitKey{file.key, file.etag, needs[k].index}, unit_data);
       }
       auto& fl = needs[k].flight;
       {
@@ -105,7 +118,7 @@ Status ReadPipeline::FetchRuns(const FileVersion& file, std::vector<Need>& needs
       }
       fl->cv.notify_all();
       std::lock_guard lk(mu_);
-      flights_.erase(FlightKey(file, needs[k].unit));
+      flights_.erase(FlightKey(file, needs[k].index));
     }
     if (!st.ok() && first_error.ok()) first_error = st;
     i = j;
@@ -120,40 +133,53 @@ Result<size_t> ReadPipeline::Read(const FileVersion& file, uint64_t offset, size
   const uint64_t end = std::min<uint64_t>(file.size, offset + length);
   const uint64_t first = offset / U, last = (end - 1) / U;
 
+  // Copies [from, to) from store unit `index` holding the object's bytes from
+  // `base` on; false on a miss.
+  auto hit = [&](uint64_t index, uint64_t base, uint64_t from, uint64_t to) {
+    if (!store_) return false;
+    auto n = store_->Read(UnitKey{file.key, file.etag, index}, from - base, to - from, out + (from - offset));
+    if (!n || *n != to - from) return false;
+    if (metrics_) {
+      Add(metrics_->cache_hit_units);
+      Add(metrics_->cache_hit_bytes, to - from);
+    }
+    return true;
+  };
+  auto miss = [&](uint64_t bytes) {
+    if (!metrics_) return;
+    Add(metrics_->cache_miss_units);
+    Add(metrics_->cache_miss_bytes, bytes);
+  };
+  std::optional<uint64_t> sub;  // sub-unit size for this file, asked on the first miss
   std::vector<Need> needs;
   for (uint64_t u = first; u <= last; ++u) {
     const uint64_t ustart = u * U;
     const uint64_t from = std::max(offset, ustart), to = std::min(end, ustart + U);
-    if (store_) {
-      auto hit = store_->Read(UnitKey{file.key, file.etag, u}, from - ustart, to - from,
-                              out + (from - offset));
-      if (hit && *hit == to - from) {
-        if (metrics_) {
-          Add(metrics_->cache_hit_units);
-          Add(metrics_->cache_hit_bytes, to - from);
-        }
-        continue;
-      }
+    if (hit(u, ustart, from, to)) continue;
+    if (!sub) sub = (opts_.sub_unit_bytes && file.size > U) ? opts_.sub_unit_bytes(file) : 0;
+    bool whole_in_flight = false;
+    if (*sub > 0 && *sub < U) {
+      std::lock_guard lk(mu_);
+      whole_in_flight = flights_.count(FlightKey(file, u)) != 0;
     }
-    if (metrics_) {
-      Add(metrics_->cache_miss_units);
-      Add(metrics_->cache_miss_bytes, to - from);
+    if (*sub == 0 || *sub >= U || whole_in_flight) {
+      miss(to - from);
+      AddNeed(file, u, ustart, std::min(U, file.size - ustart), needs);
+      continue;
     }
-    std::lock_guard lk(mu_);
-    auto key = FlightKey(file, u);
-    if (auto it = flights_.find(key); it != flights_.end()) {
-      needs.push_back({u, it->second, false});
-      if (metrics_) Add(metrics_->singleflight_waits);
-    } else {
-      auto fl = std::make_shared<Flight>();
-      flights_.emplace(key, fl);
-      needs.push_back({u, fl, true});
+    const unsigned shift = static_cast<unsigned>(std::countr_zero(*sub));
+    for (uint64_t p = from & ~(*sub - 1); p < to; p += *sub) {
+      const uint64_t a = std::max(from, p), b = std::min(to, p + *sub);
+      const uint64_t idx = SubUnitIndex(p, shift);
+      if (hit(idx, p, a, b)) continue;
+      miss(b - a);
+      AddNeed(file, idx, p, std::min(*sub, file.size - p), needs);
     }
   }
   if (needs.empty()) return static_cast<size_t>(end - offset);
 
   Status st = FetchRuns(file, needs);
-  // Copy every needed unit's bytes (ours and those fetched by other threads).
+  // Copy every needed piece's bytes (ours and those fetched by other threads).
   for (auto& n : needs) {
     std::unique_lock lk(n.flight->mu);
     n.flight->cv.wait(lk, [&] { return n.flight->done; });
@@ -161,13 +187,12 @@ Result<size_t> ReadPipeline::Read(const FileVersion& file, uint64_t offset, size
       if (st.ok()) st = n.flight->status;
       continue;
     }
-    const uint64_t ustart = n.unit * U;
-    const uint64_t from = std::max(offset, ustart), to = std::min(end, ustart + U);
-    if (n.flight->data.size() < to - ustart) {
+    const uint64_t from = std::max(offset, n.off), to = std::min(end, n.off + n.len);
+    if (n.flight->data.size() < to - n.off) {
       if (st.ok()) st = Status::Internal("short unit in flight");
       continue;
     }
-    std::memcpy(out + (from - offset), n.flight->data.data() + (from - ustart), to - from);
+    std::memcpy(out + (from - offset), n.flight->data.data() + (from - n.off), to - from);
   }
   if (!st.ok()) return Err(st);
   return static_cast<size_t>(end - offset);
@@ -185,7 +210,7 @@ Status ReadPipeline::Fetch(const FileVersion& file, uint64_t first_unit, uint64_
     if (flights_.count(key)) continue;  // someone is already fetching it
     auto fl = std::make_shared<Flight>();
     flights_.emplace(key, fl);
-    needs.push_back({u, fl, true});
+    needs.push_back({u, u * U, std::min(U, file.size - u * U), fl, true});
   }
   return FetchRuns(file, needs);
 }

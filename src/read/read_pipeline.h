@@ -5,6 +5,10 @@
 //  - The range is split into units of `unit_size` bytes (the last one short).
 //  - Each unit is first looked up in the BlockStore (a verified hit copies
 //    just the requested bytes).
+//  - A missing unit of a file that `sub_unit_bytes` names (igt: a file read
+//    at random) is looked up and fetched as sub-units instead: only the
+//    aligned pieces the read covers (block_store.h, SubUnitIndex). A whole
+//    unit already being fetched (readahead, fill) is waited for instead.
 //  - Misses are single-flight: a unit already being fetched by another thread
 //    is waited for, not fetched again.
 //  - The units this call must fetch itself are grouped into runs of adjacent
@@ -18,6 +22,7 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -41,6 +46,10 @@ class ReadPipeline {
   struct Options {
     uint64_t unit_size = 1 << 20;          // Default: 1 MiB (cache.unit_size_bytes)
     uint64_t max_request_bytes = 8 << 20;  // Default: 8 MiB (backend.max_request_bytes)
+    // Size of the pieces a miss in `file` fetches, a power of two below
+    // unit_size, or 0 for whole units. Asked only when a unit misses.
+    // Empty: whole units always.
+    std::function<uint64_t(const FileVersion& file)> sub_unit_bytes;
   };
 
   // `store` may be null (no caching). Not owned.
@@ -61,7 +70,11 @@ class ReadPipeline {
   struct Need;
 
   Status FetchRuns(const FileVersion& file, std::vector<Need>& lead);
-  std::string FlightKey(const FileVersion& f, uint64_t unit) const;
+  std::string FlightKey(const FileVersion& f, uint64_t index) const;
+  // Joins the flight of store unit `index` (bytes [off, off+len) of `file`)
+  // or starts one; under mu_.
+  void AddNeed(const FileVersion& file, uint64_t index, uint64_t off, uint64_t len,
+               std::vector<Need>& needs);
 
   Backend* backend_;
   BlockStore* store_;

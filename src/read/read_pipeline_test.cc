@@ -44,7 +44,7 @@ struct Fixture {
       store = std::move(*s);
     }
     pipe = std::make_unique<ReadPipeline>(fb.get(), store.get(), &metrics,
-                                          ReadPipeline::Options{unit, max_req});
+                                          ReadPipeline::Options{.unit_size = unit, .max_request_bytes = max_req});
   }
   ~Fixture() {
     store.reset();
@@ -167,4 +167,68 @@ TEST_CASE("Fetch warms units without returning data") {
   std::vector<char> out(500 << 10);
   REQUIRE(f.pipe->Read(f.Version("w"), 0, out.size(), out.data()).has_value());
   CHECK(f.fb->counts().reads == 0);
+}
+
+TEST_CASE("a miss in a file read at random fetches and caches only the sub-units it covers") {
+  constexpr uint64_t kUnit = 256 << 10, kSub = 64 << 10;
+  Fixture f(true, kUnit, 1 << 20);
+  std::atomic<uint64_t> sub{kSub};
+  f.pipe = std::make_unique<ReadPipeline>(
+      f.fb.get(), f.store.get(), &f.metrics,
+      ReadPipeline::Options{.unit_size = kUnit, .max_request_bytes = 1 << 20,
+                            .sub_unit_bytes = [&](const FileVersion&) { return sub.load(); }});
+  const std::string data = Pattern(4 * kUnit + 1000, 11);
+  f.mem->Put("emb", data);
+  auto v = f.Version("emb");
+  std::vector<char> out(kUnit);
+  auto read = [&](uint64_t off, size_t len) {
+    auto n = f.pipe->Read(v, off, len, out.data());
+    REQUIRE(n.has_value());
+    REQUIRE(*n == len);
+    REQUIRE(std::equal(out.begin(), out.begin() + len, data.begin() + off));
+  };
+  // 4 KiB inside the second sub-unit of unit 1: one 64 KiB GET.
+  read(kUnit + kSub + 100, 4096);
+  CHECK(f.metrics.backend_get_bytes.load() == kSub);
+  CHECK(f.store->Contains(UnitKey{"emb", v.etag, SubUnitIndex(kUnit + kSub, 16)}));
+  CHECK_FALSE(f.store->Contains(UnitKey{"emb", v.etag, 1}));
+  // Again: a hit, no GET.
+  read(kUnit + kSub, kSub);
+  CHECK(f.metrics.backend_get_bytes.load() == kSub);
+  // A read across two sub-units, one cached: only the other is fetched.
+  read(kUnit + kSub + 10, kSub);
+  CHECK(f.metrics.backend_get_bytes.load() == 2 * kSub);
+  // Across a unit boundary: two adjacent sub-units, one GET.
+  const uint64_t gets = f.metrics.backend_get_requests.load();
+  read(2 * kUnit - 100, 200);
+  CHECK(f.metrics.backend_get_requests.load() == gets + 1);
+  CHECK(f.metrics.backend_get_bytes.load() == 4 * kSub);
+  // The short last sub-unit of the file.
+  read(4 * kUnit + 10, 990);
+  CHECK(f.metrics.backend_get_bytes.load() == 4 * kSub + 1000);
+  // Sequential again (whole units): unit 1 is fetched whole and then served whole.
+  sub = 0;
+  read(kUnit, kUnit);
+  CHECK(f.store->Contains(UnitKey{"emb", v.etag, 1}));
+  const uint64_t bytes = f.metrics.backend_get_bytes.load();
+  sub = kSub;
+  read(kUnit + 3 * kSub, 100);  // the whole unit is cached: no sub-unit fetch
+  CHECK(f.metrics.backend_get_bytes.load() == bytes);
+}
+
+TEST_CASE("a changed object fails a sub-unit fetch and caches nothing") {
+  constexpr uint64_t kUnit = 256 << 10, kSub = 64 << 10;
+  Fixture f(true, kUnit, 1 << 20);
+  f.pipe = std::make_unique<ReadPipeline>(
+      f.fb.get(), f.store.get(), &f.metrics,
+      ReadPipeline::Options{.unit_size = kUnit, .max_request_bytes = 1 << 20,
+                            .sub_unit_bytes = [&](const FileVersion&) { return kSub; }});
+  f.mem->Put("emb", Pattern(2 * kUnit, 12));
+  auto v = f.Version("emb");
+  f.mem->Put("emb", Pattern(2 * kUnit, 13));  // a new version behind the mount's back
+  std::vector<char> out(kSub);
+  auto n = f.pipe->Read(v, kSub, kSub, out.data());
+  REQUIRE_FALSE(n.has_value());
+  CHECK(n.error().code() == Code::kChanged);
+  CHECK_FALSE(f.store->Contains(UnitKey{"emb", v.etag, SubUnitIndex(kSub, 16)}));
 }

@@ -3,6 +3,7 @@
 #include "src/sim/simulator.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -12,6 +13,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "igtcache/block_store.h"
 #include "igtcache/config.h"
 #include "src/config/stream_settings.h"
 #include "src/engine/policy_engine.h"
@@ -116,6 +118,13 @@ uint64_t UnitBytes(uint64_t size, uint64_t unit, uint64_t idx) {
   return start >= size ? 0 : std::min(unit, size - start);
 }
 
+// A store unit (a whole unit or a sub-unit) of one file.
+struct Piece {
+  std::string id;
+  uint64_t off, len;  // the file's bytes it holds
+  uint64_t index;     // unit index or SubUnitIndex()
+};
+
 struct Counters {
   uint64_t requests = 0, hit_requests = 0, req_bytes = 0, hit_bytes = 0;
   uint64_t prefetch_bytes = 0;
@@ -144,6 +153,8 @@ class Clocks {
  public:
   explicit Clocks(const std::vector<Row>& rows) : rows_(rows) {
     t0_ = rows.empty() ? 0 : rows.front().t_us;
+    // With every read a hit, each reader ends at its last trace time.
+    no_stall_end = rows.empty() ? 0 : double(rows.back().t_us - t0_) / 1e6;
     std::map<uint32_t, size_t> slot;
     for (size_t i = 0; i < rows.size(); ++i) {
       auto [it, fresh] = slot.try_emplace(rows[i].pid, per_pid_.size());
@@ -178,6 +189,7 @@ class Clocks {
 
   double end = 0;
   double stall = 0;  // sum over reads of (completion - issue)
+  double no_stall_end = 0;  // the makespan if no read ever waited (a bound for any policy)
   std::map<uint32_t, double> pid_end;
 
  private:
@@ -217,7 +229,8 @@ nlohmann::json Output(const SimOptions& o, const Counters& c, const Backend& be,
                   {"connections", o.connections},
                   {"max_request_bytes", o.max_request_bytes},
                   {"prefetch_budget_bytes", o.prefetch_budget_bytes},
-                  {"stall_time_s", clk.stall}};
+                  {"stall_time_s", clk.stall},
+                  {"no_stall_time_s", clk.no_stall_end}};
   nlohmann::json ends = nlohmann::json::object();
   for (const auto& [pid, t] : clk.pid_end) ends[std::to_string(pid)] = t;
   j["details"]["reader_end_s"] = ends;
@@ -233,7 +246,7 @@ nlohmann::json Output(const SimOptions& o, const Counters& c, const Backend& be,
 // ---------------------------------------------------------------------------
 // Engine policies (igt and the online baselines).
 
-Result<nlohmann::json> RunEngine(const SimOptions& o, const Trace& tr, uint64_t unit,
+Result<nlohmann::json> RunEngine(const SimOptions& o, const Trace& tr, uint64_t unit, uint64_t sub_unit,
                                  const stream::StreamConfig& scfg, const engine::PolicyFile& pf) {
   std::unique_ptr<stream::AccessStreamTree> tree;
   if (o.policy == "igt") {
@@ -243,6 +256,7 @@ Result<nlohmann::json> RunEngine(const SimOptions& o, const Trace& tr, uint64_t 
   engine::EngineOptions eo;
   eo.policy = o.policy;
   eo.unit_bytes = unit;
+  eo.sub_unit_bytes = sub_unit;
   eo.capacity_bytes = o.cache_bytes;
   eo.policy_file = pf;
   eo.seed = o.seed;
@@ -261,6 +275,11 @@ Result<nlohmann::json> RunEngine(const SimOptions& o, const Trace& tr, uint64_t 
   Clocks clk(tr.rows);
   std::unordered_map<std::string, double> ready;  // cached unit id -> arrival time
   std::vector<std::pair<double, uint64_t>> pf_inflight;  // (done, bytes) of prefetch GETs
+  struct Fill {
+    uint32_t file;
+    uint64_t next, last;  // units still to fetch
+  };
+  std::vector<Fill> fills;  // queued whole-file fills
   uint64_t next_maintain = clk.t0() + kMaintainEveryUs;
 
   auto unit_id = [](const std::string& path, uint64_t idx) {
@@ -278,38 +297,40 @@ Result<nlohmann::json> RunEngine(const SimOptions& o, const Trace& tr, uint64_t 
       ready.erase(*v);
     }
   };
-  // Fetches units [first, last] of `f` (none cached) as GETs of at most
-  // max_request_bytes starting at `t`; inserts them. Returns the arrival of
-  // the last byte.
-  auto fetch_run = [&](const FileInfo& f, uint64_t first, uint64_t last, double t, bool prefetch) {
+  // Fetches `ps` (pieces of `f`, none cached, in offset order) as GETs of
+  // adjacent pieces, each at most max_request_bytes, starting at `t`; inserts
+  // them. Returns the arrival of the last byte.
+  auto fetch_pieces = [&](const FileInfo& f, const std::vector<Piece>& ps, double t, bool prefetch) {
     double done = t;
-    uint64_t idx = first;
-    while (idx <= last) {
-      uint64_t bytes = 0, end = idx;
-      while (end <= last && (bytes == 0 || bytes + UnitBytes(f.size, unit, end) <= o.max_request_bytes)) {
-        bytes += UnitBytes(f.size, unit, end);
-        ++end;
-      }
+    for (size_t i = 0; i < ps.size();) {
+      uint64_t bytes = ps[i].len;
+      size_t j = i + 1;
+      while (j < ps.size() && ps[j].off == ps[j - 1].off + ps[j - 1].len && bytes + ps[j].len <= o.max_request_bytes)
+        bytes += ps[j++].len;
       const double start = be.Get(t, bytes);
       uint64_t k = 0;
-      for (uint64_t i = idx; i < end; ++i) {
-        const uint64_t ub = UnitBytes(f.size, unit, i);
-        k += ub;
+      for (size_t m = i; m < j; ++m) {
+        k += ps[m].len;
         const double arrive = be.Arrival(start, k);
         done = std::max(done, arrive);
         if (!e.Admit(f.path)) continue;
-        const std::string id = unit_id(f.path, i);
-        ready[id] = arrive;
-        e.OnInsert(id, f.path, i, ub, prefetch, uint64_t(t * 1e6));
+        ready[ps[m].id] = arrive;
+        e.OnInsert(ps[m].id, f.path, ps[m].index, ps[m].len, prefetch, uint64_t(t * 1e6));
         make_room(t);
       }
       if (prefetch) {
         c.prefetch_bytes += bytes;
         pf_inflight.emplace_back(be.Arrival(start, bytes), bytes);
       }
-      idx = end;
+      i = j;
     }
     return done;
+  };
+  // Units [first, last] of `f` as pieces.
+  auto unit_pieces = [&](const FileInfo& f, uint64_t first, uint64_t last) {
+    std::vector<Piece> ps;
+    for (uint64_t i = first; i <= last; ++i) ps.push_back({unit_id(f.path, i), i * unit, UnitBytes(f.size, unit, i), i});
+    return ps;
   };
   std::unordered_map<std::string, uint32_t> file_ids;
   for (uint32_t i = 0; i < tr.files.size(); ++i) file_ids[tr.files[i].path] = i;
@@ -337,70 +358,82 @@ Result<nlohmann::json> RunEngine(const SimOptions& o, const Trace& tr, uint64_t 
     double done = issue;
     uint64_t hit = 0;
     if (len > 0) {
-      const uint64_t first = r.off / unit, last = (r.off + len - 1) / unit;
-      uint64_t run_first = 0;
-      bool in_run = false;
-      for (uint64_t i = first; i <= last + 1; ++i) {
-        bool missing = false;
-        if (i <= last) {
-          const uint64_t lo = std::max(r.off, i * unit), hi = std::min(r.off + len, (i + 1) * unit);
-          const std::string id = unit_id(f.path, i);
-          auto it = ready.find(id);
-          if (it != ready.end()) {
-            if (it->second <= issue) hit += hi - lo;
-            else done = std::max(done, it->second);  // in flight: a miss that waits
-            e.OnHit(id, hi - lo, issue_us);
-          } else {
-            missing = true;
-          }
+      // A piece is a hit if it has arrived, a miss that waits if it is in
+      // flight; missing pieces are fetched (whole units, or the sub-units the
+      // read covers in a file read at random: PolicyEngine::SubUnitBytes).
+      const uint64_t sub = e.SubUnitBytes(f.path);
+      const unsigned shift = sub ? unsigned(std::countr_zero(sub)) : 0;
+      std::vector<Piece> missing;
+      auto look = [&](const std::string& id, uint64_t bytes) {
+        auto it = ready.find(id);
+        if (it == ready.end()) return false;
+        if (it->second <= issue) hit += bytes;
+        else done = std::max(done, it->second);  // in flight: a miss that waits
+        e.OnHit(id, bytes, issue_us);
+        return true;
+      };
+      for (uint64_t i = r.off / unit; i <= (r.off + len - 1) / unit; ++i) {
+        const uint64_t lo = std::max(r.off, i * unit), hi = std::min(r.off + len, (i + 1) * unit);
+        const std::string id = unit_id(f.path, i);
+        if (look(id, hi - lo)) continue;
+        if (sub == 0) {
+          missing.push_back({id, i * unit, UnitBytes(f.size, unit, i), i});
+          continue;
         }
-        if (missing && !in_run) {
-          in_run = true;
-          run_first = i;
-        } else if (!missing && in_run) {
-          in_run = false;
-          done = std::max(done, fetch_run(f, run_first, i - 1, issue, false));
+        for (uint64_t p = lo & ~(sub - 1); p < hi; p += sub) {
+          const uint64_t idx = SubUnitIndex(p, shift);
+          std::string sid = unit_id(f.path, idx);
+          if (look(sid, std::min(hi, p + sub) - std::max(lo, p))) continue;
+          missing.push_back({std::move(sid), p, std::min(sub, f.size - p), idx});
         }
       }
+      if (!missing.empty()) done = std::max(done, fetch_pieces(f, missing, issue, false));
     }
     c.hit_bytes += hit;
     if (hit == len) ++c.hit_requests;
     c.Add(f.path, len, hit, done - issue);
     clk.Complete(ri, issue, done);
 
-    // Prefetch plan, under the bandwidth and in-flight budget.
-    if (!plan.empty()) {
-      uint64_t inflight = 0;
-      std::erase_if(pf_inflight, [&](const auto& p) { return p.first <= issue; });
-      for (const auto& p : pf_inflight) inflight += p.second;
-      for (const auto& pr : plan) {
-        auto fid = file_ids.find(pr.path);
-        if (fid == file_ids.end()) continue;
-        const FileInfo& pf_file = tr.files[fid->second];
-        const uint64_t n = UnitCount(pf_file.size, unit);
-        bool stop = false;
-        uint64_t i = pr.first_unit;
-        while (i <= std::min(pr.last_unit, n - 1) && !stop) {
-          if (ready.count(unit_id(pf_file.path, i)) || !e.Admit(pf_file.path)) {
-            ++i;
-            continue;
-          }
-          uint64_t j = i;
-          while (j + 1 <= std::min(pr.last_unit, n - 1) && !ready.count(unit_id(pf_file.path, j + 1))) ++j;
-          uint64_t bytes = 0;
-          for (uint64_t k = i; k <= j; ++k) bytes += UnitBytes(pf_file.size, unit, k);
-          // One connection must stay idle for demand reads.
-          if (be.IdleAt(issue) < 2 || inflight + bytes > o.prefetch_budget_bytes) {
-            stop = true;
-            break;
-          }
-          fetch_run(pf_file, i, j, issue, true);
-          inflight += bytes;
-          i = j + 1;
-        }
-        if (stop) break;
+    // Prefetch plan, under the bandwidth and in-flight budget: a range is
+    // fetched in GETs of at most max_request_bytes, each on a connection
+    // idle now while another stays idle for demand reads; the rest of the
+    // plan is dropped. A fill (PrefetchRange::fill) is queued instead and
+    // pumped after every read while more connections are idle (the live
+    // Prefetcher runs it as a background task that waits for room).
+    std::erase_if(pf_inflight, [&](const auto& p) { return p.first <= issue; });
+    uint64_t inflight = 0;
+    for (const auto& p : pf_inflight) inflight += p.second;
+    // Issues the next GET of units [*i, last] of `pf` if `min_idle`
+    // connections are idle and the budget allows; false if it cannot.
+    auto issue_next = [&](const FileInfo& pf, uint64_t* i, uint64_t last, size_t min_idle) {
+      while (*i <= last && ready.count(unit_id(pf.path, *i))) ++*i;
+      if (*i > last) return true;
+      uint64_t j = *i, bytes = UnitBytes(pf.size, unit, j);
+      while (j + 1 <= last && !ready.count(unit_id(pf.path, j + 1)) &&
+             bytes + UnitBytes(pf.size, unit, j + 1) <= o.max_request_bytes)
+        bytes += UnitBytes(pf.size, unit, ++j);
+      if (be.IdleAt(issue) < min_idle || inflight + bytes > o.prefetch_budget_bytes) return false;
+      fetch_pieces(pf, unit_pieces(pf, *i, j), issue, true);
+      inflight += bytes;
+      *i = j + 1;
+      return true;
+    };
+    bool stop = false;
+    for (const auto& pr : plan) {
+      auto fid = file_ids.find(pr.path);
+      if (fid == file_ids.end() || !e.Admit(pr.path)) continue;
+      const FileInfo& pf_file = tr.files[fid->second];
+      const uint64_t last = std::min(pr.last_unit, UnitCount(pf_file.size, unit) - 1);
+      if (pr.fill) {
+        fills.push_back({fid->second, pr.first_unit, last});
+        continue;
       }
+      for (uint64_t i = pr.first_unit; !stop && i <= last;) stop = !issue_next(pf_file, &i, last, 2);
     }
+    // Fills leave two idle connections (demand and readahead).
+    for (auto& fl : fills)
+      while (fl.next <= fl.last && issue_next(tr.files[fl.file], &fl.next, fl.last, 3)) {}
+    std::erase_if(fills, [](const Fill& fl) { return fl.next > fl.last; });
   }
   const auto st = e.Stats();
   uint64_t wasted = st.prefetch_wasted_bytes;
@@ -552,7 +585,7 @@ Result<nlohmann::json> RunSim(const SimOptions& o) {
   auto tr = LoadTrace(o.trace_path);
   if (!tr) return Err(tr.error());
   if (o.policy == "belady") return RunBelady(o, *tr, unit);
-  return RunEngine(o, *tr, unit, *scfg, pf);
+  return RunEngine(o, *tr, unit, cfg->cache.sub_unit_bytes, *scfg, pf);
 }
 
 }  // namespace igt::sim
