@@ -43,10 +43,12 @@ constexpr uint64_t kMinRetentionChildren = 16;
 // key of the tree starts with '(').
 constexpr std::string_view kWindowStream = "(readahead)";
 // A file read at random (its block stream labelled random or skewed) of at
-// least this many units, whose missing units fit in the cache's free space,
-// is fetched whole in the background (a fill): free space and idle connections cost
-// nothing, and a loader faulting through a weights file at random reads most
-// of it. Smaller files are left to demand reads.
+// least this many units is fetched in the background (a fill), whole if its
+// missing units fit in the cache's free space, else as many units as the
+// free space holds: free space and idle connections cost nothing, a loader
+// faulting through a weights file at random reads most of it, and every
+// unit of a skewed embedding file holds rows that will be asked for.
+// Smaller files are left to demand reads.
 constexpr uint64_t kFillMinUnits = 16;
 // Prefetched units not yet read may take at most this share of the cache:
 // prefetching never crowds out what is being kept (the readahead windows
@@ -376,8 +378,11 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
   auto [rit, rfresh] = reader_end_.try_emplace(std::move(rkey), 0);
   // Continues the reader's previous read: starts where it ended, or close to
   // it (the kernel's readahead requests of one reader are served by several
-  // FUSE threads and may arrive out of order).
-  const uint64_t slack = kReorderUnits * opts_.unit_bytes;
+  // FUSE threads and may arrive out of order). In a file read at random or
+  // skewed, only an exact continuation counts: a jump that happens to land
+  // near the last read must not start a readahead window.
+  const bool jumpy = f.block_label == kRandom || f.block_label == kSkewed;
+  const uint64_t slack = jumpy ? 0 : kReorderUnits * opts_.unit_bytes;
   const bool continues = !rfresh && offset != 0 && offset + slack >= rit->second && offset <= rit->second + slack;
   rit->second = continues ? std::max(rit->second, offset + length) : offset + length;
   cur_path_ = &fit->first;
@@ -440,13 +445,17 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
     const uint64_t n = (file_size + opts_.unit_bytes - 1) / opts_.unit_bytes;
     const uint64_t missing = file_size - std::min(file_size, f.cached_bytes);
     const uint64_t free_bytes = opts_.capacity_bytes > cached_bytes_ ? opts_.capacity_bytes - cached_bytes_ : 0;
-    if (n >= kFillMinUnits && missing <= free_bytes) {
+    // A file larger than the free space is filled from its start as far as
+    // the free space goes (a skewed file's hot rows are anywhere: any
+    // units are as good; demand misses fetch the rest as sub-units).
+    const uint64_t part = free_bytes / opts_.unit_bytes;
+    if (n >= kFillMinUnits && (missing <= free_bytes || part >= kFillMinUnits)) {
       f.fill_planned = true;
       PrefetchRange r;
       r.path = std::string(path);
       r.file_size = file_size;
       r.first_unit = 0;
-      r.last_unit = n - 1;
+      r.last_unit = missing <= free_bytes ? n - 1 : part - 1;
       r.fill = true;
       plan.push_back(std::move(r));
     }
