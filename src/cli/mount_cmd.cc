@@ -39,6 +39,10 @@
 namespace igt {
 namespace {
 
+// Meta record (BlockStore::PutMeta) of the unit size a cache dir holds.
+// Listings use "l/..." (src/fs/namespace.cc).
+constexpr std::string_view kUnitSizeMetaKey = "c/unit_size_bytes";
+
 // SIGHUP: reload the policy file (policy.file) without touching the cache.
 // The handler only raises this flag; the maintenance thread does the work.
 std::atomic<bool> g_reload_policy{false};
@@ -231,6 +235,20 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
                  ? m
                  : fmt::format("cache dir '{}': {}", cfg.cache.dir, m));
     return kExitError;
+  }
+  // A unit's index means bytes [index*unit, ...): a cache dir filled with
+  // one unit size would serve wrong bytes under another. Record the size on
+  // first use and refuse a different one.
+  {
+    const std::string unit = std::to_string(cfg.cache.unit_size_bytes);
+    auto have = (*store)->GetMeta(kUnitSizeMetaKey);
+    if (have && *have != unit) {
+      rep.Fail(fmt::format("config key 'cache.unit_size_bytes': {} bytes, but cache dir '{}' holds units of {} "
+                           "bytes; use another cache.dir (or delete that one) to change the unit size",
+                           unit, cfg.cache.dir, *have));
+      return kExitUsage;
+    }
+    if (!have) (void)(*store)->PutMeta(kUnitSizeMetaKey, unit);
   }
   if (auto s = SetUpLogging(cfg, foreground, cfg.cache.dir); !s.ok()) {
     rep.Fail(s.message());

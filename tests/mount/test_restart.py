@@ -54,6 +54,18 @@ def main():
             f"backend_head_requests={st2['backend_head_requests']}")
         check(s.unmount(m2) == 0, "second daemon exited 0 after unmount")
 
+        # The same cache dir under another unit size would map unit indexes to
+        # other bytes: the mount must refuse, naming the key and the dir.
+        conf = s.mkdir("conf") / "unit2m.yaml"
+        conf.write_text("cache:\n  unit_size_bytes: 2M\n")
+        try:
+            m3 = s.mount(f"s3://{BUCKET}", cache_dir=cache, args=args + ["--config", str(conf)])
+            s.unmount(m3)
+            check(False, "a mount with another unit size on the same cache dir was refused")
+        except harness.MountError as e:
+            check(e.returncode not in (0, None) and "cache.unit_size_bytes" in e.stderr and str(cache) in e.stderr,
+                  f"another unit size on the same cache dir is refused, naming key and dir: {e.stderr.strip()!r}")
+
 
 if __name__ == "__main__":
     harness.run_test("test_restart", main)
