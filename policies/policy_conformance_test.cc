@@ -378,6 +378,23 @@ TEST_CASE("prefetch modules: registry and plans", "[policy][prefetch]") {
   ra->Plan(c, out);
   REQUIRE(out.size() == 1);
   CHECK(out[0].first_unit == 1);
+  // The file is labelled sequential. A read of another thread of the scan
+  // (not continuing its own last read) inside the planned window goes along
+  // the scan; a fault far from it (a loader now reading at random, the label
+  // not caught up yet) plans nothing.
+  c.file_label = 1;
+  c.continues = false;
+  out.clear();
+  c.offset = 2 << 20;  // inside [1, 2]
+  ra->Plan(c, out);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].first_unit == 3);
+  for (uint64_t u : {70, 20, 90, 55}) {
+    out.clear();
+    c.offset = u << 20;
+    ra->Plan(c, out);
+    CHECK(out.empty());
+  }
 }
 
 TEST_CASE("fifo ignores reads", "[policy][fifo]") {

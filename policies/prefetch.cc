@@ -75,18 +75,30 @@ class AdaptiveReadahead final : public PrefetchPolicy {
     std::string key(c.path);
     auto it = windows_.find(key);
     const uint64_t last_read = (c.offset + std::max<uint64_t>(c.length, 1) - 1) / c.unit_bytes;
+    // A read that does not continue its reader's last one still goes along
+    // the scan if the file is labelled sequential and the read falls inside
+    // the window planned last (several threads of one scan). Anywhere else
+    // it is a jump, even in a file labelled sequential: a loader that
+    // switches to faulting at random must not get a full window per fault
+    // while the label catches up.
+    bool inside = false;
+    if (it != windows_.end()) {
+      const Window& p = it->second;
+      inside = p.planned_end > last_read && last_read + 1 + p.units >= p.planned_end;
+    }
+    const bool along = c.continues || (c.file_label == kSequential && inside);
     Window w;
     if (it == windows_.end()) {
       // A new file: in a directory scan it inherits the scan's window.
       w.units = dir_scan ? std::max(initial_, scan_window_) : initial_;
-    } else if (c.continues || c.file_label == kSequential) {
+    } else if (along) {
       w = it->second;
       w.units = std::min(max_, w.units * 2);
     } else {
       w.units = initial_;  // a jump: start over
     }
-    if (!c.continues) w.planned_end = 0;  // a new visit or a jump: plan afresh
-    if (!(c.continues || c.offset == 0 || c.file_label == kSequential)) {
+    if (!c.continues && !along) w.planned_end = 0;  // a new visit or a jump: plan afresh
+    if (!(along || c.offset == 0)) {
       windows_[key] = w;
       return;
     }

@@ -166,8 +166,10 @@ scripts/build.sh && scripts/eval.sh            # rewrites this file and docs/img
   fetched (by a prefetch or another reader) is a miss that waits for that fetch.
 - Backend: 16 connections; a GET delivers its k-th byte 25 ms + k / (90 MB/s) after it starts
   on a free connection; GETs of at most 8 MiB; adjacent missing units of one read are one GET.
-  Prefetches run only on a connection that is idle at that moment while another idle one remains
-  for demand reads, and with at most 256 MiB in flight.
+  Each prefetch GET runs only on a connection that is idle at that moment while another idle one
+  remains for demand reads, and with at most 256 MiB in flight; the rest of a plan is dropped. A
+  whole-file fill is queued instead and pumped after every read while 3 connections are idle.
+  A miss in a file igt reads as sub-units (random or skewed) fetches the 64 KiB pieces it covers.
 - Time: each reader (pid) is a closed loop: it issues its next read when the previous one
   completed plus the gap between the two in the trace (the generator models that gap as a local
   read plus compute); all readers share the cache and the connections, in order of issue time.

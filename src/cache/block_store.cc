@@ -54,6 +54,9 @@ namespace {
 constexpr size_t kIndexBlockCacheBytes = 8 << 20;   // 8 MiB
 constexpr size_t kIndexWriteBufferBytes = 8 << 20;  // 8 MiB memtable
 constexpr int kIndexMaxOpenFiles = 256;
+// Verified unit headers kept in memory (Entry::header): ~300 B each with
+// 1 MiB units, so at most ~5 MiB.
+constexpr size_t kMaxCachedHeaders = 16384;
 
 uint64_t SystemNowUs() {
   return static_cast<uint64_t>(
@@ -194,6 +197,10 @@ class DiskBlockStore final : public BlockStore {
     uint64_t last_access_us = 0;
     uint64_t access_count = 0;
     uint64_t gen = 0;  // distinguishes re-inserts of the same id
+    // The unit file's header once a read verified it (kMaxCachedHeaders at
+    // most): later reads skip reading and parsing it again. A header never
+    // changes for a gen; the chunk checksums it holds still verify the data.
+    std::shared_ptr<const UnitHeader> header;
   };
   struct Busy {
     bool deleting = false;   // false: a Put is writing it
@@ -214,6 +221,7 @@ class DiskBlockStore final : public BlockStore {
     auto it = index_.find(id);
     Victim v{id, it->second.data_len};
     used_bytes_ -= it->second.data_len;
+    if (it->second.header) --cached_headers_;
     index_.erase(it);
     policy_->OnRemove(id);
     dirty_.erase(id);
@@ -286,6 +294,7 @@ class DiskBlockStore final : public BlockStore {
   uint64_t used_bytes_ = 0;                           // guarded by mu_
   uint64_t reserved_bytes_ = 0;                       // guarded by mu_
   uint64_t next_gen_ = 1;                             // guarded by mu_
+  size_t cached_headers_ = 0;                         // Entry::header set; guarded by mu_
   uint64_t last_flush_us_ = 0;                        // guarded by mu_
 
   std::mutex warn_mu_;
@@ -377,11 +386,13 @@ void DiskBlockStore::WriteAccessState(rocksdb::WriteBatch& batch) {
 std::optional<size_t> DiskBlockStore::Read(const UnitKey& key, uint64_t offset, size_t len, char* out) {
   const std::string id = UnitId(key);
   uint64_t gen;
+  std::shared_ptr<const UnitHeader> header;
   {
     std::lock_guard lk(mu_);
     auto it = index_.find(id);
     if (it == index_.end()) return std::nullopt;
     gen = it->second.gen;
+    header = it->second.header;
   }
   const std::string path = PathOf(id);
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -400,11 +411,16 @@ std::optional<size_t> DiskBlockStore::Read(const UnitKey& key, uint64_t offset, 
     if (err == ENOENT) Drop(id, gen);  // the file is gone: the entry is useless
     return std::nullopt;
   }
+  bool new_header = false;
   Result<size_t> n = [&]() -> Result<size_t> {
-    auto h = ReadUnitHeader(fd);
-    if (!h) return Err(h.error());
-    if (auto s = CheckUnitHeaderMatches(*h, key); !s.ok()) return Err(s);
-    return ReadUnitRange(fd, *h, offset, len, out);
+    if (!header) {
+      auto h = ReadUnitHeader(fd);
+      if (!h) return Err(h.error());
+      if (auto s = CheckUnitHeaderMatches(*h, key); !s.ok()) return Err(s);
+      header = std::make_shared<const UnitHeader>(std::move(*h));
+      new_header = true;
+    }
+    return ReadUnitRange(fd, *header, offset, len, out);
   }();
   ::close(fd);
   if (!n) {
@@ -426,7 +442,13 @@ std::optional<size_t> DiskBlockStore::Read(const UnitKey& key, uint64_t offset, 
   {
     std::lock_guard lk(mu_);
     auto it = index_.find(id);
-    if (it != index_.end() && it->second.gen == gen) Touch(id, it->second, len);
+    if (it != index_.end() && it->second.gen == gen) {
+      Touch(id, it->second, len);
+      if (new_header && !it->second.header && cached_headers_ < kMaxCachedHeaders) {
+        it->second.header = std::move(header);
+        ++cached_headers_;
+      }
+    }
     flush = CollectDirtyLocked(batch, /*force=*/false);
   }
   if (flush) WriteAccessState(batch);
@@ -550,6 +572,7 @@ Status DiskBlockStore::Put(const UnitKey& key, std::string_view data) {
     cancelled = b->second.cancelled;
     if (s.ok() && !cancelled) {
       busy_.erase(b);
+      if (auto old = index_.find(id); old != index_.end() && old->second.header) --cached_headers_;
       index_[id] = Entry{key, n, now, 0, next_gen_++};
       policy_->OnInsertUnit(id, n, 0, UnitMeta{.now_us = now, .object = key.object, .unit_index = key.index});
       used_bytes_ += n;

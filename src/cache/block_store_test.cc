@@ -303,6 +303,40 @@ TEST_CASE("corruption is a miss, the unit is dropped, never wrong bytes", "[bloc
   CHECK(ReadAll(*s, a, da.size()) == da);
 }
 
+TEST_CASE("after a first read, a swapped, flipped or truncated unit file is still caught", "[block_store]") {
+  // The first read keeps the verified header in memory; later reads check
+  // the data against its chunk checksums, so a changed file is still caught.
+  Fixture f;
+  auto s = f.Open();
+  const UnitKey a = Key(1), b = Key(2);
+  const std::string da = DataOf(a, 300000), db = DataOf(b, 300000);
+  REQUIRE(s->Put(a, da).ok());
+  REQUIRE(s->Put(b, db).ok());
+  REQUIRE(ReadAll(*s, a, da.size()) == da);
+  REQUIRE(ReadAll(*s, b, db.size()) == db);
+  SECTION("swapped") {
+    const std::string pa = f.UnitPath(a), pb = f.UnitPath(b), t = f.opts.dir + "/swap";
+    fs::rename(pa, t);
+    fs::rename(pb, pa);
+    fs::rename(t, pb);
+    CHECK_FALSE(ReadAll(*s, a, da.size()).has_value());
+    CHECK_FALSE(ReadAll(*s, b, db.size()).has_value());
+    CHECK(f.metrics.cache_corruptions == 2);
+    CHECK(s->unit_count() == 0);
+  }
+  SECTION("flipped data byte") {
+    FlipByte(f.UnitPath(a), fs::file_size(f.UnitPath(a)) - 1);
+    CHECK_FALSE(ReadAll(*s, a, da.size()).has_value());
+    CHECK(f.metrics.cache_corruptions == 1);
+    CHECK_FALSE(s->Contains(a));
+  }
+  SECTION("truncated") {
+    fs::resize_file(f.UnitPath(a), fs::file_size(f.UnitPath(a)) - 100);
+    CHECK_FALSE(ReadAll(*s, a, da.size()).has_value());
+    CHECK_FALSE(s->Contains(a));
+  }
+}
+
 TEST_CASE("partial reads verify only the chunks they touch", "[block_store]") {
   Fixture f;
   auto s = f.Open();

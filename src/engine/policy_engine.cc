@@ -43,12 +43,14 @@ constexpr uint64_t kMinRetentionChildren = 16;
 // key of the tree starts with '(').
 constexpr std::string_view kWindowStream = "(readahead)";
 // A file read at random (its block stream labelled random or skewed) of at
-// least this many units is fetched in the background (a fill), whole if its
-// missing units fit in the cache's free space, else as many units as the
-// free space holds: free space and idle connections cost nothing, a loader
-// faulting through a weights file at random reads most of it, and every
-// unit of a skewed embedding file holds rows that will be asked for.
-// Smaller files are left to demand reads.
+// least this many units, whose missing units fit in the cache's free space,
+// is fetched whole in the background (a fill): free space and idle
+// connections cost nothing, a loader faulting through a weights file at
+// random reads most of it, and every unit of a skewed embedding file holds
+// rows that will be asked for. A file larger than the free space is not
+// filled in part: in the e2e mix, filling the free space with a skewed
+// table (1 GB) pushed out what the other jobs read next (490 MB of it was
+// evicted unread). Smaller files are left to demand reads.
 constexpr uint64_t kFillMinUnits = 16;
 // Prefetched units not yet read may take at most this share of the cache:
 // prefetching never crowds out what is being kept (the readahead windows
@@ -445,17 +447,13 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
     const uint64_t n = (file_size + opts_.unit_bytes - 1) / opts_.unit_bytes;
     const uint64_t missing = file_size - std::min(file_size, f.cached_bytes);
     const uint64_t free_bytes = opts_.capacity_bytes > cached_bytes_ ? opts_.capacity_bytes - cached_bytes_ : 0;
-    // A file larger than the free space is filled from its start as far as
-    // the free space goes (a skewed file's hot rows are anywhere: any
-    // units are as good; demand misses fetch the rest as sub-units).
-    const uint64_t part = free_bytes / opts_.unit_bytes;
-    if (n >= kFillMinUnits && (missing <= free_bytes || part >= kFillMinUnits)) {
+    if (n >= kFillMinUnits && missing <= free_bytes) {
       f.fill_planned = true;
       PrefetchRange r;
       r.path = std::string(path);
       r.file_size = file_size;
       r.first_unit = 0;
-      r.last_unit = missing <= free_bytes ? n - 1 : part - 1;
+      r.last_unit = n - 1;
       r.fill = true;
       plan.push_back(std::move(r));
     }

@@ -16,7 +16,13 @@
 //    at most max_request_bytes per GET). Demand GETs queue for the earliest
 //    free connection; prefetch GETs are issued only on a connection idle at
 //    that moment while another one stays idle for demand, and only while the
-//    prefetch bytes in flight are under `prefetch_budget_bytes`.
+//    prefetch bytes in flight are under `prefetch_budget_bytes` (the rest of
+//    the plan is dropped); a fill (PrefetchRange::fill) is queued and pumped
+//    after every read while three connections are idle. Demand misses fetch
+//    whole units, or the sub-units a read covers where the engine says so
+//    (PolicyEngine::SubUnitBytes).
+//  - details.no_stall_time_s: the makespan if every read were a hit, the
+//    bound of any policy's modeled_time_s.
 //  - Clock: each reader (pid) is closed-loop: its next read is issued when
 //    its previous read completed plus the gap between the two reads in the
 //    trace (the job's compute time). Hits cost nothing. modeled_time_s is
