@@ -188,6 +188,16 @@ Result<size_t> ReadPipeline::Read(const FileVersion& file, uint64_t offset, size
       continue;
     }
     const uint64_t from = std::max(offset, n.off), to = std::min(end, n.off + n.len);
+    // A piece another fetch brought in (a prefetch the reader caught up
+    // with): read it from the store once inserted, so the store and the
+    // policy engine see the read (else a prefetched unit read this way stays
+    // "unread" for the engine and holds readahead room until evicted).
+    if (!n.leader && store_) {
+      lk.unlock();
+      auto got = store_->Read(UnitKey{file.key, file.etag, n.index}, from - n.off, to - from, out + (from - offset));
+      if (got && *got == to - from) continue;
+      lk.lock();
+    }
     if (n.flight->data.size() < to - n.off) {
       if (st.ok()) st = Status::Internal("short unit in flight");
       continue;

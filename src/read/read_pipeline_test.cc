@@ -232,3 +232,70 @@ TEST_CASE("a changed object fails a sub-unit fetch and caches nothing") {
   CHECK(n.error().code() == Code::kChanged);
   CHECK_FALSE(f.store->Contains(UnitKey{"emb", v.etag, SubUnitIndex(kSub, 16)}));
 }
+
+namespace {
+// lru that counts the reads the store reports.
+class CountingLru final : public EvictionPolicy {
+ public:
+  explicit CountingLru(std::atomic<int>* reads) : inner_(*MakeEvictionPolicy("lru")), reads_(reads) {}
+  std::string_view name() const override { return "counting-lru"; }
+  void OnInsert(const std::string& id, uint64_t b, uint64_t t) override { inner_->OnInsert(id, b, t); }
+  void OnAccess(const std::string& id) override {
+    ++*reads_;
+    inner_->OnAccess(id);
+  }
+  void OnRemove(const std::string& id) override { inner_->OnRemove(id); }
+  std::optional<std::string> PickVictim() override { return inner_->PickVictim(); }
+  size_t size() const override { return inner_->size(); }
+
+ private:
+  std::unique_ptr<EvictionPolicy> inner_;
+  std::atomic<int>* reads_;
+};
+}  // namespace
+
+TEST_CASE("a reader that joins a prefetch in flight is seen by the store as a read") {
+  // Else the policy engine never learns that a prefetched unit was read: it
+  // stays "unread", holds readahead room and ends up counted as waste.
+  Fixture f(false);
+  std::atomic<int> reads{0};
+  BlockStoreOptions o;
+  o.dir = (std::filesystem::temp_directory_path() / ("igt-read-follow-" + std::to_string(getpid()))).string();
+  std::filesystem::remove_all(o.dir);
+  o.min_free_ratio = 0;
+  o.make_policy = [&] { return std::make_unique<CountingLru>(&reads); };
+  auto store = BlockStore::Open(o, &f.metrics);
+  REQUIRE(store.has_value());
+  ReadPipeline pipe(f.fb.get(), store->get(), &f.metrics, ReadPipeline::Options{.unit_size = 64 << 10});
+  const std::string data = Pattern(256 << 10, 21);
+  f.mem->Put("w", data);
+  auto v = f.Version("w");
+  std::mutex mu;
+  std::condition_variable cv;
+  bool release = false;
+  f.fb->SetBeforeCall([&](auto, const std::string&) {
+    std::unique_lock lk(mu);
+    cv.wait(lk, [&] { return release; });
+  });
+  std::thread prefetch([&] { CHECK(pipe.Fetch(v, 1, 1).ok()); });
+  // The reader joins the fetch of unit 1 (single-flight), then it completes.
+  std::vector<char> out(4096);
+  std::thread reader([&] {
+    auto n = pipe.Read(v, (64 << 10) + 100, out.size(), out.data());
+    REQUIRE(n.has_value());
+    CHECK(*n == out.size());
+  });
+  while (f.metrics.singleflight_waits.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  {
+    std::lock_guard lk(mu);
+    release = true;
+  }
+  cv.notify_all();
+  prefetch.join();
+  reader.join();
+  CHECK(std::equal(out.begin(), out.end(), data.begin() + (64 << 10) + 100));
+  CHECK(reads.load() == 1);
+  f.fb->Reset();
+  store->reset();
+  std::filesystem::remove_all(o.dir);
+}
