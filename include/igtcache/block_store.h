@@ -83,6 +83,8 @@ class BlockStore {
   virtual uint64_t used_bytes() const = 0;
   virtual uint64_t limit_bytes() const = 0;
   virtual uint64_t unit_count() const = 0;
+  // Unit files kept open for later reads (an fd each; bounded).
+  virtual uint64_t open_unit_files() const { return 0; }
 
   // Small metadata records (directory listings, attributes) kept in the same
   // RocksDB under their own key space, so a remount starts warm.

@@ -20,6 +20,7 @@
 #include <rocksdb/table.h>
 #include <rocksdb/write_batch.h>
 #include <spdlog/spdlog.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -27,6 +28,7 @@
 #include <algorithm>
 #include <atomic>
 #include <functional>
+#include <list>
 #include <cerrno>
 #include <chrono>
 #include <filesystem>
@@ -57,6 +59,20 @@ constexpr int kIndexMaxOpenFiles = 256;
 // Verified unit headers kept in memory (Entry::header): ~300 B each with
 // 1 MiB units, so at most ~5 MiB.
 constexpr size_t kMaxCachedHeaders = 16384;
+// Unit files kept open after a read (Entry::file), least recently read
+// closed first: a re-read skips the path lookup (three directory levels)
+// and the open. At most this many, and at most a quarter of RLIMIT_NOFILE.
+constexpr size_t kMaxOpenUnitFiles = 1024;
+
+// An open unit file; closed when the last holder lets go (an evicted
+// unit's file is closed once the reads using it are done).
+struct OpenUnitFile {
+  explicit OpenUnitFile(int f) : fd(f) {}
+  ~OpenUnitFile() { ::close(fd); }
+  OpenUnitFile(const OpenUnitFile&) = delete;
+  OpenUnitFile& operator=(const OpenUnitFile&) = delete;
+  const int fd;
+};
 
 uint64_t SystemNowUs() {
   return static_cast<uint64_t>(
@@ -105,6 +121,9 @@ class DiskBlockStore final : public BlockStore {
         db_(std::move(db)),
         policy_(std::move(policy)) {
     last_flush_us_ = hooks_.now_us();
+    rlimit nofile{};
+    if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur != RLIM_INFINITY)
+      max_open_files_ = std::min<size_t>(max_open_files_, nofile.rlim_cur / 4);
   }
 
   ~DiskBlockStore() override {
@@ -170,6 +189,10 @@ class DiskBlockStore final : public BlockStore {
     std::lock_guard lk(mu_);
     return index_.size();
   }
+  uint64_t open_unit_files() const override {
+    std::lock_guard lk(mu_);
+    return open_lru_.size();
+  }
 
   Status PutMeta(std::string_view key, std::string_view value) override {
     const std::string k = std::string(kMetaKeyPrefix) + std::string(key);
@@ -201,6 +224,9 @@ class DiskBlockStore final : public BlockStore {
     // most): later reads skip reading and parsing it again. A header never
     // changes for a gen; the chunk checksums it holds still verify the data.
     std::shared_ptr<const UnitHeader> header;
+    // Kept open after a read (kMaxOpenUnitFiles), with its place in open_lru_.
+    std::shared_ptr<OpenUnitFile> file;
+    std::list<std::string>::iterator lru_pos;
   };
   struct Busy {
     bool deleting = false;   // false: a Put is writing it
@@ -216,12 +242,19 @@ class DiskBlockStore final : public BlockStore {
     return UnitRecord{e.key, e.data_len, UnitRelPath(id), e.last_access_us, e.access_count};
   }
 
+  // Drops what an entry holds in memory (its header, its open file). Requires mu_.
+  void ForgetLocked(Entry& e) {
+    if (e.header) --cached_headers_;
+    e.header.reset();
+    if (e.file) open_lru_.erase(e.lru_pos);
+    e.file.reset();
+  }
   // Removes `id` from index_/policy and marks it busy-deleting. Requires mu_.
   Victim DetachLocked(const std::string& id) {
     auto it = index_.find(id);
     Victim v{id, it->second.data_len};
     used_bytes_ -= it->second.data_len;
-    if (it->second.header) --cached_headers_;
+    ForgetLocked(it->second);
     index_.erase(it);
     policy_->OnRemove(id);
     dirty_.erase(id);
@@ -295,6 +328,8 @@ class DiskBlockStore final : public BlockStore {
   uint64_t reserved_bytes_ = 0;                       // guarded by mu_
   uint64_t next_gen_ = 1;                             // guarded by mu_
   size_t cached_headers_ = 0;                         // Entry::header set; guarded by mu_
+  std::list<std::string> open_lru_;                   // ids with Entry::file, oldest first; mu_
+  size_t max_open_files_ = kMaxOpenUnitFiles;         // set in the constructor from RLIMIT_NOFILE
   uint64_t last_flush_us_ = 0;                        // guarded by mu_
 
   std::mutex warn_mu_;
@@ -387,15 +422,23 @@ std::optional<size_t> DiskBlockStore::Read(const UnitKey& key, uint64_t offset, 
   const std::string id = UnitId(key);
   uint64_t gen;
   std::shared_ptr<const UnitHeader> header;
+  std::shared_ptr<OpenUnitFile> file;
   {
     std::lock_guard lk(mu_);
     auto it = index_.find(id);
     if (it == index_.end()) return std::nullopt;
     gen = it->second.gen;
     header = it->second.header;
+    file = it->second.file;
+    if (file) open_lru_.splice(open_lru_.end(), open_lru_, it->second.lru_pos);
   }
   const std::string path = PathOf(id);
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  const bool new_file = !file;
+  if (new_file) {
+    const int f = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (f >= 0) file = std::make_shared<OpenUnitFile>(f);
+  }
+  const int fd = file ? file->fd : -1;
   if (fd < 0) {
     const int err = errno;
     if (err == ENOENT) {
@@ -422,7 +465,6 @@ std::optional<size_t> DiskBlockStore::Read(const UnitKey& key, uint64_t offset, 
     }
     return ReadUnitRange(fd, *header, offset, len, out);
   }();
-  ::close(fd);
   if (!n) {
     if (n.error().code() == Code::kCorruption) {
       Add(metrics_->cache_corruptions);
@@ -447,6 +489,15 @@ std::optional<size_t> DiskBlockStore::Read(const UnitKey& key, uint64_t offset, 
       if (new_header && !it->second.header && cached_headers_ < kMaxCachedHeaders) {
         it->second.header = std::move(header);
         ++cached_headers_;
+      }
+      if (new_file && !it->second.file && max_open_files_ > 0) {
+        if (open_lru_.size() >= max_open_files_) {
+          auto old = index_.find(open_lru_.front());
+          if (old != index_.end()) old->second.file.reset();
+          open_lru_.pop_front();
+        }
+        it->second.file = std::move(file);
+        it->second.lru_pos = open_lru_.insert(open_lru_.end(), id);
       }
     }
     flush = CollectDirtyLocked(batch, /*force=*/false);
@@ -572,7 +623,7 @@ Status DiskBlockStore::Put(const UnitKey& key, std::string_view data) {
     cancelled = b->second.cancelled;
     if (s.ok() && !cancelled) {
       busy_.erase(b);
-      if (auto old = index_.find(id); old != index_.end() && old->second.header) --cached_headers_;
+      if (auto old = index_.find(id); old != index_.end()) ForgetLocked(old->second);
       index_[id] = Entry{key, n, now, 0, next_gen_++};
       policy_->OnInsertUnit(id, n, 0, UnitMeta{.now_us = now, .object = key.object, .unit_index = key.index});
       used_bytes_ += n;

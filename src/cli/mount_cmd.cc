@@ -298,6 +298,7 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
     j["cache_used_bytes"] = st->used_bytes();
     j["cache_limit_bytes"] = st->limit_bytes();
     j["cache_units"] = st->unit_count();
+    j["open_unit_files"] = st->open_unit_files();
     j["inodes"] = ns.inode_count();
     j["pid"] = static_cast<int64_t>(getpid());
     j["source"] = source;

@@ -272,12 +272,18 @@ TEST_CASE("a reader that joins a prefetch in flight is seen by the store as a re
   auto v = f.Version("w");
   std::mutex mu;
   std::condition_variable cv;
-  bool release = false;
+  bool release = false, entered = false;
   f.fb->SetBeforeCall([&](auto, const std::string&) {
     std::unique_lock lk(mu);
+    entered = true;
+    cv.notify_all();
     cv.wait(lk, [&] { return release; });
   });
   std::thread prefetch([&] { CHECK(pipe.Fetch(v, 1, 1).ok()); });
+  {
+    std::unique_lock lk(mu);  // the prefetch leads the flight before the reader comes
+    cv.wait(lk, [&] { return entered; });
+  }
   // The reader joins the fetch of unit 1 (single-flight), then it completes.
   std::vector<char> out(4096);
   std::thread reader([&] {

@@ -36,8 +36,11 @@ FD_SLACK = 8
 # Open fds beyond the warm level: the HTTP pool's sockets (backend.
 # max_connections = 32), one unit file per FUSE worker (fuse.threads = 16)
 # and per prefetcher thread (8) being read or written at once, RocksDB
-# table/WAL files (~10), and slack for libfuse's own (8).
+# table/WAL files (~10), and slack for libfuse's own (8). Unit files the
+# store keeps open after a read (stats open_unit_files, at most 1024) are
+# counted apart: fds below are the process's minus those.
 FD_GROWTH = 32 + 16 + 8 + 10 + 8
+OPEN_UNIT_FILES_MAX = 1024
 
 
 def main():
@@ -62,7 +65,16 @@ def main():
         # Warm level of fds: after a first pass of concurrent reads.
         for k in keys[::10]:
             faultlib.try_read(mnt / k)
-        fd0 = fd_count(m.pid)
+        def fds_now():
+            # open_unit_files changes under churn: take it on both sides of
+            # the fd count. Returns (fds - the larger, fds - the smaller): a
+            # low and a high estimate of the other fds (equal when idle).
+            o1 = s.stats(m).get("open_unit_files", 0)
+            fds = fd_count(m.pid)
+            o2 = s.stats(m).get("open_unit_files", 0)
+            return fds - max(o1, o2), fds - min(o1, o2)
+
+        fd0 = fds_now()[0]
 
         stop = threading.Event()
         lock = threading.Lock()
@@ -109,9 +121,9 @@ def main():
         try:
             while time.monotonic() - t0 < DURATION_S and not failures:
                 time.sleep(1)
-                rss, fds = rss_bytes(m.pid), fd_count(m.pid)
+                rss, (fds, fds_high) = rss_bytes(m.pid), fds_now()
                 rss_max, fd_max = max(rss_max, rss), max(fd_max, fds)
-                samples.append((round(time.monotonic() - t0), rss // MiB, fds))
+                samples.append((round(time.monotonic() - t0), rss // MiB, fds, fds_high))
                 stalled = [i for i in range(READERS) if time.monotonic() - progress[i] > STALL_S]
                 if stalled:
                     raise harness.TestFailure(f"{len(stalled)} readers made no progress for {STALL_S}s "
@@ -122,7 +134,7 @@ def main():
             t.join(STALL_S)
         hung = sum(t.is_alive() for t in threads)
         elapsed = time.monotonic() - t0
-        log(f"  samples (s, RSS MiB, fds): {samples[:3]} ... {samples[-3:]}")
+        log(f"  samples (s, RSS MiB, fds low, fds high): {samples[:3]} ... {samples[-3:]}")
         check(not failures, f"no wrong bytes, no errors ({failures[:3]})")
         check(hung == 0, "every reader finished (no deadlock)")
         n, b = sum(counts), sum(bytes_read)
@@ -131,9 +143,11 @@ def main():
                            f"{st['evictions']} evictions, {st['singleflight_waits']} single-flight waits")
         check(rss_max < RSS_BOUND, f"peak RSS {rss_max / MiB:.0f} MiB < bound {RSS_BOUND / MiB:.0f} MiB")
         time.sleep(2)  # idle: handles released
-        fd_end = fd_count(m.pid)
+        fd_end = fds_now()[0]
+        check(st.get("open_unit_files", 0) <= OPEN_UNIT_FILES_MAX,
+              f"unit files kept open: {st.get('open_unit_files')} <= {OPEN_UNIT_FILES_MAX}")
         # The HTTP pool keeps up to backend.max_connections (32) sockets open.
-        fd_quarter = samples[len(samples) // 4][2]
+        fd_quarter = samples[len(samples) // 4][3]
         check(fd_max <= fd0 + FD_GROWTH, f"fds bounded: peak {fd_max} <= warm {fd0} + {FD_GROWTH}")
         check(fd_end <= fd_quarter + FD_SLACK, f"fds stable: {fd_end} once idle vs {fd_quarter} a quarter "
                                                f"into the run (no leak)")
