@@ -250,13 +250,24 @@ TEST_CASE("unsafe or unusable cache dirs are refused with a clear error", "[bloc
   }
 }
 
+// Two cached units of 300,000 bytes (the corruption tests).
+struct TwoUnits {
+  UnitKey a, b;
+  std::string da, db;
+};
+TwoUnits PutTwo(BlockStore& s) {
+  TwoUnits t{Key(1), Key(2), {}, {}};
+  t.da = DataOf(t.a, 300000);
+  t.db = DataOf(t.b, 300000);
+  REQUIRE(s.Put(t.a, t.da).ok());
+  REQUIRE(s.Put(t.b, t.db).ok());
+  return t;
+}
+
 TEST_CASE("corruption is a miss, the unit is dropped, never wrong bytes", "[block_store]") {
   Fixture f;
   auto s = f.Open();
-  const UnitKey a = Key(1), b = Key(2);
-  const std::string da = DataOf(a, 300000), db = DataOf(b, 300000);
-  REQUIRE(s->Put(a, da).ok());
-  REQUIRE(s->Put(b, db).ok());
+  const auto [a, b, da, db] = PutTwo(*s);
   const uint64_t used = s->used_bytes();
 
   SECTION("flipped data byte") {
@@ -308,10 +319,7 @@ TEST_CASE("after a first read, a swapped, flipped or truncated unit file is stil
   // the data against its chunk checksums, so a changed file is still caught.
   Fixture f;
   auto s = f.Open();
-  const UnitKey a = Key(1), b = Key(2);
-  const std::string da = DataOf(a, 300000), db = DataOf(b, 300000);
-  REQUIRE(s->Put(a, da).ok());
-  REQUIRE(s->Put(b, db).ok());
+  const auto [a, b, da, db] = PutTwo(*s);
   REQUIRE(ReadAll(*s, a, da.size()) == da);
   REQUIRE(ReadAll(*s, b, db.size()) == db);
   SECTION("swapped") {

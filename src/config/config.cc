@@ -81,7 +81,8 @@ const std::vector<Key>& Schema() {
        "Policy engine `igt` only: a miss in a file whose reads are labelled random or skewed "
        "fetches and caches only the pieces of this size that the read covers, not the whole "
        "unit (a 64 KiB lookup then costs a 64 KiB GET, and the cache holds 16x more hot rows). "
-       "0 turns it off; otherwise a power of two from 64K, below cache.unit_size_bytes.",
+       "0 turns it off, and so does a size not below cache.unit_size_bytes; otherwise a power "
+       "of two from 64K.",
        nullptr, SET_SIZE(cache.sub_unit_bytes)},
       {"cache.eviction", Type::kEnum, "igt",
        "Eviction policy of the SSD tier. `igt`: the pattern-driven policy engine (per-stream "
@@ -357,10 +358,8 @@ Status Validate(const Config& c) {
       (c.cache.unit_size_bytes % kMinUnit) != 0)
     return bad("cache.unit_size_bytes", "must be a multiple of 64K between 64K and 64M");
   if (c.cache.sub_unit_bytes != 0 &&
-      (c.cache.sub_unit_bytes < kMinUnit || c.cache.sub_unit_bytes >= c.cache.unit_size_bytes ||
-       (c.cache.sub_unit_bytes & (c.cache.sub_unit_bytes - 1)) != 0))
-    return bad("cache.sub_unit_bytes",
-               "must be 0 (off) or a power of two from 64K, below cache.unit_size_bytes");
+      (c.cache.sub_unit_bytes < kMinUnit || (c.cache.sub_unit_bytes & (c.cache.sub_unit_bytes - 1)) != 0))
+    return bad("cache.sub_unit_bytes", "must be 0 (off) or a power of two from 64K");
   if (c.cache.max_bytes < c.cache.unit_size_bytes)
     return bad("cache.max_bytes", "must be at least one unit (cache.unit_size_bytes)");
   if (c.cache.min_free_ratio >= 1.0) return bad("cache.min_free_ratio", "must be below 1");

@@ -130,6 +130,8 @@ struct PolicyEngine::Group {
   size_t warm_cursor = 0;
   uint32_t warm_passes = 0;
   bool warming = false;
+  size_t warm_listed_n = 0;         // listing size warm_listed_bytes was summed for
+  uint64_t warm_listed_bytes = 0;
   bool repeats = false;                // data re-read (scan repeats, several readers)
   // Ghost of recent victims (ids), bounded by the cache capacity in bytes.
   std::deque<std::pair<std::string, uint64_t>> ghost;
@@ -468,14 +470,15 @@ void PolicyEngine::Warm(Group* g, std::vector<PrefetchRange>& plan) {
   if (!l || l->empty()) return;
   const uint64_t free_bytes = opts_.capacity_bytes > cached_bytes_ ? opts_.capacity_bytes - cached_bytes_ : 0;
   if (!g->warming) {
-    // Begin only if every file of the directory not cached yet fits in the
-    // free space now: then prefetching them evicts nothing.
-    uint64_t missing = 0;
-    for (const auto& lf : *l) {
-      auto it = files_.find(lf.path);
-      missing += lf.size - std::min(lf.size, it == files_.end() ? 0 : it->second.cached_bytes);
+    // Begin only if the directory's files not cached yet fit in the free
+    // space now: then prefetching them evicts nothing. The listing is summed
+    // once per listing size, not on every read.
+    if (g->warm_listed_n != l->size()) {
+      g->warm_listed_n = l->size();
+      g->warm_listed_bytes = 0;
+      for (const auto& lf : *l) g->warm_listed_bytes += lf.size;
     }
-    if (missing > free_bytes) return;
+    if (g->warm_listed_bytes - std::min(g->warm_listed_bytes, g->bytes) > free_bytes) return;
     g->warming = true;
   }
   uint64_t room = free_bytes;
