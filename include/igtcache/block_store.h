@@ -14,6 +14,7 @@
 // a second process opening the same dir gets Code::kBusy.
 // Thread-safety: every public method is safe to call from many threads.
 
+#include <bit>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -47,6 +48,13 @@ inline bool IsSubUnit(uint64_t index) { return (index & kSubUnitBit) != 0; }
 inline unsigned SubUnitShift(uint64_t index) { return unsigned(index >> 56) & 0x7f; }
 inline uint64_t SubUnitOffset(uint64_t index) {
   return (index & ((1ull << 56) - 1)) << SubUnitShift(index);
+}
+// Calls fn(index, offset) for each sub-unit of `sub` bytes (a power of two)
+// that covers part of the object's bytes [from, to).
+template <class Fn>
+void ForEachSubUnit(uint64_t from, uint64_t to, uint64_t sub, Fn&& fn) {
+  const unsigned shift = static_cast<unsigned>(std::countr_zero(sub));
+  for (uint64_t p = from & ~(sub - 1); p < to; p += sub) fn(SubUnitIndex(p, shift), p);
 }
 
 struct BlockStoreOptions {

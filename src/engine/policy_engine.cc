@@ -333,7 +333,7 @@ void PolicyEngine::NewVisit(Group* g, FileRec* f, const std::string* fkey) {
 std::vector<ListedFile> PolicyEngine::UnreadItems(Group* g, size_t n) {
   std::vector<ListedFile> out;
   if (!g || g->label != kRandom || !g->epoch_ok || g->epoch == 0) return out;
-  const uint64_t free_bytes = opts_.capacity_bytes > cached_bytes_ ? opts_.capacity_bytes - cached_bytes_ : 0;
+  const uint64_t free_bytes = FreeBytes();
   // Room for items not read yet: free space and the space of items already
   // read this epoch, less what earlier plans still in flight will take
   // (planning beyond it would evict prefetched items before they are read).
@@ -426,7 +426,7 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
   if (length > 0) {
     // The bytes a miss would fetch: the units the read touches, or its
     // sub-units in a file read at random.
-    const uint64_t sub = SubUnitBytes(path);
+    const uint64_t sub = SubUnitBytesOf(f);
     const uint64_t piece = sub ? sub : opts_.unit_bytes;
     const uint64_t first = offset / piece, last = (offset + length - 1) / piece;
     g->touched_bytes += std::min<uint64_t>((last - first + 1) * piece, std::max(file_size, length));
@@ -446,9 +446,9 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
   prefetch_[module]->Plan(ctx, plan);
   TrimPlan(plan);
   if ((fl == kRandom || fl == kSkewed) && !f.fill_planned && !(ov && (ov->never_cache || ov->pattern >= 0))) {
-    const uint64_t n = (file_size + opts_.unit_bytes - 1) / opts_.unit_bytes;
+    const uint64_t n = UnitsOf(file_size);
     const uint64_t missing = file_size - std::min(file_size, f.cached_bytes);
-    const uint64_t free_bytes = opts_.capacity_bytes > cached_bytes_ ? opts_.capacity_bytes - cached_bytes_ : 0;
+    const uint64_t free_bytes = FreeBytes();
     if (n >= kFillMinUnits && missing <= free_bytes) {
       f.fill_planned = true;
       PrefetchRange r;
@@ -468,7 +468,7 @@ void PolicyEngine::Warm(Group* g, std::vector<PrefetchRange>& plan) {
   if (!listing_ || g->key.empty() || g->key.back() != '/' || g->warm_passes >= kWarmPasses) return;
   const auto* l = listing_(g->key);
   if (!l || l->empty()) return;
-  const uint64_t free_bytes = opts_.capacity_bytes > cached_bytes_ ? opts_.capacity_bytes - cached_bytes_ : 0;
+  const uint64_t free_bytes = FreeBytes();
   if (!g->warming) {
     // Begin only if the directory's files not cached yet fit in the free
     // space now: then prefetching them evicts nothing. The listing is summed
@@ -500,8 +500,7 @@ void PolicyEngine::Warm(Group* g, std::vector<PrefetchRange>& plan) {
     }
     if (f.cached_units > 0 || lf.size == 0 || lf.size > kEpochItemMaxUnits * opts_.unit_bytes) continue;
     f.warm_planned = true;
-    const uint64_t units = (lf.size + opts_.unit_bytes - 1) / opts_.unit_bytes;
-    plan.push_back({lf.path, lf.size, 0, units - 1});
+    plan.push_back({lf.path, lf.size, 0, UnitsOf(lf.size) - 1});
     room -= lf.size;
     ++n;
   }
@@ -530,12 +529,21 @@ void PolicyEngine::TrimPlan(std::vector<PrefetchRange>& plan) {
 }
 
 uint64_t PolicyEngine::SubUnitBytes(std::string_view path) const {
-  if (!mode_igt_ || opts_.sub_unit_bytes == 0 || opts_.sub_unit_bytes >= opts_.unit_bytes) return 0;
   auto it = files_.find(std::string(path));
-  if (it == files_.end() || it->second.size <= opts_.unit_bytes) return 0;
-  const int l = it->second.block_label;
-  return l == kRandom || l == kSkewed ? opts_.sub_unit_bytes : 0;
+  return it == files_.end() ? 0 : SubUnitBytesOf(it->second);
 }
+
+uint64_t PolicyEngine::SubUnitBytesOf(const FileRec& f) const {
+  if (!mode_igt_ || opts_.sub_unit_bytes == 0 || opts_.sub_unit_bytes >= opts_.unit_bytes) return 0;
+  if (f.size <= opts_.unit_bytes) return 0;
+  return f.block_label == kRandom || f.block_label == kSkewed ? opts_.sub_unit_bytes : 0;
+}
+
+uint64_t PolicyEngine::FreeBytes() const {
+  return opts_.capacity_bytes > cached_bytes_ ? opts_.capacity_bytes - cached_bytes_ : 0;
+}
+
+uint64_t PolicyEngine::UnitsOf(uint64_t size) const { return (size + opts_.unit_bytes - 1) / opts_.unit_bytes; }
 
 void PolicyEngine::NoteGhost(Group* g, const std::string& id, uint64_t bytes) {
   if (g->ghost_set.insert(id).second) {

@@ -168,6 +168,9 @@ class PolicyEngine {
   // whose files all fit in free space proposes its uncached files, a few per
   // read, in listing order.
   void Warm(Group* g, std::vector<PrefetchRange>& plan);
+  uint64_t SubUnitBytesOf(const FileRec& f) const;
+  uint64_t FreeBytes() const;                 // capacity not taken by cached units
+  uint64_t UnitsOf(uint64_t size) const;      // units a file of `size` bytes spans
   void NoteGhost(Group* g, const std::string& id, uint64_t bytes);
   void MoveUnit(const std::string& id, Unit& u, const FileRec& f);
   Group* WindowGroup();  // the stream of readahead units not read yet

@@ -106,19 +106,18 @@ bool Prefetcher::NextFillJobLocked(Job* job) {
   while (!fills_.empty() && fill_running_ < max_running) {
     FillState& f = fills_.front();
     const uint64_t n = (f.file.size + unit - 1) / unit;
-    // Skip units cached or queued already (Contains takes the store's own
-    // lock, never ours: the store does not call back into the prefetcher).
-    while (f.next < n && ((store_ && store_->Contains(UnitKey{f.file.key, f.file.etag, f.next})) ||
-                          units_.count(UnitTag(f.file, f.next))))
-      ++f.next;
+    // Units cached or queued already are skipped (Contains takes the store's
+    // own lock, never ours: the store does not call back into the prefetcher).
+    auto wanted = [&](uint64_t u) {
+      return !units_.count(UnitTag(f.file, u)) && !(store_ && store_->Contains(UnitKey{f.file.key, f.file.etag, u}));
+    };
+    while (f.next < n && !wanted(f.next)) ++f.next;
     if (f.next >= n) {
       fills_.pop_front();
       continue;
     }
     uint64_t last = f.next;
-    while (last + 1 < n && last + 1 - f.next < opts_.max_job_units && !units_.count(UnitTag(f.file, last + 1)) &&
-           !(store_ && store_->Contains(UnitKey{f.file.key, f.file.etag, last + 1})))
-      ++last;
+    while (last + 1 < n && last + 1 - f.next < opts_.max_job_units && wanted(last + 1)) ++last;
     const uint64_t bytes = JobBytes(f.file, f.next, last, unit);
     if (held_bytes_ + bytes > opts_.budget_bytes) return false;  // wait for room
     *job = Job{f.file, f.next, last, bytes, true};

@@ -3,7 +3,6 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <bit>
 #include <optional>
 #include <cstring>
 #include <fmt/format.h>
@@ -167,14 +166,12 @@ Result<size_t> ReadPipeline::Read(const FileVersion& file, uint64_t offset, size
       AddNeed(file, u, ustart, std::min(U, file.size - ustart), needs);
       continue;
     }
-    const unsigned shift = static_cast<unsigned>(std::countr_zero(*sub));
-    for (uint64_t p = from & ~(*sub - 1); p < to; p += *sub) {
+    ForEachSubUnit(from, to, *sub, [&](uint64_t idx, uint64_t p) {
       const uint64_t a = std::max(from, p), b = std::min(to, p + *sub);
-      const uint64_t idx = SubUnitIndex(p, shift);
-      if (hit(idx, p, a, b)) continue;
+      if (hit(idx, p, a, b)) return;
       miss(b - a);
       AddNeed(file, idx, p, std::min(*sub, file.size - p), needs);
-    }
+    });
   }
   if (needs.empty()) return static_cast<size_t>(end - offset);
 

@@ -3,7 +3,6 @@
 #include "src/sim/simulator.h"
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -326,10 +325,13 @@ Result<nlohmann::json> RunEngine(const SimOptions& o, const Trace& tr, uint64_t 
     }
     return done;
   };
-  // Units [first, last] of `f` as pieces.
+  // Unit i, and units [first, last], of `f` as pieces.
+  auto unit_piece = [&](const FileInfo& f, uint64_t i) {
+    return Piece{unit_id(f.path, i), i * unit, UnitBytes(f.size, unit, i), i};
+  };
   auto unit_pieces = [&](const FileInfo& f, uint64_t first, uint64_t last) {
     std::vector<Piece> ps;
-    for (uint64_t i = first; i <= last; ++i) ps.push_back({unit_id(f.path, i), i * unit, UnitBytes(f.size, unit, i), i});
+    for (uint64_t i = first; i <= last; ++i) ps.push_back(unit_piece(f, i));
     return ps;
   };
   std::unordered_map<std::string, uint32_t> file_ids;
@@ -362,7 +364,6 @@ Result<nlohmann::json> RunEngine(const SimOptions& o, const Trace& tr, uint64_t 
       // flight; missing pieces are fetched (whole units, or the sub-units the
       // read covers in a file read at random: PolicyEngine::SubUnitBytes).
       const uint64_t sub = e.SubUnitBytes(f.path);
-      const unsigned shift = sub ? unsigned(std::countr_zero(sub)) : 0;
       std::vector<Piece> missing;
       auto look = [&](const std::string& id, uint64_t bytes) {
         auto it = ready.find(id);
@@ -377,15 +378,14 @@ Result<nlohmann::json> RunEngine(const SimOptions& o, const Trace& tr, uint64_t 
         const std::string id = unit_id(f.path, i);
         if (look(id, hi - lo)) continue;
         if (sub == 0) {
-          missing.push_back({id, i * unit, UnitBytes(f.size, unit, i), i});
+          missing.push_back(unit_piece(f, i));
           continue;
         }
-        for (uint64_t p = lo & ~(sub - 1); p < hi; p += sub) {
-          const uint64_t idx = SubUnitIndex(p, shift);
+        ForEachSubUnit(lo, hi, sub, [&](uint64_t idx, uint64_t p) {
           std::string sid = unit_id(f.path, idx);
-          if (look(sid, std::min(hi, p + sub) - std::max(lo, p))) continue;
-          missing.push_back({std::move(sid), p, std::min(sub, f.size - p), idx});
-        }
+          if (!look(sid, std::min(hi, p + sub) - std::max(lo, p)))
+            missing.push_back({std::move(sid), p, std::min(sub, f.size - p), idx});
+        });
       }
       if (!missing.empty()) done = std::max(done, fetch_pieces(f, missing, issue, false));
     }
