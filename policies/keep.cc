@@ -53,9 +53,9 @@ class KeepPolicy final : public EvictionPolicy {
   void OnEpoch() override {
     // Read units join the unread ones, older than any unit prefetched so far
     // this epoch (they stay cached; the prefetched ones are newest).
-    for (auto& id : read_) map_[id].read = false;
+    // O(units read this epoch): splice keeps the moved nodes' iterators.
+    for (const auto& id : read_) map_.find(id)->second.read = false;
     unread_.splice(unread_.begin(), read_);
-    for (auto it = unread_.begin(); it != unread_.end(); ++it) map_[*it].pos = it;
   }
   // Units already read this epoch (for stats and the engine's planning).
   size_t read_count() const { return read_.size(); }

@@ -59,10 +59,13 @@ constexpr int kIndexMaxOpenFiles = 256;
 // Verified unit headers kept in memory (Entry::header): ~300 B each with
 // 1 MiB units, so at most ~5 MiB.
 constexpr size_t kMaxCachedHeaders = 16384;
-// Unit files kept open after a read (Entry::file), least recently read
-// closed first: a re-read skips the path lookup (three directory levels)
-// and the open. At most this many, and at most a quarter of RLIMIT_NOFILE.
-constexpr size_t kMaxOpenUnitFiles = 1024;
+// Unit files kept open after their write or a read (Entry::file), least
+// recently used closed first: a read skips the path lookup (three directory
+// levels, each a disk read once the kernel has dropped its dentries) and the
+// open. At most this many (~1 KiB of kernel memory each), and at most a
+// quarter of RLIMIT_NOFILE (`igtcache mount` raises its soft limit to the
+// hard one at start-up).
+constexpr size_t kMaxOpenUnitFiles = 4096;
 
 // An open unit file; closed when the last holder lets go (an evicted
 // unit's file is closed once the reads using it are done).
@@ -297,7 +300,27 @@ class DiskBlockStore final : public BlockStore {
   // Moves due dirty access state into `batch`; true if it did. Requires mu_.
   bool CollectDirtyLocked(rocksdb::WriteBatch& batch, bool force);
   void WriteAccessState(rocksdb::WriteBatch& batch);
-  Status WriteUnit(const std::string& id, const UnitKey& key, std::string_view header, std::string_view data);
+  // Writes the unit file (temp file + rename) and returns it open for reading.
+  Result<std::shared_ptr<OpenUnitFile>> WriteUnit(const std::string& id, std::string_view header,
+                                                  std::string_view data);
+  // Keeps `file` open for `e` (Entry::file), closing the least recently used
+  // one beyond max_open_files_. Requires mu_.
+  void KeepOpenLocked(const std::string& id, Entry& e, std::shared_ptr<OpenUnitFile> file) {
+    if (e.file || max_open_files_ == 0) return;
+    if (open_lru_.size() >= max_open_files_) {
+      auto old = index_.find(open_lru_.front());
+      if (old != index_.end()) old->second.file.reset();
+      open_lru_.pop_front();
+    }
+    e.file = std::move(file);
+    e.lru_pos = open_lru_.insert(open_lru_.end(), id);
+  }
+  // Keeps a verified (or just written) header for `e`. Requires mu_.
+  void KeepHeaderLocked(Entry& e, std::shared_ptr<const UnitHeader> header) {
+    if (e.header || cached_headers_ >= kMaxCachedHeaders) return;
+    e.header = std::move(header);
+    ++cached_headers_;
+  }
   Status WriteError(Status s) {
     Add(metrics_->cache_write_errors);
     WarnOnce("write:" + s.ToString(),
@@ -486,19 +509,8 @@ std::optional<size_t> DiskBlockStore::Read(const UnitKey& key, uint64_t offset, 
     auto it = index_.find(id);
     if (it != index_.end() && it->second.gen == gen) {
       Touch(id, it->second, len);
-      if (new_header && !it->second.header && cached_headers_ < kMaxCachedHeaders) {
-        it->second.header = std::move(header);
-        ++cached_headers_;
-      }
-      if (new_file && !it->second.file && max_open_files_ > 0) {
-        if (open_lru_.size() >= max_open_files_) {
-          auto old = index_.find(open_lru_.front());
-          if (old != index_.end()) old->second.file.reset();
-          open_lru_.pop_front();
-        }
-        it->second.file = std::move(file);
-        it->second.lru_pos = open_lru_.insert(open_lru_.end(), id);
-      }
+      if (new_header) KeepHeaderLocked(it->second, std::move(header));
+      if (new_file) KeepOpenLocked(id, it->second, std::move(file));
     }
     flush = CollectDirtyLocked(batch, /*force=*/false);
   }
@@ -506,8 +518,8 @@ std::optional<size_t> DiskBlockStore::Read(const UnitKey& key, uint64_t offset, 
   return *n;
 }
 
-Status DiskBlockStore::WriteUnit(const std::string& id, const UnitKey& key, std::string_view header,
-                                 std::string_view data) {
+Result<std::shared_ptr<OpenUnitFile>> DiskBlockStore::WriteUnit(const std::string& id, std::string_view header,
+                                                                std::string_view data) {
   // No fsync: after a crash a torn or empty unit file fails its header or
   // chunk checksums and is dropped (at start-up or on first read), and the
   // index record is only written after the rename. Syncing every unit would
@@ -521,7 +533,7 @@ Status DiskBlockStore::WriteUnit(const std::string& id, const UnitKey& key, std:
   }
   if (fd < 0) {
     const int err = errno;
-    return Status(CodeForErrno(err), fmt::format("cannot create a temp file in {}/tmp: {}", opts_.dir, ErrnoText(err)));
+    return Err(Status(CodeForErrno(err), fmt::format("cannot create a temp file in {}/tmp: {}", opts_.dir, ErrnoText(err))));
   }
   Status s;
   if (::fchmod(fd, kFileMode) != 0) {
@@ -547,9 +559,13 @@ Status DiskBlockStore::WriteUnit(const std::string& id, const UnitKey& key, std:
   }
   if (!s.ok()) {
     ::unlink(tmp.c_str());
-    return s;
+    return Err(s);
   }
-  return Status::Ok();
+  // Opened again for reading while its dentry is hot (the write fd is closed
+  // so that close() can report a delayed write error above). Failing here
+  // costs only the open on the first read.
+  const int rfd = ::open(PathOf(id).c_str(), O_RDONLY | O_CLOEXEC);
+  return rfd >= 0 ? std::make_shared<OpenUnitFile>(rfd) : nullptr;
 }
 
 Status DiskBlockStore::Put(const UnitKey& key, std::string_view data) {
@@ -607,7 +623,8 @@ Status DiskBlockStore::Put(const UnitKey& key, std::string_view data) {
   DeleteDetached(victims, /*count_as_eviction=*/true);
   if (!fail.ok()) return WriteError(fail);
 
-  Status s = WriteUnit(id, key, *header, data);
+  auto written = WriteUnit(id, *header, data);
+  Status s = written ? Status::Ok() : written.error();
   const uint64_t now = hooks_.now_us();
   if (s.ok()) {
     const UnitRecord rec{key, n, UnitRelPath(id), now, 0};
@@ -624,7 +641,11 @@ Status DiskBlockStore::Put(const UnitKey& key, std::string_view data) {
     if (s.ok() && !cancelled) {
       busy_.erase(b);
       if (auto old = index_.find(id); old != index_.end()) ForgetLocked(old->second);
-      index_[id] = Entry{key, n, now, 0, next_gen_++};
+      Entry& e = index_[id] = Entry{key, n, now, 0, next_gen_++};
+      // The header just encoded (its checksums are of the bytes written) and
+      // the file: the first read needs neither a path lookup nor a header read.
+      if (auto h = DecodeUnitHeader(*header)) KeepHeaderLocked(e, std::make_shared<const UnitHeader>(std::move(*h)));
+      if (*written) KeepOpenLocked(id, e, std::move(*written));
       policy_->OnInsertUnit(id, n, 0, UnitMeta{.now_us = now, .object = key.object, .unit_index = key.index});
       used_bytes_ += n;
     } else if (!s.ok()) {

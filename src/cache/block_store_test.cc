@@ -265,9 +265,14 @@ TwoUnits PutTwo(BlockStore& s) {
 }
 
 TEST_CASE("corruption is a miss, the unit is dropped, never wrong bytes", "[block_store]") {
+  // Units of an earlier run: nothing of them is held in memory or open, so
+  // the first read checks the file's header as well as its data.
   Fixture f;
   auto s = f.Open();
   const auto [a, b, da, db] = PutTwo(*s);
+  s.reset();
+  s = f.Open();
+  CHECK(s->open_unit_files() == 0);
   const uint64_t used = s->used_bytes();
 
   SECTION("flipped data byte") {
@@ -314,14 +319,27 @@ TEST_CASE("corruption is a miss, the unit is dropped, never wrong bytes", "[bloc
   CHECK(ReadAll(*s, a, da.size()) == da);
 }
 
-TEST_CASE("after a first read, a swapped, flipped or truncated unit file is still caught", "[block_store]") {
-  // The first read keeps the verified header in memory; later reads check
-  // the data against its chunk checksums, so a changed file is still caught.
+TEST_CASE("a unit kept open since its write or a read never serves changed bytes", "[block_store]") {
+  // The header written (or verified by a first read) stays in memory and the
+  // file open; reads check the data against the chunk checksums, so a
+  // changed file is still caught, and a renamed or removed path does not
+  // matter: the open file is the unit's own.
   Fixture f;
   auto s = f.Open();
   const auto [a, b, da, db] = PutTwo(*s);
-  REQUIRE(ReadAll(*s, a, da.size()) == da);
-  REQUIRE(ReadAll(*s, b, db.size()) == db);
+  const bool read_first = GENERATE(false, true);
+  if (read_first) {
+    REQUIRE(ReadAll(*s, a, da.size()) == da);
+    REQUIRE(ReadAll(*s, b, db.size()) == db);
+  }
+  SECTION("header byte flipped on disk: the data still verifies") {
+    FlipByte(f.UnitPath(a), 14);
+    CHECK(ReadAll(*s, a, da.size()) == da);
+  }
+  SECTION("path removed: the open file still holds the unit") {
+    fs::remove(f.UnitPath(a));
+    CHECK(ReadAll(*s, a, da.size()) == da);
+  }
   SECTION("swapped") {
     // Files kept open since the first read still hold their own units: a
     // read gives the right bytes or a miss, never the other unit's.
@@ -347,14 +365,17 @@ TEST_CASE("after a first read, a swapped, flipped or truncated unit file is stil
   }
 }
 
-TEST_CASE("unit files stay open after a read until their unit leaves the cache", "[block_store]") {
+TEST_CASE("unit files stay open after their write or a read until their unit leaves the cache", "[block_store]") {
   Fixture f;
   auto s = f.Open();
   const UnitKey a = Key(1), b = Key(2);
   const std::string da = DataOf(a, 100000), db = DataOf(b, 100000);
   REQUIRE(s->Put(a, da).ok());
   REQUIRE(s->Put(b, db).ok());
-  CHECK(s->open_unit_files() == 0);  // writes keep nothing open
+  CHECK(s->open_unit_files() == 2);  // kept open since the write
+  s.reset();
+  s = f.Open();
+  CHECK(s->open_unit_files() == 0);  // units of an earlier run: opened on a read
   REQUIRE(ReadAll(*s, a, da.size()) == da);
   REQUIRE(ReadAll(*s, a, da.size()) == da);
   REQUIRE(ReadAll(*s, b, db.size()) == db);

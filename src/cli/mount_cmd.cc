@@ -4,6 +4,7 @@
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -136,6 +137,18 @@ Result<std::unique_ptr<Backend>> BuildBackend(const SourceUrl& url, const Config
   return MakeS3Backend(o);
 }
 
+// The block store keeps unit files open (a quarter of the soft fd limit at
+// most) and the kernel's usual soft limit of 1024 is a shell default, not a
+// resource bound: raise it to the hard limit, as servers and Go programs
+// (rclone among them) do at start-up.
+void RaiseFdLimit() {
+  rlimit r{};
+  if (getrlimit(RLIMIT_NOFILE, &r) != 0 || r.rlim_cur >= r.rlim_max) return;
+  const rlim_t was = r.rlim_cur;
+  r.rlim_cur = r.rlim_max;
+  if (setrlimit(RLIMIT_NOFILE, &r) == 0) spdlog::debug("fd limit raised from {} to {}", was, r.rlim_cur);
+}
+
 // Everything after argument parsing; runs in the daemon child or in the
 // foreground process. Returns once the file system is unmounted.
 int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, bool foreground) {
@@ -147,6 +160,7 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
     early->set_level(foreground ? spdlog::level::from_str(cfg.logging.level) : spdlog::level::err);
     spdlog::set_default_logger(early);
   }
+  RaiseFdLimit();
   Metrics metrics;
   auto backend = BuildBackend(url, cfg, &metrics);
   if (!backend) {

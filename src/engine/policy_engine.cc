@@ -306,7 +306,10 @@ PolicyEngine::Group* PolicyEngine::GroupFor(std::string_view path, uint64_t now_
 }
 
 void PolicyEngine::NewVisit(Group* g, FileRec* f, const std::string* fkey) {
-  if (g->label != kRandom) return;
+  // Epochs are rounds over a set of items: a stream of one file (the block
+  // stream of a weights file faulted at random) has none, and counting each
+  // revisit as a new epoch would only churn the eviction module.
+  if (g->label != kRandom || g->items.size() < 2) return;
   if (f->epoch_read == g->epoch + 1) {
     if (g->epoch_read_count >= kEpochFullRatio * std::max<size_t>(1, g->items.size())) {
       // Most items were read and one comes round again: a new epoch.
