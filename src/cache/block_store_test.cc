@@ -396,15 +396,15 @@ TEST_CASE("partial reads verify only the chunks they touch", "[block_store]") {
   REQUIRE(s->Put(k, data).ok());
   const std::string path = f.UnitPath(k);
   const uint64_t header = fs::file_size(path) - data.size();
-  FlipByte(path, header + 3 * kUnitChunkBytes + 100);
+  FlipByte(path, header + 3 * kUnitMinChunkBytes + 100);
 
   char buf[4096];
   REQUIRE(s->Read(k, 0, sizeof buf, buf) == sizeof buf);
   CHECK(std::string(buf, sizeof buf) == data.substr(0, sizeof buf));
-  REQUIRE(s->Read(k, 5 * kUnitChunkBytes, sizeof buf, buf) == sizeof buf);
+  REQUIRE(s->Read(k, 5 * kUnitMinChunkBytes, sizeof buf, buf) == sizeof buf);
   CHECK(f.metrics.cache_corruptions == 0);
   CHECK(s->Contains(k));
-  CHECK_FALSE(s->Read(k, 3 * kUnitChunkBytes, sizeof buf, buf).has_value());
+  CHECK_FALSE(s->Read(k, 3 * kUnitMinChunkBytes, sizeof buf, buf).has_value());
   CHECK(f.metrics.cache_corruptions == 1);
   CHECK_FALSE(s->Contains(k));
 }

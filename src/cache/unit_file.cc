@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <memory>
 
 namespace igt::cache {
 namespace {
@@ -76,7 +77,24 @@ uint64_t UnitChunkCount(uint64_t data_len, uint32_t chunk_size) {
   return (data_len + chunk_size - 1) / chunk_size;
 }
 
-Result<std::string> EncodeUnitHeader(const UnitKey& key, std::string_view data) {
+uint32_t UnitChunkBytesFor(uint64_t data_len) {
+  uint32_t c = kUnitMinChunkBytes;
+  while (UnitChunkCount(data_len, c) > kUnitMaxChunks) c *= 2;
+  return c;
+}
+
+namespace {
+// Header length of a version's layout for the given fields.
+uint64_t HeaderLengthFor(uint16_t version, size_t etag_len, uint64_t chunks, uint64_t data_len) {
+  const uint64_t packed = kUnitHeaderFixedBytes + etag_len + 8 * chunks + 8;
+  if (version == 1 || data_len < kUnitPadMinData) return packed;
+  return (packed + kUnitDataAlign - 1) / kUnitDataAlign * kUnitDataAlign;
+}
+}  // namespace
+
+Result<std::string> EncodeUnitHeader(const UnitKey& key, std::string_view data, uint16_t version) {
+  if (version != 1 && version != kUnitFormatVersion)
+    return Err(Status::InvalidArgument(fmt::format("unit format version {} unknown", version)));
   if (key.etag.size() > kMaxEtagBytes) {
     return Err(Status::InvalidArgument(
         fmt::format("etag of '{}' is {} bytes, over the {} byte limit", key.object, key.etag.size(), kMaxEtagBytes)));
@@ -84,23 +102,25 @@ Result<std::string> EncodeUnitHeader(const UnitKey& key, std::string_view data) 
   if (data.size() > kMaxUnitDataBytes) {
     return Err(Status::InvalidArgument(fmt::format("unit of {} bytes over the {} byte limit", data.size(), kMaxUnitDataBytes)));
   }
-  const uint64_t chunks = UnitChunkCount(data.size());
-  const size_t header_len = kUnitHeaderFixedBytes + key.etag.size() + 8 * chunks + 8;
+  const uint32_t chunk = version == 1 ? 64 * 1024 : UnitChunkBytesFor(data.size());
+  const uint64_t chunks = UnitChunkCount(data.size(), chunk);
+  const size_t header_len = HeaderLengthFor(version, key.etag.size(), chunks, data.size());
   std::string h;
   h.reserve(header_len);
   h.append(kUnitMagic, 4);
-  PutU16(h, kUnitFormatVersion);
+  PutU16(h, version);
   PutU16(h, 0);
   PutU32(h, static_cast<uint32_t>(header_len));
   PutU64(h, ObjectKeyHash(key.object));
   PutU64(h, key.index);
   PutU64(h, data.size());
-  PutU32(h, kUnitChunkBytes);
+  PutU32(h, chunk);
   PutU16(h, static_cast<uint16_t>(key.etag.size()));
   h += key.etag;
   for (uint64_t c = 0; c < chunks; ++c) {
-    PutU64(h, Hash64(data.substr(c * kUnitChunkBytes, kUnitChunkBytes)));
+    PutU64(h, Hash64(data.substr(c * chunk, chunk)));
   }
+  h.resize(header_len - 8, '\0');
   PutU64(h, Hash64(h));
   return h;
 }
@@ -109,7 +129,8 @@ Result<uint32_t> PeekUnitHeaderLength(std::string_view prefix) {
   if (prefix.size() < 12) return Err(Corrupt("shorter than a header"));
   if (std::memcmp(prefix.data(), kUnitMagic, 4) != 0) return Err(Corrupt("bad magic"));
   const auto version = GetLe(prefix, 4, 2);
-  if (version != kUnitFormatVersion) return Err(Corrupt(fmt::format("unknown format version {}", version)));
+  if (version != 1 && version != kUnitFormatVersion)
+    return Err(Corrupt(fmt::format("unknown format version {}", version)));
   const auto len = GetLe(prefix, 8, 4);
   if (len < kUnitHeaderFixedBytes + 8 || len > kMaxUnitHeaderBytes) {
     return Err(Corrupt(fmt::format("header length {} out of range", len)));
@@ -137,7 +158,7 @@ Result<UnitHeader> DecodeUnitHeader(std::string_view bytes) {
   if (h.chunk_size == 0 || h.chunk_size > (64u << 20)) return Err(Corrupt("bad chunk size"));
   if (etag_len > kMaxEtagBytes || h.data_len > kMaxUnitDataBytes) return Err(Corrupt("field out of range"));
   const uint64_t chunks = UnitChunkCount(h.data_len, h.chunk_size);
-  if (b.size() != kUnitHeaderFixedBytes + etag_len + 8 * chunks + 8) {
+  if (b.size() != HeaderLengthFor(static_cast<uint16_t>(GetLe(b, 4, 2)), etag_len, chunks, h.data_len)) {
     return Err(Corrupt("header length does not match its fields"));
   }
   h.etag.assign(b.substr(kUnitHeaderFixedBytes, etag_len));
@@ -201,11 +222,11 @@ Result<size_t> ReadUnitRange(int fd, const UnitHeader& h, uint64_t offset, size_
   // into `out`; otherwise through a buffer. Either way `out` never keeps
   // unverified bytes: on a failed check it is zeroed.
   const bool direct = offset == span_start && end == span_end;
-  std::string buf;
+  std::unique_ptr<char[]> buf;  // not zero-filled: every byte is read before use
   char* dst = out;
   if (!direct) {
-    buf.resize(span_end - span_start);
-    dst = buf.data();
+    buf.reset(new char[span_end - span_start]);
+    dst = buf.get();
   }
   const uint64_t span = span_end - span_start;
   auto fail = [&](Status s) {
@@ -218,7 +239,7 @@ Result<size_t> ReadUnitRange(int fd, const UnitHeader& h, uint64_t offset, size_
     const uint64_t ce = std::min<uint64_t>(span, cs + h.chunk_size);
     if (auto s = VerifyUnitChunk(h, c, std::string_view(dst + cs, ce - cs)); !s.ok()) return fail(s);
   }
-  if (!direct) std::memcpy(out, buf.data() + (offset - span_start), end - offset);
+  if (!direct) std::memcpy(out, buf.get() + (offset - span_start), end - offset);
   return static_cast<size_t>(end - offset);
 }
 

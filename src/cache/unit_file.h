@@ -12,14 +12,20 @@
 //   12   8     key hash: XXH3-64 of the object key
 //   20   8     unit index
 //   28   8     data length in bytes
-//   36   4     chunk size in bytes (kUnitChunkBytes)
+//   36   4     chunk size in bytes (UnitChunkBytesFor(data length))
 //   40   2     etag length (<= kMaxEtagBytes)
 //   42   n     etag bytes
 //   ..   8*c   XXH3-64 of each data chunk, c = ceil(data length / chunk size)
+//   ..   p     zeros (version 2, data of 64 KiB or more): the header ends
+//              on a 4 KiB boundary
 //   ..   8     XXH3-64 of every header byte before it
 //
-// Per-chunk checksums let a read verify only the chunks it touches (a 4 KiB
-// read of a 1 MiB unit reads one 64 KiB chunk, not the unit). The header
+// Version 2 (written now) pads the header so that the data starts at a
+// 4 KiB-aligned file offset, and uses 4 KiB chunks up to 1 MiB units (at most
+// 256 chunks: larger units get larger chunks): a page-aligned 4 KiB read of
+// the object is one page of the unit file, read and verified alone.
+// Version 1 files (no padding, 64 KiB chunks) are still read. Per-chunk
+// checksums let a read verify only the chunks it touches. The header
 // names the unit it holds (key hash, etag, index, length), so a file under
 // the wrong name (swapped, stale) is caught, not served. Every mismatch is
 // Code::kCorruption; a failed system call is kIoError.
@@ -38,28 +44,32 @@
 namespace igt::cache {
 
 inline constexpr char kUnitMagic[4] = {'I', 'G', 'T', 'U'};
-inline constexpr uint16_t kUnitFormatVersion = 1;
-// 64 KiB: the verification granule. Small enough that a 4 KiB read costs one
-// 64 KiB pread; large enough that a 1 MiB unit needs only 16 checksums.
-inline constexpr uint32_t kUnitChunkBytes = 64 * 1024;
+inline constexpr uint16_t kUnitFormatVersion = 2;
+// Data alignment in the file (version 2), and the smallest chunk: a page.
+inline constexpr uint32_t kUnitDataAlign = 4096;
+// Units with less data than this are not padded (read whole anyway; a page
+// of padding would double the disk use of a file of a few KiB).
+inline constexpr uint64_t kUnitPadMinData = 64 * 1024;
+inline constexpr uint32_t kUnitMinChunkBytes = 4096;
+// Chunks per unit at most when writing: the header stays within one page.
+inline constexpr uint64_t kUnitMaxChunks = 256;
 // S3 ETags are 32-34 chars (multipart "-N" suffix); versions ids are longer
 // but well under this. A bound keeps a corrupt header from allocating much.
 inline constexpr size_t kMaxEtagBytes = 128;
-// 1 GiB: far above any sensible unit (default 1 MiB); bounds the header at
-// 16384 chunk checksums (128 KiB).
+// 1 GiB: far above any sensible unit (default 1 MiB).
 inline constexpr uint64_t kMaxUnitDataBytes = 1ull << 30;
 // Bytes of the header before the etag.
 inline constexpr size_t kUnitHeaderFixedBytes = 42;
-// Largest possible header: fixed + etag + checksums + header checksum.
-inline constexpr size_t kMaxUnitHeaderBytes =
-    kUnitHeaderFixedBytes + kMaxEtagBytes + 8 * (kMaxUnitDataBytes / kUnitChunkBytes) + 8;
+// Largest header a reader accepts: that of a version 1 file of the largest
+// unit (64 KiB chunks: 16384 checksums, 128 KiB).
+inline constexpr size_t kMaxUnitHeaderBytes = kUnitHeaderFixedBytes + kMaxEtagBytes + 8 * (kMaxUnitDataBytes >> 16) + 8;
 
 struct UnitHeader {
   uint32_t header_len = 0;
   uint64_t key_hash = 0;
   uint64_t index = 0;
   uint64_t data_len = 0;
-  uint32_t chunk_size = kUnitChunkBytes;
+  uint32_t chunk_size = kUnitMinChunkBytes;
   std::string etag;
   std::vector<uint64_t> chunk_sums;  // one per chunk
 };
@@ -73,8 +83,10 @@ std::string UnitRelPath(std::string_view id);
 uint64_t ObjectKeyHash(std::string_view object);
 
 // The header bytes for `data` of unit `key`. InvalidArgument if the etag or
-// data are over their bounds.
-Result<std::string> EncodeUnitHeader(const UnitKey& key, std::string_view data);
+// data are over their bounds. `version` 1 (64 KiB chunks, no padding) is
+// for tests of reading files an older igtcache wrote.
+Result<std::string> EncodeUnitHeader(const UnitKey& key, std::string_view data,
+                                     uint16_t version = kUnitFormatVersion);
 
 // Validates magic and version of a header prefix (>= 12 bytes) and returns
 // the header length it announces, within bounds.
@@ -86,7 +98,10 @@ Result<UnitHeader> DecodeUnitHeader(std::string_view bytes);
 Status CheckUnitHeaderMatches(const UnitHeader& h, const UnitKey& key);
 
 // Chunk c covers data bytes [c*chunk_size, min(data_len, (c+1)*chunk_size)).
-uint64_t UnitChunkCount(uint64_t data_len, uint32_t chunk_size = kUnitChunkBytes);
+uint64_t UnitChunkCount(uint64_t data_len, uint32_t chunk_size);
+// The chunk size a unit of `data_len` bytes is written with: 4 KiB, doubled
+// until at most kUnitMaxChunks chunks cover the data.
+uint32_t UnitChunkBytesFor(uint64_t data_len);
 // Corruption unless `bytes` (the whole chunk c) matches its checksum.
 Status VerifyUnitChunk(const UnitHeader& h, uint64_t chunk, std::string_view bytes);
 

@@ -25,12 +25,12 @@ std::string Bytes(size_t n, uint32_t seed) {
 struct TempUnit {
   std::string path;
   int fd = -1;
-  TempUnit(const UnitKey& key, std::string_view data) {
+  TempUnit(const UnitKey& key, std::string_view data, uint16_t version = kUnitFormatVersion) {
     char tmpl[] = "/tmp/igt_unit_XXXXXX";
     fd = ::mkstemp(tmpl);
     REQUIRE(fd >= 0);
     path = tmpl;
-    auto h = EncodeUnitHeader(key, data);
+    auto h = EncodeUnitHeader(key, data, version);
     REQUIRE(h.has_value());
     REQUIRE(WriteUnitFile(fd, *h, data).ok());
   }
@@ -65,7 +65,16 @@ TEST_CASE("header round trip", "[unit_file]") {
   const std::string data = Bytes(n, 1);
   auto h = EncodeUnitHeader(key, data);
   REQUIRE(h.has_value());
-  CHECK(h->size() == kUnitHeaderFixedBytes + key.etag.size() + 8 * UnitChunkCount(n) + 8);
+  const uint32_t cs = UnitChunkBytesFor(n);
+  CHECK(cs == kUnitMinChunkBytes);  // 4 KiB chunks up to 1 MiB
+  const uint64_t packed = kUnitHeaderFixedBytes + key.etag.size() + 8 * UnitChunkCount(n, cs) + 8;
+  if (n >= kUnitPadMinData) {
+    CHECK(h->size() % kUnitDataAlign == 0);  // the data starts page-aligned
+    CHECK(h->size() >= packed);
+    CHECK(h->size() < packed + kUnitDataAlign);
+  } else {
+    CHECK(h->size() == packed);  // small units are not padded
+  }
   auto len = PeekUnitHeaderLength(*h);
   REQUIRE(len.has_value());
   CHECK(*len == h->size());
@@ -76,10 +85,11 @@ TEST_CASE("header round trip", "[unit_file]") {
   CHECK(d->index == 7);
   CHECK(d->etag == key.etag);
   CHECK(d->key_hash == ObjectKeyHash(key.object));
-  CHECK(d->chunk_sums.size() == UnitChunkCount(n));
+  CHECK(d->chunk_size == cs);
+  CHECK(d->chunk_sums.size() == UnitChunkCount(n, cs));
   CHECK(CheckUnitHeaderMatches(*d, key).ok());
   for (uint64_t c = 0; c < d->chunk_sums.size(); ++c) {
-    const std::string_view chunk = std::string_view(data).substr(c * kUnitChunkBytes, kUnitChunkBytes);
+    const std::string_view chunk = std::string_view(data).substr(c * cs, cs);
     CHECK(VerifyUnitChunk(*d, c, chunk).ok());
   }
 }
@@ -109,12 +119,12 @@ TEST_CASE("header mismatches are corruption", "[unit_file]") {
   CHECK_FALSE(DecodeUnitHeader(h->substr(0, h->size() - 1)).has_value());
   CHECK_FALSE(DecodeUnitHeader("").has_value());
   // A flipped data byte fails its chunk.
-  std::string chunk = data.substr(kUnitChunkBytes, data.size() - kUnitChunkBytes);
+  std::string chunk = data.substr(d->chunk_size, d->chunk_size);
   CHECK(VerifyUnitChunk(*d, 1, chunk).ok());
   chunk[5] ^= 1;
   CHECK(VerifyUnitChunk(*d, 1, chunk).code() == Code::kCorruption);
   CHECK(VerifyUnitChunk(*d, 1, chunk.substr(1)).code() == Code::kCorruption);
-  CHECK(VerifyUnitChunk(*d, 9, chunk).code() == Code::kCorruption);
+  CHECK(VerifyUnitChunk(*d, 999, chunk).code() == Code::kCorruption);
 }
 
 TEST_CASE("encode rejects oversized etags", "[unit_file]") {
@@ -147,15 +157,16 @@ TEST_CASE("range reads on a unit file", "[unit_file]") {
   }
 
   SECTION("a corrupt chunk fails only reads that touch it") {
-    u.Flip(h->header_len + 3 * kUnitChunkBytes + 17);
+    const uint64_t C = h->chunk_size;
+    u.Flip(h->header_len + 3 * C + 17);
     char buf[4096];
     CHECK(ReadUnitRange(u.fd, *h, 0, sizeof buf, buf).has_value());
-    CHECK(ReadUnitRange(u.fd, *h, 4 * kUnitChunkBytes, sizeof buf, buf).has_value());
-    auto bad = ReadUnitRange(u.fd, *h, 3 * kUnitChunkBytes + 4000, sizeof buf, buf);
+    CHECK(ReadUnitRange(u.fd, *h, 4 * C, sizeof buf, buf).has_value());
+    auto bad = ReadUnitRange(u.fd, *h, 3 * C + 4000, sizeof buf, buf);
     REQUIRE_FALSE(bad.has_value());
     CHECK(bad.error().code() == Code::kCorruption);
     // A range spanning chunks 2..3 also fails.
-    CHECK_FALSE(ReadUnitRange(u.fd, *h, 3 * kUnitChunkBytes - 10, 100, buf).has_value());
+    CHECK_FALSE(ReadUnitRange(u.fd, *h, 3 * C - 10, 100, buf).has_value());
   }
   SECTION("a truncated file is corruption") {
     REQUIRE(::ftruncate(u.fd, h->header_len + data.size() - 1) == 0);
@@ -173,10 +184,28 @@ TEST_CASE("range reads on a unit file", "[unit_file]") {
   }
 }
 
+TEST_CASE("version 1 files (64 KiB chunks, no padding) are still read", "[unit_file]") {
+  UnitKey key{"old", "v", 2};
+  const std::string data = Bytes(300000, 8);
+  TempUnit u(key, data, /*version=*/1);
+  auto h = ReadUnitHeader(u.fd);
+  REQUIRE(h.has_value());
+  CHECK(h->chunk_size == 64 * 1024);
+  CHECK(h->header_len == kUnitHeaderFixedBytes + key.etag.size() + 8 * 5 + 8);
+  CHECK(CheckUnitHeaderMatches(*h, key).ok());
+  std::string out(data.size(), '\0');
+  REQUIRE(ReadUnitRange(u.fd, *h, 0, out.size(), out.data()) == data.size());
+  CHECK(out == data);
+  char buf[100];
+  REQUIRE(ReadUnitRange(u.fd, *h, 200000, sizeof buf, buf) == sizeof buf);
+  CHECK(std::string(buf, sizeof buf) == data.substr(200000, sizeof buf));
+}
+
 TEST_CASE("headers longer than the first read are read whole", "[unit_file]") {
+  // Only version 1 writes headers over a page (version 2 caps the chunks).
   UnitKey key{"huge", "v", 1};
   const std::string data = Bytes(64u << 20, 5);  // 1024 chunks: 8 KiB of checksums
-  TempUnit u(key, data);
+  TempUnit u(key, data, /*version=*/1);
   auto h = ReadUnitHeader(u.fd);
   REQUIRE(h.has_value());
   CHECK(h->header_len > 4096);
@@ -213,17 +242,19 @@ namespace {
 
 TEST_CASE("whole-chunk reads go straight to the caller's buffer, zeroed on failure", "[unit_file]") {
   UnitKey key{"direct", "v", 0};
-  const std::string data = Bytes(3 * kUnitChunkBytes + 500, 9);
+  const uint64_t C = UnitChunkBytesFor(1);
+  const std::string data = Bytes(3 * C + 500, 9);
   TempUnit u(key, data);
   auto h = ReadUnitHeader(u.fd);
   REQUIRE(h.has_value());
+  REQUIRE(h->chunk_size == C);
   std::string out(data.size(), 'x');
   REQUIRE(ReadUnitRange(u.fd, *h, 0, out.size(), out.data()) == data.size());
   CHECK(out == data);
-  std::string mid(kUnitChunkBytes, 'x');
-  REQUIRE(ReadUnitRange(u.fd, *h, kUnitChunkBytes, mid.size(), mid.data()) == kUnitChunkBytes);
-  CHECK(mid == data.substr(kUnitChunkBytes, kUnitChunkBytes));
-  u.Flip(h->header_len + 2 * kUnitChunkBytes);
+  std::string mid(C, 'x');
+  REQUIRE(ReadUnitRange(u.fd, *h, C, mid.size(), mid.data()) == C);
+  CHECK(mid == data.substr(C, C));
+  u.Flip(h->header_len + 2 * C);
   std::fill(out.begin(), out.end(), 'x');
   REQUIRE_FALSE(ReadUnitRange(u.fd, *h, 0, out.size(), out.data()).has_value());
   CHECK(out == std::string(out.size(), '\0'));
