@@ -3,6 +3,8 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <future>
+#include <system_error>
 #include <optional>
 #include <cstring>
 #include <fmt/format.h>
@@ -53,10 +55,8 @@ void ReadPipeline::AddNeed(const FileVersion& file, uint64_t index, uint64_t off
   }
 }
 
-Status ReadPipeline::FetchRuns(const FileVersion& file, std::vector<Need>& needs) {
+Status ReadPipeline::FetchRuns(const FileVersion& file, std::vector<Need>& needs, bool demand) {
   const uint64_t max_run = std::max(opts_.max_request_bytes, opts_.unit_size);
-  Status first_error;
-  std::string buf;
   // A unit may have been inserted by a fetch that finished between our store
   // lookup and our becoming its leader (Put happens before the flight ends):
   // look again so each unit is fetched once.
@@ -79,39 +79,52 @@ Status ReadPipeline::FetchRuns(const FileVersion& file, std::vector<Need>& needs
       n.leader = false;
     }
   }
+  // Runs of adjacent pieces we lead, each one ranged GET of at most max_run.
+  struct Run {
+    size_t i, j;  // needs[i, j)
+    uint64_t off, len;
+    std::string buf;
+    Status st;
+  };
+  std::vector<Run> runs;
   for (size_t i = 0; i < needs.size();) {
     if (!needs[i].leader) {
       ++i;
       continue;
     }
-    size_t j = i + 1;  // extend the run over adjacent pieces we lead
+    size_t j = i + 1;
     while (j < needs.size() && needs[j].leader && needs[j].off == needs[j - 1].off + needs[j - 1].len &&
            needs[j].off + needs[j].len - needs[i].off <= max_run)
       ++j;
-    const uint64_t off = needs[i].off;
-    const uint64_t end = needs[j - 1].off + needs[j - 1].len;
-    const size_t len = static_cast<size_t>(end - off);
-    buf.resize(len);
+    runs.push_back(Run{i, j, needs[i].off, needs[j - 1].off + needs[j - 1].len - needs[i].off, {}, {}});
+    i = j;
+  }
+  // Bytes [from, to) of a run, one ranged GET.
+  auto get = [&](Run& r, uint64_t from, uint64_t to) -> Status {
+    const size_t len = static_cast<size_t>(to - from);
     if (metrics_) Add(metrics_->backend_get_requests);
-    auto got = backend_->Read(file.key, off, len, file.etag, buf.data());
-    Status st;
-    if (!got) {
-      st = got.error();
-    } else if (*got != len) {
-      st = Status::Changed(fmt::format("'{}' returned {} bytes at offset {}, expected {}: the "
-                                       "object changed size", file.key, *got, off, len));
+    auto got = backend_->Read(file.key, r.off + from, len, file.etag, r.buf.data() + from);
+    if (!got) return got.error();
+    if (metrics_) Add(metrics_->backend_get_bytes, *got);
+    if (*got != len) {
+      return Status::Changed(fmt::format("'{}' returned {} bytes at offset {}, expected {}: the "
+                                         "object changed size", file.key, *got, r.off + from, len));
     }
-    if (got && metrics_) Add(metrics_->backend_get_bytes, *got);
-    for (size_t k = i; k < j; ++k) {
+    return Status::Ok();
+  };
+  // Inserts a fetched run's pieces and ends their flights (waiters see r.st).
+  Status first_error;
+  auto complete = [&](Run& r) {
+    for (size_t k = r.i; k < r.j; ++k) {
       std::string unit_data;
-      if (st.ok()) {
-        unit_data.assign(buf.data() + (needs[k].off - off), needs[k].len);
+      if (r.st.ok()) {
+        unit_data.assign(r.buf.data() + (needs[k].off - r.off), needs[k].len);
         if (store_) (void)store_->Put(UnitKey{file.key, file.etag, needs[k].index}, unit_data);
       }
       auto& fl = needs[k].flight;
       {
         std::lock_guard lk(fl->mu);
-        fl->status = st;
+        fl->status = r.st;
         fl->data = std::move(unit_data);
         fl->done = true;
       }
@@ -119,9 +132,50 @@ Status ReadPipeline::FetchRuns(const FileVersion& file, std::vector<Need>& needs
       std::lock_guard lk(mu_);
       flights_.erase(FlightKey(file, needs[k].index));
     }
-    if (!st.ok() && first_error.ok()) first_error = st;
-    i = j;
+    if (!r.st.ok() && first_error.ok()) first_error = r.st;
+    std::string().swap(r.buf);
+  };
+  if (!demand) {
+    // A prefetch: one GET per run, in turn (one buffer at a time: the
+    // prefetcher's memory bound counts one run per thread).
+    for (auto& r : runs) {
+      r.buf.resize(r.len);
+      r.st = get(r, 0, r.len);
+      complete(r);
+    }
+    return first_error;
   }
+  // A reader waits for all of its misses: issue every GET at once, a large
+  // run split into up to kDemandPieces ranged GETs (each connection is capped
+  // in bandwidth, so a 1 MiB miss costs a first byte plus 256 KiB, not 1 MiB).
+  struct Get {
+    Run* run;
+    uint64_t from, to;
+  };
+  std::vector<Get> gets;
+  for (auto& r : runs) {
+    r.buf.resize(r.len);
+    const uint64_t pieces = std::clamp<uint64_t>(r.len / kDemandMinPieceBytes, 1, kDemandPieces);
+    for (uint64_t k = 0; k < pieces; ++k) gets.push_back({&r, r.len * k / pieces, r.len * (k + 1) / pieces});
+  }
+  std::vector<Status> got(gets.size());
+  {
+    // GET k > 0 on a thread of its own (or inline if none can be started).
+    std::vector<std::future<Status>> others(gets.size());
+    for (size_t k = 1; k < gets.size(); ++k) {
+      try {
+        others[k] = std::async(std::launch::async, [&get, g = gets[k]] { return get(*g.run, g.from, g.to); });
+      } catch (const std::system_error&) {
+        got[k] = get(*gets[k].run, gets[k].from, gets[k].to);
+      }
+    }
+    if (!gets.empty()) got[0] = get(*gets[0].run, gets[0].from, gets[0].to);
+    for (size_t k = 1; k < gets.size(); ++k)
+      if (others[k].valid()) got[k] = others[k].get();
+  }
+  for (size_t k = 0; k < gets.size(); ++k)
+    if (!got[k].ok() && gets[k].run->st.ok()) gets[k].run->st = got[k];
+  for (auto& r : runs) complete(r);
   return first_error;
 }
 
@@ -175,7 +229,7 @@ Result<size_t> ReadPipeline::Read(const FileVersion& file, uint64_t offset, size
   }
   if (needs.empty()) return static_cast<size_t>(end - offset);
 
-  Status st = FetchRuns(file, needs);
+  Status st = FetchRuns(file, needs, /*demand=*/true);
   // Copy every needed piece's bytes (ours and those fetched by other threads).
   for (auto& n : needs) {
     std::unique_lock lk(n.flight->mu);
@@ -219,7 +273,7 @@ Status ReadPipeline::Fetch(const FileVersion& file, uint64_t first_unit, uint64_
     flights_.emplace(key, fl);
     needs.push_back({u, u * U, std::min(U, file.size - u * U), fl, true});
   }
-  return FetchRuns(file, needs);
+  return FetchRuns(file, needs, /*demand=*/false);
 }
 
 }  // namespace igt

@@ -305,3 +305,32 @@ TEST_CASE("a reader that joins a prefetch in flight is seen by the store as a re
   store->reset();
   std::filesystem::remove_all(o.dir);
 }
+
+TEST_CASE("a reader's large miss is fetched as parallel ranged GETs; a prefetch as one") {
+  Fixture f(true, 1 << 20, 8 << 20);
+  f.fb->SetLatency(std::chrono::milliseconds(20));
+  const std::string data = Pattern(2 << 20, 9);
+  f.mem->Put("w", data);
+  std::vector<char> out(1 << 20);
+  auto n = f.pipe->Read(f.Version("w"), 0, 1 << 20, out.data());
+  REQUIRE(n == size_t{1} << 20);
+  CHECK(std::equal(out.begin(), out.end(), data.begin()));
+  CHECK(f.fb->counts().reads == ReadPipeline::kDemandPieces);  // 4 x 256 KiB
+  CHECK(f.metrics.backend_get_bytes == size_t{1} << 20);
+  f.fb->ResetCounts();
+  REQUIRE(f.pipe->Read(f.Version("w"), 4096, 8192, out.data()) == size_t{8192});
+  CHECK(f.fb->counts().reads == 0);  // cached whole
+  CHECK(std::equal(out.begin(), out.begin() + 8192, data.begin() + 4096));
+
+  REQUIRE(f.pipe->Fetch(f.Version("w"), 1, 1).ok());
+  CHECK(f.fb->counts().reads == 1);
+
+  SECTION("a failed piece fails the read and caches nothing") {
+    f.mem->Put("v", data);
+    f.fb->FailNext(1, Code::kIoError, FaultInjectingBackend::kRead);
+    CHECK_FALSE(f.pipe->Read(f.Version("v"), 0, 1 << 20, out.data()).has_value());
+    CHECK_FALSE(f.store->Contains(UnitKey{"v", f.mem->EtagOf("v"), 0}));
+    REQUIRE(f.pipe->Read(f.Version("v"), 0, 1 << 20, out.data()) == size_t{1} << 20);
+    CHECK(std::equal(out.begin(), out.end(), data.begin()));
+  }
+}
