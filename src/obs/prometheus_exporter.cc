@@ -108,7 +108,7 @@ const std::map<std::string, std::string>& Help() {
       {"igtcache_cache_used_bytes", "Bytes of unit data in the SSD cache."},
       {"igtcache_cache_limit_bytes", "Cache size limit (cache.max_bytes)."},
       {"igtcache_cache_units", "Units in the SSD cache."},
-      {"igtcache_open_unit_files", "Unit files kept open for later reads (at most 1024)."},
+      {"igtcache_open_unit_files", "Unit files kept open for later reads (at most 4096)."},
       {"igtcache_inodes", "Inodes known to the mount."},
       {"igtcache_uptime_seconds", "Seconds since the mount started."},
       {"igtcache_stream_tree_nodes", "Nodes in the access stream tree."},

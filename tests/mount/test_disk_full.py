@@ -101,10 +101,14 @@ def main():
             st = read_phase("warm")
             check(st["cache_insert_units"] > 0 and st["cache_write_errors"] == 0, "warm-up: units cached")
             # Free the warm units' space the hard way, so the filler takes it
-            # all and the cache cannot evict its way out (unit files gone
-            # behind the daemon's back are plain misses).
+            # all and the cache cannot evict its way out. The daemon keeps
+            # unit files open, which would keep their space, so it is
+            # restarted around the removal (units gone behind its back are
+            # then dropped at start-up).
+            s.unmount(m)
             sh("rm", "-rf", str(vol / "cache" / "units"), str(vol / "cache" / "tmp"))
             sh("mkdir", "-m", "0700", str(vol / "cache" / "units"), str(vol / "cache" / "tmp"))
+            m = s.mount(f"file://{src}", cache_dir=vol / "cache", args=["--config", str(cfg)])
             n = fill(vol / "filler")
             log(f"  filled the cache volume with {n / 1e6:.1f} MB; free {os.statvfs(vol).f_bavail * 4096} B")
             before = s.stats(m)

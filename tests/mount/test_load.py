@@ -33,14 +33,16 @@ STALL_S = 60          # a reader without progress for this long = deadlock
 # (max_request_bytes) + RocksDB/allocator/curl overhead (~100 MiB).
 RSS_BOUND = (16 * 1 + 64 * 8 + 128) * MiB
 FD_SLACK = 8
-# Open fds beyond the warm level: the HTTP pool's sockets (backend.
-# max_connections = 32), one unit file per FUSE worker (fuse.threads = 16)
+# Open fds beyond the warm level: the HTTP pool's handles (backend.
+# max_connections = 32), 3 fds each (the TCP socket and the socketpair
+# libcurl keeps per handle to wake its event loop: seen with ss -xp; a
+# reader's parallel ranged GETs can use all 32), one unit file per FUSE worker (fuse.threads = 16)
 # and per prefetcher thread (8) being read or written at once, RocksDB
 # table/WAL files (~10), and slack for libfuse's own (8). Unit files the
-# store keeps open after a read (stats open_unit_files, at most 1024) are
+# store keeps open after a write or read (stats open_unit_files, at most 4096) are
 # counted apart: fds below are the process's minus those.
-FD_GROWTH = 32 + 16 + 8 + 10 + 8
-OPEN_UNIT_FILES_MAX = 1024
+FD_GROWTH = 3 * 32 + 16 + 8 + 10 + 8
+OPEN_UNIT_FILES_MAX = 4096
 
 
 def main():
@@ -146,7 +148,7 @@ def main():
         fd_end = fds_now()[0]
         check(st.get("open_unit_files", 0) <= OPEN_UNIT_FILES_MAX,
               f"unit files kept open: {st.get('open_unit_files')} <= {OPEN_UNIT_FILES_MAX}")
-        # The HTTP pool keeps up to backend.max_connections (32) sockets open.
+        # The HTTP pool keeps up to backend.max_connections (32) handles open.
         fd_quarter = samples[len(samples) // 4][3]
         check(fd_max <= fd0 + FD_GROWTH, f"fds bounded: peak {fd_max} <= warm {fd0} + {FD_GROWTH}")
         check(fd_end <= fd_quarter + FD_SLACK, f"fds stable: {fd_end} once idle vs {fd_quarter} a quarter "
