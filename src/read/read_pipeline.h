@@ -14,8 +14,7 @@
 //  - The units this call must fetch itself are grouped into runs of adjacent
 //    units, each run one ranged GET of at most `max_request_bytes`, checked
 //    against the object's ETag; each fetched unit is inserted into the store.
-//    A reader's misses are fetched at once, a run of kDemandPieces x
-//    kDemandMinPieceBytes or more as that many ranged GETs in parallel.
+//    A reader's runs are fetched at once (a GET each, in parallel).
 //
 // Never returns bytes that were not verified against the object's version: a
 // backend that answers with another ETag or a short body gives an error, and
@@ -67,18 +66,13 @@ class ReadPipeline {
 
   uint64_t unit_size() const { return opts_.unit_size; }
 
-  // A demand run is split into at most this many parallel GETs of at least
-  // kDemandMinPieceBytes each.
-  static constexpr uint64_t kDemandPieces = 4;
-  static constexpr uint64_t kDemandMinPieceBytes = 256 << 10;
-
  private:
   struct Flight;
   struct Need;
 
   // Fetches the pieces of `lead` this call leads, inserts them and ends their
-  // flights. `demand`: a reader waits for them (GETs issued at once, large
-  // runs split); else a prefetch (one GET per run, in turn).
+  // flights. `demand`: a reader waits for them (the runs' GETs issued at
+  // once); else a prefetch (one GET per run, in turn).
   Status FetchRuns(const FileVersion& file, std::vector<Need>& lead, bool demand);
   std::string FlightKey(const FileVersion& f, uint64_t index) const;
   // Joins the flight of store unit `index` (bytes [off, off+len) of `file`)

@@ -36,7 +36,8 @@ FD_SLACK = 8
 # Open fds beyond the warm level: the HTTP pool's handles (backend.
 # max_connections = 32), 3 fds each (the TCP socket and the socketpair
 # libcurl keeps per handle to wake its event loop: seen with ss -xp; a
-# reader's parallel ranged GETs can use all 32), one unit file per FUSE worker (fuse.threads = 16)
+# reader's runs are fetched at once, so all 32 can be in use), one unit
+# file per FUSE worker (fuse.threads = 16)
 # and per prefetcher thread (8) being read or written at once, RocksDB
 # table/WAL files (~10), and slack for libfuse's own (8). Unit files the
 # store keeps open after a write or read (stats open_unit_files, at most 4096) are
