@@ -28,6 +28,7 @@ struct Config {
   struct Metadata {
     uint64_t ttl_ms = 0;
     uint64_t negative_ttl_ms = 0;
+    uint64_t prefetch_dirs = 0;
   } metadata;
   struct Backend {
     std::string endpoint;

@@ -268,7 +268,7 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
     rep.Fail(s.message());
     return kExitUsage;
   }
-  Namespace ns(backend->get(), store->get(), &metrics, Namespace::Options{cfg.metadata.ttl_ms});
+  Namespace ns(backend->get(), store->get(), &metrics, Namespace::Options{.ttl_ms = cfg.metadata.ttl_ms, .prefetch_dirs = cfg.metadata.prefetch_dirs});
   ns_view = &ns;
   struct ClearView {
     std::atomic<Namespace*>& v;

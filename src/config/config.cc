@@ -99,6 +99,11 @@ const std::vector<Key>& Schema() {
        "asked again (also the kernel's entry/attr timeout). Kept in the index across "
        "remounts. Lower: sees bucket changes sooner; higher: fewer LIST requests.",
        nullptr, SET_U64(metadata.ttl_ms)},
+      {"metadata.prefetch_dirs", Type::kInt, "8",
+       "Directory walks (ls -R, os.walk, a dataset scan): once two sibling directories were read "
+       "in a row, the listings of the next this many siblings are fetched in the background "
+       "(4 at once). 0: off.",
+       nullptr, SET_U64(metadata.prefetch_dirs)},
       {"metadata.negative_ttl_ms", Type::kInt, "5000",
        "How long the kernel may remember that a name does not exist.", nullptr,
        SET_U64(metadata.negative_ttl_ms)},

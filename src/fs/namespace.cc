@@ -82,6 +82,76 @@ Namespace::Namespace(Backend* backend, BlockStore* store, Metrics* metrics, Opti
   by_key_.emplace("/", kRootIno);
 }
 
+Namespace::~Namespace() {
+  {
+    std::lock_guard lk(walk_mu_);
+    walk_stop_ = true;
+    walk_queue_.clear();
+  }
+  walk_cv_.notify_all();
+  for (auto& t : walk_threads_) t.join();
+}
+
+void Namespace::NoteWalk(const std::string& dir_key) {
+  if (opts_.prefetch_dirs == 0 || dir_key.empty()) return;
+  const size_t slash = dir_key.rfind('/');
+  const std::string parent = slash == std::string::npos ? "" : dir_key.substr(0, slash);
+  const std::string name = slash == std::string::npos ? dir_key : dir_key.substr(slash + 1);
+  {
+    // A walk: a second child of the same parent read in a row.
+    std::lock_guard lk(walk_mu_);
+    if (walk_last_.size() >= 4096) walk_last_.clear();
+    auto [it, added] = walk_last_.try_emplace(parent, name);
+    const bool walking = !added && it->second != name;
+    it->second = name;
+    if (!walking) return;
+  }
+  std::shared_ptr<const DirListing> siblings;
+  std::vector<std::string> want;
+  {
+    std::lock_guard lk(listings_mu_);
+    if (auto it = listings_.find(parent); it != listings_.end()) siblings = it->second;
+    if (!siblings) return;
+    auto e = std::upper_bound(siblings->entries.begin(), siblings->entries.end(), name,
+                              [](const std::string& n, const DirEntry& d) { return n < d.name; });
+    // The next directories in listing order (files between them skipped, a
+    // bounded scan).
+    for (size_t scanned = 0; e != siblings->entries.end() && want.size() < opts_.prefetch_dirs && scanned < 4096;
+         ++e, ++scanned) {
+      if (!e->is_dir) continue;
+      std::string key = parent.empty() ? e->name : parent + "/" + e->name;
+      if (auto l = listings_.find(key); l != listings_.end() && Fresh(l->second->fetched_ms)) continue;
+      if (fetches_.contains(key)) continue;
+      want.push_back(std::move(key));
+    }
+  }
+  if (want.empty()) return;
+  {
+    std::lock_guard lk(walk_mu_);
+    if (walk_stop_) return;
+    for (auto& k : want)
+      if (walk_queued_.insert(k).second) walk_queue_.push_back(std::move(k));
+    while (walk_threads_.size() < std::max<uint64_t>(1, opts_.prefetch_threads))
+      walk_threads_.emplace_back([this] { WalkWorker(); });
+  }
+  walk_cv_.notify_all();
+}
+
+void Namespace::WalkWorker() {
+  std::unique_lock lk(walk_mu_);
+  while (true) {
+    walk_cv_.wait(lk, [&] { return walk_stop_ || !walk_queue_.empty(); });
+    if (walk_stop_) return;
+    std::string key = std::move(walk_queue_.front());
+    walk_queue_.pop_front();
+    lk.unlock();
+    auto r = Listing(key);  // single-flight with the walker's own ReadDir
+    if (!r) spdlog::debug("walk prefetch of '{}/': {}", key, r.error().ToString());
+    lk.lock();
+    walk_queued_.erase(key);
+  }
+}
+
 bool Namespace::SafeName(std::string_view n) {
   return !n.empty() && n != "." && n != ".." && n.size() <= 255 &&
          n.find('/') == std::string_view::npos && n.find('\0') == std::string_view::npos;
@@ -329,7 +399,9 @@ Result<std::shared_ptr<const DirListing>> Namespace::ReadDir(uint64_t ino) {
     if (!it->second.attr.is_dir) return Err(Status::InvalidArgument("not a directory"));
     key = it->second.attr.key;
   }
-  return Listing(key);
+  auto l = Listing(key);
+  if (l) NoteWalk(key);
+  return l;
 }
 
 }  // namespace igt

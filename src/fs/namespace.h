@@ -7,6 +7,14 @@
 // HEAD per file) and a remount within the TTL costs none. Attributes of a
 // file come from its parent's listing.
 //
+// Directory walks (ls -R, os.walk, an ImageFolder scan) read sibling
+// directories one after the other, each a LIST the walker waits for. When
+// ReadDir() reads a second child of the same parent in a row, the listings
+// of the next `prefetch_dirs` sibling directories (in listing order) are
+// fetched in the background, `prefetch_threads` at once. Only ReadDir
+// triggers this, never a prefetched listing, so nothing crawls the bucket
+// beyond what the walker reaches.
+//
 // When the bucket cannot be reached (Unavailable, IoError, Timeout) and a
 // listing is stale, the stale listing (memory, else the persisted one) is
 // served instead of an error, so cached data stays reachable during an
@@ -24,13 +32,16 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "igtcache/backend.h"
@@ -69,10 +80,16 @@ class Namespace {
 
   struct Options {
     uint64_t ttl_ms = 60000;  // Default: 60 s. Listing/attribute freshness.
+    uint64_t prefetch_dirs = 8;     // Default: 8 (metadata.prefetch_dirs); 0: off
+    uint64_t prefetch_threads = 4;  // Listings fetched at once by the walk prefetch
   };
 
   // `store` may be null (no persistent metadata). Not owned.
   Namespace(Backend* backend, BlockStore* store, Metrics* metrics, Options opts);
+  // Stops the walk prefetch (queued listings are dropped, running ones end).
+  ~Namespace();
+  Namespace(const Namespace&) = delete;
+  Namespace& operator=(const Namespace&) = delete;
 
   // Child `name` of directory `parent`; adds one lookup reference.
   Result<InodeAttr> Lookup(uint64_t parent, std::string_view name);
@@ -115,6 +132,10 @@ class Namespace {
   Result<std::shared_ptr<const DirListing>> FetchListing(const std::string& dir_key);
   bool Fresh(int64_t fetched_ms) const;
   Result<InodeAttr> Child(const std::string& dir_key, std::string_view name);
+  // After ReadDir of `dir_key`: detects a walk over its parent's children and
+  // queues the next siblings' listings.
+  void NoteWalk(const std::string& dir_key);
+  void WalkWorker();
 
   Backend* backend_;
   BlockStore* store_;
@@ -134,6 +155,16 @@ class Namespace {
   // listing is served without asking the bucket again until this time.
   std::unordered_map<std::string, int64_t> retry_after_ms_;
   std::atomic<bool> serving_stale_{false};  // for one warning per outage
+
+  // Walk prefetch. walk_mu_ is never held with mu_ or listings_mu_ held
+  // after it (NoteWalk reads listings_ before taking it).
+  std::mutex walk_mu_;
+  std::condition_variable walk_cv_;
+  std::unordered_map<std::string, std::string> walk_last_;  // parent -> child last read (bounded)
+  std::deque<std::string> walk_queue_;                      // dir keys to list
+  std::unordered_set<std::string> walk_queued_;             // queued or being listed
+  std::vector<std::thread> walk_threads_;                   // started on first use
+  bool walk_stop_ = false;
 };
 
 int64_t NowMs();

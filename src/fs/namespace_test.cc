@@ -133,3 +133,46 @@ TEST_CASE("a stale listing is served while the bucket is unreachable") {
   for (int i = 0; i < 20; ++i) REQUIRE(ns.Lookup(Namespace::kRootIno, "a.bin").has_value());
   CHECK(fb.counts().lists == lists);  // no LIST per lookup while it is down (retried once a second)
 }
+
+TEST_CASE("a walk over sibling directories prefetches the next ones' listings, once each") {
+  auto mem = std::make_shared<MemoryBackend>();
+  char name[16];
+  for (int c = 0; c < 20; ++c) {
+    std::snprintf(name, sizeof name, "c%02d", c);
+    for (int i = 0; i < 3; ++i) mem->Put("train/" + std::string(name) + "/f" + std::to_string(i), "x");
+  }
+  mem->Put("train/c02/x/y.bin", "deeper");  // a prefetched listing prefetches nothing itself
+  mem->Put("train/readme.txt", "files between directories are skipped");
+  FaultInjectingBackend fb(mem);
+  const uint64_t dirs = GENERATE(uint64_t{8}, uint64_t{0});
+  Namespace ns(&fb, nullptr, nullptr, Namespace::Options{.ttl_ms = 60000, .prefetch_dirs = dirs});
+  auto wait_lists = [&](uint64_t n) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (fb.counts().lists < n && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    return fb.counts().lists;
+  };
+  auto train = ns.Lookup(Namespace::kRootIno, "train");  // LIST of the root
+  REQUIRE(train.has_value());
+  REQUIRE(ns.ReadDir(train->ino).has_value());  // LIST train
+  auto dir = [&](int c) {
+    std::snprintf(name, sizeof name, "c%02d", c);
+    auto d = ns.Lookup(train->ino, name);
+    REQUIRE(d.has_value());
+    REQUIRE(ns.ReadDir(d->ino).has_value());
+  };
+  dir(0);
+  CHECK(fb.counts().lists == 3);  // one child read: not a walk yet
+  dir(1);                         // a second sibling in a row: c02..c09 in the background
+  if (dirs == 0) {
+    CHECK(fb.counts().lists == 4);
+  } else {
+    CHECK(wait_lists(12) == 12);
+  }
+  for (int c = 2; c < 20; ++c) dir(c);
+  // Whatever ran in the background: every directory listed exactly once
+  // (root, train, 20 classes), and c02/x never (nobody read c02's children).
+  CHECK(wait_lists(22) == 22);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  CHECK(fb.counts().lists == 22);
+}
