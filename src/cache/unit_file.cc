@@ -102,7 +102,7 @@ Result<std::string> EncodeUnitHeader(const UnitKey& key, std::string_view data, 
   if (data.size() > kMaxUnitDataBytes) {
     return Err(Status::InvalidArgument(fmt::format("unit of {} bytes over the {} byte limit", data.size(), kMaxUnitDataBytes)));
   }
-  const uint32_t chunk = version == 1 ? 64 * 1024 : UnitChunkBytesFor(data.size());
+  const uint32_t chunk = version == 1 ? kUnitV1ChunkBytes : UnitChunkBytesFor(data.size());
   const uint64_t chunks = UnitChunkCount(data.size(), chunk);
   const size_t header_len = HeaderLengthFor(version, key.etag.size(), chunks, data.size());
   std::string h;

@@ -53,6 +53,8 @@ inline constexpr uint64_t kUnitPadMinData = 64 * 1024;
 inline constexpr uint32_t kUnitMinChunkBytes = 4096;
 // Chunks per unit at most when writing: the header stays within one page.
 inline constexpr uint64_t kUnitMaxChunks = 256;
+// Chunk size of every version 1 file.
+inline constexpr uint32_t kUnitV1ChunkBytes = 64 * 1024;
 // S3 ETags are 32-34 chars (multipart "-N" suffix); versions ids are longer
 // but well under this. A bound keeps a corrupt header from allocating much.
 inline constexpr size_t kMaxEtagBytes = 128;
@@ -62,7 +64,8 @@ inline constexpr uint64_t kMaxUnitDataBytes = 1ull << 30;
 inline constexpr size_t kUnitHeaderFixedBytes = 42;
 // Largest header a reader accepts: that of a version 1 file of the largest
 // unit (64 KiB chunks: 16384 checksums, 128 KiB).
-inline constexpr size_t kMaxUnitHeaderBytes = kUnitHeaderFixedBytes + kMaxEtagBytes + 8 * (kMaxUnitDataBytes >> 16) + 8;
+inline constexpr size_t kMaxUnitHeaderBytes =
+    kUnitHeaderFixedBytes + kMaxEtagBytes + 8 * (kMaxUnitDataBytes / kUnitV1ChunkBytes) + 8;
 
 struct UnitHeader {
   uint32_t header_len = 0;

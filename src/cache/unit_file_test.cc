@@ -190,7 +190,7 @@ TEST_CASE("version 1 files (64 KiB chunks, no padding) are still read", "[unit_f
   TempUnit u(key, data, /*version=*/1);
   auto h = ReadUnitHeader(u.fd);
   REQUIRE(h.has_value());
-  CHECK(h->chunk_size == 64 * 1024);
+  CHECK(h->chunk_size == kUnitV1ChunkBytes);
   CHECK(h->header_len == kUnitHeaderFixedBytes + key.etag.size() + 8 * 5 + 8);
   CHECK(CheckUnitHeaderMatches(*h, key).ok());
   std::string out(data.size(), '\0');

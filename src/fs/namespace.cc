@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <system_error>
 #include <nlohmann/json.hpp>
 
 namespace igt {
@@ -131,8 +132,12 @@ void Namespace::NoteWalk(const std::string& dir_key) {
     if (walk_stop_) return;
     for (auto& k : want)
       if (walk_queued_.insert(k).second) walk_queue_.push_back(std::move(k));
-    while (walk_threads_.size() < std::max<uint64_t>(1, opts_.prefetch_threads))
-      walk_threads_.emplace_back([this] { WalkWorker(); });
+    try {
+      while (walk_threads_.size() < std::max<uint64_t>(1, opts_.prefetch_threads))
+        walk_threads_.emplace_back([this] { WalkWorker(); });
+    } catch (const std::system_error& e) {  // a hint only: run with what started
+      spdlog::debug("walk prefetch: cannot start a thread: {}", e.what());
+    }
   }
   walk_cv_.notify_all();
 }

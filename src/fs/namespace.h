@@ -156,8 +156,7 @@ class Namespace {
   std::unordered_map<std::string, int64_t> retry_after_ms_;
   std::atomic<bool> serving_stale_{false};  // for one warning per outage
 
-  // Walk prefetch. walk_mu_ is never held with mu_ or listings_mu_ held
-  // after it (NoteWalk reads listings_ before taking it).
+  // Walk prefetch. walk_mu_ is never held together with mu_ or listings_mu_.
   std::mutex walk_mu_;
   std::condition_variable walk_cv_;
   std::unordered_map<std::string, std::string> walk_last_;  // parent -> child last read (bounded)
