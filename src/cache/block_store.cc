@@ -56,9 +56,10 @@ namespace {
 constexpr size_t kIndexBlockCacheBytes = 8 << 20;   // 8 MiB
 constexpr size_t kIndexWriteBufferBytes = 8 << 20;  // 8 MiB memtable
 constexpr int kIndexMaxOpenFiles = 256;
-// Verified unit headers kept in memory (Entry::header): ~300 B each with
-// 1 MiB units, so at most ~5 MiB.
-constexpr size_t kMaxCachedHeaders = 16384;
+// Verified unit headers kept in memory (Entry::header), by their size in
+// memory (~2.3 KiB for a 1 MiB unit of format version 2): at most 16 MiB.
+constexpr size_t kMaxCachedHeaderBytes = 16 << 20;
+size_t HeaderMemBytes(const UnitHeader& h) { return sizeof(UnitHeader) + h.etag.size() + 8 * h.chunk_sums.size(); }
 // Unit files kept open after their write or a read (Entry::file), least
 // recently used closed first: a read skips the path lookup (three directory
 // levels, each a disk read once the kernel has dropped its dentries) and the
@@ -223,7 +224,7 @@ class DiskBlockStore final : public BlockStore {
     uint64_t last_access_us = 0;
     uint64_t access_count = 0;
     uint64_t gen = 0;  // distinguishes re-inserts of the same id
-    // The unit file's header once a read verified it (kMaxCachedHeaders at
+    // The unit file's header once a read verified it (kMaxCachedHeaderBytes at
     // most): later reads skip reading and parsing it again. A header never
     // changes for a gen; the chunk checksums it holds still verify the data.
     std::shared_ptr<const UnitHeader> header;
@@ -247,7 +248,7 @@ class DiskBlockStore final : public BlockStore {
 
   // Drops what an entry holds in memory (its header, its open file). Requires mu_.
   void ForgetLocked(Entry& e) {
-    if (e.header) --cached_headers_;
+    if (e.header) cached_header_bytes_ -= HeaderMemBytes(*e.header);
     e.header.reset();
     if (e.file) open_lru_.erase(e.lru_pos);
     e.file.reset();
@@ -304,22 +305,24 @@ class DiskBlockStore final : public BlockStore {
   Result<std::shared_ptr<OpenUnitFile>> WriteUnit(const std::string& id, std::string_view header,
                                                   std::string_view data);
   // Keeps `file` open for `e` (Entry::file), closing the least recently used
-  // one beyond max_open_files_. Requires mu_.
-  void KeepOpenLocked(const std::string& id, Entry& e, std::shared_ptr<OpenUnitFile> file) {
-    if (e.file || max_open_files_ == 0) return;
+  // one beyond max_open_files_. A file just read is most recently used; a
+  // file just written (perhaps a prefetch never read) least, so a stream of
+  // writes does not close the files readers use. Requires mu_.
+  void KeepOpenLocked(const std::string& id, Entry& e, std::shared_ptr<OpenUnitFile> file, bool read) {
+    if (e.file || !file || max_open_files_ == 0) return;
     if (open_lru_.size() >= max_open_files_) {
       auto old = index_.find(open_lru_.front());
       if (old != index_.end()) old->second.file.reset();
       open_lru_.pop_front();
     }
     e.file = std::move(file);
-    e.lru_pos = open_lru_.insert(open_lru_.end(), id);
+    e.lru_pos = open_lru_.insert(read ? open_lru_.end() : open_lru_.begin(), id);
   }
   // Keeps a verified (or just written) header for `e`. Requires mu_.
   void KeepHeaderLocked(Entry& e, std::shared_ptr<const UnitHeader> header) {
-    if (e.header || cached_headers_ >= kMaxCachedHeaders) return;
+    if (e.header || !header || cached_header_bytes_ + HeaderMemBytes(*header) > kMaxCachedHeaderBytes) return;
+    cached_header_bytes_ += HeaderMemBytes(*header);
     e.header = std::move(header);
-    ++cached_headers_;
   }
   Status WriteError(Status s) {
     Add(metrics_->cache_write_errors);
@@ -350,7 +353,7 @@ class DiskBlockStore final : public BlockStore {
   uint64_t used_bytes_ = 0;                           // guarded by mu_
   uint64_t reserved_bytes_ = 0;                       // guarded by mu_
   uint64_t next_gen_ = 1;                             // guarded by mu_
-  size_t cached_headers_ = 0;                         // Entry::header set; guarded by mu_
+  size_t cached_header_bytes_ = 0;                    // HeaderMemBytes of Entry::headers; mu_
   std::list<std::string> open_lru_;                   // ids with Entry::file, oldest first; mu_
   size_t max_open_files_ = kMaxOpenUnitFiles;         // set in the constructor from RLIMIT_NOFILE
   uint64_t last_flush_us_ = 0;                        // guarded by mu_
@@ -510,7 +513,7 @@ std::optional<size_t> DiskBlockStore::Read(const UnitKey& key, uint64_t offset, 
     if (it != index_.end() && it->second.gen == gen) {
       Touch(id, it->second, len);
       if (new_header) KeepHeaderLocked(it->second, std::move(header));
-      if (new_file) KeepOpenLocked(id, it->second, std::move(file));
+      if (new_file) KeepOpenLocked(id, it->second, std::move(file), /*read=*/true);
     }
     flush = CollectDirtyLocked(batch, /*force=*/false);
   }
@@ -625,6 +628,10 @@ Status DiskBlockStore::Put(const UnitKey& key, std::string_view data) {
 
   auto written = WriteUnit(id, *header, data);
   Status s = written ? Status::Ok() : written.error();
+  std::shared_ptr<const UnitHeader> written_header;  // decoded outside mu_
+  if (written) {
+    if (auto h = DecodeUnitHeader(*header)) written_header = std::make_shared<const UnitHeader>(std::move(*h));
+  }
   const uint64_t now = hooks_.now_us();
   if (s.ok()) {
     const UnitRecord rec{key, n, UnitRelPath(id), now, 0};
@@ -644,8 +651,8 @@ Status DiskBlockStore::Put(const UnitKey& key, std::string_view data) {
       Entry& e = index_[id] = Entry{key, n, now, 0, next_gen_++};
       // The header just encoded (its checksums are of the bytes written) and
       // the file: the first read needs neither a path lookup nor a header read.
-      if (auto h = DecodeUnitHeader(*header)) KeepHeaderLocked(e, std::make_shared<const UnitHeader>(std::move(*h)));
-      if (*written) KeepOpenLocked(id, e, std::move(*written));
+      KeepHeaderLocked(e, std::move(written_header));
+      KeepOpenLocked(id, e, std::move(*written), /*read=*/false);
       policy_->OnInsertUnit(id, n, 0, UnitMeta{.now_us = now, .object = key.object, .unit_index = key.index});
       used_bytes_ += n;
     } else if (!s.ok()) {

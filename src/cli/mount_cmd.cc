@@ -146,7 +146,20 @@ void RaiseFdLimit() {
   if (getrlimit(RLIMIT_NOFILE, &r) != 0 || r.rlim_cur >= r.rlim_max) return;
   const rlim_t was = r.rlim_cur;
   r.rlim_cur = r.rlim_max;
-  if (setrlimit(RLIMIT_NOFILE, &r) == 0) spdlog::debug("fd limit raised from {} to {}", was, r.rlim_cur);
+  if (r.rlim_cur == RLIM_INFINITY) {
+    // Above fs.nr_open setrlimit fails: take that ceiling instead.
+    rlim_t nr_open = 1 << 20;
+    if (std::FILE* f = std::fopen("/proc/sys/fs/nr_open", "r")) {
+      unsigned long v = 0;
+      if (std::fscanf(f, "%lu", &v) == 1 && v > 0) nr_open = v;
+      std::fclose(f);
+    }
+    r.rlim_cur = nr_open;
+  }
+  if (setrlimit(RLIMIT_NOFILE, &r) == 0)
+    spdlog::debug("fd limit raised from {} to {}", was, r.rlim_cur);
+  else
+    spdlog::debug("fd limit stays {}: {}", was, std::strerror(errno));
 }
 
 // Everything after argument parsing; runs in the daemon child or in the

@@ -204,15 +204,21 @@ TEST_CASE("units cached before their file was labelled follow it to its stream",
   CHECK(h.ratio() == 1.0);  // everything fits: passes 2 and 3 hit
   auto j = ToJson(h.engine->Stats());
   bool file_stream = false;
+  uint64_t items = 0, item_bytes = 0;
   for (const auto& st : j["streams"]) {
     INFO(st.dump());
     CHECK(st["hit_bytes"].get<uint64_t>() <= st["read_bytes"].get<uint64_t>());
+    items += st["items"].get<uint64_t>();
+    item_bytes += st["item_bytes"].get<uint64_t>();
     if (st["stream"] == "m/w.bin") {
       file_stream = true;
       CHECK(st["cached_units"].get<uint64_t>() == 128);  // the early units moved too
     }
   }
   CHECK(file_stream);
+  // The file left "?m/" when it moved: an item of one stream, counted once.
+  CHECK(items == 1);
+  CHECK(item_bytes == 128 * kUnit);
 }
 
 TEST_CASE("a file read at random that fits in free space is filled once; one that does not is not",

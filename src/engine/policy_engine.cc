@@ -231,9 +231,8 @@ PolicyEngine::Group* PolicyEngine::GetGroup(const std::string& key, int label, c
           fit->second.rank = files_seen_++;
         }
         if (!fit->second.group) {
-          fit->second.group = raw;
-          raw->items.push_back(&fit->first);
-          raw->ws_bytes += lf.size;
+          if (fit->second.size == 0) fit->second.size = lf.size;
+          JoinGroup(fit->second, &fit->first, raw);
         }
       }
     }
@@ -303,6 +302,24 @@ PolicyEngine::Group* PolicyEngine::GroupFor(std::string_view path, uint64_t now_
   }
   if (top_key.empty()) return GetGroup("?" + ParentDir(path), kUnknown, nullptr);
   return GetGroup(top_key, top_label, nullptr);
+}
+
+void PolicyEngine::JoinGroup(FileRec& f, const std::string* key, Group* g) {
+  if (f.group == g) return;
+  if (Group* old = f.group) {
+    // Before, a file whose stream changed stayed an item of the old one and
+    // joined the new one again on every switch back (duplicate items and a
+    // working set counted twice).
+    auto& v = old->items;
+    if (auto it = std::find(v.begin(), v.end(), key); it != v.end()) {
+      if (size_t(it - v.begin()) < old->item_cursor) --old->item_cursor;
+      v.erase(it);
+      old->ws_bytes -= std::min(old->ws_bytes, f.size);
+    }
+  }
+  f.group = g;
+  g->items.push_back(key);
+  g->ws_bytes += f.size;
 }
 
 void PolicyEngine::NewVisit(Group* g, FileRec* f, const std::string* fkey) {
@@ -418,11 +435,7 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
   int pl, fl, dl;
   Group* g = GroupFor(path, now_us_, &pl, &fl, &dl);
   f.block_label = fl;
-  if (f.group != g) {
-    f.group = g;
-    g->items.push_back(&fit->first);
-    g->ws_bytes += file_size;
-  }
+  JoinGroup(f, &fit->first, g);
   g->read_bytes += length;
   g->period_read_bytes += length;
   ++g->reads;
@@ -576,9 +589,7 @@ void PolicyEngine::OnInsert(const std::string& id, std::string_view path, uint64
   } else {
     int pl, fl, dl;
     g = GroupFor(path, now_us_, &pl, &fl, &dl);
-    f.group = g;
-    g->items.push_back(&fit->first);
-    g->ws_bytes += f.size;
+    JoinGroup(f, &fit->first, g);
   }
   if (g->ghost_set.count(id)) g->repeats = true;  // fetched again after eviction
   // Readahead units wait in the window stream until read: whatever the
@@ -892,6 +903,8 @@ EngineStats PolicyEngine::Stats() const {
     st.prefetch_wasted_bytes = g->wasted_bytes;
     st.evicted_bytes = g->evicted_bytes;
     st.epoch = g->epoch;
+    st.items = g->items.size();
+    st.item_bytes = g->ws_bytes;
     st.value = g->value;
     s.streams.push_back(std::move(st));
   }
@@ -918,7 +931,8 @@ nlohmann::json ToJson(const EngineStats& s) {
                    {"read_bytes", st.read_bytes}, {"hit_bytes", st.hit_bytes},
                    {"prefetch_bytes", st.prefetch_bytes}, {"prefetch_hit_bytes", st.prefetch_hit_bytes},
                    {"prefetch_wasted_bytes", st.prefetch_wasted_bytes}, {"evicted_bytes", st.evicted_bytes},
-                   {"epoch", st.epoch}, {"value", st.value}});
+                   {"epoch", st.epoch}, {"items", st.items}, {"item_bytes", st.item_bytes},
+                   {"value", st.value}});
   }
   return j;
 }

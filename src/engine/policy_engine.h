@@ -82,6 +82,7 @@ struct StreamStats {
   uint64_t prefetch_bytes = 0, prefetch_hit_bytes = 0, prefetch_wasted_bytes = 0;
   uint64_t evicted_bytes = 0;
   uint64_t epoch = 0;     // random streams: epochs seen
+  uint64_t items = 0, item_bytes = 0;  // files of the stream (its working set) and their size
   double value = 0;       // marginal byte hits / s / cached byte at the last allocation
 };
 
@@ -162,6 +163,9 @@ class PolicyEngine {
   double Value(const Group* g) const;      // seconds saved / s / cached byte
   double ByteValue(const Group* g) const;  // byte hits / s / cached byte
   void NewVisit(Group* g, FileRec* f, const std::string* fkey);
+  // Makes `g` the stream of file `key`: it leaves its old stream's items and
+  // working set (a file is an item of one stream at a time).
+  void JoinGroup(FileRec& f, const std::string* key, Group* g);
   std::vector<ListedFile> UnreadItems(Group* g, size_t n);
   std::vector<ListedFile> NextFiles(std::string_view path, size_t n);
   // Directory warm-up: a stream over a directory read at random or skewed

@@ -84,6 +84,7 @@ Namespace::Namespace(Backend* backend, BlockStore* store, Metrics* metrics, Opti
 }
 
 Namespace::~Namespace() {
+  stopping_.store(true);  // a listing in progress ends at its next page
   {
     std::lock_guard lk(walk_mu_);
     walk_stop_ = true;
@@ -94,7 +95,8 @@ Namespace::~Namespace() {
 }
 
 void Namespace::NoteWalk(const std::string& dir_key) {
-  if (opts_.prefetch_dirs == 0 || dir_key.empty()) return;
+  // With ttl 0 every listing is stale at once: a prefetched one would never be used.
+  if (opts_.prefetch_dirs == 0 || opts_.ttl_ms == 0 || dir_key.empty()) return;
   const size_t slash = dir_key.rfind('/');
   const std::string parent = slash == std::string::npos ? "" : dir_key.substr(0, slash);
   const std::string name = slash == std::string::npos ? dir_key : dir_key.substr(slash + 1);
@@ -179,6 +181,7 @@ Result<std::shared_ptr<const DirListing>> Namespace::FetchListing(const std::str
   req.prefix = dir_key.empty() ? "" : dir_key + "/";
   size_t skipped = 0;
   do {
+    if (stopping_.load()) return Err(Status::Unavailable("unmounting"));
     if (metrics_) Add(metrics_->backend_list_requests);
     auto page = backend_->List(req);
     if (!page) return Err(page.error());

@@ -164,6 +164,7 @@ class Namespace {
   std::unordered_set<std::string> walk_queued_;             // queued or being listed
   std::vector<std::thread> walk_threads_;                   // started on first use
   bool walk_stop_ = false;
+  std::atomic<bool> stopping_{false};  // set by the destructor: FetchListing stops between pages
 };
 
 int64_t NowMs();

@@ -160,19 +160,32 @@ Status ReadPipeline::FetchRuns(const FileVersion& file, std::vector<Need>& needs
     gets.push_back({&r, 0, r.len});
   }
   std::vector<Status> got(gets.size());
-  {
-    // GET k > 0 on a thread of its own (or inline if none can be started).
-    std::vector<std::future<Status>> others(gets.size());
-    for (size_t k = 1; k < gets.size(); ++k) {
+  // At most kMaxParallelRuns GETs at once (a read of scattered sub-units can
+  // have a dozen runs); GET k > 0 of a batch on a thread of its own, or
+  // inline if none can be started. No exception leaves here: every flight
+  // must be completed below, or its waiters would hang.
+  auto get_safe = [&get](const Get& g) -> Status {
+    try {
+      return get(*g.run, g.from, g.to);
+    } catch (const std::exception& e) {
+      return Status::Internal(fmt::format("backend read: {}", e.what()));
+    } catch (...) {
+      return Status::Internal("backend read: unknown exception");
+    }
+  };
+  for (size_t b = 0; b < gets.size(); b += kMaxParallelRuns) {
+    const size_t e = std::min(gets.size(), b + kMaxParallelRuns);
+    std::vector<std::future<Status>> others(e - b);
+    for (size_t k = b + 1; k < e; ++k) {
       try {
-        others[k] = std::async(std::launch::async, [&get, g = gets[k]] { return get(*g.run, g.from, g.to); });
-      } catch (const std::system_error&) {
-        got[k] = get(*gets[k].run, gets[k].from, gets[k].to);
+        others[k - b] = std::async(std::launch::async, get_safe, gets[k]);
+      } catch (...) {
+        got[k] = get_safe(gets[k]);
       }
     }
-    if (!gets.empty()) got[0] = get(*gets[0].run, gets[0].from, gets[0].to);
-    for (size_t k = 1; k < gets.size(); ++k)
-      if (others[k].valid()) got[k] = others[k].get();
+    got[b] = get_safe(gets[b]);
+    for (size_t k = b + 1; k < e; ++k)
+      if (others[k - b].valid()) got[k] = others[k - b].get();
   }
   for (size_t k = 0; k < gets.size(); ++k)
     if (!got[k].ok() && gets[k].run->st.ok()) gets[k].run->st = got[k];

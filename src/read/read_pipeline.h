@@ -66,6 +66,9 @@ class ReadPipeline {
 
   uint64_t unit_size() const { return opts_.unit_size; }
 
+  // A reader's runs of misses fetched at once, at most.
+  static constexpr size_t kMaxParallelRuns = 4;
+
  private:
   struct Flight;
   struct Need;

@@ -337,3 +337,17 @@ TEST_CASE("a reader's runs of misses are fetched at once, each one GET") {
     CHECK(std::equal(out.begin(), out.end(), data.begin()));
   }
 }
+
+TEST_CASE("a read with more runs than kMaxParallelRuns fetches them all, in batches") {
+  Fixture f(true, 64 << 10, 8 << 20);
+  const std::string data = Pattern(1 << 20, 11);  // 16 units
+  f.mem->Put("s", data);
+  std::vector<char> out(1 << 20);
+  for (uint64_t u = 1; u < 16; u += 2)  // every other unit cached: 8 runs of misses
+    REQUIRE(f.pipe->Read(f.Version("s"), u << 16, 1 << 16, out.data()) == size_t{1} << 16);
+  f.fb->ResetCounts();
+  REQUIRE(f.pipe->Read(f.Version("s"), 0, 1 << 20, out.data()) == size_t{1} << 20);
+  CHECK(std::equal(out.begin(), out.end(), data.begin()));
+  CHECK(f.fb->counts().reads == 8);
+  STATIC_REQUIRE(ReadPipeline::kMaxParallelRuns < 8);
+}
