@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <future>
-#include <system_error>
 #include <optional>
 #include <cstring>
 #include <fmt/format.h>
@@ -99,18 +98,26 @@ Status ReadPipeline::FetchRuns(const FileVersion& file, std::vector<Need>& needs
     runs.push_back(Run{i, j, needs[i].off, needs[j - 1].off + needs[j - 1].len - needs[i].off, {}, {}});
     i = j;
   }
-  // Bytes [from, to) of a run, one ranged GET.
-  auto get = [&](Run& r, uint64_t from, uint64_t to) -> Status {
-    const size_t len = static_cast<size_t>(to - from);
-    if (metrics_) Add(metrics_->backend_get_requests);
-    auto got = backend_->Read(file.key, r.off + from, len, file.etag, r.buf.data() + from);
-    if (!got) return got.error();
-    if (metrics_) Add(metrics_->backend_get_bytes, *got);
-    if (*got != len) {
-      return Status::Changed(fmt::format("'{}' returned {} bytes at offset {}, expected {}: the "
-                                         "object changed size", file.key, *got, r.off + from, len));
+  // A run's one ranged GET into r.buf, its outcome in r.st. No exception
+  // leaves: every flight must be completed below, or its waiters would hang.
+  auto fetch = [&](Run& r) {
+    r.buf.resize(r.len);
+    try {
+      if (metrics_) Add(metrics_->backend_get_requests);
+      auto got = backend_->Read(file.key, r.off, r.len, file.etag, r.buf.data());
+      if (!got) {
+        r.st = got.error();
+        return;
+      }
+      if (metrics_) Add(metrics_->backend_get_bytes, *got);
+      if (*got != r.len)
+        r.st = Status::Changed(fmt::format("'{}' returned {} bytes at offset {}, expected {}: the "
+                                           "object changed size", file.key, *got, r.off, r.len));
+    } catch (const std::exception& e) {
+      r.st = Status::Internal(fmt::format("backend read: {}", e.what()));
+    } catch (...) {
+      r.st = Status::Internal("backend read: unknown exception");
     }
-    return Status::Ok();
   };
   // Inserts a fetched run's pieces and ends their flights (waiters see r.st).
   Status first_error;
@@ -139,56 +146,31 @@ Status ReadPipeline::FetchRuns(const FileVersion& file, std::vector<Need>& needs
     // A prefetch: one GET per run, in turn (one buffer at a time: the
     // prefetcher's memory bound counts one run per thread).
     for (auto& r : runs) {
-      r.buf.resize(r.len);
-      r.st = get(r, 0, r.len);
+      fetch(r);
       complete(r);
     }
     return first_error;
   }
-  // A reader waits for all of its misses: one GET per run, all at once (a
-  // read whose units are partly cached has several runs; in turn they would
-  // cost a first byte each). Large runs are not split: on the emulated cloud
-  // (bench_e2e, the mix) four 256 KiB GETs per 1 MiB miss were slower than
-  // one, the server's per-request cost outweighing the bandwidth.
-  struct Get {
-    Run* run;
-    uint64_t from, to;
-  };
-  std::vector<Get> gets;
-  for (auto& r : runs) {
-    r.buf.resize(r.len);
-    gets.push_back({&r, 0, r.len});
-  }
-  std::vector<Status> got(gets.size());
-  // At most kMaxParallelRuns GETs at once (a read of scattered sub-units can
-  // have a dozen runs); GET k > 0 of a batch on a thread of its own, or
-  // inline if none can be started. No exception leaves here: every flight
-  // must be completed below, or its waiters would hang.
-  auto get_safe = [&get](const Get& g) -> Status {
-    try {
-      return get(*g.run, g.from, g.to);
-    } catch (const std::exception& e) {
-      return Status::Internal(fmt::format("backend read: {}", e.what()));
-    } catch (...) {
-      return Status::Internal("backend read: unknown exception");
-    }
-  };
-  for (size_t b = 0; b < gets.size(); b += kMaxParallelRuns) {
-    const size_t e = std::min(gets.size(), b + kMaxParallelRuns);
-    std::vector<std::future<Status>> others(e - b);
+  // A reader waits for all of its misses: one GET per run, up to
+  // kMaxParallelRuns at once (a read whose units are partly cached has
+  // several runs; in turn they would cost a first byte each). Run k > 0 of a
+  // batch on a thread of its own, or inline if none can be started. Large
+  // runs are not split: on the emulated cloud (bench_e2e, the mix) four
+  // 256 KiB GETs per 1 MiB miss were slower than one, the server's
+  // per-request cost outweighing the bandwidth.
+  for (size_t b = 0; b < runs.size(); b += kMaxParallelRuns) {
+    const size_t e = std::min(runs.size(), b + kMaxParallelRuns);
+    std::vector<std::future<void>> others;
     for (size_t k = b + 1; k < e; ++k) {
       try {
-        others[k - b] = std::async(std::launch::async, get_safe, gets[k]);
+        others.push_back(std::async(std::launch::async, fetch, std::ref(runs[k])));
       } catch (...) {
-        got[k] = get_safe(gets[k]);
+        fetch(runs[k]);
       }
     }
-    got[b] = get_safe(gets[b]);
-    for (size_t k = b + 1; k < e; ++k)
-      if (others[k - b].valid()) got[k] = others[k - b].get();
+    fetch(runs[b]);
+    for (auto& f : others) f.get();
   }
-  for (size_t k = 0; k < gets.size(); ++k)
-    if (!got[k].ok() && gets[k].run->st.ok()) gets[k].run->st = got[k];
   for (auto& r : runs) complete(r);
   return first_error;
 }
