@@ -59,7 +59,10 @@ void ForEachSubUnit(uint64_t from, uint64_t to, uint64_t sub, Fn&& fn) {
 
 struct BlockStoreOptions {
   std::string dir;                  // created 0700 if absent
-  uint64_t max_bytes = 10ull << 30; // Default: 10 GiB. Sum of unit data kept.
+  // Default: 10 GiB. Disk use of the unit files kept: header + data of each,
+  // in whole 4 KiB blocks (so a 110 KB file counts 116 KiB). The index and
+  // the directories are not counted (docs/ARCHITECTURE.md, "Disk use").
+  uint64_t max_bytes = 10ull << 30;
   double min_free_ratio = 0.05;     // Default: 0.05. Free space kept on the volume.
   std::string eviction = "lru";     // Default here: lru (the config default, cache.eviction, is igt). See MakeEvictionPolicy.
   // If set, the eviction policy comes from here instead of `eviction` (the
@@ -88,6 +91,7 @@ class BlockStore {
   // Drops a unit if present (e.g. the object changed).
   virtual void Remove(const UnitKey& key) = 0;
 
+  // Disk use of the units held, as counted against limit_bytes().
   virtual uint64_t used_bytes() const = 0;
   virtual uint64_t limit_bytes() const = 0;
   virtual uint64_t unit_count() const = 0;

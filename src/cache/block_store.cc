@@ -4,11 +4,12 @@
 // State and its invariants (all guarded by mu_):
 //   index_     id -> Entry for every unit whose file is in place and whose
 //              index record is written. INVARIANT: the policy tracks exactly
-//              the ids of index_; used_bytes_ = sum of their data_len.
+//              the ids of index_; used_bytes_ = sum of their disk_bytes
+//              (UnitDiskBytes: header + data in whole file system blocks).
 //   busy_      ids whose file is being written (Put) or deleted (evict,
 //              remove, drop). An id is never in index_ and busy_ at once, so
 //              no two threads touch the same unit file concurrently.
-//   reserved_bytes_  data bytes of Puts in flight; used + reserved <= max.
+//   reserved_bytes_  disk bytes of Puts in flight; used + reserved <= max.
 //   dirty_     ids in index_ whose access state is not yet persisted.
 // File and RocksDB I/O happen outside mu_; only map/policy updates inside.
 
@@ -54,7 +55,8 @@ namespace {
 // metadata; a 10 GiB cache of 1 MiB units is ~1 MB of index. Keep RocksDB's
 // footprint small next to the page cache the data files want.
 constexpr size_t kIndexBlockCacheBytes = 8 << 20;   // 8 MiB
-constexpr size_t kIndexWriteBufferBytes = 8 << 20;  // 8 MiB memtable
+constexpr size_t kIndexWriteBufferBytes = 4 << 20;  // 4 MiB memtable (~40k records)
+constexpr size_t kIndexManifestPreallocBytes = 1 << 20;
 constexpr int kIndexMaxOpenFiles = 256;
 // Verified unit headers kept in memory (Entry::header), by their size in
 // memory (~2.3 KiB for a 1 MiB unit of format version 2): at most 16 MiB.
@@ -221,6 +223,7 @@ class DiskBlockStore final : public BlockStore {
   struct Entry {
     UnitKey key;
     uint64_t data_len = 0;
+    uint64_t disk_bytes = 0;  // UnitDiskBytes: what the file takes on the volume
     uint64_t last_access_us = 0;
     uint64_t access_count = 0;
     uint64_t gen = 0;  // distinguishes re-inserts of the same id
@@ -238,7 +241,8 @@ class DiskBlockStore final : public BlockStore {
   };
   struct Victim {
     std::string id;
-    uint64_t bytes;
+    uint64_t bytes;       // data (the evicted_bytes metric)
+    uint64_t disk_bytes;  // freed on the volume
   };
 
   std::string PathOf(std::string_view id) const { return opts_.dir + "/" + UnitRelPath(id); }
@@ -256,8 +260,8 @@ class DiskBlockStore final : public BlockStore {
   // Removes `id` from index_/policy and marks it busy-deleting. Requires mu_.
   Victim DetachLocked(const std::string& id) {
     auto it = index_.find(id);
-    Victim v{id, it->second.data_len};
-    used_bytes_ -= it->second.data_len;
+    Victim v{id, it->second.data_len, it->second.disk_bytes};
+    used_bytes_ -= it->second.disk_bytes;
     ForgetLocked(it->second);
     index_.erase(it);
     policy_->OnRemove(id);
@@ -266,7 +270,7 @@ class DiskBlockStore final : public BlockStore {
     return v;
   }
   // Evicts policy victims until `fits()` holds or nothing is left. Requires mu_.
-  // `fits(freed)` gets the data bytes detached so far. Returns that sum.
+  // `fits(freed)` gets the disk bytes detached so far. Returns that sum.
   template <class Fits>
   uint64_t EvictLocked(Fits fits, std::vector<Victim>& out) {
     uint64_t freed = 0;
@@ -278,7 +282,7 @@ class DiskBlockStore final : public BlockStore {
         continue;
       }
       out.push_back(DetachLocked(*v));
-      freed += out.back().bytes;
+      freed += out.back().disk_bytes;
     }
     return freed;
   }
@@ -580,7 +584,12 @@ Status DiskBlockStore::Put(const UnitKey& key, std::string_view data) {
   auto header = EncodeUnitHeader(key, data);
   if (!header) return header.error();
   const std::string id = UnitId(key);
-  const uint64_t file_bytes = header->size() + n;
+  // What the unit takes on the volume, counted against max_bytes.
+  const uint64_t disk = UnitDiskBytes(header->size(), n);
+  if (disk > opts_.max_bytes) {
+    return Status::NoSpace(fmt::format("unit of {} bytes takes {} bytes on disk, more than the cache limit ({} bytes); "
+                                       "not cached", n, disk, opts_.max_bytes));
+  }
 
   // Free space on the volume, measured before taking the lock. If statvfs
   // fails the free-space rule is skipped (max_bytes still holds).
@@ -601,7 +610,7 @@ Status DiskBlockStore::Put(const UnitKey& key, std::string_view data) {
     // flight, the volume keeps min_free_ratio of its size free.
     uint64_t need_free = 0;
     if (space && space->total_bytes > 0) {
-      const double want = opts_.min_free_ratio * double(space->total_bytes) + double(file_bytes + reserved_bytes_);
+      const double want = opts_.min_free_ratio * double(space->total_bytes) + double(disk + reserved_bytes_);
       if (want > double(space->avail_bytes)) need_free = uint64_t(want - double(space->avail_bytes)) + 1;
     }
     if (need_free > used_bytes_) {
@@ -611,15 +620,15 @@ Status DiskBlockStore::Put(const UnitKey& key, std::string_view data) {
     } else {
       const uint64_t freed = EvictLocked(
           [&](uint64_t freed) {
-            return used_bytes_ + reserved_bytes_ + n <= opts_.max_bytes && freed >= need_free;
+            return used_bytes_ + reserved_bytes_ + disk <= opts_.max_bytes && freed >= need_free;
           },
           victims);
-      if (used_bytes_ + reserved_bytes_ + n > opts_.max_bytes || freed < need_free) {
+      if (used_bytes_ + reserved_bytes_ + disk > opts_.max_bytes || freed < need_free) {
         // Only possible when other Puts in flight hold the space.
         fail = Status::NoSpace("cache space is held by inserts in flight");
       } else {
         busy_[id] = Busy{};
-        reserved_bytes_ += n;
+        reserved_bytes_ += disk;
       }
     }
   }
@@ -642,19 +651,19 @@ Status DiskBlockStore::Put(const UnitKey& key, std::string_view data) {
   bool cancelled = false;
   {
     std::lock_guard lk(mu_);
-    reserved_bytes_ -= n;
+    reserved_bytes_ -= disk;
     auto b = busy_.find(id);
     cancelled = b->second.cancelled;
     if (s.ok() && !cancelled) {
       busy_.erase(b);
       if (auto old = index_.find(id); old != index_.end()) ForgetLocked(old->second);
-      Entry& e = index_[id] = Entry{key, n, now, 0, next_gen_++};
+      Entry& e = index_[id] = Entry{key, n, disk, now, 0, next_gen_++};
       // The header just encoded (its checksums are of the bytes written) and
       // the file: the first read needs neither a path lookup nor a header read.
       KeepHeaderLocked(e, std::move(written_header));
       KeepOpenLocked(id, e, std::move(*written), /*read=*/false);
       policy_->OnInsertUnit(id, n, 0, UnitMeta{.now_us = now, .object = key.object, .unit_index = key.index});
-      used_bytes_ += n;
+      used_bytes_ += disk;
     } else if (!s.ok()) {
       busy_.erase(b);
     } else {
@@ -663,7 +672,7 @@ Status DiskBlockStore::Put(const UnitKey& key, std::string_view data) {
   }
   if (!s.ok()) return WriteError(s);
   if (cancelled) {
-    DeleteDetached({Victim{id, n}}, /*count_as_eviction=*/false);
+    DeleteDetached({Victim{id, n, disk}}, /*count_as_eviction=*/false);
     return Status::Ok();
   }
   Add(metrics_->cache_insert_units);
@@ -676,6 +685,7 @@ Status DiskBlockStore::Reconcile() {
   struct Survivor {
     std::string id;
     UnitRecord rec;
+    uint64_t disk_bytes;
   };
   std::vector<Survivor> survivors;
   std::unordered_set<std::string> kept_paths;
@@ -687,6 +697,7 @@ Status DiskBlockStore::Reconcile() {
       const std::string id = it->key().ToString().substr(kUnitKeyPrefix.size());
       auto rec = DecodeUnitRecord(std::string_view(it->value().data(), it->value().size()));
       bool good = rec && id.size() == 32 && UnitId(rec->key) == id && rec->rel_path == UnitRelPath(id);
+      uint64_t disk = 0;
       if (good) {
         // Header check only: the data is verified chunk by chunk on read.
         const std::string path = PathOf(id);
@@ -697,13 +708,14 @@ Status DiskBlockStore::Reconcile() {
           auto h = ReadUnitHeader(fd);
           good = h && CheckUnitHeaderMatches(*h, rec->key).ok() && h->data_len == rec->data_len &&
                  ::fstat(fd, &st) == 0 && uint64_t(st.st_size) == h->header_len + h->data_len;
+          if (good) disk = UnitDiskBytes(h->header_len, h->data_len);
           ::close(fd);
           if (!good) ::unlink(path.c_str());
         }
       }
       if (good) {
         kept_paths.insert(rec->rel_path);
-        survivors.push_back({id, std::move(*rec)});
+        survivors.push_back({id, std::move(*rec), disk});
       } else {
         drop.Delete(it->key());
         ++dropped;
@@ -742,8 +754,9 @@ Status DiskBlockStore::Reconcile() {
     for (auto& s : survivors) {
       policy_->OnInsertUnit(s.id, s.rec.data_len, std::max<uint64_t>(1, s.rec.last_access_us),
                             UnitMeta{.object = s.rec.key.object, .unit_index = s.rec.key.index});
-      used_bytes_ += s.rec.data_len;
-      index_[s.id] = Entry{std::move(s.rec.key), s.rec.data_len, s.rec.last_access_us, s.rec.access_count, next_gen_++};
+      used_bytes_ += s.disk_bytes;
+      index_[s.id] = Entry{std::move(s.rec.key), s.rec.data_len, s.disk_bytes, s.rec.last_access_us,
+                           s.rec.access_count, next_gen_++};
     }
     // A smaller max_bytes than last time: evict down now.
     EvictLocked([&](uint64_t) { return used_bytes_ <= opts_.max_bytes; }, victims);
@@ -759,6 +772,11 @@ Result<std::unique_ptr<rocksdb::DB>> OpenIndex(const std::string& dir) {
   o.create_if_missing = true;
   o.max_open_files = kIndexMaxOpenFiles;
   o.write_buffer_size = kIndexWriteBufferBytes;
+  // RocksDB preallocates its log (1.1x the write buffer) and MANIFEST: room
+  // that keeps the index writable when the volume fills up (test_disk_full),
+  // kept small since it is disk the cache limit does not count (~5.5 MiB,
+  // was ~13 MiB with the defaults).
+  o.manifest_preallocation_size = kIndexManifestPreallocBytes;
   o.keep_log_file_num = 2;
   o.max_log_file_size = 1 << 20;
   o.info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;

@@ -53,6 +53,14 @@ std::string DataOf(const UnitKey& k, size_t n) {
 
 UnitKey Key(int i, std::string etag = "e1") { return UnitKey{"obj/" + std::to_string(i), std::move(etag), 0}; }
 
+// What the unit (k, DataOf(k, n)) counts against max_bytes: its file in
+// whole 4 KiB blocks.
+uint64_t Disk(const UnitKey& k, size_t n) {
+  auto h = EncodeUnitHeader(k, DataOf(k, n));
+  REQUIRE(h);
+  return UnitDiskBytes(h->size(), n);
+}
+
 struct FakeClock {
   std::shared_ptr<std::atomic<uint64_t>> t = std::make_shared<std::atomic<uint64_t>>(1'000'000);
   uint64_t Tick() { return t->fetch_add(1000) + 1000; }
@@ -117,7 +125,8 @@ TEST_CASE("put, read whole and partial, remove", "[block_store]") {
   REQUIRE(s->Put(k, data).ok());
   CHECK(s->Contains(k));
   CHECK(s->unit_count() == 1);
-  CHECK(s->used_bytes() == data.size());
+  CHECK(s->used_bytes() == Disk(k, data.size()));
+  CHECK(s->used_bytes() == 4096 + kMiB + 4096);  // a padded header page + the data in whole blocks
   CHECK(s->limit_bytes() == f.opts.max_bytes);
   CHECK(f.metrics.cache_insert_units == 1);
   CHECK(f.metrics.cache_insert_bytes == data.size());
@@ -139,7 +148,7 @@ TEST_CASE("put, read whole and partial, remove", "[block_store]") {
   // Putting the same unit again just touches it.
   REQUIRE(s->Put(k, data).ok());
   CHECK(f.metrics.cache_insert_units == 1);
-  CHECK(s->used_bytes() == data.size());
+  CHECK(s->used_bytes() == Disk(k, data.size()));
 
   s->Remove(k);
   CHECK_FALSE(s->Contains(k));
@@ -281,7 +290,7 @@ TEST_CASE("corruption is a miss, the unit is dropped, never wrong bytes", "[bloc
     CHECK(f.metrics.cache_corruptions == 1);
     CHECK_FALSE(s->Contains(a));
     CHECK_FALSE(fs::exists(f.UnitPath(a)));
-    CHECK(s->used_bytes() == used - da.size());
+    CHECK(s->used_bytes() == used - Disk(a, da.size()));
     CHECK(ReadAll(*s, b, db.size()) == db);
   }
   SECTION("flipped header byte") {
@@ -411,7 +420,7 @@ TEST_CASE("partial reads verify only the chunks they touch", "[block_store]") {
 
 TEST_CASE("units, meta and LRU order survive close and reopen", "[block_store]") {
   Fixture f;
-  f.opts.max_bytes = 3 * 100000;
+  f.opts.max_bytes = 3 * Disk(Key(0), 100000);
   std::map<int, std::string> data;
   for (int i = 0; i < 3; ++i) data[i] = DataOf(Key(i), 100000);
   {
@@ -425,7 +434,7 @@ TEST_CASE("units, meta and LRU order survive close and reopen", "[block_store]")
   {
     auto s = f.Open();
     CHECK(s->unit_count() == 3);
-    CHECK(s->used_bytes() == 300000);
+    CHECK(s->used_bytes() == f.opts.max_bytes);
     for (int i = 0; i < 3; ++i) CHECK(ReadAll(*s, Key(i), 100000) == data[i]);
     CHECK(s->GetMeta("dir/x") == "listing");
     CHECK_FALSE(s->GetMeta("gone").has_value());
@@ -531,7 +540,8 @@ TEST_CASE("start-up reconciles index and files", "[block_store]") {
 
   auto s = f.Open();
   CHECK(s->unit_count() == 1);
-  CHECK(s->used_bytes() == 5000);
+  CHECK(s->used_bytes() == Disk(Key(3), 5000));
+  CHECK(s->used_bytes() == 8192);
   CHECK(s->Contains(Key(3)));
   CHECK_FALSE(s->Contains(Key(0)));
   CHECK_FALSE(s->Contains(Key(1)));
@@ -547,7 +557,7 @@ TEST_CASE("start-up reconciles index and files", "[block_store]") {
 
 TEST_CASE("max_bytes is enforced by evicting LRU victims", "[block_store]") {
   Fixture f;
-  f.opts.max_bytes = 4 * 10000;
+  f.opts.max_bytes = 4 * Disk(Key(0), 10000);  // 4 units of 10000 bytes (3 blocks each)
   auto s = f.Open();
   for (int i = 0; i < 4; ++i) REQUIRE(s->Put(Key(i), DataOf(Key(i), 10000)).ok());
   REQUIRE(ReadAll(*s, Key(0), 10000).has_value());  // protect 0
@@ -563,8 +573,17 @@ TEST_CASE("max_bytes is enforced by evicting LRU victims", "[block_store]") {
   for (int i = 6; i < 10; ++i) CHECK(s->Contains(Key(i)));
   // Evicted files are gone from disk.
   size_t files = 0;
-  for (auto& e : fs::recursive_directory_iterator(f.opts.dir + "/units")) files += e.is_regular_file();
+  uint64_t on_disk = 0;  // blocks the unit files take: what max_bytes bounds
+  for (auto& e : fs::recursive_directory_iterator(f.opts.dir + "/units")) {
+    if (!e.is_regular_file()) continue;
+    ++files;
+    struct stat st {};
+    REQUIRE(::stat(e.path().c_str(), &st) == 0);
+    on_disk += uint64_t(st.st_blocks) * 512;
+  }
   CHECK(files == 4);
+  CHECK(on_disk <= s->used_bytes());
+  CHECK(s->used_bytes() == 4 * 12288);
 
   // A unit larger than the whole cache is not cached and evicts nothing.
   auto big = s->Put(Key(100), DataOf(Key(100), f.opts.max_bytes + 1));
@@ -581,7 +600,7 @@ TEST_CASE("max_bytes is enforced by evicting LRU victims", "[block_store]") {
 
 TEST_CASE("fifo eviction ignores reads", "[block_store]") {
   Fixture f;
-  f.opts.max_bytes = 2 * 1000;
+  f.opts.max_bytes = 2 * Disk(Key(0), 1000);
   f.opts.eviction = "fifo";
   auto s = f.Open();
   REQUIRE(s->Put(Key(0), DataOf(Key(0), 1000)).ok());
@@ -598,10 +617,10 @@ TEST_CASE("a smaller max_bytes at open evicts down", "[block_store]") {
     auto s = f.Open();
     for (int i = 0; i < 10; ++i) REQUIRE(s->Put(Key(i), DataOf(Key(i), 1000)).ok());
   }
-  f.opts.max_bytes = 3000;
+  f.opts.max_bytes = 3 * Disk(Key(0), 1000);
   auto s = f.Open();
   CHECK(s->unit_count() == 3);
-  CHECK(s->used_bytes() == 3000);
+  CHECK(s->used_bytes() == 3 * 4096);
   CHECK(f.metrics.evictions == 7);
   for (int i = 7; i < 10; ++i) CHECK(s->Contains(Key(i)));
 }
@@ -609,26 +628,26 @@ TEST_CASE("a smaller max_bytes at open evicts down", "[block_store]") {
 TEST_CASE("min_free_ratio keeps free space on the volume", "[block_store]") {
   Fixture f;
   SECTION("fake volume: evicts to keep the ratio") {
-    // A 100 kB volume with 40 kB used by others; keep 50% free.
+    // A 1 MB volume with 400 kB used by others; keep 50% free.
     f.opts.min_free_ratio = 0.5;
     auto hooks = f.Hooks();
     BlockStore* store = nullptr;
     hooks.volume_space = [&store](const std::string&) -> Result<VolumeSpace> {
       const uint64_t used = store ? store->used_bytes() : 0;
-      return VolumeSpace{100000 - 40000 - used, 100000};
+      return VolumeSpace{1000000 - 400000 - used, 1000000};
     };
     auto s = f.Open(hooks);
     store = s.get();
-    // Each 1000-byte unit also has a small header; room for ~9 units.
-    for (int i = 0; i < 30; ++i) {
+    // Each 1000-byte unit takes a 4 KiB block: room for ~24 units.
+    for (int i = 0; i < 60; ++i) {
       REQUIRE(s->Put(Key(i), DataOf(Key(i), 1000)).ok());
-      const uint64_t avail = 60000 - s->used_bytes();
-      CHECK(avail >= 50000);
+      const uint64_t avail = 600000 - s->used_bytes();
+      CHECK(avail >= 500000);
     }
-    CHECK(s->unit_count() >= 8);
-    CHECK(s->unit_count() <= 10);
-    CHECK(f.metrics.evictions == 30 - s->unit_count());
-    CHECK(s->Contains(Key(29)));
+    CHECK(s->unit_count() >= 22);
+    CHECK(s->unit_count() <= 25);
+    CHECK(f.metrics.evictions == 60 - s->unit_count());
+    CHECK(s->Contains(Key(59)));
   }
   SECTION("a ratio no cache could meet refuses inserts and evicts nothing") {
     f.opts.min_free_ratio = 0.999;
@@ -749,7 +768,7 @@ TEST_CASE("concurrent Put/Read/Remove from 8 threads against a model", "[block_s
   uint64_t sum = 0, count = 0;
   for (int i = 0; i < kKeys; ++i) {
     if (s->Contains(Key(i))) {
-      sum += size_of(i);
+      sum += Disk(Key(i), size_of(i));
       ++count;
       CHECK(ReadAll(*s, Key(i), size_of(i)) == DataOf(Key(i), size_of(i)));
     }

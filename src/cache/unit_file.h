@@ -67,6 +67,27 @@ inline constexpr size_t kUnitHeaderFixedBytes = 42;
 inline constexpr size_t kMaxUnitHeaderBytes =
     kUnitHeaderFixedBytes + kMaxEtagBytes + 8 * (kMaxUnitDataBytes / kUnitV1ChunkBytes) + 8;
 
+// File system block the cache's disk use is counted in (ext4, xfs, btrfs:
+// 4 KiB): a file takes whole blocks.
+inline constexpr uint64_t kDiskBlockBytes = 4096;
+// What a unit file of `header_len` + `data_len` bytes takes on the volume,
+// counted against the cache limit (cache.max_bytes).
+constexpr uint64_t UnitDiskBytes(uint64_t header_len, uint64_t data_len) {
+  return (header_len + data_len + kDiskBlockBytes - 1) / kDiskBlockBytes * kDiskBlockBytes;
+}
+
+// At most what a unit of `data_len` bytes takes on the volume, whatever its
+// key and etag: a written header never exceeds one 4 KiB block.
+constexpr uint64_t UnitDiskBytesAtMost(uint64_t data_len) { return UnitDiskBytes(kDiskBlockBytes, data_len); }
+// At most what an object of `size` bytes takes in a cache of `unit`-byte
+// units (0: one unit), for planning what fits (igtcache warm).
+constexpr uint64_t ObjectDiskBytesAtMost(uint64_t size, uint64_t unit) {
+  if (size == 0) return 0;
+  if (unit == 0 || size <= unit) return UnitDiskBytesAtMost(size);
+  const uint64_t full = size / unit, rest = size % unit;
+  return full * UnitDiskBytesAtMost(unit) + (rest ? UnitDiskBytesAtMost(rest) : 0);
+}
+
 struct UnitHeader {
   uint32_t header_len = 0;
   uint64_t key_hash = 0;

@@ -319,11 +319,13 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
   const std::string source = (*backend)->Describe();
   BlockStore* st = store->get();
   Prefetcher* pfr = prefetcher.get();
-  auto stats_json = [&metrics, st, started, source, &ns, &tree, live, pfr]() {
+  const uint64_t unit_bytes = pipeline.unit_size();
+  auto stats_json = [&metrics, st, started, source, &ns, &tree, live, pfr, unit_bytes]() {
     nlohmann::json j;
     for (const auto& [k, v] : metrics.Snapshot()) j[k] = v;
     j["cache_used_bytes"] = st->used_bytes();
     j["cache_limit_bytes"] = st->limit_bytes();
+    j["cache_unit_bytes"] = unit_bytes;
     j["cache_units"] = st->unit_count();
     j["open_unit_files"] = st->open_unit_files();
     j["inodes"] = ns.inode_count();

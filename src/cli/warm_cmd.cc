@@ -29,6 +29,7 @@
 
 #include "fuse/fuse_fs.h"
 #include "igtcache/config.h"
+#include "src/cache/unit_file.h"
 #include "src/cli/ops_cmds.h"
 
 namespace igt {
@@ -131,6 +132,7 @@ int RunWarm(const WarmArgs& a) {
     if (!stats) return fail(kExitError, stats.error().message());
     const uint64_t limit = stats->value("cache_limit_bytes", uint64_t{0});
     const uint64_t used = stats->value("cache_used_bytes", uint64_t{0});
+    const uint64_t unit = stats->value("cache_unit_bytes", uint64_t{0});
 
     std::vector<Item> all;
     std::vector<std::string> errors;
@@ -138,12 +140,14 @@ int RunWarm(const WarmArgs& a) {
     for (const auto& e : errors) std::fprintf(stderr, "igtcache: warm: %s\n", e.c_str());
     if (!errors.empty()) rc = kExitError;
 
-    // What fits: first fit in the given order, within the cache limit.
+    // What fits: first fit in the given order, within the cache limit, which
+    // counts disk use (each unit's header and whole blocks; at most this).
     std::vector<Item> todo, skipped;
     uint64_t budget = limit, total = 0, skipped_bytes = 0;
     for (auto& it : all) {
-      if (it.size <= budget) {
-        budget -= it.size;
+      const uint64_t disk = cache::ObjectDiskBytesAtMost(it.size, unit);
+      if (disk <= budget) {
+        budget -= disk;
         total += it.size;
         todo.push_back(std::move(it));
       } else {
@@ -153,9 +157,9 @@ int RunWarm(const WarmArgs& a) {
     }
     std::printf("warm: %s: %zu files, %s to read (cache %s used of %s)\n", mnt.c_str(), todo.size(),
                 FormatSize(total).c_str(), FormatSize(used).c_str(), FormatSize(limit).c_str());
-    if (used + total > limit)
+    if (used + (limit - budget) > limit)
       std::printf("warm: note: up to %s of older cached data may be evicted to make room\n",
-                  FormatSize(used + total - limit).c_str());
+                  FormatSize(used - budget).c_str());
     std::fflush(stdout);
 
     Progress prog;

@@ -67,7 +67,9 @@ const std::vector<Key>& Schema() {
        "One daemon per directory (lock file).",
        nullptr, SET_STR(cache.dir)},
       {"cache.max_bytes", Type::kSize, "10G",
-       "Upper bound on cached unit data. Least valuable units are evicted beyond it.", nullptr,
+       "Upper bound on the cache's disk use: the unit files, each counted in whole 4 KiB blocks "
+       "with its header (the index and directories come on top, docs/ARCHITECTURE.md). Least "
+       "valuable units are evicted beyond it.", nullptr,
        SET_SIZE(cache.max_bytes)},
       {"cache.min_free_ratio", Type::kRatio, "0.05",
        "Free space to keep on the cache volume, as a fraction of its size. Inserts evict (or "
@@ -365,8 +367,9 @@ Status Validate(const Config& c) {
   if (c.cache.sub_unit_bytes != 0 &&
       (c.cache.sub_unit_bytes < kMinUnit || (c.cache.sub_unit_bytes & (c.cache.sub_unit_bytes - 1)) != 0))
     return bad("cache.sub_unit_bytes", "must be 0 (off) or a power of two from 64K");
-  if (c.cache.max_bytes < c.cache.unit_size_bytes)
-    return bad("cache.max_bytes", "must be at least one unit (cache.unit_size_bytes)");
+  // A unit's file is its data plus a header page (cache.max_bytes counts disk use).
+  if (c.cache.max_bytes < c.cache.unit_size_bytes + 4096)
+    return bad("cache.max_bytes", "must hold at least one unit file (cache.unit_size_bytes + 4K)");
   if (c.cache.min_free_ratio >= 1.0) return bad("cache.min_free_ratio", "must be below 1");
   if (c.fuse.threads < 1 || c.fuse.threads > 1024) return bad("fuse.threads", "must be 1..1024");
   if (c.fuse.max_read_bytes < 4096 || c.fuse.max_read_bytes > (1u << 20) ||
