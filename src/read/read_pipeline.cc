@@ -17,7 +17,12 @@ struct ReadPipeline::Flight {
   std::condition_variable cv;
   bool done = false;       // guarded by mu
   Status status;           // guarded by mu
-  std::string data;        // the whole unit, once done && status.ok()
+  // The whole unit once done && status.ok(): `size` bytes at `data`, inside
+  // `buf` (the buffer of the GET that fetched it, shared by its units: no
+  // copy per unit). Guarded by mu.
+  std::shared_ptr<const char[]> buf;
+  const char* data = nullptr;
+  size_t size = 0;
 };
 
 // A store unit (a whole unit or a sub-unit) this call is responsible for.
@@ -62,12 +67,16 @@ Status ReadPipeline::FetchRuns(const FileVersion& file, std::vector<Need>& needs
   if (store_) {
     for (auto& n : needs) {
       if (!n.leader) continue;
-      std::string data(n.len, '\0');
-      auto hit = store_->Read(UnitKey{file.key, file.etag, n.index}, 0, n.len, data.data());
+      const UnitKey key{file.key, file.etag, n.index};
+      if (!store_->Contains(key)) continue;  // the usual case: no buffer needed
+      std::shared_ptr<char[]> data(new char[n.len]);
+      auto hit = store_->Read(key, 0, n.len, data.get());
       if (!hit || *hit != n.len) continue;
       {
         std::lock_guard lk(n.flight->mu);
-        n.flight->data = std::move(data);
+        n.flight->data = data.get();
+        n.flight->size = n.len;
+        n.flight->buf = std::move(data);
         n.flight->done = true;
       }
       n.flight->cv.notify_all();
@@ -82,7 +91,7 @@ Status ReadPipeline::FetchRuns(const FileVersion& file, std::vector<Need>& needs
   struct Run {
     size_t i, j;  // needs[i, j)
     uint64_t off, len;
-    std::string buf;
+    std::shared_ptr<char[]> buf;  // not zero-filled: the GET writes it all
     Status st;
   };
   std::vector<Run> runs;
@@ -101,10 +110,10 @@ Status ReadPipeline::FetchRuns(const FileVersion& file, std::vector<Need>& needs
   // A run's one ranged GET into r.buf, its outcome in r.st. No exception
   // leaves: every flight must be completed below, or its waiters would hang.
   auto fetch = [&](Run& r) {
-    r.buf.resize(r.len);
     try {
+      r.buf.reset(new char[r.len]);
       if (metrics_) Add(metrics_->backend_get_requests);
-      auto got = backend_->Read(file.key, r.off, r.len, file.etag, r.buf.data());
+      auto got = backend_->Read(file.key, r.off, r.len, file.etag, r.buf.get());
       if (!got) {
         r.st = got.error();
         return;
@@ -123,16 +132,20 @@ Status ReadPipeline::FetchRuns(const FileVersion& file, std::vector<Need>& needs
   Status first_error;
   auto complete = [&](Run& r) {
     for (size_t k = r.i; k < r.j; ++k) {
-      std::string unit_data;
+      const char* unit_data = nullptr;
       if (r.st.ok()) {
-        unit_data.assign(r.buf.data() + (needs[k].off - r.off), needs[k].len);
-        if (store_) (void)store_->Put(UnitKey{file.key, file.etag, needs[k].index}, unit_data);
+        unit_data = r.buf.get() + (needs[k].off - r.off);
+        if (store_) (void)store_->Put(UnitKey{file.key, file.etag, needs[k].index}, {unit_data, needs[k].len});
       }
       auto& fl = needs[k].flight;
       {
         std::lock_guard lk(fl->mu);
         fl->status = r.st;
-        fl->data = std::move(unit_data);
+        if (unit_data) {
+          fl->buf = r.buf;
+          fl->data = unit_data;
+          fl->size = needs[k].len;
+        }
         fl->done = true;
       }
       fl->cv.notify_all();
@@ -140,7 +153,7 @@ Status ReadPipeline::FetchRuns(const FileVersion& file, std::vector<Need>& needs
       flights_.erase(FlightKey(file, needs[k].index));
     }
     if (!r.st.ok() && first_error.ok()) first_error = r.st;
-    std::string().swap(r.buf);
+    r.buf.reset();  // the flights keep it while they are read
   };
   if (!demand) {
     // A prefetch: one GET per run, in turn (one buffer at a time: the
@@ -245,11 +258,11 @@ Result<size_t> ReadPipeline::Read(const FileVersion& file, uint64_t offset, size
       if (got && *got == to - from) continue;
       lk.lock();
     }
-    if (n.flight->data.size() < to - n.off) {
+    if (n.flight->size < to - n.off) {
       if (st.ok()) st = Status::Internal("short unit in flight");
       continue;
     }
-    std::memcpy(out + (from - offset), n.flight->data.data() + (from - n.off), to - from);
+    std::memcpy(out + (from - offset), n.flight->data + (from - n.off), to - from);
   }
   if (!st.ok()) return Err(st);
   return static_cast<size_t>(end - offset);
