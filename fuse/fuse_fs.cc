@@ -241,6 +241,14 @@ struct FuseFs::Impl {
     thread_local std::vector<char> buf;
     if (buf.size() < size) buf.resize(size);
     Add(self->metrics_->read_requests);
+    // Recorded as the request arrives, not once served: requests the kernel
+    // sends together (readahead windows of several max_read requests) are
+    // served in any order, and that order would hide a sequential reader
+    // from the stream tree.
+    if (self->access_hook_) {
+      const uint64_t o = static_cast<uint64_t>(off), fsz = h->file.size;
+      self->access_hook_(fuse_req_ctx(req)->pid, h->file.key, o, o < fsz ? std::min<uint64_t>(size, fsz - o) : 0, fsz);
+    }
     auto n = self->pipeline_->Read(h->file, static_cast<uint64_t>(off), size, buf.data());
     if (!n) {
       Add(self->metrics_->read_errors);
@@ -253,8 +261,6 @@ struct FuseFs::Impl {
     }
     Add(self->metrics_->read_bytes, *n);
     // Before the reply: once replied, a release may free the handle.
-    if (self->access_hook_)
-      self->access_hook_(fuse_req_ctx(req)->pid, h->file.key, static_cast<uint64_t>(off), *n, h->file.size);
     if (self->read_hook_) self->read_hook_(fuse_req_ctx(req)->pid, h->file, static_cast<uint64_t>(off), *n);
     KernelHandoff();
     fuse_reply_buf(req, buf.data(), *n);

@@ -31,8 +31,9 @@ namespace igt {
 
 inline constexpr const char* kStatsFileName = ".igtcache.stats";
 
-// Called for every read the kernel sends (after it is served): for the
-// access stream tree and the trace. May be empty.
+// Called for every read the kernel sends, as it arrives (before it is
+// served; the length clamped to the file): for the access stream tree and
+// the trace. May be empty.
 using AccessHook = std::function<void(uint64_t pid, const std::string& key, uint64_t offset,
                                       uint64_t length, uint64_t file_size)>;
 // Called for every read served, after the AccessHook, with the object's

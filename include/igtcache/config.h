@@ -48,6 +48,7 @@ struct Config {
     uint64_t threads = 0;
     uint64_t max_read_bytes = 0;
     uint64_t random_readahead_bytes = 0;
+    uint64_t cached_readahead_bytes = 0;
     uint64_t max_background = 0;
     bool allow_other = false;
   } fuse;

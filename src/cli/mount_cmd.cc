@@ -373,13 +373,19 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
       }
     });
   // Per-file kernel readahead: small for a file whose block stream is random
-  // or skewed (mmap faults then read little around each fault), max_read
-  // for the rest (sequential readers get 1 MiB requests).
-  fuse.set_readahead_hook([&tree, &cfg](const std::string& key, uint64_t) -> uint64_t {
+  // or skewed (mmap faults then read little around each fault); larger for
+  // a sequential one mostly cached (its reads wait on the cache's disk, so
+  // several requests in flight pay; a cold file keeps max_read, the
+  // prefetcher fetching ahead of it, and mmap faults in it read little);
+  // max_read for the rest (sequential readers get 1 MiB requests).
+  fuse.set_readahead_hook([&tree, &cfg, live](const std::string& key, uint64_t size) -> uint64_t {
     auto info = tree.Find(key);
-    const bool random = info && info->granularity == "block" &&
-                        (info->label == stream::Label::kRandom || info->label == stream::Label::kSkewed);
-    return random ? cfg.fuse.random_readahead_bytes : cfg.fuse.max_read_bytes;
+    if (!info || info->granularity != "block") return cfg.fuse.max_read_bytes;
+    if (info->label == stream::Label::kRandom || info->label == stream::Label::kSkewed)
+      return cfg.fuse.random_readahead_bytes;
+    if (info->label == stream::Label::kSequential && live && size > 0 && 2 * live->CachedBytes(key) >= size)
+      return cfg.fuse.cached_readahead_bytes;
+    return cfg.fuse.max_read_bytes;
   });
   ns.set_listing_hook([&tree](const std::string& dir_key, size_t entries) {
     tree.NoteListing(dir_key, entries);

@@ -154,6 +154,11 @@ const std::vector<Key>& Schema() {
        "(an mmap page fault reads this much around the fault); other files get max_read. Set "
        "per open through the mount's read_ahead_kb, so root only (else the kernel default).",
        nullptr, SET_SIZE(fuse.random_readahead_bytes)},
+      {"fuse.cached_readahead_bytes", Type::kSize, "4M",
+       "Kernel readahead for a file opened while its block stream is labelled sequential and at "
+       "least half of it is cached (policy engine igt): several max_read requests in flight keep "
+       "the cache's disk busy. Root only, like random_readahead_bytes.",
+       nullptr, SET_SIZE(fuse.cached_readahead_bytes)},
       {"fuse.max_background", Type::kInt, "64",
        "Kernel limit on outstanding background requests (readahead).", nullptr,
        SET_U64(fuse.max_background)},
@@ -378,6 +383,9 @@ Status Validate(const Config& c) {
   if (c.fuse.random_readahead_bytes < 4096 || c.fuse.random_readahead_bytes > c.fuse.max_read_bytes ||
       (c.fuse.random_readahead_bytes % 4096) != 0)
     return bad("fuse.random_readahead_bytes", "must be a multiple of 4K between 4K and fuse.max_read_bytes");
+  if (c.fuse.cached_readahead_bytes < c.fuse.max_read_bytes || c.fuse.cached_readahead_bytes > (64u << 20) ||
+      (c.fuse.cached_readahead_bytes % 4096) != 0)
+    return bad("fuse.cached_readahead_bytes", "must be a multiple of 4K between fuse.max_read_bytes and 64M");
   if (c.fuse.max_background < 1 || c.fuse.max_background > 65535)
     return bad("fuse.max_background", "must be 1..65535");
   if (c.backend.max_connections < 1 || c.backend.max_connections > 1024)

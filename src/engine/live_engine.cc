@@ -109,6 +109,11 @@ uint64_t LiveEngine::SubUnitBytes(const std::string& key) const {
   return engine_->SubUnitBytes(key);
 }
 
+uint64_t LiveEngine::CachedBytes(const std::string& key) const {
+  std::lock_guard lk(mu_);
+  return engine_->CachedBytes(key);
+}
+
 Status LiveEngine::Reload(PolicyFile pf) {
   std::lock_guard lk(mu_);
   return engine_->SetPolicyFile(std::move(pf));

@@ -68,6 +68,8 @@ class LiveEngine : public std::enable_shared_from_this<LiveEngine> {
   // PolicyEngine::SubUnitBytes: the piece size a miss in `key` fetches
   // (ReadPipeline::Options::sub_unit_bytes), 0 for whole units.
   uint64_t SubUnitBytes(const std::string& key) const;
+  // PolicyEngine::CachedBytes.
+  uint64_t CachedBytes(const std::string& key) const;
 
   // SIGHUP: swap in a new policy file; the cache and its units stay.
   Status Reload(PolicyFile pf);

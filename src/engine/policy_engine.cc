@@ -549,6 +549,11 @@ uint64_t PolicyEngine::SubUnitBytes(std::string_view path) const {
   return it == files_.end() ? 0 : SubUnitBytesOf(it->second);
 }
 
+uint64_t PolicyEngine::CachedBytes(std::string_view path) const {
+  auto it = files_.find(std::string(path));
+  return it == files_.end() ? 0 : it->second.cached_bytes;
+}
+
 uint64_t PolicyEngine::SubUnitBytesOf(const FileRec& f) const {
   if (!mode_igt_ || opts_.sub_unit_bytes == 0 || opts_.sub_unit_bytes >= opts_.unit_bytes) return 0;
   if (f.size <= opts_.unit_bytes) return 0;

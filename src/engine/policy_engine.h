@@ -114,6 +114,8 @@ class PolicyEngine {
   // a file of several units whose block stream was labelled random or
   // skewed at its last read), else 0 (whole units).
   uint64_t SubUnitBytes(std::string_view path) const;
+  // Bytes of `path` cached now (units and sub-units); 0 if never seen.
+  uint64_t CachedBytes(std::string_view path) const;
 
   // False for units under a never-cache prefix (do not insert them).
   bool Admit(std::string_view path) const;
