@@ -60,7 +60,7 @@ void ForEachSubUnit(uint64_t from, uint64_t to, uint64_t sub, Fn&& fn) {
 struct BlockStoreOptions {
   std::string dir;                  // created 0700 if absent
   // Default: 10 GiB. Disk use of the unit files kept: header + data of each,
-  // in whole 4 KiB blocks (so a 110 KB file counts 116 KiB). The index and
+  // in whole 4 KiB blocks (a 110,000-byte file counts 112 KiB). The index and
   // the directories are not counted (docs/ARCHITECTURE.md, "Disk use").
   uint64_t max_bytes = 10ull << 30;
   double min_free_ratio = 0.05;     // Default: 0.05. Free space kept on the volume.

@@ -33,6 +33,9 @@ struct UnitMeta {
   // BlockStore passes them; the policy engine needs them to find the stream).
   std::string_view object;
   uint64_t unit_index = 0;
+  // What the unit takes on disk, as counted against the cache limit (the
+  // BlockStore: header and data in whole blocks); 0 = `bytes`.
+  uint64_t disk_bytes = 0;
 };
 
 // Module parameters from the policy YAML (`{name: lfu, params: {...}}`),

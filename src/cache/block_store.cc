@@ -662,7 +662,8 @@ Status DiskBlockStore::Put(const UnitKey& key, std::string_view data) {
       // the file: the first read needs neither a path lookup nor a header read.
       KeepHeaderLocked(e, std::move(written_header));
       KeepOpenLocked(id, e, std::move(*written), /*read=*/false);
-      policy_->OnInsertUnit(id, n, 0, UnitMeta{.now_us = now, .object = key.object, .unit_index = key.index});
+      policy_->OnInsertUnit(id, n, 0,
+                            UnitMeta{.now_us = now, .object = key.object, .unit_index = key.index, .disk_bytes = disk});
       used_bytes_ += disk;
     } else if (!s.ok()) {
       busy_.erase(b);
@@ -753,7 +754,8 @@ Status DiskBlockStore::Reconcile() {
     std::lock_guard lk(mu_);
     for (auto& s : survivors) {
       policy_->OnInsertUnit(s.id, s.rec.data_len, std::max<uint64_t>(1, s.rec.last_access_us),
-                            UnitMeta{.object = s.rec.key.object, .unit_index = s.rec.key.index});
+                            UnitMeta{.object = s.rec.key.object, .unit_index = s.rec.key.index,
+                                     .disk_bytes = s.disk_bytes});
       used_bytes_ += s.disk_bytes;
       index_[s.id] = Entry{std::move(s.rec.key), s.rec.data_len, s.disk_bytes, s.rec.last_access_us,
                            s.rec.access_count, next_gen_++};

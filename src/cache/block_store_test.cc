@@ -591,6 +591,17 @@ TEST_CASE("max_bytes is enforced by evicting LRU victims", "[block_store]") {
   CHECK(s->unit_count() == 4);
   CHECK(f.metrics.evictions == 6);
 
+  // Nor is a unit whose data fits the limit but whose file does not.
+  {
+    Fixture g;
+    g.opts.max_bytes = 10000;
+    auto t = g.Open();
+    auto st = t->Put(Key(1), DataOf(Key(1), 10000));  // 12288 bytes on disk
+    CHECK(st.code() == Code::kNoSpace);
+    CHECK(st.message().find("on disk") != std::string::npos);
+    CHECK(t->unit_count() == 0);
+  }
+
   // One big unit evicts several small ones.
   REQUIRE(s->Put(Key(200), DataOf(Key(200), 25000)).ok());
   CHECK(s->used_bytes() <= f.opts.max_bytes);

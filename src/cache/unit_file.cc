@@ -83,6 +83,22 @@ uint32_t UnitChunkBytesFor(uint64_t data_len) {
   return c;
 }
 
+uint64_t UnitDiskBytesAtMost(uint64_t data_len) {
+  // Padded to one page from kUnitPadMinData; below, the header shares the
+  // data's blocks: fixed fields, the longest etag, a checksum per chunk.
+  if (data_len >= kUnitPadMinData) return UnitDiskBytes(kUnitDataAlign, data_len);
+  const uint64_t header =
+      kUnitHeaderFixedBytes + kMaxEtagBytes + 8 * UnitChunkCount(data_len, UnitChunkBytesFor(data_len)) + 8;
+  return UnitDiskBytes(header, data_len);
+}
+
+uint64_t ObjectDiskBytesAtMost(uint64_t size, uint64_t unit) {
+  if (size == 0) return 0;
+  if (unit == 0 || size <= unit) return UnitDiskBytesAtMost(size);
+  const uint64_t full = size / unit, rest = size % unit;
+  return full * UnitDiskBytesAtMost(unit) + (rest ? UnitDiskBytesAtMost(rest) : 0);
+}
+
 namespace {
 // Header length of a version's layout for the given fields.
 uint64_t HeaderLengthFor(uint16_t version, size_t etag_len, uint64_t chunks, uint64_t data_len) {

@@ -77,16 +77,11 @@ constexpr uint64_t UnitDiskBytes(uint64_t header_len, uint64_t data_len) {
 }
 
 // At most what a unit of `data_len` bytes takes on the volume, whatever its
-// key and etag: a written header never exceeds one 4 KiB block.
-constexpr uint64_t UnitDiskBytesAtMost(uint64_t data_len) { return UnitDiskBytes(kDiskBlockBytes, data_len); }
-// At most what an object of `size` bytes takes in a cache of `unit`-byte
-// units (0: one unit), for planning what fits (igtcache warm).
-constexpr uint64_t ObjectDiskBytesAtMost(uint64_t size, uint64_t unit) {
-  if (size == 0) return 0;
-  if (unit == 0 || size <= unit) return UnitDiskBytesAtMost(size);
-  const uint64_t full = size / unit, rest = size % unit;
-  return full * UnitDiskBytesAtMost(unit) + (rest ? UnitDiskBytesAtMost(rest) : 0);
-}
+// key and etag (written as version 2).
+uint64_t UnitDiskBytesAtMost(uint64_t data_len);
+// At most what an object of `size` bytes takes cached as whole units of
+// `unit` bytes, for planning what fits (igtcache warm).
+uint64_t ObjectDiskBytesAtMost(uint64_t size, uint64_t unit);
 
 struct UnitHeader {
   uint32_t header_len = 0;

@@ -127,6 +127,33 @@ TEST_CASE("header mismatches are corruption", "[unit_file]") {
   CHECK(VerifyUnitChunk(*d, 999, chunk).code() == Code::kCorruption);
 }
 
+TEST_CASE("disk use of a unit file, and the bound warm plans with", "[unit_file]") {
+  // A file takes whole 4 KiB blocks.
+  CHECK(UnitDiskBytes(100, 1000) == 4096);
+  CHECK(UnitDiskBytes(4096, 1 << 20) == (1 << 20) + 4096);
+  CHECK(UnitDiskBytes(0, 0) == 0);
+  // The bound holds for any key and etag (the longest etag included), and is
+  // within a block of the real thing.
+  for (const std::string etag : {std::string("e"), std::string(kMaxEtagBytes, 'x')}) {
+    for (uint64_t n : {1ull, 100ull, 4095ull, 4096ull, 10240ull, 65535ull, 65536ull, 110000ull, 1ull << 20,
+                       (3ull << 20) + 7}) {
+      INFO("etag " << etag.size() << " bytes, data " << n);
+      const std::string data = Bytes(n, 5);
+      auto h = EncodeUnitHeader(UnitKey{"k/" + std::to_string(n), etag, 0}, data);
+      REQUIRE(h.has_value());
+      const uint64_t real = UnitDiskBytes(h->size(), n);
+      CHECK(real <= UnitDiskBytesAtMost(n));
+      CHECK(UnitDiskBytesAtMost(n) - real <= 4096);
+    }
+  }
+  CHECK(UnitDiskBytesAtMost(10240) == 12288);  // a 10 KiB file: its header shares the last block
+  CHECK(UnitDiskBytesAtMost(110000) == 4096 + 110592);
+  // Objects: whole units of `unit` bytes, each with its header.
+  CHECK(ObjectDiskBytesAtMost(0, 1 << 20) == 0);
+  CHECK(ObjectDiskBytesAtMost(3 << 20, 1 << 20) == 3 * ((1 << 20) + 4096));
+  CHECK(ObjectDiskBytesAtMost((2 << 20) + 10240, 1 << 20) == 2 * ((1 << 20) + 4096) + 12288);
+}
+
 TEST_CASE("encode rejects oversized etags", "[unit_file]") {
   UnitKey key{"obj", std::string(kMaxEtagBytes + 1, 'e'), 0};
   auto h = EncodeUnitHeader(key, "x");

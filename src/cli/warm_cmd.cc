@@ -132,7 +132,8 @@ int RunWarm(const WarmArgs& a) {
     if (!stats) return fail(kExitError, stats.error().message());
     const uint64_t limit = stats->value("cache_limit_bytes", uint64_t{0});
     const uint64_t used = stats->value("cache_used_bytes", uint64_t{0});
-    const uint64_t unit = stats->value("cache_unit_bytes", uint64_t{0});
+    // An older daemon does not report its unit size: assume the default.
+    const uint64_t unit = stats->value("cache_unit_bytes", uint64_t{1} << 20);
 
     std::vector<Item> all;
     std::vector<std::string> errors;
@@ -141,7 +142,8 @@ int RunWarm(const WarmArgs& a) {
     if (!errors.empty()) rc = kExitError;
 
     // What fits: first fit in the given order, within the cache limit, which
-    // counts disk use (each unit's header and whole blocks; at most this).
+    // counts disk use (each unit's header and whole blocks; at most this for
+    // whole units, which a file read through from its start is cached as).
     std::vector<Item> todo, skipped;
     uint64_t budget = limit, total = 0, skipped_bytes = 0;
     for (auto& it : all) {

@@ -156,7 +156,7 @@ const std::vector<Key>& Schema() {
        nullptr, SET_SIZE(fuse.random_readahead_bytes)},
       {"fuse.cached_readahead_bytes", Type::kSize, "4M",
        "Kernel readahead for a file opened while its block stream is labelled sequential and at "
-       "least half of it is cached (policy engine igt): several max_read requests in flight keep "
+       "least half of it is cached (a policy engine: not with cache.eviction lru or fifo): several max_read requests in flight keep "
        "the cache's disk busy. Root only, like random_readahead_bytes.",
        nullptr, SET_SIZE(fuse.cached_readahead_bytes)},
       {"fuse.max_background", Type::kInt, "64",

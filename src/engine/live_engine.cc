@@ -29,7 +29,7 @@ class LiveEngine::Adapter final : public EvictionPolicy {
                     const UnitMeta& meta) override {
     std::lock_guard lk(e_->mu_);
     const bool prefetched = e_->pending_.count(PendingKey(meta.object, meta.unit_index)) != 0;
-    e_->engine_->OnInsert(id, meta.object, meta.unit_index, bytes, prefetched, e_->NowUs());
+    e_->engine_->OnInsert(id, meta.object, meta.unit_index, bytes, prefetched, e_->NowUs(), meta.disk_bytes);
   }
   void OnAccess(const std::string& id) override {
     std::lock_guard lk(e_->mu_);

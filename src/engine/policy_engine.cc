@@ -91,6 +91,7 @@ struct PolicyEngine::Unit {
   const std::string* path = nullptr;  // key in files_
   uint64_t index = 0;
   uint64_t bytes = 0;
+  uint64_t disk_bytes = 0;  // against capacity_bytes (OnInsert)
   bool prefetched_unread = false;
   bool in_share = false;       // counted in prefetched_unread_bytes_
   bool consumed = false;       // read at least once since insert
@@ -561,7 +562,12 @@ uint64_t PolicyEngine::SubUnitBytesOf(const FileRec& f) const {
 }
 
 uint64_t PolicyEngine::FreeBytes() const {
-  return opts_.capacity_bytes > cached_bytes_ ? opts_.capacity_bytes - cached_bytes_ : 0;
+  // Free disk space, in the data bytes it holds at the cached units' ratio
+  // of data to disk use (the plans that check it are in data bytes).
+  if (opts_.capacity_bytes <= cached_disk_bytes_) return 0;
+  const uint64_t free_disk = opts_.capacity_bytes - cached_disk_bytes_;
+  if (cached_disk_bytes_ == 0 || cached_disk_bytes_ == cached_bytes_) return free_disk;
+  return uint64_t(double(free_disk) * double(cached_bytes_) / double(cached_disk_bytes_));
 }
 
 uint64_t PolicyEngine::UnitsOf(uint64_t size) const { return (size + opts_.unit_bytes - 1) / opts_.unit_bytes; }
@@ -579,7 +585,7 @@ void PolicyEngine::NoteGhost(Group* g, const std::string& id, uint64_t bytes) {
 }
 
 void PolicyEngine::OnInsert(const std::string& id, std::string_view path, uint64_t unit_index, uint64_t bytes,
-                            bool prefetched, uint64_t now_us) {
+                            bool prefetched, uint64_t now_us, uint64_t disk_bytes) {
   now_us_ = std::max(now_us_, now_us);
   if (units_.count(id)) OnRemove(id);
   if (IsSubUnit(unit_index)) unit_index = SubUnitOffset(unit_index) / opts_.unit_bytes;
@@ -609,6 +615,7 @@ void PolicyEngine::OnInsert(const std::string& id, std::string_view path, uint64
   u.path = &fit->first;
   u.index = unit_index;
   u.bytes = bytes;
+  u.disk_bytes = disk_bytes ? disk_bytes : bytes;
   u.prefetched_unread = prefetched;
   if (!prefetched) {
     u.consumed = true;
@@ -621,6 +628,7 @@ void PolicyEngine::OnInsert(const std::string& id, std::string_view path, uint64
   g->bytes += bytes;
   ++g->units;
   cached_bytes_ += bytes;
+  cached_disk_bytes_ += u.disk_bytes;
   ++f.cached_units;
   f.cached_bytes += bytes;
   if (prefetched) {
@@ -699,6 +707,7 @@ void PolicyEngine::OnRemove(const std::string& id) {
   g->bytes -= u.bytes;
   --g->units;
   cached_bytes_ -= u.bytes;
+  cached_disk_bytes_ -= u.disk_bytes;
   g->evicted_bytes += u.bytes;
   auto fit = files_.find(*u.path);
   if (fit != files_.end()) {

@@ -123,8 +123,10 @@ class PolicyEngine {
   // A unit entered the cache (demand fetch or prefetch). Re-inserting a
   // tracked id replaces it. `unit_index` may be a sub-unit's store index
   // (block_store.h): the unit holding it gives its scan position.
+  // `disk_bytes`: what it takes against capacity_bytes (the BlockStore counts
+  // header and whole blocks); 0 = `bytes`. Only the free-space checks use it.
   void OnInsert(const std::string& id, std::string_view path, uint64_t unit_index, uint64_t bytes,
-                bool prefetched, uint64_t now_us);
+                bool prefetched, uint64_t now_us, uint64_t disk_bytes = 0);
   // A cached unit was read (`bytes` of it; 0 = the whole unit).
   void OnHit(const std::string& id, uint64_t bytes, uint64_t now_us);
   // A unit left the cache for any reason.
@@ -175,7 +177,7 @@ class PolicyEngine {
   // read, in listing order.
   void Warm(Group* g, std::vector<PrefetchRange>& plan);
   uint64_t SubUnitBytesOf(const FileRec& f) const;
-  uint64_t FreeBytes() const;                 // capacity not taken by cached units
+  uint64_t FreeBytes() const;                 // capacity not taken by cached units (data bytes, estimated)
   uint64_t UnitsOf(uint64_t size) const;      // units a file of `size` bytes spans
   void NoteGhost(Group* g, const std::string& id, uint64_t bytes);
   void MoveUnit(const std::string& id, Unit& u, const FileRec& f);
@@ -205,6 +207,7 @@ class PolicyEngine {
   bool cur_new_visit_ = false;
 
   uint64_t cached_bytes_ = 0;
+  uint64_t cached_disk_bytes_ = 0;  // Unit::disk_bytes summed: what FreeBytes subtracts
   uint64_t prefetched_unread_bytes_ = 0;
   uint64_t prefetch_bytes_ = 0, prefetch_hit_bytes_ = 0, prefetch_wasted_bytes_ = 0;
   uint64_t last_alloc_us_ = 0;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <future>
+#include <new>
 #include <optional>
 #include <cstring>
 #include <fmt/format.h>
@@ -69,7 +70,8 @@ Status ReadPipeline::FetchRuns(const FileVersion& file, std::vector<Need>& needs
       if (!n.leader) continue;
       const UnitKey key{file.key, file.etag, n.index};
       if (!store_->Contains(key)) continue;  // the usual case: no buffer needed
-      std::shared_ptr<char[]> data(new char[n.len]);
+      std::shared_ptr<char[]> data(new (std::nothrow) char[n.len]);
+      if (!data) continue;  // fetched below instead (no exception may leave with flights open)
       auto hit = store_->Read(key, 0, n.len, data.get());
       if (!hit || *hit != n.len) continue;
       {
