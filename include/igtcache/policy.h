@@ -103,8 +103,9 @@ struct PrefetchRange {
 
 // A file in a directory listing (listing order = byte order of the key).
 struct ListedFile {
-  std::string path;
+  std::string path;     // a directory's ends in '/'
   uint64_t size = 0;
+  bool is_dir = false;  // a subdirectory (listings only)
 };
 
 struct PrefetchContext {

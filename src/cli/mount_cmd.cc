@@ -214,8 +214,11 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
     if (!l) return nullptr;
     if (lcache->src != l || lcache->dir != key) {
       lcache->files.clear();
-      for (const auto& e : l->entries)
-        if (!e.is_dir) lcache->files.push_back({key.empty() ? e.name : key + "/" + e.name, e.size});
+      for (const auto& e : l->entries) {
+        std::string path = key.empty() ? e.name : key + "/" + e.name;
+        if (e.is_dir) path += '/';
+        lcache->files.push_back({std::move(path), e.is_dir ? 0 : e.size, e.is_dir});
+      }
       lcache->src = l;
       lcache->dir = key;
     }

@@ -301,6 +301,79 @@ TEST_CASE("a small directory read skewed is warmed while it fits in free space",
   CHECK(warmed(6) == 0);    // 6 MiB: they do not fit, nothing is proposed
 }
 
+TEST_CASE("the first epoch over an image-folder layout prefetches items not read yet", "[engine]") {
+  // ds/train/cNN/ (20 class directories of 90 files of 100 KiB, 176 MiB)
+  // read once in shuffled order by 4 workers, 88 MiB of cache (refilled at
+  // once here). The stream is ds/train/, whose
+  // own listing has only the class directories: its items, and so what an
+  // epoch may prefetch, come from their listings too.
+  constexpr uint64_t kItem = 100 << 10;
+  std::map<std::string, std::vector<ListedFile>> dirs;
+  std::vector<std::string> all;
+  for (int c = 0; c < 20; ++c) {
+    char d[32];
+    std::snprintf(d, sizeof d, "ds/train/c%02d/", c);
+    dirs["ds/train/"].push_back({d, 0, true});
+    for (int i = 0; i < 90; ++i) {
+      all.push_back(std::string(d) + "img_" + std::to_string(i) + ".jpg");
+      dirs[d].push_back({all.back(), kItem});
+    }
+  }
+  for (auto& [d, l] : dirs)
+    std::sort(l.begin(), l.end(), [](const ListedFile& a, const ListedFile& b) { return a.path < b.path; });
+  // `classes`: the job reads the first N class directories only; `strays`
+  // counts proposed files of the others.
+  auto first_epoch_hits = [&](bool listed, int classes = 20, int* strays = nullptr) {
+    ListingFn listing = [&](std::string_view dir) -> const std::vector<ListedFile>* {
+      auto it = dirs.find(std::string(dir));
+      return listed && it != dirs.end() ? &it->second : nullptr;
+    };
+    Harness h("igt", 88, *PolicyProfile("training"), listing);
+    h.tree.NoteListing("ds/train/", 20);
+    for (auto& [d, l] : dirs)
+      if (d != "ds/train/") h.tree.NoteListing(d, l.size());
+    std::vector<std::string> order(all.begin(), all.begin() + classes * 90);
+    std::mt19937 rng(5);
+    std::shuffle(order.begin(), order.end(), rng);
+    uint64_t hits = 0;
+    auto insert = [&](const std::string& p, bool prefetched) {
+      h.engine->OnInsert(p + "#0", p, 0, kItem, prefetched, h.now_us);
+      while (h.engine->cached_bytes() > 88 * kUnit) {
+        auto v = h.engine->PickVictim(h.now_us);
+        REQUIRE(v.has_value());
+        h.engine->OnRemove(*v);
+      }
+    };
+    for (const auto& p : order) {
+      h.now_us += 1000;
+      const uint32_t pid = 1 + uint32_t(h.now_us / 1000) % 4;  // 4 DataLoader workers
+      h.tree.Record(h.now_us, pid, p, 0, kItem, kItem);
+      auto plan = h.engine->OnRead(h.now_us, pid, p, 0, kItem, kItem);
+      if (h.engine->Contains(p + "#0")) {
+        h.engine->OnHit(p + "#0", kItem, h.now_us);
+        ++hits;
+      } else {
+        insert(p, false);
+      }
+      for (const auto& r : plan) {
+        if (strays && r.path.compare(0, 12, "ds/train/c00") < 0) continue;
+        if (strays && std::stoi(r.path.substr(10, 2)) >= classes) ++*strays;
+        if (!h.engine->Contains(r.path + "#0")) insert(r.path, true);
+      }
+    }
+    return double(hits) / double(order.size());
+  };
+  const double with = first_epoch_hits(true), without = first_epoch_hits(false);
+  INFO("first epoch hit ratio: " << with << " with the class directories listed, " << without << " without");
+  CHECK(without < 0.05);
+  CHECK(with > 0.3);
+  // A job reading 5 of the 20 classes: the first epoch proposes files of
+  // the directories it reads only.
+  int strays = 0;
+  CHECK(first_epoch_hits(true, 5, &strays) > 0.3);
+  CHECK(strays == 0);
+}
+
 TEST_CASE("overrides: never-cache is not admitted, a pinned prefix survives a scan", "[engine]") {
   auto pf = ParsePolicyFile(R"(
 profile: training

@@ -133,6 +133,11 @@ struct PolicyEngine::Group {
   bool warming = false;
   size_t warm_listed_n = 0;         // listing size warm_listed_bytes was summed for
   uint64_t warm_listed_bytes = 0;
+  // SubtreeFiles of the directory when the stream was created (its items).
+  std::vector<ListedFile> subtree;
+  // Directories its first epoch has read files from: only their unread
+  // files are proposed then (a job may read a few classes of a data set).
+  std::unordered_set<std::string> read_dirs;
   bool repeats = false;                // data re-read (scan repeats, several readers)
   // Ghost of recent victims (ids), bounded by the cache capacity in bytes.
   std::deque<std::pair<std::string, uint64_t>> ghost;
@@ -221,24 +226,46 @@ PolicyEngine::Group* PolicyEngine::GetGroup(const std::string& key, int label, c
   Group* raw = g.get();
   groups_[key] = std::move(g);
   SetLabel(raw, label);
-  // A labelled directory: its listing gives the items of the working set
-  // (those in subdirectories join as they are read).
+  // A labelled directory: its files and those of its subdirectories (the
+  // class directories of an image-folder data set) are the items of the
+  // working set; deeper ones join as they are read.
   if (listing_ && !key.empty() && key.back() == '/' && key.front() != '?') {
-    if (const auto* l = listing_(key)) {
-      for (const auto& lf : *l) {
-        auto [fit, fresh] = files_.try_emplace(lf.path);
-        if (fresh) {
-          fit->second.size = lf.size;
-          fit->second.rank = files_seen_++;
-        }
-        if (!fit->second.group) {
-          if (fit->second.size == 0) fit->second.size = lf.size;
-          JoinGroup(fit->second, &fit->first, raw);
-        }
+    raw->subtree = SubtreeFiles(key);
+    for (const auto& lf : raw->subtree) {
+      auto [fit, fresh] = files_.try_emplace(lf.path);
+      if (fresh) {
+        fit->second.size = lf.size;
+        fit->second.rank = files_seen_++;
+      }
+      if (!fit->second.group) {
+        if (fit->second.size == 0) fit->second.size = lf.size;
+        JoinGroup(fit->second, &fit->first, raw);
       }
     }
   }
   return raw;
+}
+
+std::vector<ListedFile> PolicyEngine::SubtreeFiles(const std::string& dir) const {
+  std::vector<ListedFile> out;
+  std::vector<std::string> subdirs;
+  if (const auto* l = listing_(dir)) {
+    for (const auto& lf : *l) {
+      if (lf.is_dir)
+        subdirs.push_back(lf.path);
+      else
+        out.push_back(lf);
+    }
+  }
+  // Each call may reuse the buffer the previous one returned: copy first.
+  for (const auto& d : subdirs) {
+    if (out.size() >= kMaxSubtreeFiles) break;
+    if (const auto* l = listing_(d))
+      for (const auto& lf : *l)
+        if (!lf.is_dir && out.size() < kMaxSubtreeFiles) out.push_back(lf);
+  }
+  std::sort(out.begin(), out.end(), [](const ListedFile& a, const ListedFile& b) { return a.path < b.path; });
+  return out;
 }
 
 void PolicyEngine::SetLabel(Group* g, int label) {
@@ -353,7 +380,8 @@ void PolicyEngine::NewVisit(Group* g, FileRec* f, const std::string* fkey) {
 
 std::vector<ListedFile> PolicyEngine::UnreadItems(Group* g, size_t n) {
   std::vector<ListedFile> out;
-  if (!g || g->label != kRandom || !g->epoch_ok || g->epoch == 0) return out;
+  // Also in the first epoch: the items then come from the listing (GetGroup).
+  if (!g || g->label != kRandom || !g->epoch_ok) return out;
   const uint64_t free_bytes = FreeBytes();
   // Room for items not read yet: free space and the space of items already
   // read this epoch, less what earlier plans still in flight will take
@@ -364,7 +392,8 @@ std::vector<ListedFile> PolicyEngine::UnreadItems(Group* g, size_t n) {
     const std::string* key = g->items[g->item_cursor];
     const FileRec& f = files_[*key];
     const bool eligible = f.group == g && f.epoch_read != g->epoch + 1 && f.cached_units == 0 &&
-                          f.size <= kEpochItemMaxUnits * opts_.unit_bytes;
+                          f.size <= kEpochItemMaxUnits * opts_.unit_bytes &&
+                          (g->epoch > 0 || g->read_dirs.count(ParentDir(*key)));
     if (eligible && f.size > avail) break;  // no room now; retry later
     ++g->item_cursor;
     if (!eligible) continue;
@@ -383,7 +412,8 @@ std::vector<ListedFile> PolicyEngine::NextFiles(std::string_view path, size_t n)
   if (!l) return out;
   auto it = std::upper_bound(l->begin(), l->end(), path,
                              [](std::string_view p, const ListedFile& f) { return p < f.path; });
-  for (; it != l->end() && out.size() < n; ++it) out.push_back(*it);
+  for (; it != l->end() && out.size() < n; ++it)
+    if (!it->is_dir) out.push_back(*it);
   return out;
 }
 
@@ -449,6 +479,10 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
     g->touched_bytes += std::min<uint64_t>((last - first + 1) * piece, std::max(file_size, length));
   }
   if (!continues) {
+    // A directory read for the first time: its files, passed over until
+    // now, may be proposed (the item cursor starts again).
+    if (g->epoch == 0 && g->read_dirs.size() < kMaxReadDirs && g->read_dirs.insert(ParentDir(path)).second)
+      g->item_cursor = 0;
     NewVisit(g, &f, &fit->first);
     f.epoch_planned = false;
   }
@@ -483,8 +517,8 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
 
 void PolicyEngine::Warm(Group* g, std::vector<PrefetchRange>& plan) {
   if (!listing_ || g->key.empty() || g->key.back() != '/' || g->warm_passes >= kWarmPasses) return;
-  const auto* l = listing_(g->key);
-  if (!l || l->empty()) return;
+  const auto* l = &g->subtree;  // the files of the directory and its subdirectories
+  if (l->empty()) return;
   const uint64_t free_bytes = FreeBytes();
   if (!g->warming) {
     // Begin only if the directory's files not cached yet fit in the free

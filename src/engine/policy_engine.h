@@ -69,8 +69,9 @@ struct EngineOptions {
   double bandwidth_bytes_per_s = 90e6;
 };
 
-// Files directly in directory `dir` ("" root, "a/b/" otherwise) in listing
-// order, or null if unknown. The pointer must stay valid until the next call.
+// Entries directly in directory `dir` ("" root, "a/b/" otherwise) in listing
+// order: files, and subdirectories (ListedFile::is_dir, path "a/b/c/"); null
+// if unknown. The pointer must stay valid until the next call.
 using ListingFn = std::function<const std::vector<ListedFile>*(std::string_view dir)>;
 
 struct StreamStats {
@@ -171,6 +172,11 @@ class PolicyEngine {
   // working set (a file is an item of one stream at a time).
   void JoinGroup(FileRec& f, const std::string* key, Group* g);
   std::vector<ListedFile> UnreadItems(Group* g, size_t n);
+  // Files of `dir` and of its direct subdirectories, by path, at most
+  // kMaxSubtreeFiles (from listing_, which may not know some directories).
+  std::vector<ListedFile> SubtreeFiles(const std::string& dir) const;
+  static constexpr size_t kMaxSubtreeFiles = 1 << 17;
+  static constexpr size_t kMaxReadDirs = 1 << 12;
   std::vector<ListedFile> NextFiles(std::string_view path, size_t n);
   // Directory warm-up: a stream over a directory read at random or skewed
   // whose files all fit in free space proposes its uncached files, a few per

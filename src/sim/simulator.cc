@@ -78,6 +78,9 @@ Result<Trace> LoadTrace(const std::string& path) {
       p = std::string_view(f.path).substr(0, dir.size() - 1);
     }
   }
+  // Subdirectories are listed in their parent too, as in a mount's listings.
+  for (const auto& [d, c] : children)
+    if (!d.empty()) t.listing[Parent(std::string_view(d).substr(0, d.size() - 1))].push_back({d, 0, true});
   for (auto& [d, l] : t.listing)
     std::sort(l.begin(), l.end(), [](const ListedFile& a, const ListedFile& b) { return a.path < b.path; });
   for (auto& [d, c] : children) t.n_children[d] = c.size();
