@@ -159,7 +159,7 @@ int RunWarm(const WarmArgs& a) {
     }
     std::printf("warm: %s: %zu files, %s to read (cache %s used of %s)\n", mnt.c_str(), todo.size(),
                 FormatSize(total).c_str(), FormatSize(used).c_str(), FormatSize(limit).c_str());
-    if (used + (limit - budget) > limit)
+    if (used > budget)
       std::printf("warm: note: up to %s of older cached data may be evicted to make room\n",
                   FormatSize(used - budget).c_str());
     std::fflush(stdout);

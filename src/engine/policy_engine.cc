@@ -131,10 +131,10 @@ struct PolicyEngine::Group {
   size_t warm_cursor = 0;
   uint32_t warm_passes = 0;
   bool warming = false;
-  size_t warm_listed_n = 0;         // listing size warm_listed_bytes was summed for
-  uint64_t warm_listed_bytes = 0;
-  // SubtreeFiles of the directory when the stream was created (its items).
+  // SubtreeFiles of the directory when the stream was created (its items),
+  // and their bytes.
   std::vector<ListedFile> subtree;
+  uint64_t subtree_bytes = 0;
   // Directories its first epoch has read files from: only their unread
   // files are proposed then (a job may read a few classes of a data set).
   std::unordered_set<std::string> read_dirs;
@@ -232,6 +232,7 @@ PolicyEngine::Group* PolicyEngine::GetGroup(const std::string& key, int label, c
   if (listing_ && !key.empty() && key.back() == '/' && key.front() != '?') {
     raw->subtree = SubtreeFiles(key);
     for (const auto& lf : raw->subtree) {
+      raw->subtree_bytes += lf.size;
       auto [fit, fresh] = files_.try_emplace(lf.path);
       if (fresh) {
         fit->second.size = lf.size;
@@ -522,14 +523,8 @@ void PolicyEngine::Warm(Group* g, std::vector<PrefetchRange>& plan) {
   const uint64_t free_bytes = FreeBytes();
   if (!g->warming) {
     // Begin only if the directory's files not cached yet fit in the free
-    // space now: then prefetching them evicts nothing. The listing is summed
-    // once per listing size, not on every read.
-    if (g->warm_listed_n != l->size()) {
-      g->warm_listed_n = l->size();
-      g->warm_listed_bytes = 0;
-      for (const auto& lf : *l) g->warm_listed_bytes += lf.size;
-    }
-    if (g->warm_listed_bytes - std::min(g->warm_listed_bytes, g->bytes) > free_bytes) return;
+    // space now: then prefetching them evicts nothing.
+    if (g->subtree_bytes - std::min(g->subtree_bytes, g->bytes) > free_bytes) return;
     g->warming = true;
   }
   uint64_t room = free_bytes;
