@@ -8,10 +8,13 @@ empty cache directory and the same cache size limit.
   `ensure_diskfree` (free space it keeps on the cache's file system), so its
   cache dir is a loop-mounted ext4 image whose free space is LIMIT +
   ensure_diskfree: s3fs can then hold at most LIMIT bytes of cache.
-- rclone: `--vfs-cache-mode full --vfs-cache-max-size LIMIT`, defaults
+- rclone: `--vfs-cache-mode full --vfs-cache-max-size LIMITB`, defaults
   otherwise (--vfs-read-chunk-size 128M, --buffer-size 16M), and
   `--vfs-cache-poll-interval 10s` instead of 1m, or the size limit would not
-  be enforced during most of our (short) runs.
+  be enforced during most of our (short) runs. The limit carries a `B`
+  suffix: rclone reads a bare number as KiB, so `--vfs-cache-max-size
+  100663296` is a 96 GiB limit (the benchmark passed it that way until
+  2026-11-23, and rclone's caches grew to 2-3x the intended limit).
 
 A `Running` object is one mounted system; `unmount()` and `destroy()` (cache
 gone) are idempotent. Everything is registered on the harness Session (mounts,
@@ -187,7 +190,7 @@ class Running:
                 "--s3-endpoint", ep, "--s3-access-key-id", harness.S3_ACCESS_KEY,
                 "--s3-secret-access-key", harness.S3_SECRET_KEY, "--s3-force-path-style",
                 "--vfs-cache-mode", "full", "--cache-dir", str(self.cache_dir),
-                "--vfs-cache-max-size", str(self.limit), "--vfs-cache-poll-interval", RCLONE_POLL,
+                "--vfs-cache-max-size", f"{self.limit}B", "--vfs-cache-poll-interval", RCLONE_POLL,
                 "--read-only"], mnt, env)
         else:
             raise ValueError(self.system)
