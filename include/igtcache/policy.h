@@ -99,6 +99,9 @@ struct PrefetchRange {
   // Fetch the range in the background as threads and budget allow, waiting
   // for room rather than being dropped (a whole-file fill).
   bool fill = false;
+  // Speculative (an epoch's unread items, a directory's warm-up): no reader
+  // is about to ask for it, so the live prefetcher runs it after readahead.
+  bool background = false;
 };
 
 // A file in a directory listing (listing order = byte order of the key).

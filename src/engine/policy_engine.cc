@@ -546,7 +546,9 @@ void PolicyEngine::Warm(Group* g, std::vector<PrefetchRange>& plan) {
     }
     if (f.cached_units > 0 || lf.size == 0 || lf.size > kEpochItemMaxUnits * opts_.unit_bytes) continue;
     f.warm_planned = true;
-    plan.push_back({lf.path, lf.size, 0, UnitsOf(lf.size) - 1});
+    PrefetchRange r{lf.path, lf.size, 0, UnitsOf(lf.size) - 1};
+    r.background = true;
+    plan.push_back(std::move(r));
     room -= lf.size;
     ++n;
   }
@@ -561,6 +563,7 @@ void PolicyEngine::TrimPlan(std::vector<PrefetchRange>& plan) {
     auto it = files_.find(r.path);
     if (it == files_.end() || !it->second.epoch_planned) return false;
     epoch_items.push_back(r);
+    epoch_items.back().background = true;
     return true;
   });
   for (; keep < plan.size() && room > 0; ++keep) {

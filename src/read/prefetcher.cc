@@ -36,13 +36,14 @@ Prefetcher::~Prefetcher() {
     std::lock_guard lk(mu_);
     stop_ = true;
     queue_.clear();
+    bg_queue_.clear();
     fills_.clear();
   }
   cv_.notify_all();
   for (auto& t : threads_) t.join();
 }
 
-size_t Prefetcher::Submit(const FileVersion& file, uint64_t first, uint64_t last) {
+size_t Prefetcher::Submit(const FileVersion& file, uint64_t first, uint64_t last, Priority prio) {
   const uint64_t unit = pipeline_->unit_size();
   if (file.size == 0 || unit == 0) return 0;
   last = std::min(last, (file.size - 1) / unit);
@@ -51,6 +52,7 @@ size_t Prefetcher::Submit(const FileVersion& file, uint64_t first, uint64_t last
   std::vector<uint64_t> want;
   for (uint64_t u = first; u <= last; ++u)
     if (!store_ || !store_->Contains(UnitKey{file.key, file.etag, u})) want.push_back(u);
+  const bool background = prio == Priority::kBackground;
   size_t queued = 0;
   {
     std::lock_guard lk(mu_);
@@ -67,13 +69,15 @@ size_t Prefetcher::Submit(const FileVersion& file, uint64_t first, uint64_t last
              !units_.count(UnitTag(file, want[j + 1])))
         ++j;
       const uint64_t bytes = JobBytes(file, want[i], want[j], unit);
-      if (held_bytes_ + bytes > opts_.budget_bytes) {
+      if (held_bytes_ + bytes > opts_.budget_bytes ||
+          (background && bg_held_bytes_ + bytes > opts_.budget_bytes / 2)) {
         stats_.dropped_units += want.size() - i;  // backpressure: drop the rest
         break;
       }
       for (size_t k = i; k <= j; ++k) units_.insert(UnitTag(file, want[k]));
-      queue_.push_back(Job{file, want[i], want[j], bytes});
+      (background ? bg_queue_ : queue_).push_back(Job{file, want[i], want[j], bytes, false, background});
       held_bytes_ += bytes;
+      if (background) bg_held_bytes_ += bytes;
       stats_.peak_held_bytes = std::max(stats_.peak_held_bytes, held_bytes_);
       stats_.queued_units += j - i + 1;
       queued += j - i + 1;
@@ -98,12 +102,29 @@ bool Prefetcher::Fill(const FileVersion& file) {
   return true;
 }
 
+bool Prefetcher::NextJobLocked(Job* job) {
+  if (!queue_.empty()) {
+    *job = std::move(queue_.front());
+    queue_.pop_front();
+    return true;
+  }
+  // Readahead keeps two threads: background work never delays a reader's
+  // readahead by more than the GETs already running.
+  const size_t max_running = std::max<size_t>(1, threads_.size() > 2 ? threads_.size() - 2 : 1);
+  if (bg_running_ >= max_running) return false;
+  if (!bg_queue_.empty()) {
+    *job = std::move(bg_queue_.front());
+    bg_queue_.pop_front();
+  } else if (!NextFillJobLocked(job)) {
+    return false;
+  }
+  ++bg_running_;
+  return true;
+}
+
 bool Prefetcher::NextFillJobLocked(Job* job) {
   const uint64_t unit = pipeline_->unit_size();
-  // Submit's jobs keep two threads: a fill never delays a reader's readahead
-  // by more than the GETs already running.
-  const size_t max_running = std::max<size_t>(1, threads_.size() > 2 ? threads_.size() - 2 : 1);
-  while (!fills_.empty() && fill_running_ < max_running) {
+  while (!fills_.empty()) {
     FillState& f = fills_.front();
     const uint64_t n = (f.file.size + unit - 1) / unit;
     // Units cached or queued already are skipped (Contains takes the store's
@@ -120,11 +141,10 @@ bool Prefetcher::NextFillJobLocked(Job* job) {
     while (last + 1 < n && last + 1 - f.next < opts_.max_job_units && wanted(last + 1)) ++last;
     const uint64_t bytes = JobBytes(f.file, f.next, last, unit);
     if (held_bytes_ + bytes > opts_.budget_bytes) return false;  // wait for room
-    *job = Job{f.file, f.next, last, bytes, true};
+    *job = Job{f.file, f.next, last, bytes, true, true};
     for (uint64_t u = f.next; u <= last; ++u) units_.insert(UnitTag(f.file, u));
     held_bytes_ += bytes;
     stats_.peak_held_bytes = std::max(stats_.peak_held_bytes, held_bytes_);
-    ++fill_running_;
     f.next = last + 1;
     return true;
   }
@@ -136,12 +156,8 @@ void Prefetcher::Worker() {
     Job job;
     {
       std::unique_lock lk(mu_);
-      cv_.wait(lk, [&] { return stop_ || !queue_.empty() || NextFillJobLocked(&job); });
-      if (stop_) return;
-      if (!job.fill) {
-        job = std::move(queue_.front());
-        queue_.pop_front();
-      }
+      cv_.wait(lk, [&] { return stop_ || NextJobLocked(&job); });
+      if (stop_) return;  // checked first: no job was taken
     }
     if (begin_) begin_(job.file.key, job.first, job.last);
     Status s = pipeline_->Fetch(job.file, job.first, job.last);
@@ -151,8 +167,9 @@ void Prefetcher::Worker() {
       std::lock_guard lk(mu_);
       for (uint64_t u = job.first; u <= job.last; ++u) units_.erase(UnitTag(job.file, u));
       held_bytes_ -= job.bytes;
+      if (job.background) --bg_running_;
+      if (job.background && !job.fill) bg_held_bytes_ -= job.bytes;
       if (job.fill) {
-        --fill_running_;
         // A failed fill stops (the reader's own misses still fetch).
         if (!s.ok())
           std::erase_if(fills_, [&](const FillState& f) { return f.file.key == job.file.key && f.file.etag == job.file.etag; });
@@ -160,7 +177,7 @@ void Prefetcher::Worker() {
       if (s.ok()) stats_.fetched_units += job.last - job.first + 1;
       else ++stats_.failed_jobs;
     }
-    cv_.notify_all();  // room in the budget: a waiting fill may go on
+    cv_.notify_all();  // room in the budget or a thread: waiting work may go on
   }
 }
 

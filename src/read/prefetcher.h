@@ -10,6 +10,11 @@
 // queued work plus `threads` GET bodies of at most max_request_bytes in
 // flight, however many files are open. Units already cached or already queued
 // are skipped at Submit.
+// Priorities: readahead (units a reader is about to ask for) runs first.
+// Background jobs (speculative: an epoch's unread items, warm-ups) and fills
+// run only on threads readahead leaves idle, never on the last two, and
+// background jobs hold at most half the budget: however much speculation is
+// queued, a reader's readahead is neither dropped for it nor queued behind it.
 // Hooks: `begin`/`end` bracket each job (the LiveEngine marks its units as
 // prefetches so their inserts are counted as such).
 // Thread-safety: Submit and stats are safe from any thread. The destructor
@@ -38,6 +43,7 @@ class Prefetcher {
     uint64_t max_job_units = 8;         // a job is at most 8 units (one ranged GET)
   };
   using Hook = std::function<void(const std::string& key, uint64_t first, uint64_t last)>;
+  enum class Priority { kReadahead, kBackground };
 
   // `store` may be null (no skip of cached units). Not owned.
   Prefetcher(ReadPipeline* pipeline, BlockStore* store, Options opts, Hook begin = {}, Hook end = {});
@@ -48,7 +54,7 @@ class Prefetcher {
   // Queues units [first, last] of `file` (clamped to the file). Returns the
   // number of units queued; the rest were cached, already queued, or dropped
   // for the budget.
-  size_t Submit(const FileVersion& file, uint64_t first, uint64_t last);
+  size_t Submit(const FileVersion& file, uint64_t first, uint64_t last, Priority prio = Priority::kReadahead);
 
   // Fetches every unit of `file` not cached yet, in the background, with the
   // threads and budget that Submit's jobs leave free: a fill is never dropped
@@ -68,15 +74,17 @@ class Prefetcher {
   struct Job {
     FileVersion file;
     uint64_t first, last, bytes;
-    bool fill = false;
+    bool fill = false, background = false;  // a fill is background too
   };
   struct FillState {
     FileVersion file;
     uint64_t next = 0;  // first unit not looked at yet
   };
   void Worker();
-  // Under mu_: the next run of a fill's units to fetch, if the budget and
-  // the fill's share of the threads allow one.
+  // Under mu_: the next job to run, readahead first, then background jobs
+  // and fills as their share of the threads allows; false if none may run.
+  bool NextJobLocked(Job* job);
+  // Under mu_: the next run of a fill's units to fetch, if the budget allows.
   bool NextFillJobLocked(Job* job);
 
   ReadPipeline* pipeline_;
@@ -86,9 +94,11 @@ class Prefetcher {
 
   mutable std::mutex mu_;        // guards everything below
   std::condition_variable cv_;
-  std::deque<Job> queue_;
+  std::deque<Job> queue_;     // readahead
+  std::deque<Job> bg_queue_;  // background
   std::deque<FillState> fills_;
-  size_t fill_running_ = 0;  // fill jobs being fetched
+  size_t bg_running_ = 0;     // background and fill jobs being fetched
+  uint64_t bg_held_bytes_ = 0;  // held by background jobs (not fills)
   std::unordered_set<std::string> units_;  // "etag#key#unit" queued or running
   uint64_t held_bytes_ = 0;
   bool stop_ = false;

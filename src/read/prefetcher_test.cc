@@ -121,6 +121,64 @@ TEST_CASE("prefetcher: budget bounds queued + running bytes; overflow is dropped
   Drain(p);
 }
 
+TEST_CASE("prefetcher: readahead runs before background work and is never dropped for it", "[prefetch]") {
+  Fx fx;
+  // Jobs wait in the begin hook for a pass; the test hands out passes one at
+  // a time, so exactly one thread is free whenever the next job is chosen.
+  std::mutex mu;
+  std::condition_variable cv;
+  int passes = 0;
+  std::vector<uint64_t> order;  // first unit of each job, in the order jobs start
+  auto started = [&](size_t n) {
+    std::unique_lock lk(mu);
+    return cv.wait_for(lk, std::chrono::seconds(30), [&] { return order.size() >= n; });
+  };
+  auto allow = [&](int n) {
+    {
+      std::lock_guard lk(mu);
+      passes += n;
+    }
+    cv.notify_all();
+  };
+  // 3 threads: background work may use at most 1 (two stay for readahead).
+  Prefetcher::Options o{3, 8 * kUnit, 1};
+  Prefetcher p(fx.pipe.get(), fx.store.get(), o, [&](const std::string&, uint64_t first, uint64_t) {
+    std::unique_lock lk(mu);
+    order.push_back(first);
+    cv.notify_all();
+    cv.wait(lk, [&] { return passes > 0; });
+    --passes;
+  });
+  using P = Prefetcher::Priority;
+  // Background holds at most half the budget: 4 of 8 units; the rest is dropped.
+  CHECK(p.Submit(fx.Version(), 8, 15, P::kBackground) == 4);
+  CHECK(p.stats().dropped_units == 4);
+  REQUIRE(started(1));  // one background job runs: its whole share of the threads
+  // Readahead still finds room in the budget.
+  CHECK(p.Submit(fx.Version(), 0, 3) == 4);
+  CHECK(p.stats().held_bytes == 8 * kUnit);
+  REQUIRE(started(3));  // the two other threads take readahead, not background
+  {
+    std::lock_guard lk(mu);
+    CHECK(order == std::vector<uint64_t>{8, 0, 1});
+  }
+  // Each thread freed takes the next readahead job while there is one.
+  allow(1);
+  REQUIRE(started(4));
+  allow(1);
+  REQUIRE(started(5));
+  {
+    std::lock_guard lk(mu);
+    CHECK(order[3] == 2);
+    CHECK(order[4] == 3);
+  }
+  allow(100);
+  Drain(p);
+  std::lock_guard lk(mu);
+  CHECK(order.size() == 8);
+  CHECK(p.stats().fetched_units == 8);
+}
+
 TEST_CASE("prefetcher: destruction with queued work does not hang", "[prefetch]") {
   Fx fx;
   Gate gate;
