@@ -378,11 +378,11 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
       }
     });
   // Per-file kernel readahead: small for a file whose block stream is random
-  // or skewed (mmap faults then read little around each fault); larger for
-  // a sequential one mostly cached (its reads wait on the cache's disk, so
-  // several requests in flight pay; a cold file keeps max_read, the
-  // prefetcher fetching ahead of it, and mmap faults in it read little);
-  // max_read for the rest (sequential readers get 1 MiB requests).
+  // or skewed, or sequential but less than half cached (mmap faults then read
+  // little around each fault; a sequential reader has the prefetcher ahead of
+  // it and its own read size still sets the request size); larger for a
+  // sequential one mostly cached (its reads wait on the cache's disk, so
+  // several requests in flight pay); max_read for a file not labelled yet.
   fuse.set_readahead_hook([&tree, &cfg, live](const std::string& key, uint64_t size) -> uint64_t {
     auto info = tree.Find(key);
     if (!info || info->granularity != "block") return cfg.fuse.max_read_bytes;

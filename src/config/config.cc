@@ -150,9 +150,10 @@ const std::vector<Key>& Schema() {
        "Largest read request the kernel sends (max_read; also max_pages).", nullptr,
        SET_SIZE(fuse.max_read_bytes)},
       {"fuse.random_readahead_bytes", Type::kSize, "128K",
-       "Kernel readahead for a file opened while its block stream is labelled random or skewed "
-       "(an mmap page fault reads this much around the fault); other files get max_read. Set "
-       "per open through the mount's read_ahead_kb, so root only (else the kernel default).",
+       "Kernel readahead for a file opened while its block stream is labelled random or skewed, "
+       "or sequential with less than half of it cached (an mmap page fault reads this much around "
+       "the fault); a file not labelled yet gets max_read. Set per open through the mount's "
+       "read_ahead_kb, so root only (else the kernel default).",
        nullptr, SET_SIZE(fuse.random_readahead_bytes)},
       {"fuse.cached_readahead_bytes", Type::kSize, "4M",
        "Kernel readahead for a file opened while its block stream is labelled sequential and at "
