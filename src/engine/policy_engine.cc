@@ -131,9 +131,13 @@ struct PolicyEngine::Group {
   size_t warm_cursor = 0;
   uint32_t warm_passes = 0;
   bool warming = false;
-  // SubtreeFiles of the directory when the stream was created (its items),
-  // and their bytes.
-  std::vector<ListedFile> subtree;
+  // SubtreeFiles of the directory when the stream was created (its items,
+  // by path in files_, with their listed sizes), and their bytes.
+  struct SubtreeFile {
+    const std::string* path;  // key in files_ (never erased)
+    uint64_t size;
+  };
+  std::vector<SubtreeFile> subtree;
   uint64_t subtree_bytes = 0;
   // Directories its first epoch has read files from: only their unread
   // files are proposed then (a job may read a few classes of a data set).
@@ -230,10 +234,10 @@ PolicyEngine::Group* PolicyEngine::GetGroup(const std::string& key, int label, c
   // class directories of an image-folder data set) are the items of the
   // working set; deeper ones join as they are read.
   if (listing_ && !key.empty() && key.back() == '/' && key.front() != '?') {
-    raw->subtree = SubtreeFiles(key);
-    for (const auto& lf : raw->subtree) {
+    for (const auto& lf : SubtreeFiles(key)) {
       raw->subtree_bytes += lf.size;
       auto [fit, fresh] = files_.try_emplace(lf.path);
+      raw->subtree.push_back({&fit->first, lf.size});
       if (fresh) {
         fit->second.size = lf.size;
         fit->second.rank = files_seen_++;
@@ -535,18 +539,13 @@ void PolicyEngine::Warm(Group* g, std::vector<PrefetchRange>& plan) {
       if (++g->warm_passes >= kWarmPasses) return;
       break;
     }
-    const ListedFile& lf = (*l)[g->warm_cursor];
+    const auto& lf = (*l)[g->warm_cursor];
     if (lf.size > room) return;  // no room now: stop here, retry on a later read
     ++g->warm_cursor;
-    auto [fit, fresh] = files_.try_emplace(lf.path);
-    FileRec& f = fit->second;
-    if (fresh) {
-      f.rank = files_seen_++;
-      f.size = lf.size;
-    }
+    FileRec& f = files_.find(*lf.path)->second;  // entered when the stream was created
     if (f.cached_units > 0 || lf.size == 0 || lf.size > kEpochItemMaxUnits * opts_.unit_bytes) continue;
     f.warm_planned = true;
-    PrefetchRange r{lf.path, lf.size, 0, UnitsOf(lf.size) - 1};
+    PrefetchRange r{*lf.path, lf.size, 0, UnitsOf(lf.size) - 1};
     r.background = true;
     plan.push_back(std::move(r));
     room -= lf.size;
