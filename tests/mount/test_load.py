@@ -17,10 +17,11 @@ import os
 import random
 import threading
 import time
+from pathlib import Path
 
 import faultlib
 import harness
-from faultlib import content, fd_count, rss_bytes
+from faultlib import content, rss_bytes
 from harness import check, log
 
 BUCKET = "igt-load"
@@ -41,19 +42,33 @@ FD_SLACK = 8
 # and per prefetcher thread (8) being read or written at once, RocksDB
 # table/WAL files (~10), and slack for libfuse's own (8). Unit files the
 # store keeps open after a write or read (stats open_unit_files, at most 4096) are
-# counted apart: fds below are the process's minus those.
+# counted apart: fds below are the process's minus those (fd_kinds).
 FD_GROWTH = 3 * 32 + 16 + 8 + 10 + 8
 OPEN_UNIT_FILES_MAX = 4096
+INDEX_OPEN_FILES_MAX = 256  # the RocksDB index's max_open_files (block_store.cc)
 
 
-def socket_count(pid: int) -> int:
-    n = 0
+def fd_kinds(pid: int, cache_dir: Path) -> tuple[int, int, int, int]:
+    """One pass over the process's fds: (fds other than unit files, sockets,
+    files of the RocksDB index, unit files). Unit files (kept open by the
+    store, bounded on their own) are told apart by path, not by subtracting
+    the stats' open_unit_files, which changes between two reads under churn. The index
+    keeps its table files open (at most max_open_files, 256), and its 4 MiB
+    memtable flushes new ones under churn."""
+    units, index = str(cache_dir / "units") + "/", str(cache_dir / "index")
+    others = sockets = idx = unit = 0
     for fd in os.listdir(f"/proc/{pid}/fd"):
         try:
-            n += os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:")
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
         except OSError:  # closed meanwhile
-            pass
-    return n
+            continue
+        if target.startswith(units):
+            unit += 1
+            continue
+        others += 1
+        sockets += target.startswith("socket:")
+        idx += target == index or target.startswith(index + "/")
+    return others, sockets, idx, unit
 
 
 def main():
@@ -72,22 +87,14 @@ def main():
         faultlib.put_objects(srv, BUCKET, objs)
         limit = total // 2
         m = s.mount(f"s3://{BUCKET}", args=["--endpoint", srv.endpoint, "--cache-size", str(limit)])
+        cache_dir = Path(m.cache_dir)
         mnt = m.mountpoint
         log(f"  {len(objs)} objects, {total / 1e6:.0f} MB; cache limit {limit / 1e6:.0f} MB; "
             f"{READERS} readers for {DURATION_S:.0f}s")
         # Warm level of fds: after a first pass of concurrent reads.
         for k in keys[::10]:
             faultlib.try_read(mnt / k)
-        def fds_now():
-            # open_unit_files changes under churn: take it on both sides of
-            # the fd count. Returns (fds - the larger, fds - the smaller): a
-            # low and a high estimate of the other fds (equal when idle).
-            o1 = s.stats(m).get("open_unit_files", 0)
-            fds = fd_count(m.pid)
-            o2 = s.stats(m).get("open_unit_files", 0)
-            return fds - max(o1, o2), fds - min(o1, o2)
-
-        fd0 = fds_now()[0]
+        fd0 = fd_kinds(m.pid, cache_dir)[0]
 
         stop = threading.Event()
         lock = threading.Lock()
@@ -134,9 +141,9 @@ def main():
         try:
             while time.monotonic() - t0 < DURATION_S and not failures:
                 time.sleep(1)
-                rss, (fds, fds_high) = rss_bytes(m.pid), fds_now()
+                rss, (fds, sockets, index, units) = rss_bytes(m.pid), fd_kinds(m.pid, cache_dir)
                 rss_max, fd_max = max(rss_max, rss), max(fd_max, fds)
-                samples.append((round(time.monotonic() - t0), rss // MiB, fds, fds_high, socket_count(m.pid)))
+                samples.append((round(time.monotonic() - t0), rss // MiB, fds, sockets, index, units))
                 stalled = [i for i in range(READERS) if time.monotonic() - progress[i] > STALL_S]
                 if stalled:
                     raise harness.TestFailure(f"{len(stalled)} readers made no progress for {STALL_S}s "
@@ -147,7 +154,7 @@ def main():
             t.join(STALL_S)
         hung = sum(t.is_alive() for t in threads)
         elapsed = time.monotonic() - t0
-        log(f"  samples (s, RSS MiB, fds low, fds high, sockets): {samples[:3]} ... {samples[-3:]}")
+        log(f"  samples (s, RSS MiB, fds but unit files, sockets, index files, unit files): {samples[:3]} ... {samples[-3:]}")
         check(not failures, f"no wrong bytes, no errors ({failures[:3]})")
         check(hung == 0, "every reader finished (no deadlock)")
         n, b = sum(counts), sum(bytes_read)
@@ -156,20 +163,27 @@ def main():
                            f"{st['evictions']} evictions, {st['singleflight_waits']} single-flight waits")
         check(rss_max < RSS_BOUND, f"peak RSS {rss_max / MiB:.0f} MiB < bound {RSS_BOUND / MiB:.0f} MiB")
         time.sleep(2)  # idle: handles released
-        fd_end, sockets_end = fds_now()[0], socket_count(m.pid)
+        fd_end, sockets_end, index_end, _ = fd_kinds(m.pid, cache_dir)
         check(st.get("open_unit_files", 0) <= OPEN_UNIT_FILES_MAX,
               f"unit files kept open: {st.get('open_unit_files')} <= {OPEN_UNIT_FILES_MAX}")
+        # Kept open, plus one being read or written per FUSE worker (16) and
+        # prefetcher thread (8).
+        check(max(x[5] for x in samples) <= OPEN_UNIT_FILES_MAX + 16 + 8,
+              f"unit file fds bounded: peak {max(x[5] for x in samples)} <= {OPEN_UNIT_FILES_MAX} + 16 + 8")
         # The HTTP pool keeps up to backend.max_connections (32) handles open.
         # The pool's handles may still be growing a quarter into the run
         # (each reader's runs of misses are fetched at once): the leak check
         # is on the fds other than sockets, which are bounded on their own.
-        fd_quarter, sockets_quarter = samples[len(samples) // 4][3], samples[len(samples) // 4][4]
-        check(max(x[4] for x in samples) <= 3 * 32 + FD_SLACK,
-              f"sockets bounded: peak {max(x[4] for x in samples)} <= 3 x 32 pooled handles + {FD_SLACK}")
+        fd_quarter, sockets_quarter, index_quarter = samples[len(samples) // 4][2:5]
+        check(max(x[3] for x in samples) <= 3 * 32 + FD_SLACK,
+              f"sockets bounded: peak {max(x[3] for x in samples)} <= 3 x 32 pooled handles + {FD_SLACK}")
         check(fd_max <= fd0 + FD_GROWTH, f"fds bounded: peak {fd_max} <= warm {fd0} + {FD_GROWTH}")
-        check(fd_end - sockets_end <= fd_quarter - sockets_quarter + FD_SLACK,
-              f"fds other than sockets stable: {fd_end - sockets_end} once idle vs "
-              f"{fd_quarter - sockets_quarter} a quarter into the run (no leak)")
+        check(max(x[4] for x in samples) <= INDEX_OPEN_FILES_MAX + FD_SLACK,
+              f"index files bounded: peak {max(x[4] for x in samples)} <= {INDEX_OPEN_FILES_MAX} + {FD_SLACK}")
+        others_end, others_quarter = fd_end - sockets_end - index_end, fd_quarter - sockets_quarter - index_quarter
+        check(others_end <= others_quarter + FD_SLACK,
+              f"fds other than sockets and index files stable: {others_end} once idle vs "
+              f"{others_quarter} a quarter into the run (no leak)")
         check(st["cache_corruptions"] == 0 and st["read_errors"] == 0, "no corruption, no read error")
         check(s.unmount(m) == 0, "daemon exited 0")
 
