@@ -248,7 +248,7 @@ TEST_CASE("S3 fake: retry budget is bounded and error bodies are never data", "[
   CHECK(s2.requests().size() == 1);
 }
 
-TEST_CASE("S3 fake: 4xx are final; ETag mismatch is kChanged; oversize is an error", "[s3fake]") {
+TEST_CASE("S3 fake: 4xx are final, ETag mismatch is kChanged, oversize is an error", "[s3fake]") {
   FakeServer s;
   igt::Metrics m;
   auto b = igt::MakeS3Backend(Opts(s, &m));

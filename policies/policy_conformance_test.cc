@@ -258,7 +258,7 @@ TEST_CASE("conformance: metadata hooks keep the invariants", "[policy][conforman
   }
 }
 
-TEST_CASE("lfu: least frequent first, ties by recency; ageing lets old heat go", "[policy][lfu]") {
+TEST_CASE("lfu: least frequent first, ties by recency, ageing lets old heat go", "[policy][lfu]") {
   auto p = Make("lfu");
   p->OnInsert("a", 1, 0);
   p->OnInsert("b", 1, 0);

@@ -478,13 +478,13 @@ int InCrashingChild(F body) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 100;
 }
 
-TEST_CASE("access state is persisted lazily; a crash loses recency, never units", "[block_store]") {
+TEST_CASE("access state is persisted lazily, a crash loses recency, never units", "[block_store]") {
 #if defined(__SANITIZE_THREAD__)
   SUCCEED("skipped: ThreadSanitizer cannot run a child that starts threads after fork");
   return;
 #endif
   Fixture f;
-  f.opts.max_bytes = 3 * 1000;
+  f.opts.max_bytes = 3 * Disk(Key(0), 1000);  // 3 units of 1000 bytes
   const bool flush_due = GENERATE(false, true);
   INFO("flush due before the crash: " << flush_due);
   const int rc = InCrashingChild([&] {

@@ -146,7 +146,7 @@ TEST_CASE("a changed or short backend answer is an error and is not cached") {
   CHECK(std::equal(out.begin(), out.end(), f.mem->Get("obj").begin()));
 }
 
-TEST_CASE("backend failures reach the reader; a later read succeeds") {
+TEST_CASE("backend failures reach the reader, a later read succeeds") {
   Fixture f(false);
   f.mem->Put("x", Pattern(1000, 6));
   f.fb->FailNext(1, Code::kUnavailable, FaultInjectingBackend::kRead);

@@ -166,7 +166,7 @@ TEST_CASE("hysteresis: a label changes only after consecutive agreeing tests", "
   CHECK(tests_until_change >= 3);
 }
 
-TEST_CASE("memory cap is enforced; idle nodes are pruned", "[tree][memory]") {
+TEST_CASE("memory cap is enforced, idle nodes are pruned", "[tree][memory]") {
   StreamConfig cfg;
   cfg.memory_cap_bytes = 256 << 10;
   AccessStreamTree tree(cfg);
