@@ -99,6 +99,11 @@ struct PrefetchRange {
   // Fetch the range in the background as threads and budget allow, waiting
   // for room rather than being dropped (a whole-file fill).
   bool fill = false;
+  // A fill that fetches at most this many bytes of the range's missing
+  // units (0: all of them). Proposed again for a file being filled, it
+  // replaces the limit of the fill already under way (less what it has in
+  // flight): the room it may take is recomputed on every read.
+  uint64_t fill_bytes = 0;
   // Speculative (an epoch's unread items, a directory's warm-up): no reader
   // is about to ask for it, so the live prefetcher runs it after readahead.
   bool background = false;

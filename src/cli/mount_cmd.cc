@@ -371,7 +371,7 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
     fuse.set_read_hook([live, pfr, now_us](uint64_t pid, const FileVersion& f, uint64_t off, uint64_t len) {
       for (const auto& p : live->OnRead(now_us(), static_cast<uint32_t>(pid), f.key, f.etag, off, len, f.size)) {
         const FileVersion fv{p.key, p.etag, p.size};
-        const size_t q = p.fill ? size_t(pfr->Fill(fv)) : pfr->Submit(fv, p.first_unit, p.last_unit,
+        const size_t q = p.fill ? size_t(pfr->Fill(fv, p.fill_bytes)) : pfr->Submit(fv, p.first_unit, p.last_unit,
                                                                  p.background ? Prefetcher::Priority::kBackground
                                                                               : Prefetcher::Priority::kReadahead);
         spdlog::debug("plan after {}@{}: {} [{}, {}] queued {}", f.key, off >> 20, p.key, p.first_unit, p.last_unit, q);

@@ -221,30 +221,82 @@ TEST_CASE("units cached before their file was labelled follow it to its stream",
   CHECK(item_bytes == 128 * kUnit);
 }
 
-TEST_CASE("a file read at random that fits in free space is filled once; one that does not is not",
+TEST_CASE("a file read at random is filled whole if it fits in free space, else up to the free space",
           "[engine]") {
+  struct Fills {
+    int whole = 0, partial = 0;
+    uint64_t max_bytes = 0;
+  };
   auto fills = [](uint64_t cap_units, uint64_t file_units) {
     Harness h("igt", cap_units);
     std::mt19937 rng(5);
-    int n = 0;
+    Fills n;
     for (int i = 0; i < 400; ++i) {
       const uint64_t u = rng() % file_units;
       h.now_us += 1000;
       h.tree.Record(h.now_us, 1, "models/w.bin", u * kUnit + 4096, 4096, file_units * kUnit);
       for (const auto& r : h.engine->OnRead(h.now_us, 1, "models/w.bin", u * kUnit + 4096, 4096, file_units * kUnit))
         if (r.fill) {
-          ++n;
           CHECK(r.first_unit == 0);
           CHECK(r.last_unit == file_units - 1);
+          if (r.fill_bytes == 0) ++n.whole;
+          else ++n.partial;
+          n.max_bytes = std::max(n.max_bytes, r.fill_bytes);
         }
     }
     return n;
   };
-  CHECK(fills(512, 256) == 1);  // labelled random, fits: one fill
-  CHECK(fills(128, 256) == 0);  // larger than the cache: demand reads only
+  const Fills fits = fills(512, 256);
+  CHECK(fits.whole == 1);  // labelled random, fits: one fill of the whole file
+  CHECK(fits.partial == 0);
+  const Fills big = fills(128, 256);
+  CHECK(big.whole == 0);  // larger than the cache: never whole
+  CHECK(big.partial > 0);  // but up to the free space (proposed again on each read)
+  CHECK(big.max_bytes == 128 * kUnit);
 }
 
-TEST_CASE("a miss in a file read at random or skewed fetches sub-units; igt only", "[engine]") {
+TEST_CASE("a stream that stops is idle: it gives space first, and a file read at random fills it", "[engine]") {
+  Harness h("igt", 96);
+  h.run_prefetch = true;
+  std::mt19937 rng(3);
+  // Stream a reads its 64-unit file at random for 3 s, then stops; b reads
+  // its 512-unit file at random from then on.
+  for (int i = 0; i < 3000; ++i) h.Read("a/a.bin", rng() % 64, 64, false);
+  auto stream = [&](const std::string& key) {
+    const auto j = ToJson(h.engine->Stats());
+    for (const auto& st : j["streams"])
+      if (st["stream"] == key) return st;
+    FAIL("no stream " << key << " in " << j.dump());
+    return nlohmann::json();
+  };
+  const uint64_t a_bytes = stream("a/a.bin").value("cached_bytes", uint64_t(0));
+  CHECK(a_bytes == 64 * kUnit);  // fits whole
+  uint64_t max_fill = 0;
+  for (int i = 0; i < 2500; ++i) {
+    h.now_us += 1000;
+    const uint64_t u = rng() % 512;
+    h.tree.Record(h.now_us, 2, "b/b.bin", u * kUnit, 4096, 512 * kUnit);
+    for (const auto& r : h.engine->OnRead(h.now_us, 2, "b/b.bin", u * kUnit, 4096, 512 * kUnit)) {
+      if (!r.fill) continue;
+      max_fill = std::max(max_fill, r.fill_bytes);
+      // Run the fill to its limit.
+      uint64_t got = 0;
+      for (uint64_t v = r.first_unit; v <= r.last_unit && got < r.fill_bytes; ++v)
+        if (!h.engine->Contains("b/b.bin#" + std::to_string(v))) {
+          h.Insert("b/b.bin", v, true);
+          got += kUnit;
+        }
+    }
+  }
+  // After a silent allocation period a is idle: its space was room for b's
+  // fill, and b's units pushed a's out, not b's own.
+  CHECK(max_fill >= a_bytes);
+  CHECK(stream("a/a.bin").value("cached_bytes", uint64_t(0)) == 0);
+  CHECK(stream("a/a.bin").value("value", 1.0) == 0.0);
+  CHECK(stream("b/b.bin").value("cached_bytes", uint64_t(0)) >= 90 * kUnit);
+}
+
+TEST_CASE("a miss in a file read at random or skewed fetches sub-units, igt only", "[engine]") {
   auto sub = [](const std::string& policy, bool random) {
     Harness h(policy, 512);
     std::mt19937 rng(5);
@@ -421,7 +473,7 @@ TEST_CASE("unknown policy names list the known ones", "[engine]") {
   CHECK(e.error().message().find("lru-readahead") != std::string::npos);
 }
 
-TEST_CASE("policy YAML: every profile parses; errors name the key", "[engine][yaml]") {
+TEST_CASE("policy YAML: every profile parses, errors name the key", "[engine][yaml]") {
   for (const auto& p : PolicyProfileNames()) {
     auto f = ParsePolicyFile("profile: " + p + "\n", "x.yaml");
     REQUIRE(f.has_value());

@@ -85,10 +85,10 @@ std::vector<LivePrefetch> LiveEngine::OnRead(uint64_t now_us, uint32_t pid, cons
   for (auto& r : plan) {
     auto v = versions_.find(r.path);
     if (v != versions_.end()) {
-      out.push_back({std::move(r.path), v->second.first, v->second.second, r.first_unit, r.last_unit, r.fill, r.background});
+      out.push_back({std::move(r.path), v->second.first, v->second.second, r.first_unit, r.last_unit, r.fill, r.fill_bytes, r.background});
     } else if (version_) {
       if (auto known = version_(r.path))  // a file of the scan or epoch not read yet
-        out.push_back({std::move(r.path), known->first, known->second, r.first_unit, r.last_unit, r.fill, r.background});
+        out.push_back({std::move(r.path), known->first, known->second, r.first_unit, r.last_unit, r.fill, r.fill_bytes, r.background});
     }
   }
   return out;

@@ -38,6 +38,7 @@ struct LivePrefetch {
   uint64_t size = 0;  // object size
   uint64_t first_unit = 0, last_unit = 0;
   bool fill = false;  // PrefetchRange::fill: Prefetcher::Fill, not Submit
+  uint64_t fill_bytes = 0;  // PrefetchRange::fill_bytes
   bool background = false;  // PrefetchRange::background
 };
 

@@ -47,11 +47,21 @@ constexpr std::string_view kWindowStream = "(readahead)";
 // is fetched whole in the background (a fill): free space and idle
 // connections cost nothing, a loader faulting through a weights file at
 // random reads most of it, and every unit of a skewed embedding file holds
-// rows that will be asked for. A file larger than the free space is not
-// filled in part: in the e2e mix, filling the free space with a skewed
-// table (1 GB) pushed out what the other jobs read next (490 MB of it was
-// evicted unread). Smaller files are left to demand reads.
+// rows that will be asked for. A skewed file larger than the free space is
+// not filled in part: its cold units are worth less than what other streams
+// hold (in the e2e mix, filling the free space with a skewed table of 1 GB
+// pushed out what the other jobs read next: 490 MB of it was evicted
+// unread). A file read uniformly at random is: every unit is worth the
+// same to it, so it is filled as far as the free space and the space of
+// idle streams go (a partial fill, its limit recomputed on every read).
+// Smaller files are left to demand reads.
 constexpr uint64_t kFillMinUnits = 16;
+// A stream that read at least this many times per allocation period and
+// then not once in a whole period has stopped (the job ended or paused):
+// it is idle, worth nothing, until its next read. Its rate would take
+// several periods to decay while the space it holds could serve a stream
+// still running.
+constexpr double kBusyReads = 8;
 // Prefetched units not yet read may take at most this share of the cache:
 // prefetching never crowds out what is being kept (the readahead windows
 // shrink instead).
@@ -80,8 +90,9 @@ struct PolicyEngine::FileRec {
   // epoch and take only space freed by items already read, so they do not
   // count against the readahead share (kMaxPrefetchShare).
   bool epoch_planned = false;
-  // A whole-file fill was planned (random-access file fitting in free space).
-  bool fill_planned = false;
+  // A fill was planned: whole (a random-access file fitting in free space)
+  // or partial (a file read uniformly at random, into free and idle space).
+  bool fill_planned = false, fill_whole = false;
   // Proposed by a directory warm-up (Warm): takes free space only.
   bool warm_planned = false;
 };
@@ -111,7 +122,10 @@ struct PolicyEngine::Group {
   uint64_t read_bytes = 0, hit_bytes = 0, period_read_bytes = 0;
   uint64_t touched_bytes = 0;  // bytes of the units the reads touched
   uint64_t reads = 0;          // reads (requests)
+  uint64_t period_reads = 0;   // reads in this allocation period
   double rate = 0;
+  double read_rate = 0;        // EWMA of reads per second
+  bool idle = false;           // busy, then silent for a whole period (kBusyReads)
   double half_life_ms = 0;     // lfu ageing, for the skewed value
   // Known items (files) and their bytes: the stream's working set.
   uint64_t ws_bytes = 0;
@@ -475,6 +489,8 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
   g->read_bytes += length;
   g->period_read_bytes += length;
   ++g->reads;
+  ++g->period_reads;
+  g->idle = false;
   if (length > 0) {
     // The bytes a miss would fetch: the units the read touches, or its
     // sub-units in a file read at random.
@@ -501,11 +517,19 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
   ctx.unread_items = [this, g](size_t n) { return UnreadItems(g, n); };
   prefetch_[module]->Plan(ctx, plan);
   TrimPlan(plan);
-  if ((fl == kRandom || fl == kSkewed) && !f.fill_planned && !(ov && (ov->never_cache || ov->pattern >= 0))) {
+  if ((fl == kRandom || fl == kSkewed) && !f.fill_whole && !(ov && (ov->never_cache || ov->pattern >= 0))) {
     const uint64_t n = UnitsOf(file_size);
     const uint64_t missing = file_size - std::min(file_size, f.cached_bytes);
     const uint64_t free_bytes = FreeBytes();
-    if (n >= kFillMinUnits && missing <= free_bytes) {
+    std::optional<uint64_t> limit;  // 0: the whole file
+    if (n >= kFillMinUnits && missing > 0 && missing <= free_bytes) {
+      f.fill_whole = true;
+      limit = 0;
+    } else if (n >= kFillMinUnits && missing > 0 && fl == kRandom) {
+      const uint64_t room = free_bytes + IdleBytes(g);
+      if (room >= kFillMinUnits * opts_.unit_bytes) limit = std::min(room, missing);
+    }
+    if (limit) {
       f.fill_planned = true;
       PrefetchRange r;
       r.path = std::string(path);
@@ -513,6 +537,7 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
       r.first_unit = 0;
       r.last_unit = n - 1;
       r.fill = true;
+      r.fill_bytes = *limit;
       plan.push_back(std::move(r));
     }
   }
@@ -599,6 +624,13 @@ uint64_t PolicyEngine::FreeBytes() const {
   const uint64_t free_disk = opts_.capacity_bytes - cached_disk_bytes_;
   if (cached_disk_bytes_ == 0 || cached_disk_bytes_ == cached_bytes_) return free_disk;
   return uint64_t(double(free_disk) * double(cached_bytes_) / double(cached_disk_bytes_));
+}
+
+uint64_t PolicyEngine::IdleBytes(const Group* except) const {
+  uint64_t n = 0;
+  for (const auto& [k, g] : groups_)
+    if (g->idle && g.get() != except && !g->window && !(g->ov && g->ov->pin)) n += g->bytes;
+  return n;
 }
 
 uint64_t PolicyEngine::UnitsOf(uint64_t size) const { return (size + opts_.unit_bytes - 1) / opts_.unit_bytes; }
@@ -789,6 +821,7 @@ double PolicyEngine::ByteValue(const Group* g) const {
   if (g->ov && g->ov->never_cache) return -1;
   if (g->window)  // protected until near the readahead share, then stale windows go
     return double(g->bytes) < 0.9 * kMaxPrefetchShare * double(opts_.capacity_bytes) ? kWindowValue : 0.0;
+  if (g->idle) return 0;
   const double avg = g->rate / std::max<double>({1.0, double(g->ws_bytes), double(g->bytes)});
   switch (g->label) {
     case kRandom:
@@ -827,6 +860,10 @@ void PolicyEngine::Allocate(uint64_t now_us) {
     const double inst = double(g->period_read_bytes) / dt;
     g->rate = allocations_ == 0 ? inst : 0.5 * g->rate + 0.5 * inst;
     g->period_read_bytes = 0;
+    if (g->period_reads == 0 && g->read_rate * dt >= kBusyReads) g->idle = true;
+    const double inst_reads = double(g->period_reads) / dt;
+    g->read_rate = allocations_ == 0 ? inst_reads : 0.5 * g->read_rate + 0.5 * inst_reads;
+    g->period_reads = 0;
     g->epoch_inflight_bytes = 0;
     g->value = Value(g.get());
   }

@@ -88,15 +88,23 @@ size_t Prefetcher::Submit(const FileVersion& file, uint64_t first, uint64_t last
   return queued;
 }
 
-bool Prefetcher::Fill(const FileVersion& file) {
+bool Prefetcher::Fill(const FileVersion& file, uint64_t max_bytes) {
   if (file.size == 0) return false;
+  const uint64_t limit = max_bytes ? max_bytes : UINT64_MAX;
   {
     std::lock_guard lk(mu_);
-    if (stop_ || fills_.size() >= kMaxFills) return false;
-    for (const auto& f : fills_)
-      if (f.file.key == file.key && f.file.etag == file.etag) return false;
-    fills_.push_back(FillState{file, 0});
-    ++stats_.fills;
+    if (stop_) return false;
+    auto it = std::find_if(fills_.begin(), fills_.end(), [&](const FillState& f) {
+      return f.file.key == file.key && f.file.etag == file.etag;
+    });
+    if (it != fills_.end()) {
+      if (it->allowed == UINT64_MAX) return false;  // filling it whole already
+      it->allowed = limit == UINT64_MAX ? limit : limit - std::min(limit, it->inflight);
+    } else {
+      if (fills_.size() >= kMaxFills) return false;
+      fills_.push_back(FillState{file, 0, limit, 0});
+      ++stats_.fills;
+    }
   }
   cv_.notify_all();
   return true;
@@ -124,8 +132,8 @@ bool Prefetcher::NextJobLocked(Job* job) {
 
 bool Prefetcher::NextFillJobLocked(Job* job) {
   const uint64_t unit = pipeline_->unit_size();
-  while (!fills_.empty()) {
-    FillState& f = fills_.front();
+  for (auto it = fills_.begin(); it != fills_.end();) {
+    FillState& f = *it;
     const uint64_t n = (f.file.size + unit - 1) / unit;
     // Units cached or queued already are skipped (Contains takes the store's
     // own lock, never ours: the store does not call back into the prefetcher).
@@ -133,12 +141,17 @@ bool Prefetcher::NextFillJobLocked(Job* job) {
       return !units_.count(UnitTag(f.file, u)) && !(store_ && store_->Contains(UnitKey{f.file.key, f.file.etag, u}));
     };
     while (f.next < n && !wanted(f.next)) ++f.next;
-    if (f.next >= n) {
-      fills_.pop_front();
+    const bool limited = f.next < n && JobBytes(f.file, f.next, f.next, unit) > f.allowed;
+    if (f.next >= n || limited) {
+      // Done, or out of its limit: kept while jobs are in flight (a new
+      // limit subtracts them), else forgotten.
+      it = f.inflight == 0 ? fills_.erase(it) : std::next(it);
       continue;
     }
     uint64_t last = f.next;
-    while (last + 1 < n && last + 1 - f.next < opts_.max_job_units && wanted(last + 1)) ++last;
+    while (last + 1 < n && last + 1 - f.next < opts_.max_job_units && wanted(last + 1) &&
+           JobBytes(f.file, f.next, last + 1, unit) <= f.allowed)
+      ++last;
     const uint64_t bytes = JobBytes(f.file, f.next, last, unit);
     if (held_bytes_ + bytes > opts_.budget_bytes) return false;  // wait for room
     *job = Job{f.file, f.next, last, bytes, true, true};
@@ -146,6 +159,8 @@ bool Prefetcher::NextFillJobLocked(Job* job) {
     held_bytes_ += bytes;
     stats_.peak_held_bytes = std::max(stats_.peak_held_bytes, held_bytes_);
     f.next = last + 1;
+    if (f.allowed != UINT64_MAX) f.allowed -= bytes;
+    f.inflight += bytes;
     return true;
   }
   return false;
@@ -170,9 +185,11 @@ void Prefetcher::Worker() {
       if (job.background) --bg_running_;
       if (job.background && !job.fill) bg_held_bytes_ -= job.bytes;
       if (job.fill) {
+        auto same = [&](const FillState& f) { return f.file.key == job.file.key && f.file.etag == job.file.etag; };
+        for (auto& f : fills_)
+          if (same(f)) f.inflight -= std::min(f.inflight, job.bytes);
         // A failed fill stops (the reader's own misses still fetch).
-        if (!s.ok())
-          std::erase_if(fills_, [&](const FillState& f) { return f.file.key == job.file.key && f.file.etag == job.file.etag; });
+        if (!s.ok()) std::erase_if(fills_, same);
       }
       if (s.ok()) stats_.fetched_units += job.last - job.first + 1;
       else ++stats_.failed_jobs;

@@ -59,8 +59,12 @@ class Prefetcher {
   // Fetches every unit of `file` not cached yet, in the background, with the
   // threads and budget that Submit's jobs leave free: a fill is never dropped
   // for the budget, it waits for room (at most kMaxFills files at once;
-  // more are refused). Returns false if refused or already filling.
-  bool Fill(const FileVersion& file);
+  // more are refused). With `max_bytes` > 0 it starts jobs of at most that
+  // many bytes in all (a partial fill); called again for a file being
+  // filled, it sets the fill's limit to `max_bytes` less the bytes of its
+  // jobs still in flight (0 lifts the limit). Returns false if refused or
+  // if the file is being filled without a limit already.
+  bool Fill(const FileVersion& file, uint64_t max_bytes = 0);
   static constexpr size_t kMaxFills = 16;
 
   struct Stats {
@@ -79,6 +83,8 @@ class Prefetcher {
   struct FillState {
     FileVersion file;
     uint64_t next = 0;  // first unit not looked at yet
+    uint64_t allowed = 0;   // bytes it may still start (UINT64_MAX: no limit)
+    uint64_t inflight = 0;  // bytes of its jobs being fetched
   };
   void Worker();
   // Under mu_: the next job to run, readahead first, then background jobs

@@ -97,7 +97,7 @@ TEST_CASE("prefetcher fetches units into the store and skips cached ones", "[pre
   }
 }
 
-TEST_CASE("prefetcher: budget bounds queued + running bytes; overflow is dropped", "[prefetch]") {
+TEST_CASE("prefetcher: budget bounds queued + running bytes, overflow is dropped", "[prefetch]") {
   Fx fx;
   Gate gate;
   Prefetcher::Options o{1, 4 * kUnit, 2};  // 4 units at most, jobs of 2 units
@@ -213,5 +213,29 @@ TEST_CASE("prefetcher: a fill fetches every missing unit within the budget, neve
   CHECK(p.Fill(v));
   for (int i = 0; i < 30000 && p.stats().filling != 0; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  CHECK(p.stats().fetched_units == 16);
+}
+
+TEST_CASE("prefetcher: a partial fill fetches no more than its limit, and a new limit goes on from there", "[prefetch]") {
+  Fx fx;
+  Prefetcher::Options o{3, 4 * kUnit, 2};
+  Prefetcher p(fx.pipe.get(), fx.store.get(), o);
+  const auto v = fx.Version();
+  auto wait_idle = [&] {
+    for (int i = 0; i < 30000 && (p.stats().filling != 0 || p.stats().held_bytes != 0); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  };
+  CHECK(p.Fill(v, 5 * kUnit));
+  wait_idle();
+  CHECK(p.stats().fetched_units == 5);
+  CHECK(p.stats().filling == 0);  // out of its limit, nothing in flight: forgotten
+  CHECK(p.Fill(v, 3 * kUnit));    // starts again: the 5 cached units are skipped
+  wait_idle();
+  CHECK(p.stats().fetched_units == 8);
+  uint64_t cached = 0;
+  for (uint64_t u = 0; u < 16; ++u) cached += fx.store->Contains(UnitKey{"a/big", v.etag, u});
+  CHECK(cached == 8);
+  CHECK(p.Fill(v));  // no limit: the rest
+  wait_idle();
   CHECK(p.stats().fetched_units == 16);
 }

@@ -280,8 +280,9 @@ Result<nlohmann::json> RunEngine(const SimOptions& o, const Trace& tr, uint64_t 
   struct Fill {
     uint32_t file;
     uint64_t next, last;  // units still to fetch
+    uint64_t allowed;     // bytes it may still fetch (UINT64_MAX: no limit)
   };
-  std::vector<Fill> fills;  // queued whole-file fills
+  std::vector<Fill> fills;  // queued fills (PrefetchRange::fill)
   uint64_t next_maintain = clk.t0() + kMaintainEveryUs;
 
   auto unit_id = [](const std::string& path, uint64_t idx) {
@@ -407,20 +408,24 @@ Result<nlohmann::json> RunEngine(const SimOptions& o, const Trace& tr, uint64_t 
     uint64_t inflight = 0;
     for (const auto& p : pf_inflight) inflight += p.second;
     // Issues the next GET of units [*i, last] of `pf` if `min_idle`
-    // connections are idle and the budget allows; false if it cannot.
-    auto issue_next = [&](const FileInfo& pf, uint64_t* i, uint64_t last, size_t min_idle) {
+    // connections are idle and the budget allows, of at most `*allowed`
+    // bytes (taken off it); false if it cannot.
+    auto issue_next = [&](const FileInfo& pf, uint64_t* i, uint64_t last, size_t min_idle, uint64_t* allowed) {
       while (*i <= last && ready.count(unit_id(pf.path, *i))) ++*i;
       if (*i > last) return true;
       uint64_t j = *i, bytes = UnitBytes(pf.size, unit, j);
+      if (bytes > *allowed) return false;
       while (j + 1 <= last && !ready.count(unit_id(pf.path, j + 1)) &&
-             bytes + UnitBytes(pf.size, unit, j + 1) <= o.max_request_bytes)
+             bytes + UnitBytes(pf.size, unit, j + 1) <= std::min(o.max_request_bytes, *allowed))
         bytes += UnitBytes(pf.size, unit, ++j);
       if (be.IdleAt(issue) < min_idle || inflight + bytes > o.prefetch_budget_bytes) return false;
       fetch_pieces(pf, unit_pieces(pf, *i, j), issue, true);
       inflight += bytes;
+      if (*allowed != UINT64_MAX) *allowed -= bytes;
       *i = j + 1;
       return true;
     };
+    uint64_t no_limit = UINT64_MAX;
     bool stop = false;
     for (const auto& pr : plan) {
       auto fid = file_ids.find(pr.path);
@@ -428,15 +433,22 @@ Result<nlohmann::json> RunEngine(const SimOptions& o, const Trace& tr, uint64_t 
       const FileInfo& pf_file = tr.files[fid->second];
       const uint64_t last = std::min(pr.last_unit, UnitCount(pf_file.size, unit) - 1);
       if (pr.fill) {
-        fills.push_back({fid->second, pr.first_unit, last});
+        // As the live Prefetcher: a new limit replaces that of a partial
+        // fill under way (units already inserted count in the engine's room).
+        const uint64_t limit = pr.fill_bytes ? pr.fill_bytes : UINT64_MAX;
+        auto it = std::find_if(fills.begin(), fills.end(), [&](const Fill& fl) { return fl.file == fid->second; });
+        if (it == fills.end()) fills.push_back({fid->second, pr.first_unit, last, limit});
+        else if (it->allowed != UINT64_MAX) it->allowed = limit;
         continue;
       }
-      for (uint64_t i = pr.first_unit; !stop && i <= last;) stop = !issue_next(pf_file, &i, last, 2);
+      for (uint64_t i = pr.first_unit; !stop && i <= last;) stop = !issue_next(pf_file, &i, last, 2, &no_limit);
     }
     // Fills leave two idle connections (demand and readahead).
     for (auto& fl : fills)
-      while (fl.next <= fl.last && issue_next(tr.files[fl.file], &fl.next, fl.last, 3)) {}
-    std::erase_if(fills, [](const Fill& fl) { return fl.next > fl.last; });
+      while (fl.next <= fl.last && issue_next(tr.files[fl.file], &fl.next, fl.last, 3, &fl.allowed)) {}
+    std::erase_if(fills, [&](const Fill& fl) {
+      return fl.next > fl.last || fl.allowed < UnitBytes(tr.files[fl.file].size, unit, fl.next);
+    });
   }
   const auto st = e.Stats();
   uint64_t wasted = st.prefetch_wasted_bytes;
