@@ -626,10 +626,20 @@ uint64_t PolicyEngine::FreeBytes() const {
   return uint64_t(double(free_disk) * double(cached_bytes_) / double(cached_disk_bytes_));
 }
 
+bool PolicyEngine::Idle(const Group* g) const {
+  // Random and skewed streams only. A sequential stream that moved on to
+  // the next file of a data set has a value of its own (0 for a single pass,
+  // its kept prefix's if scans repeat); an unknown one ("?dir/") holds the
+  // first units of files not labelled yet, which follow them to their
+  // stream when read again (in the simulator's shard training, the heads of
+  // the shards, read again next epoch).
+  return g->idle && (g->label == kRandom || g->label == kSkewed);
+}
+
 uint64_t PolicyEngine::IdleBytes(const Group* except) const {
   uint64_t n = 0;
   for (const auto& [k, g] : groups_)
-    if (g->idle && g.get() != except && !g->window && !(g->ov && g->ov->pin)) n += g->bytes;
+    if (Idle(g.get()) && g.get() != except && !(g->ov && g->ov->pin)) n += g->bytes;
   return n;
 }
 
@@ -821,7 +831,7 @@ double PolicyEngine::ByteValue(const Group* g) const {
   if (g->ov && g->ov->never_cache) return -1;
   if (g->window)  // protected until near the readahead share, then stale windows go
     return double(g->bytes) < 0.9 * kMaxPrefetchShare * double(opts_.capacity_bytes) ? kWindowValue : 0.0;
-  if (g->idle) return 0;
+  if (Idle(g)) return 0;
   const double avg = g->rate / std::max<double>({1.0, double(g->ws_bytes), double(g->bytes)});
   switch (g->label) {
     case kRandom:

@@ -185,6 +185,7 @@ class PolicyEngine {
   uint64_t SubUnitBytesOf(const FileRec& f) const;
   uint64_t FreeBytes() const;                 // capacity not taken by cached units (data bytes, estimated)
   uint64_t UnitsOf(uint64_t size) const;      // units a file of `size` bytes spans
+  bool Idle(const Group* g) const;  // stopped (kBusyReads), worth 0 until its next read
   uint64_t IdleBytes(const Group* except) const;  // cached bytes of idle streams other than `except`
   void NoteGhost(Group* g, const std::string& id, uint64_t bytes);
   void MoveUnit(const std::string& id, Unit& u, const FileRec& f);
