@@ -168,7 +168,8 @@ scripts/build.sh && scripts/eval.sh            # rewrites this file and docs/img
   on a free connection; GETs of at most 8 MiB; adjacent missing units of one read are one GET.
   Each prefetch GET runs only on a connection that is idle at that moment while another idle one
   remains for demand reads, and with at most 256 MiB in flight; the rest of a plan is dropped. A
-  whole-file fill is queued instead and pumped after every read while 3 connections are idle.
+  fill (whole, or partial up to a byte limit the engine renews on every read of the file) is
+  queued instead and pumped after every read while 3 connections are idle.
   A miss in a file igt reads as sub-units (random or skewed) fetches the 64 KiB pieces it covers.
 - Time: each reader (pid) is a closed loop: it issues its next read when the previous one
   completed plus the gap between the two in the trace (the generator models that gap as a local
