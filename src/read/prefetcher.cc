@@ -18,6 +18,14 @@ std::string UnitTag(const FileVersion& f, uint64_t u) {
   return s;
 }
 
+// A fill's file version, as fill_failed_'s key.
+std::string FillTag(const FileVersion& f) {
+  std::string t = f.key;
+  t += '\0';
+  t += f.etag;
+  return t;
+}
+
 // Bytes units [first, last] of `f` hold (the last unit of a file is short:
 // a small file costs its size, not a whole unit, against the budget).
 uint64_t JobBytes(const FileVersion& f, uint64_t first, uint64_t last, uint64_t unit) {
@@ -94,6 +102,10 @@ bool Prefetcher::Fill(const FileVersion& file, uint64_t max_bytes) {
   {
     std::lock_guard lk(mu_);
     if (stop_) return false;
+    if (auto ff = fill_failed_.find(FillTag(file)); ff != fill_failed_.end()) {
+      if (std::chrono::steady_clock::now() < ff->second) return false;
+      fill_failed_.erase(ff);
+    }
     auto it = std::find_if(fills_.begin(), fills_.end(), [&](const FillState& f) {
       return f.file.key == file.key && f.file.etag == file.etag;
     });
@@ -188,8 +200,13 @@ void Prefetcher::Worker() {
         auto same = [&](const FillState& f) { return f.file.key == job.file.key && f.file.etag == job.file.etag; };
         for (auto& f : fills_)
           if (same(f)) f.inflight -= std::min(f.inflight, job.bytes);
-        // A failed fill stops (the reader's own misses still fetch).
-        if (!s.ok()) std::erase_if(fills_, same);
+        // A failed fill stops (the reader's own misses still fetch), and
+        // the file is not filled again for a while.
+        if (!s.ok()) {
+          std::erase_if(fills_, same);
+          if (fill_failed_.size() >= kMaxFills * 64) fill_failed_.clear();
+          fill_failed_[FillTag(job.file)] = std::chrono::steady_clock::now() + opts_.fill_retry_after;
+        }
       }
       if (s.ok()) stats_.fetched_units += job.last - job.first + 1;
       else ++stats_.failed_jobs;

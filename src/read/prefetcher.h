@@ -21,12 +21,14 @@
 // drops queued jobs and joins the workers (running fetches complete).
 
 #include <condition_variable>
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -41,6 +43,10 @@ class Prefetcher {
     size_t threads = 8;                 // Default: 8 fetches at once
     uint64_t budget_bytes = 128 << 20;  // Default: 128 MiB queued + running
     uint64_t max_job_units = 8;         // a job is at most 8 units (one ranged GET)
+    // After a fill's GET fails, Fill refuses that file for this long: a
+    // partial fill is proposed again on every read, and must not keep an
+    // unreachable or failing backend busy with a new job per read.
+    std::chrono::milliseconds fill_retry_after{10'000};
   };
   using Hook = std::function<void(const std::string& key, uint64_t first, uint64_t last)>;
   enum class Priority { kReadahead, kBackground };
@@ -62,8 +68,10 @@ class Prefetcher {
   // more are refused). With `max_bytes` > 0 it starts jobs of at most that
   // many bytes in all (a partial fill); called again for a file being
   // filled, it sets the fill's limit to `max_bytes` less the bytes of its
-  // jobs still in flight (0 lifts the limit). Returns false if refused or
-  // if the file is being filled without a limit already.
+  // jobs still in flight (0 lifts the limit). Returns false if refused (the
+  // file's last fill failed less than fill_retry_after ago, or kMaxFills
+  // files are being filled) or if the file is being filled without a limit
+  // already.
   bool Fill(const FileVersion& file, uint64_t max_bytes = 0);
   static constexpr size_t kMaxFills = 16;
 
@@ -103,6 +111,9 @@ class Prefetcher {
   std::deque<Job> queue_;     // readahead
   std::deque<Job> bg_queue_;  // background
   std::deque<FillState> fills_;
+  // key + etag of files whose last fill job failed -> until when Fill
+  // refuses them (bounded: cleared past kMaxFills * 64 entries).
+  std::unordered_map<std::string, std::chrono::steady_clock::time_point> fill_failed_;
   size_t bg_running_ = 0;     // background and fill jobs being fetched
   uint64_t bg_held_bytes_ = 0;  // held by background jobs (not fills)
   std::unordered_set<std::string> units_;  // "etag#key#unit" queued or running

@@ -13,6 +13,7 @@
 #include <random>
 #include <thread>
 
+#include "backends/fault_backend.h"
 #include "backends/memory_backend.h"
 #include "igtcache/block_store.h"
 #include "igtcache/metrics.h"
@@ -238,4 +239,33 @@ TEST_CASE("prefetcher: a partial fill fetches no more than its limit, and a new 
   CHECK(p.Fill(v));  // no limit: the rest
   wait_idle();
   CHECK(p.stats().fetched_units == 16);
+}
+
+TEST_CASE("prefetcher: after a fill's GET fails, the file is not filled again for a while", "[prefetch]") {
+  Fx fx;
+  auto fb = std::make_shared<FaultInjectingBackend>(fx.mem);
+  ReadPipeline pipe(fb.get(), fx.store.get(), &fx.metrics, ReadPipeline::Options{.unit_size = kUnit, .max_request_bytes = 4 * kUnit});
+  Prefetcher::Options o{3, 4 * kUnit, 2};
+  o.fill_retry_after = std::chrono::milliseconds(1000);
+  Prefetcher p(&pipe, fx.store.get(), o);
+  const auto v = fx.Version();
+  fb->SetFailureProbability(1.0, Code::kUnavailable, 1);
+  auto wait_idle = [&] {
+    for (int i = 0; i < 30000 && (p.stats().filling != 0 || p.stats().held_bytes != 0); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  };
+  REQUIRE(p.Fill(v, 8 * kUnit));
+  wait_idle();
+  CHECK(p.stats().failed_jobs >= 1);
+  CHECK(p.stats().filling == 0);  // the failed fill stopped
+  // A partial fill is proposed again on every read: refused while cooling down.
+  CHECK_FALSE(p.Fill(v, 8 * kUnit));
+  CHECK_FALSE(p.Fill(v));
+  fb->SetFailureProbability(0, Code::kUnavailable, 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+  CHECK(p.Fill(v, 8 * kUnit));  // the backend is back: filled again
+  wait_idle();
+  uint64_t cached = 0;
+  for (uint64_t u = 0; u < 16; ++u) cached += fx.store->Contains(UnitKey{"a/big", v.etag, u});
+  CHECK(cached == 8);
 }
