@@ -637,9 +637,11 @@ bool PolicyEngine::Idle(const Group* g) const {
 }
 
 uint64_t PolicyEngine::IdleBytes(const Group* except) const {
+  // A stream turns idle only at an allocation: the streams idle then are the
+  // only candidates (a read since may have woken one up).
   uint64_t n = 0;
-  for (const auto& [k, g] : groups_)
-    if (Idle(g.get()) && g.get() != except && !(g->ov && g->ov->pin)) n += g->bytes;
+  for (const Group* g : idle_groups_)
+    if (Idle(g) && g != except && !(g->ov && g->ov->pin)) n += g->bytes;
   return n;
 }
 
@@ -890,6 +892,9 @@ void PolicyEngine::Allocate(uint64_t now_us) {
       ++it;
     }
   }
+  idle_groups_.clear();
+  for (const auto& [k, g] : groups_)
+    if (Idle(g.get())) idle_groups_.push_back(g.get());
   last_alloc_us_ = now_us;
   ++allocations_;
 }

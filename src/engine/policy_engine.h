@@ -221,6 +221,7 @@ class PolicyEngine {
   uint64_t last_alloc_us_ = 0;
   uint64_t allocations_ = 0, switches_ = 0, reloads_ = 0;
   Group* victim_group_ = nullptr;  // current giver of space (hysteresis)
+  std::vector<const Group*> idle_groups_;  // Idle at the last Allocate (IdleBytes)
 };
 
 }  // namespace igt::engine

@@ -106,9 +106,7 @@ bool Prefetcher::Fill(const FileVersion& file, uint64_t max_bytes) {
       if (std::chrono::steady_clock::now() < ff->second) return false;
       fill_failed_.erase(ff);
     }
-    auto it = std::find_if(fills_.begin(), fills_.end(), [&](const FillState& f) {
-      return f.file.key == file.key && f.file.etag == file.etag;
-    });
+    auto it = FindFillLocked(file);
     if (it != fills_.end()) {
       if (it->allowed == UINT64_MAX) return false;  // filling it whole already
       it->allowed = limit == UINT64_MAX ? limit : limit - std::min(limit, it->inflight);
@@ -120,6 +118,12 @@ bool Prefetcher::Fill(const FileVersion& file, uint64_t max_bytes) {
   }
   cv_.notify_all();
   return true;
+}
+
+std::deque<Prefetcher::FillState>::iterator Prefetcher::FindFillLocked(const FileVersion& file) {
+  return std::find_if(fills_.begin(), fills_.end(), [&](const FillState& f) {
+    return f.file.key == file.key && f.file.etag == file.etag;
+  });
 }
 
 bool Prefetcher::NextJobLocked(Job* job) {
@@ -197,13 +201,12 @@ void Prefetcher::Worker() {
       if (job.background) --bg_running_;
       if (job.background && !job.fill) bg_held_bytes_ -= job.bytes;
       if (job.fill) {
-        auto same = [&](const FillState& f) { return f.file.key == job.file.key && f.file.etag == job.file.etag; };
-        for (auto& f : fills_)
-          if (same(f)) f.inflight -= std::min(f.inflight, job.bytes);
+        auto f = FindFillLocked(job.file);
+        if (f != fills_.end()) f->inflight -= std::min(f->inflight, job.bytes);
         // A failed fill stops (the reader's own misses still fetch), and
         // the file is not filled again for a while.
         if (!s.ok()) {
-          std::erase_if(fills_, same);
+          if (f != fills_.end()) fills_.erase(f);
           if (fill_failed_.size() >= kMaxFills * 64) fill_failed_.clear();
           fill_failed_[FillTag(job.file)] = std::chrono::steady_clock::now() + opts_.fill_retry_after;
         }

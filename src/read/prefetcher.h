@@ -100,6 +100,8 @@ class Prefetcher {
   bool NextJobLocked(Job* job);
   // Under mu_: the next run of a fill's units to fetch, if the budget allows.
   bool NextFillJobLocked(Job* job);
+  // Under mu_: the fill of this version of a file, or fills_.end().
+  std::deque<FillState>::iterator FindFillLocked(const FileVersion& file);
 
   ReadPipeline* pipeline_;
   BlockStore* store_;

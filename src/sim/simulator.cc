@@ -409,23 +409,23 @@ Result<nlohmann::json> RunEngine(const SimOptions& o, const Trace& tr, uint64_t 
     for (const auto& p : pf_inflight) inflight += p.second;
     // Issues the next GET of units [*i, last] of `pf` if `min_idle`
     // connections are idle and the budget allows, of at most `*allowed`
-    // bytes (taken off it); false if it cannot.
+    // bytes (taken off it; null: no limit); false if it cannot.
     auto issue_next = [&](const FileInfo& pf, uint64_t* i, uint64_t last, size_t min_idle, uint64_t* allowed) {
       while (*i <= last && ready.count(unit_id(pf.path, *i))) ++*i;
       if (*i > last) return true;
+      const uint64_t max_bytes = allowed ? std::min(o.max_request_bytes, *allowed) : o.max_request_bytes;
       uint64_t j = *i, bytes = UnitBytes(pf.size, unit, j);
-      if (bytes > *allowed) return false;
+      if (allowed && bytes > *allowed) return false;
       while (j + 1 <= last && !ready.count(unit_id(pf.path, j + 1)) &&
-             bytes + UnitBytes(pf.size, unit, j + 1) <= std::min(o.max_request_bytes, *allowed))
+             bytes + UnitBytes(pf.size, unit, j + 1) <= max_bytes)
         bytes += UnitBytes(pf.size, unit, ++j);
       if (be.IdleAt(issue) < min_idle || inflight + bytes > o.prefetch_budget_bytes) return false;
       fetch_pieces(pf, unit_pieces(pf, *i, j), issue, true);
       inflight += bytes;
-      if (*allowed != UINT64_MAX) *allowed -= bytes;
+      if (allowed && *allowed != UINT64_MAX) *allowed -= bytes;
       *i = j + 1;
       return true;
     };
-    uint64_t no_limit = UINT64_MAX;
     bool stop = false;
     for (const auto& pr : plan) {
       auto fid = file_ids.find(pr.path);
@@ -441,7 +441,7 @@ Result<nlohmann::json> RunEngine(const SimOptions& o, const Trace& tr, uint64_t 
         else if (it->allowed != UINT64_MAX) it->allowed = limit;
         continue;
       }
-      for (uint64_t i = pr.first_unit; !stop && i <= last;) stop = !issue_next(pf_file, &i, last, 2, &no_limit);
+      for (uint64_t i = pr.first_unit; !stop && i <= last;) stop = !issue_next(pf_file, &i, last, 2, nullptr);
     }
     // Fills leave two idle connections (demand and readahead).
     for (auto& fl : fills)
