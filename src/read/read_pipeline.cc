@@ -274,12 +274,30 @@ Status ReadPipeline::Fetch(const FileVersion& file, uint64_t first_unit, uint64_
   if (file.size == 0) return Status::Ok();
   const uint64_t U = opts_.unit_size;
   last_unit = std::min(last_unit, (file.size - 1) / U);
+  // A file a reader misses in as sub-units: a unit some of whose sub-units
+  // are cached or being fetched is left to the reader's misses. Fetching it
+  // whole would fetch those bytes a second time.
+  const uint64_t sub = (opts_.sub_unit_bytes && file.size > U) ? opts_.sub_unit_bytes(file) : 0;
+  const bool subs = sub > 0 && sub < U;
   std::vector<Need> needs;
   for (uint64_t u = first_unit; u <= last_unit; ++u) {
     if (store_ && store_->Contains(UnitKey{file.key, file.etag, u})) continue;
+    const uint64_t ustart = u * U, uend = std::min(file.size, ustart + U);
+    bool sub_cached = false;
+    if (subs && store_)
+      ForEachSubUnit(ustart, uend, sub, [&](uint64_t idx, uint64_t) {
+        sub_cached = sub_cached || store_->Contains(UnitKey{file.key, file.etag, idx});
+      });
+    if (sub_cached) continue;
     std::lock_guard lk(mu_);
     auto key = FlightKey(file, u);
     if (flights_.count(key)) continue;  // someone is already fetching it
+    bool sub_in_flight = false;
+    if (subs)
+      ForEachSubUnit(ustart, uend, sub, [&](uint64_t idx, uint64_t) {
+        sub_in_flight = sub_in_flight || flights_.count(FlightKey(file, idx)) != 0;
+      });
+    if (sub_in_flight) continue;
     auto fl = std::make_shared<Flight>();
     flights_.emplace(key, fl);
     needs.push_back({u, u * U, std::min(U, file.size - u * U), fl, true});

@@ -8,7 +8,9 @@
 //  - A missing unit of a file that `sub_unit_bytes` names (igt: a file read
 //    at random) is looked up and fetched as sub-units instead: only the
 //    aligned pieces the read covers (block_store.h, SubUnitIndex). A whole
-//    unit already being fetched (readahead, fill) is waited for instead.
+//    unit already being fetched (readahead, fill) is waited for instead,
+//    and Fetch (prefetch) leaves alone a unit with sub-units cached or in
+//    flight: each byte is fetched once.
 //  - Misses are single-flight: a unit already being fetched by another thread
 //    is waited for, not fetched again.
 //  - The units this call must fetch itself are grouped into runs of adjacent

@@ -216,6 +216,31 @@ TEST_CASE("a miss in a file read at random fetches and caches only the sub-units
   CHECK(f.metrics.backend_get_bytes.load() == bytes);
 }
 
+TEST_CASE("Fetch leaves alone a unit with sub-units cached: each byte is fetched once") {
+  constexpr uint64_t kUnit = 256 << 10, kSub = 64 << 10;
+  Fixture f(true, kUnit, 1 << 20);
+  f.pipe = std::make_unique<ReadPipeline>(
+      f.fb.get(), f.store.get(), &f.metrics,
+      ReadPipeline::Options{.unit_size = kUnit, .max_request_bytes = 1 << 20,
+                            .sub_unit_bytes = [&](const FileVersion&) { return kSub; }});
+  const std::string data = Pattern(4 * kUnit, 12);
+  f.mem->Put("emb", data);
+  auto v = f.Version("emb");
+  std::vector<char> out(kSub);
+  REQUIRE(f.pipe->Read(v, kUnit + 100, 100, out.data()).has_value());  // one sub-unit of unit 1
+  CHECK(f.metrics.backend_get_bytes.load() == kSub);
+  // A fill of the whole file: units 0, 2 and 3 whole, unit 1 left to its sub-units.
+  REQUIRE(f.pipe->Fetch(v, 0, 3).ok());
+  CHECK(f.metrics.backend_get_bytes.load() == kSub + 3 * kUnit);
+  CHECK_FALSE(f.store->Contains(UnitKey{"emb", v.etag, 1}));
+  for (uint64_t u : {0, 2, 3}) CHECK(f.store->Contains(UnitKey{"emb", v.etag, u}));
+  // Unit 1's other bytes come as sub-units when read: no byte twice.
+  std::vector<char> all(kUnit);
+  REQUIRE(f.pipe->Read(v, kUnit, kUnit, all.data()).has_value());
+  CHECK(std::equal(all.begin(), all.end(), data.begin() + kUnit));
+  CHECK(f.metrics.backend_get_bytes.load() == 4 * kUnit);
+}
+
 TEST_CASE("a changed object fails a sub-unit fetch and caches nothing") {
   constexpr uint64_t kUnit = 256 << 10, kSub = 64 << 10;
   Fixture f(true, kUnit, 1 << 20);
