@@ -194,12 +194,28 @@ TEST_CASE("prefetcher: destruction with queued work does not hang", "[prefetch]"
 
 TEST_CASE("prefetcher: a fill fetches every missing unit within the budget, never dropping", "[prefetch]") {
   Fx fx;
+  // GETs wait at a gate until the fill is set up: the "already filling"
+  // check below must not race with the fill finishing.
+  auto fb = std::make_shared<FaultInjectingBackend>(fx.mem);
+  std::mutex gate_mu;
+  std::condition_variable gate_cv;
+  bool open = false;
+  fb->SetBeforeCall([&](FaultInjectingBackend::Op, const std::string&) {
+    std::unique_lock lk(gate_mu);
+    gate_cv.wait(lk, [&] { return open; });
+  });
+  ReadPipeline pipe(fb.get(), fx.store.get(), &fx.metrics, ReadPipeline::Options{.unit_size = kUnit, .max_request_bytes = 4 * kUnit});
   Prefetcher::Options o{3, 4 * kUnit, 2};  // budget of 4 units, far below the 16-unit file
-  Prefetcher p(fx.pipe.get(), fx.store.get(), o);
+  Prefetcher p(&pipe, fx.store.get(), o);
   const auto v = fx.Version();
   CHECK(p.Submit(v, 5, 6) == 2);  // some units cached or queued already: skipped by the fill
   CHECK(p.Fill(v));
   CHECK_FALSE(p.Fill(v));  // already filling
+  {
+    std::lock_guard lk(gate_mu);
+    open = true;
+  }
+  gate_cv.notify_all();
   for (int i = 0; i < 30000 && (p.stats().filling != 0 || p.stats().held_bytes != 0); ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   const auto st = p.stats();
