@@ -353,6 +353,41 @@ TEST_CASE("a small directory read skewed is warmed while it fits in free space",
   CHECK(warmed(6) == 0);    // 6 MiB: they do not fit, nothing is proposed
 }
 
+TEST_CASE("a warm-up retries dropped prefetches pass after pass and ends when all is cached", "[engine]") {
+  // The prefetches of the first 200 reads are dropped (busy connections):
+  // four passes over the listing come to nothing. Later passes propose the
+  // files again until every one is cached; then the warm-up proposes nothing.
+  std::vector<ListedFile> files;
+  for (int i = 0; i < 400; ++i) {
+    char b[64];
+    std::snprintf(b, sizeof b, "inf/items/i_%04d.bin", i);
+    files.push_back({b, 16 << 10});
+  }
+  ListingFn listing = [&](std::string_view dir) -> const std::vector<ListedFile>* {
+    return dir == "inf/items/" ? &files : nullptr;
+  };
+  Harness h("igt", 64, *PolicyProfile("training"), listing);
+  h.tree.NoteListing("inf/items/", files.size());
+  std::mt19937 rng(3);
+  size_t proposed_at_end = 0;
+  for (int k = 0; k < 1500; ++k) {
+    const int i = std::min<int>(399, int(std::pow(400.0, std::uniform_real_distribution<>(0, 1)(rng))) - 1);
+    const std::string& p = files[i].path;
+    h.now_us += 1000;
+    h.tree.Record(h.now_us, 1, p, 0, 16 << 10, 16 << 10);
+    for (const auto& r : h.engine->OnRead(h.now_us, 1, p, 0, 16 << 10, 16 << 10)) {
+      if (k >= 1400) ++proposed_at_end;
+      if (k >= 200 && !h.engine->Contains(r.path + "#0"))
+        h.engine->OnInsert(r.path + "#0", r.path, 0, 16 << 10, true, h.now_us);
+    }
+    if (!h.engine->Contains(p + "#0")) h.engine->OnInsert(p + "#0", p, 0, 16 << 10, false, h.now_us);
+  }
+  size_t cached = 0;
+  for (const auto& f : files) cached += h.engine->Contains(f.path + "#0");
+  CHECK(cached == files.size());
+  CHECK(proposed_at_end == 0);
+}
+
 TEST_CASE("the first epoch over an image-folder layout prefetches items not read yet", "[engine]") {
   // ds/train/cNN/ (20 class directories of 90 files of 100 KiB, 176 MiB)
   // read once in shuffled order by 4 workers, 88 MiB of cache (refilled at

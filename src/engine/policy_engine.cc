@@ -28,10 +28,13 @@ constexpr double kEpochFullRatio = 0.5;
 constexpr uint64_t kEpochItemMaxUnits = 4;
 // Warm-up of a directory read at random or skewed whose files all fit in the
 // cache's free space (the first epoch of a small data set, the item files of
-// an inference server): files proposed per read, and passes over the
-// listing (a second pass retries files whose prefetch was dropped).
+// an inference server): files proposed per read, and at most this many
+// passes over the listing. A prefetch is dropped when the connections or the
+// prefetch budget are busy (a scan or a fill running at the same time), so a
+// pass retries the files still not cached; the warm-up ends with the first
+// pass that finds none to propose.
 constexpr size_t kWarmPerRead = 8;
-constexpr uint32_t kWarmPasses = 2;
+constexpr uint32_t kWarmPasses = 16;
 // "Protected" value of a sequential stream holding only its readahead
 // window (prefetched, unread units): it gives space only when nothing else can.
 constexpr double kWindowValue = 1e30;
@@ -140,10 +143,12 @@ struct PolicyEngine::Group {
   // dropped does not hold prefetching back for long.
   uint64_t epoch_inflight_bytes = 0;
   uint64_t consumed_cached_bytes = 0;  // cached units read since insert
-  // Warm-up (Warm): position in the directory's listing, passes done,
-  // whether it began (the whole directory fitted in free space).
+  // Warm-up (Warm): position in the directory's listing, passes done, files
+  // proposed in this pass, whether it began (the whole directory fitted in
+  // free space).
   size_t warm_cursor = 0;
   uint32_t warm_passes = 0;
+  uint64_t warm_pass_proposed = 0;
   bool warming = false;
   // SubtreeFiles of the directory when the stream was created (its items,
   // by path in files_, with their listed sizes), and their bytes.
@@ -561,7 +566,9 @@ void PolicyEngine::Warm(Group* g, std::vector<PrefetchRange>& plan) {
   while (n < kWarmPerRead) {
     if (g->warm_cursor >= l->size()) {
       g->warm_cursor = 0;
-      if (++g->warm_passes >= kWarmPasses) return;
+      // A pass with nothing to propose: every file is cached (or too large).
+      if (++g->warm_passes >= kWarmPasses || g->warm_pass_proposed == 0) g->warm_passes = kWarmPasses;
+      g->warm_pass_proposed = 0;
       break;
     }
     const auto& lf = (*l)[g->warm_cursor];
@@ -575,6 +582,7 @@ void PolicyEngine::Warm(Group* g, std::vector<PrefetchRange>& plan) {
     plan.push_back(std::move(r));
     room -= lf.size;
     ++n;
+    ++g->warm_pass_proposed;
   }
 }
 
