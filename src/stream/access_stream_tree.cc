@@ -540,6 +540,7 @@ void AccessStreamTree::RunTestLocked(Node* n, uint64_t now_us) {
     std::shared_lock lk(n->dir->mu);
     in.n_children = std::max<uint64_t>(n->dir->listed.load(std::memory_order_relaxed), n->dir->map.size());
     in.successor = SuccessorFn{n->dir.get(), &DirSucc};
+    in.subset_uniform = true;
     r = Detect(in, cfg_);
   } else {
     in.n_children = (n->file_size + cfg_.unit_bytes - 1) / cfg_.unit_bytes;

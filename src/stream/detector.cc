@@ -41,6 +41,15 @@ constexpr double kNormalMinVariance = 9.0;
 // samples (the textbook rule); below it, the collision test.
 constexpr double kChiSquareMinExpected = 5.0;
 
+// Uniform over a subset: when uniformity over all N children is rejected, a
+// window whose D distinct children each expect at least
+// kChiSquareMinExpected samples (the subset is seen whole) and that are at
+// least this many is tested again over those D alone. Reads spread evenly
+// over part of a directory (a training split listed in a manifest, some of
+// the classes of an image folder) are random, not skewed: no child is
+// hotter than another.
+constexpr uint64_t kSubsetMinChildren = 8;
+
 // H(N, s) = sum_{i=1..N} i^-s: exact for the first kExactTerms terms, then
 // the midpoint integral, whose error per term is about s(s+1) i^(-s-2) / 24:
 // summed beyond i = 64 it is below 1e-4 of H for s in [0, 8].
@@ -81,6 +90,7 @@ std::string_view TestKindName(TestKind k) {
     case TestKind::kBinomial: return "binomial";
     case TestKind::kChiSquare: return "chi_square";
     case TestKind::kCollision: return "collision";
+    case TestKind::kChiSquareSubset: return "chi_square_subset";
     case TestKind::kNone: break;
   }
   return "none";
@@ -210,6 +220,22 @@ DetectResult Detect(const DetectInput& in, const StreamConfig& cfg) {
 
   r.collision_prob = n >= 2 ? pairs / (nd * (nd - 1)) : 0.0;
   r.n_children = big_n;
+
+  // --- Uniform over the children read (a subset of the N). ---
+  if (in.subset_uniform && r.uniform_test != TestKind::kNone && r.uniform_p < alpha_each && distinct < big_n &&
+      distinct >= kSubsetMinChildren && nd >= kChiSquareMinExpected * static_cast<double>(distinct)) {
+    const double dd = static_cast<double>(distinct), expected = nd / dd;
+    double x2 = 0;
+    for (uint32_t c : counts) x2 += (c - expected) * (c - expected) / expected;
+    boost::math::chi_squared_distribution<double, NoThrow> chi(dd - 1);
+    const double p = Clean(boost::math::cdf(boost::math::complement(chi, x2)));
+    if (p >= alpha_each) {
+      r.uniform_test = TestKind::kChiSquareSubset;
+      r.uniform_stat = x2;
+      r.uniform_p = p;
+      r.n_children = distinct;
+    }
+  }
 
   // --- Decision. ---
   const double frac = r.steps > 0 ? static_cast<double>(r.next_steps) / r.steps : 0.0;

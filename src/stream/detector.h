@@ -12,8 +12,11 @@
 //   2. uniformity: Pearson chi-square when n/N >= 5, else a one-sided
 //      collision test on the number of distinct children (normal
 //      approximation with continuity correction when Var[D] >= 9, else a
-//      Poisson tail on the number of repeats). Rejected => skewed, with a
-//      Zipf exponent fitted by matching the observed collision rate.
+//      Poisson tail on the number of repeats). Rejected => tested again
+//      over the D children read, for a directory, if each of them expects
+//      >= 5 samples and D >= 8 (uniform over a subset: random); rejected
+//      there too => skewed,
+//      with a Zipf exponent fitted by matching the observed collision rate.
 //   3. unknown: too few samples, too few children, or "next" steps that beat
 //      chance but are below the floor (a mix of scan and something else).
 // Thread-safety: pure functions; scratch buffers are thread_local.
@@ -31,7 +34,9 @@ enum class Label : uint8_t { kUnknown = 0, kSequential, kRandom, kSkewed };
 std::string_view LabelName(Label l);
 
 // Which test produced `statistic` / `p_value`.
-enum class TestKind : uint8_t { kNone = 0, kBinomial, kChiSquare, kCollision };
+// kChiSquareSubset: chi-square over the D children read, after the test over
+// all N rejected (uniform over a subset).
+enum class TestKind : uint8_t { kNone = 0, kBinomial, kChiSquare, kCollision, kChiSquareSubset };
 std::string_view TestKindName(TestKind k);
 
 // Successor oracle: is child `b` within `gap` children after child `a` in the
@@ -52,6 +57,12 @@ struct DetectInput {
   // Fit the Zipf exponent of a skewed stream here (~tens of microseconds).
   // The tree passes false and fits lazily when the stream is reported.
   bool fit_zipf = true;
+  // Test uniformity again over the children read when it is rejected over
+  // all N (Detect). The tree sets it for directories: a training split is
+  // a subset of a directory's files read evenly. Not for the blocks of a
+  // file: a hot region read evenly is still a hot region (a random label
+  // would fetch the whole file in the background).
+  bool subset_uniform = false;
 };
 
 struct DetectResult {
