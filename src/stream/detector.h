@@ -9,7 +9,7 @@
 //   1. sequential: per reader (pid), the fraction of steps that go to a "next"
 //      child (forward by 1..gap), one-sided binomial test against chance
 //      p0 = gap/N, plus a floor on the fraction;
-//   2. uniformity: Pearson chi-square when n/N >= 5, else a one-sided
+//   2. uniformity: Pearson chi-square when n/N >= 2, else a one-sided
 //      collision test on the number of distinct children (normal
 //      approximation with continuity correction when Var[D] >= 9, else a
 //      Poisson tail on the number of repeats). Rejected => tested again
