@@ -50,6 +50,7 @@ struct StreamState {
   Label pending = Label::kUnknown;  // candidate new label (hysteresis)
   uint32_t pending_votes = 0;
   bool ever_labelled = false;
+  uint64_t cut_samples = 0;  // `samples` at the last change point (RunTestLocked)
   DetectResult shown;  // the test behind `label` (latest test while never labelled)
 
   const RingEntry& oldest(size_t i) const {  // i-th oldest valid entry
@@ -57,6 +58,13 @@ struct StreamState {
     return ring[(next + sz - count + i) % sz];
   }
 };
+
+// Change point (RunTestLocked): the newest samples tested apart from the
+// rest of the window. 64 is twice min_samples' default: enough for the
+// binomial test to see a scan (or its absence) at alpha/2, and a quarter of
+// the default window, so a phase change is seen after 64 samples instead of
+// the ~200 it takes to outvote a full window of the old phase.
+constexpr size_t kRecentSamples = 64;
 
 // Per-reader position in a file, to tell continuations from new visits.
 struct PidCursor {
@@ -532,21 +540,44 @@ void AccessStreamTree::RunTestLocked(Node* n, uint64_t now_us) {
     pids[i] = e.pid;
   }
   DetectInput in;
-  in.children = children;
-  in.pids = pids;
   in.fit_zipf = false;  // fitted when reported (InfoLocked), off the read path
-  DetectResult r;
+  std::shared_lock<std::shared_mutex> dir_lk;
   if (n->dir) {
-    std::shared_lock lk(n->dir->mu);
+    dir_lk = std::shared_lock(n->dir->mu);
     in.n_children = std::max<uint64_t>(n->dir->listed.load(std::memory_order_relaxed), n->dir->map.size());
     in.successor = SuccessorFn{n->dir.get(), &DirSucc};
     in.subset_uniform = true;
-    r = Detect(in, cfg_);
   } else {
     in.n_children = (n->file_size + cfg_.unit_bytes - 1) / cfg_.unit_bytes;
     in.successor = IndexSuccessor();
+  }
+  // Change point: the newest kRecentSamples alone say "scan" where the
+  // stream is labelled random or skewed, or the reverse (a weights file
+  // scanned, then faulted at random), or they carry a clear label where the
+  // whole window turned unknown (half one phase, half the next). The older
+  // samples describe a phase that is over: they are dropped, and the newest
+  // ones' test is the first vote for the new label (hysteresis as usual).
+  DetectResult r;
+  bool changed = false;
+  // One cut per phase: until kRecentSamples new samples came in after a
+  // cut, the older part of the window is the new phase's own.
+  if (s.ever_labelled && sz > detail::kRecentSamples && s.samples >= s.cut_samples + detail::kRecentSamples) {
+    in.children = std::span<const uint32_t>(children).last(detail::kRecentSamples);
+    in.pids = std::span<const uint32_t>(pids).last(detail::kRecentSamples);
+    r = Detect(in, cfg_);
+    changed = r.label != Label::kUnknown &&
+              (s.label == Label::kUnknown || (r.label == Label::kSequential) != (s.label == Label::kSequential));
+  }
+  if (changed) {
+    s.count = detail::kRecentSamples;
+    s.cut_samples = s.samples;
+    change_points_.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    in.children = children;
+    in.pids = pids;
     r = Detect(in, cfg_);
   }
+  if (dir_lk.owns_lock()) dir_lk.unlock();
   s.since_test = 0;
   s.last_test_us = now_us;
   // Hysteresis (see StreamConfig::hysteresis_tests).
@@ -760,6 +791,7 @@ TreeMemoryStats AccessStreamTree::Memory() const {
   m.cap_bytes = cfg_.memory_cap_bytes;
   m.pruned_nodes = pruned_.load();
   m.dropped_records = dropped_.load();
+  m.change_points = change_points_.load();
   m.bytes_per_node = m.nodes ? static_cast<double>(m.bytes - m.retired_bytes) / m.nodes : 0;
   return m;
 }

@@ -85,6 +85,7 @@ struct TreeMemoryStats {
   uint64_t cap_bytes = 0;
   uint64_t pruned_nodes = 0;    // since creation
   uint64_t dropped_records = 0; // accesses not fully recorded: cap reached
+  uint64_t change_points = 0;   // since creation: windows cut to their newest samples (RunTestLocked)
   double bytes_per_node = 0;    // bytes / nodes
 };
 
@@ -168,6 +169,7 @@ class AccessStreamTree {
   std::atomic<uint64_t> stream_nodes_{0};
   std::atomic<uint64_t> pruned_{0};
   std::atomic<uint64_t> dropped_{0};
+  std::atomic<uint64_t> change_points_{0};
   std::atomic<bool> want_prune_{false};  // a locked path was refused memory
 
   // Epoch-based reclamation: a reader registers in the current epoch's

@@ -33,6 +33,8 @@ ClassResult RunClass(Kind kind, uint64_t seed_base) {
     auto info = tree.Find(d.node_path());
     REQUIRE(info.has_value());
     REQUIRE(info->samples == kSamples);
+    // Streams of one pattern throughout: no phase change is seen.
+    if (kind != Kind::kMixed) CHECK(tree.Memory().change_points == 0);
     ++cr.total;
     ++cr.labels[info->label];
     if (info->label == Expected(kind)) ++cr.correct;

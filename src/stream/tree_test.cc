@@ -289,3 +289,33 @@ TEST_CASE("8 threads recording under a tight memory cap with concurrent pruning"
   CHECK(max_bytes.load() <= cfg.memory_cap_bytes);
   CHECK(tree.Memory().pruned_nodes > 0);
 }
+
+TEST_CASE("a phase change (scan, then random faults) relabels after the newest samples, not a whole window", "[tree]") {
+  // A 2 GiB weights file scanned in 1 MiB reads (256 blocks sampled, the
+  // whole window), then faulted at random. The newest 64 samples say
+  // "random" while the label is sequential: the older ones are dropped and
+  // two tests (64 + 16 samples) relabel it. Without the cut, ~200 faults
+  // were needed to outvote the scan. Then a scan again: back to sequential.
+  AccessStreamTree tree;
+  constexpr uint64_t kSize = 2048 * kMiB;
+  const std::string path = "models/w.safetensors";
+  uint64_t t = 0;
+  for (uint64_t b = 0; b < 300; ++b) tree.Record(t += 10, 1, path, b * kMiB, kMiB, kSize);
+  REQUIRE(tree.Find(path)->label == Label::kSequential);
+  std::mt19937 rng(5);
+  int faults = 0;
+  while (tree.Find(path)->label == Label::kSequential && faults < 400) {
+    const uint64_t b = std::uniform_int_distribution<uint64_t>(0, 2047)(rng);
+    tree.Record(t += 10, 1, path, b * kMiB + 4096, 4096, kSize);
+    ++faults;
+  }
+  CHECK(tree.Find(path)->label == Label::kRandom);
+  CHECK(faults <= 96);
+  CHECK(tree.Memory().change_points == 1);
+  int reads = 0;
+  for (uint64_t b = 1000; tree.Find(path)->label != Label::kSequential && reads < 400; ++b, ++reads)
+    tree.Record(t += 10, 1, path, b * kMiB, kMiB, kSize);
+  CHECK(tree.Find(path)->label == Label::kSequential);
+  CHECK(reads <= 96);
+  CHECK(tree.Memory().change_points == 2);
+}
