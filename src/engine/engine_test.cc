@@ -221,18 +221,22 @@ TEST_CASE("units cached before their file was labelled follow it to its stream",
   CHECK(item_bytes == 128 * kUnit);
 }
 
-TEST_CASE("a file read at random is filled whole if it fits in free space, else up to the free space",
+TEST_CASE("a file read at random or skewed is filled whole if it fits in free space, else up to the free space",
           "[engine]") {
   struct Fills {
     int whole = 0, partial = 0;
     uint64_t max_bytes = 0;
   };
-  auto fills = [](uint64_t cap_units, uint64_t file_units) {
+  auto fills = [](uint64_t cap_units, uint64_t file_units, bool skewed = false) {
     Harness h("igt", cap_units);
     std::mt19937 rng(5);
     Fills n;
     for (int i = 0; i < 400; ++i) {
-      const uint64_t u = rng() % file_units;
+      // Skewed: log-uniform over the units (unit k read ~ 1/k as often).
+      const uint64_t u =
+          skewed ? std::min<uint64_t>(file_units - 1,
+                                      uint64_t(std::pow(double(file_units), std::uniform_real_distribution<>(0, 1)(rng))) - 1)
+                 : rng() % file_units;
       h.now_us += 1000;
       h.tree.Record(h.now_us, 1, "models/w.bin", u * kUnit + 4096, 4096, file_units * kUnit);
       for (const auto& r : h.engine->OnRead(h.now_us, 1, "models/w.bin", u * kUnit + 4096, 4096, file_units * kUnit))
@@ -253,6 +257,13 @@ TEST_CASE("a file read at random is filled whole if it fits in free space, else 
   CHECK(big.whole == 0);  // larger than the cache: never whole
   CHECK(big.partial > 0);  // but up to the free space (proposed again on each read)
   CHECK(big.max_bytes == 128 * kUnit);
+  // Read skewed: also filled in part, up to the free space (the sub-units
+  // read so far take some of it).
+  const Fills skew = fills(128, 256, true);
+  CHECK(skew.whole == 0);
+  CHECK(skew.partial > 0);
+  CHECK(skew.max_bytes <= 128 * kUnit);
+  CHECK(skew.max_bytes >= 64 * kUnit);
 }
 
 TEST_CASE("a stream that stops is idle: it gives space first, and a file read at random fills it", "[engine]") {
@@ -317,36 +328,54 @@ TEST_CASE("a miss in a file read at random or skewed fetches sub-units, igt only
   CHECK(h.engine->cached_bytes() == 65536);
 }
 
-TEST_CASE("a small directory read skewed is warmed while it fits in free space", "[engine]") {
-  // 400 item files of 16 KiB read with Zipf popularity: once the directory
-  // is labelled skewed, reads propose its files not cached yet, in listing
-  // order, only if all of them fit in the free space.
+namespace {
+
+// 400 item files of 16 KiB in inf/items/, read one at a time by reader 1
+// with Zipf-like popularity (the warm-up tests).
+struct ItemDir {
   std::vector<ListedFile> files;
-  for (int i = 0; i < 400; ++i) {
-    char b[64];
-    std::snprintf(b, sizeof b, "inf/items/i_%04d.bin", i);
-    files.push_back({b, 16 << 10});
+  ItemDir() {
+    for (int i = 0; i < 400; ++i) {
+      char b[64];
+      std::snprintf(b, sizeof b, "inf/items/i_%04d.bin", i);
+      files.push_back({b, 16 << 10});
+    }
   }
-  auto warmed = [&](uint64_t cap_units) {
-    ListingFn listing = [&](std::string_view dir) -> const std::vector<ListedFile>* {
+  ListingFn Listing() const {
+    return [this](std::string_view dir) -> const std::vector<ListedFile>* {
       return dir == "inf/items/" ? &files : nullptr;
     };
-    Harness h("igt", cap_units, *PolicyProfile("training"), listing);
-    h.tree.NoteListing("inf/items/", files.size());
+  }
+  // One read: recorded in the tree, `on_plan` called on each range of the
+  // engine's plan, then the item inserted as a demand miss if not cached.
+  template <class OnPlan>
+  void Read(Harness& h, std::mt19937& rng, OnPlan on_plan) const {
+    const int i = std::min<int>(399, int(std::pow(400.0, std::uniform_real_distribution<>(0, 1)(rng))) - 1);
+    const std::string& p = files[i].path;
+    h.now_us += 1000;
+    h.tree.Record(h.now_us, 1, p, 0, 16 << 10, 16 << 10);
+    for (const auto& r : h.engine->OnRead(h.now_us, 1, p, 0, 16 << 10, 16 << 10)) on_plan(r);
+    if (!h.engine->Contains(p + "#0")) h.engine->OnInsert(p + "#0", p, 0, 16 << 10, false, h.now_us);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a small directory read skewed is warmed while it fits in free space", "[engine]") {
+  // Once the directory is labelled skewed, reads propose its files not
+  // cached yet, in listing order, only if all of them fit in the free space.
+  const ItemDir dir;
+  auto warmed = [&](uint64_t cap_units) {
+    Harness h("igt", cap_units, *PolicyProfile("training"), dir.Listing());
+    h.tree.NoteListing("inf/items/", dir.files.size());
     std::mt19937 rng(3);
     std::set<std::string> proposed;
-    for (int k = 0; k < 3000; ++k) {
-      const int i = std::min<int>(399, int(std::pow(400.0, std::uniform_real_distribution<>(0, 1)(rng))) - 1);
-      const std::string& p = files[i].path;
-      h.now_us += 1000;
-      h.tree.Record(h.now_us, 1, p, 0, 16 << 10, 16 << 10);
-      for (const auto& r : h.engine->OnRead(h.now_us, 1, p, 0, 16 << 10, 16 << 10)) {
+    for (int k = 0; k < 3000; ++k)
+      dir.Read(h, rng, [&](const PrefetchRange& r) {
         CHECK_FALSE(r.fill);
         proposed.insert(r.path);
         h.engine->OnInsert(r.path + "#0", r.path, 0, 16 << 10, true, h.now_us);
-      }
-      if (!h.engine->Contains(p + "#0")) h.engine->OnInsert(p + "#0", p, 0, 16 << 10, false, h.now_us);
-    }
+      });
     return proposed.size();
   };
   CHECK(warmed(64) > 200);  // 6.4 MB of items in 64 MiB: most are proposed
@@ -357,34 +386,20 @@ TEST_CASE("a warm-up retries dropped prefetches pass after pass and ends when al
   // The prefetches of the first 200 reads are dropped (busy connections):
   // four passes over the listing come to nothing. Later passes propose the
   // files again until every one is cached; then the warm-up proposes nothing.
-  std::vector<ListedFile> files;
-  for (int i = 0; i < 400; ++i) {
-    char b[64];
-    std::snprintf(b, sizeof b, "inf/items/i_%04d.bin", i);
-    files.push_back({b, 16 << 10});
-  }
-  ListingFn listing = [&](std::string_view dir) -> const std::vector<ListedFile>* {
-    return dir == "inf/items/" ? &files : nullptr;
-  };
-  Harness h("igt", 64, *PolicyProfile("training"), listing);
-  h.tree.NoteListing("inf/items/", files.size());
+  const ItemDir dir;
+  Harness h("igt", 64, *PolicyProfile("training"), dir.Listing());
+  h.tree.NoteListing("inf/items/", dir.files.size());
   std::mt19937 rng(3);
   size_t proposed_at_end = 0;
-  for (int k = 0; k < 1500; ++k) {
-    const int i = std::min<int>(399, int(std::pow(400.0, std::uniform_real_distribution<>(0, 1)(rng))) - 1);
-    const std::string& p = files[i].path;
-    h.now_us += 1000;
-    h.tree.Record(h.now_us, 1, p, 0, 16 << 10, 16 << 10);
-    for (const auto& r : h.engine->OnRead(h.now_us, 1, p, 0, 16 << 10, 16 << 10)) {
+  for (int k = 0; k < 1500; ++k)
+    dir.Read(h, rng, [&](const PrefetchRange& r) {
       if (k >= 1400) ++proposed_at_end;
       if (k >= 200 && !h.engine->Contains(r.path + "#0"))
         h.engine->OnInsert(r.path + "#0", r.path, 0, 16 << 10, true, h.now_us);
-    }
-    if (!h.engine->Contains(p + "#0")) h.engine->OnInsert(p + "#0", p, 0, 16 << 10, false, h.now_us);
-  }
+    });
   size_t cached = 0;
-  for (const auto& f : files) cached += h.engine->Contains(f.path + "#0");
-  CHECK(cached == files.size());
+  for (const auto& f : dir.files) cached += h.engine->Contains(f.path + "#0");
+  CHECK(cached == dir.files.size());
   CHECK(proposed_at_end == 0);
 }
 

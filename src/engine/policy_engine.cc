@@ -50,14 +50,13 @@ constexpr std::string_view kWindowStream = "(readahead)";
 // is fetched whole in the background (a fill): free space and idle
 // connections cost nothing, a loader faulting through a weights file at
 // random reads most of it, and every unit of a skewed embedding file holds
-// rows that will be asked for. A skewed file larger than the free space is
-// not filled in part: its cold units are worth less than what other streams
-// hold (in the e2e mix, filling the free space with a skewed table of 1 GB
-// pushed out what the other jobs read next: 490 MB of it was evicted
-// unread). A file read uniformly at random is: every unit is worth the
-// same to it, so it is filled as far as the free space and the space of
-// idle streams go (a partial fill, its limit recomputed on every read).
-// Smaller files are left to demand reads.
+// rows that will be asked for. A larger file is filled in part (its limit
+// recomputed on every read): a file read uniformly at random as far as the
+// free space and the space of idle streams go (every unit is worth the same
+// to it); a skewed one as far as the free space goes only, since its cold
+// units are worth less than what any stream holds. Fill units never read
+// are a skewed stream's first victims (LFU count 0), so others take the
+// space back first from them. Smaller files are left to demand reads.
 constexpr uint64_t kFillMinUnits = 16;
 // A stream that read at least this many times per allocation period and
 // then not once in a whole period has stopped (the job ended or paused):
@@ -530,8 +529,8 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
     if (n >= kFillMinUnits && missing > 0 && missing <= free_bytes) {
       f.fill_whole = true;
       limit = 0;
-    } else if (n >= kFillMinUnits && missing > 0 && fl == kRandom) {
-      const uint64_t room = free_bytes + IdleBytes(g);
+    } else if (n >= kFillMinUnits && missing > 0) {
+      const uint64_t room = free_bytes + (fl == kRandom ? IdleBytes(g) : 0);
       if (room >= kFillMinUnits * opts_.unit_bytes) limit = std::min(room, missing);
     }
     if (limit) {
