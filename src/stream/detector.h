@@ -61,7 +61,7 @@ struct DetectInput {
   // all N (Detect). The tree sets it for directories: a training split is
   // a subset of a directory's files read evenly. Not for the blocks of a
   // file: a hot region read evenly is still a hot region (a random label
-  // would fetch the whole file in the background).
+  // would value its cold units as much as the hot ones).
   bool subset_uniform = false;
 };
 
