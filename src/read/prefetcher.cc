@@ -134,7 +134,10 @@ bool Prefetcher::NextJobLocked(Job* job) {
   }
   // Readahead keeps two threads: background work never delays a reader's
   // readahead by more than the GETs already running.
-  const size_t max_running = std::max<size_t>(1, threads_.size() > 2 ? threads_.size() - 2 : 1);
+  // (From opts_, not threads_: workers run while the constructor still adds
+  // threads.)
+  const size_t threads = std::max<size_t>(1, opts_.threads);
+  const size_t max_running = threads > 2 ? threads - 2 : 1;
   if (bg_running_ >= max_running) return false;
   if (!bg_queue_.empty()) {
     *job = std::move(bg_queue_.front());

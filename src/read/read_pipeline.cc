@@ -24,6 +24,9 @@ struct ReadPipeline::Flight {
   std::shared_ptr<const char[]> buf;
   const char* data = nullptr;
   size_t size = 0;
+  // Led by Fetch (a prefetch): a reader that waited on it and saw it fail
+  // tries once itself, as if it had missed alone. Set before it is shared.
+  bool prefetch = false;
 };
 
 // A store unit (a whole unit or a sub-unit) this call is responsible for.
@@ -46,9 +49,28 @@ std::string ReadPipeline::FlightKey(const FileVersion& f, uint64_t index) const 
   return k;
 }
 
+void ReadPipeline::Unlist(const FileVersion& file, uint64_t index) {
+  std::lock_guard lk(mu_);
+  flights_.erase(FlightKey(file, index));
+}
+
 void ReadPipeline::AddNeed(const FileVersion& file, uint64_t index, uint64_t off, uint64_t len,
                            std::vector<Need>& needs) {
   std::lock_guard lk(mu_);
+  AddNeedLocked(file, index, off, len, needs);
+}
+
+bool ReadPipeline::AddSubNeed(const FileVersion& file, uint64_t unit, uint64_t index, uint64_t off,
+                              uint64_t len, std::vector<Need>& needs) {
+  std::lock_guard lk(mu_);
+  if (flights_.count(FlightKey(file, unit))) return false;
+  if (store_ && store_->Contains(UnitKey{file.key, file.etag, unit})) return false;  // came in since
+  AddNeedLocked(file, index, off, len, needs);
+  return true;
+}
+
+void ReadPipeline::AddNeedLocked(const FileVersion& file, uint64_t index, uint64_t off, uint64_t len,
+                                 std::vector<Need>& needs) {
   auto key = FlightKey(file, index);
   if (auto it = flights_.find(key); it != flights_.end()) {
     needs.push_back({index, off, len, it->second, false});
@@ -74,6 +96,7 @@ Status ReadPipeline::FetchRuns(const FileVersion& file, std::vector<Need>& needs
       if (!data) continue;  // fetched below instead (no exception may leave with flights open)
       auto hit = store_->Read(key, 0, n.len, data.get());
       if (!hit || *hit != n.len) continue;
+      Unlist(file, n.index);
       {
         std::lock_guard lk(n.flight->mu);
         n.flight->data = data.get();
@@ -82,10 +105,6 @@ Status ReadPipeline::FetchRuns(const FileVersion& file, std::vector<Need>& needs
         n.flight->done = true;
       }
       n.flight->cv.notify_all();
-      {
-        std::lock_guard lk(mu_);
-        flights_.erase(FlightKey(file, n.index));
-      }
       n.leader = false;
     }
   }
@@ -140,6 +159,7 @@ Status ReadPipeline::FetchRuns(const FileVersion& file, std::vector<Need>& needs
         if (store_) (void)store_->Put(UnitKey{file.key, file.etag, needs[k].index}, {unit_data, needs[k].len});
       }
       auto& fl = needs[k].flight;
+      Unlist(file, needs[k].index);
       {
         std::lock_guard lk(fl->mu);
         fl->status = r.st;
@@ -151,8 +171,6 @@ Status ReadPipeline::FetchRuns(const FileVersion& file, std::vector<Need>& needs
         fl->done = true;
       }
       fl->cv.notify_all();
-      std::lock_guard lk(mu_);
-      flights_.erase(FlightKey(file, needs[k].index));
     }
     if (!r.st.ok() && first_error.ok()) first_error = r.st;
     r.buf.reset();  // the flights keep it while they are read
@@ -231,40 +249,69 @@ Result<size_t> ReadPipeline::Read(const FileVersion& file, uint64_t offset, size
       AddNeed(file, u, ustart, std::min(U, file.size - ustart), needs);
       continue;
     }
+    // A whole-unit prefetch may start between the check above and our
+    // first sub-unit flight: AddSubNeed sees it under the same lock that
+    // registers ours, and then the rest of the unit waits for it instead.
+    std::optional<uint64_t> whole_from;
     ForEachSubUnit(from, to, *sub, [&](uint64_t idx, uint64_t p) {
+      if (whole_from) return;
       const uint64_t a = std::max(from, p), b = std::min(to, p + *sub);
       if (hit(idx, p, a, b)) return;
-      miss(b - a);
-      AddNeed(file, idx, p, std::min(*sub, file.size - p), needs);
+      if (AddSubNeed(file, u, idx, p, std::min(*sub, file.size - p), needs)) {
+        miss(b - a);
+        return;
+      }
+      whole_from = a;
     });
+    if (whole_from) {
+      miss(to - *whole_from);
+      AddNeed(file, u, ustart, std::min(U, file.size - ustart), needs);
+    }
   }
   if (needs.empty()) return static_cast<size_t>(end - offset);
 
+  // Copies every needed piece's bytes (ours and those fetched by other
+  // threads) into `out`; the first failure goes to `st`. A piece whose
+  // prefetch failed goes to `retry` when given (the backend's own retries
+  // were the prefetch's, not this reader's).
+  auto collect = [&](std::vector<Need>& ns, Status& st, std::vector<Need>* retry) {
+    for (auto& n : ns) {
+      std::unique_lock lk(n.flight->mu);
+      n.flight->cv.wait(lk, [&] { return n.flight->done; });
+      if (!n.flight->status.ok()) {
+        if (retry && !n.leader && n.flight->prefetch && n.flight->status.code() != Code::kChanged) {
+          retry->push_back({n.index, n.off, n.len, nullptr, false});
+        } else if (st.ok()) {
+          st = n.flight->status;
+        }
+        continue;
+      }
+      const uint64_t from = std::max(offset, n.off), to = std::min(end, n.off + n.len);
+      // A piece another fetch brought in (a prefetch the reader caught up
+      // with): read it from the store once inserted, so the store and the
+      // policy engine see the read (else a prefetched unit read this way stays
+      // "unread" for the engine and holds readahead room until evicted).
+      if (!n.leader && store_) {
+        lk.unlock();
+        auto got = store_->Read(UnitKey{file.key, file.etag, n.index}, from - n.off, to - from, out + (from - offset));
+        if (got && *got == to - from) continue;
+        lk.lock();
+      }
+      if (n.flight->size < to - n.off) {
+        if (st.ok()) st = Status::Internal("short unit in flight");
+        continue;
+      }
+      std::memcpy(out + (from - offset), n.flight->data + (from - n.off), to - from);
+    }
+  };
   Status st = FetchRuns(file, needs, /*demand=*/true);
-  // Copy every needed piece's bytes (ours and those fetched by other threads).
-  for (auto& n : needs) {
-    std::unique_lock lk(n.flight->mu);
-    n.flight->cv.wait(lk, [&] { return n.flight->done; });
-    if (!n.flight->status.ok()) {
-      if (st.ok()) st = n.flight->status;
-      continue;
-    }
-    const uint64_t from = std::max(offset, n.off), to = std::min(end, n.off + n.len);
-    // A piece another fetch brought in (a prefetch the reader caught up
-    // with): read it from the store once inserted, so the store and the
-    // policy engine see the read (else a prefetched unit read this way stays
-    // "unread" for the engine and holds readahead room until evicted).
-    if (!n.leader && store_) {
-      lk.unlock();
-      auto got = store_->Read(UnitKey{file.key, file.etag, n.index}, from - n.off, to - from, out + (from - offset));
-      if (got && *got == to - from) continue;
-      lk.lock();
-    }
-    if (n.flight->size < to - n.off) {
-      if (st.ok()) st = Status::Internal("short unit in flight");
-      continue;
-    }
-    std::memcpy(out + (from - offset), n.flight->data + (from - n.off), to - from);
+  std::vector<Need> failed;
+  collect(needs, st, &failed);
+  if (st.ok() && !failed.empty()) {
+    std::vector<Need> again;
+    for (const auto& n : failed) AddNeed(file, n.index, n.off, n.len, again);
+    st = FetchRuns(file, again, /*demand=*/true);
+    collect(again, st, nullptr);
   }
   if (!st.ok()) return Err(st);
   return static_cast<size_t>(end - offset);
@@ -283,22 +330,22 @@ Status ReadPipeline::Fetch(const FileVersion& file, uint64_t first_unit, uint64_
   for (uint64_t u = first_unit; u <= last_unit; ++u) {
     if (store_ && store_->Contains(UnitKey{file.key, file.etag, u})) continue;
     const uint64_t ustart = u * U, uend = std::min(file.size, ustart + U);
-    bool sub_cached = false;
-    if (subs && store_)
-      ForEachSubUnit(ustart, uend, sub, [&](uint64_t idx, uint64_t) {
-        sub_cached = sub_cached || store_->Contains(UnitKey{file.key, file.etag, idx});
-      });
-    if (sub_cached) continue;
     std::lock_guard lk(mu_);
     auto key = FlightKey(file, u);
     if (flights_.count(key)) continue;  // someone is already fetching it
-    bool sub_in_flight = false;
+    // Sub-units in flight, then cached, under mu_: a reader's sub-unit
+    // flight is registered under mu_ (AddSubNeed, which then sees ours) and
+    // ends after its Put, so one not in flight now is either cached now or
+    // not started.
+    bool sub_taken = false;
     if (subs)
       ForEachSubUnit(ustart, uend, sub, [&](uint64_t idx, uint64_t) {
-        sub_in_flight = sub_in_flight || flights_.count(FlightKey(file, idx)) != 0;
+        sub_taken = sub_taken || flights_.count(FlightKey(file, idx)) != 0 ||
+                    (store_ && store_->Contains(UnitKey{file.key, file.etag, idx}));
       });
-    if (sub_in_flight) continue;
+    if (sub_taken) continue;
     auto fl = std::make_shared<Flight>();
+    fl->prefetch = true;
     flights_.emplace(key, fl);
     needs.push_back({u, u * U, std::min(U, file.size - u * U), fl, true});
   }

@@ -10,9 +10,12 @@
 //    aligned pieces the read covers (block_store.h, SubUnitIndex). A whole
 //    unit already being fetched (readahead, fill) is waited for instead,
 //    and Fetch (prefetch) leaves alone a unit with sub-units cached or in
-//    flight: each byte is fetched once.
+//    flight: each byte is fetched once. Each side's check and the
+//    registration of its own flights are one step under mu_, so a reader
+//    and a prefetch arriving at the same unit together cannot both fetch it.
 //  - Misses are single-flight: a unit already being fetched by another thread
-//    is waited for, not fetched again.
+//    is waited for, not fetched again. A reader whose wait ends in a failed
+//    prefetch fetches the unit itself, once (the retries were the prefetch's).
 //  - The units this call must fetch itself are grouped into runs of adjacent
 //    units, each run one ranged GET of at most `max_request_bytes`, checked
 //    against the object's ETag; each fetched unit is inserted into the store.
@@ -80,17 +83,28 @@ class ReadPipeline {
   // once); else a prefetch (one GET per run, in turn).
   Status FetchRuns(const FileVersion& file, std::vector<Need>& lead, bool demand);
   std::string FlightKey(const FileVersion& f, uint64_t index) const;
+  // Takes store unit `index`'s flight out of the table, before it is marked
+  // done: whoever looks after that starts a new one (a reader retrying a
+  // failed prefetch must not join the failed flight again).
+  void Unlist(const FileVersion& file, uint64_t index);
   // Joins the flight of store unit `index` (bytes [off, off+len) of `file`)
-  // or starts one; under mu_.
+  // or starts one; takes mu_ (AddNeedLocked: the caller holds it).
   void AddNeed(const FileVersion& file, uint64_t index, uint64_t off, uint64_t len,
                std::vector<Need>& needs);
+  void AddNeedLocked(const FileVersion& file, uint64_t index, uint64_t off, uint64_t len,
+                     std::vector<Need>& needs);
+  // AddNeed for sub-unit `index` of unit `unit`, unless that whole unit is
+  // in flight or cached: then false, nothing added (the caller needs the
+  // whole unit instead). One step under mu_, against Fetch's check.
+  bool AddSubNeed(const FileVersion& file, uint64_t unit, uint64_t index, uint64_t off,
+                  uint64_t len, std::vector<Need>& needs);
 
   Backend* backend_;
   BlockStore* store_;
   Metrics* metrics_;
   Options opts_;
 
-  std::mutex mu_;  // guards flights_; never held across I/O
+  std::mutex mu_;  // guards flights_; never held across I/O (store lookups only)
   std::unordered_map<std::string, std::shared_ptr<Flight>> flights_;
 };
 

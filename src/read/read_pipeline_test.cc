@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <atomic>
+#include <functional>
 #include <filesystem>
 #include <random>
 #include <thread>
@@ -279,6 +280,49 @@ class CountingLru final : public EvictionPolicy {
 };
 }  // namespace
 
+namespace {
+// A prefetch of unit 1 of `v` (64 KiB units) whose GET waits at a gate
+// until a reader of out.size() bytes in that unit has joined its flight;
+// then `before_release` runs and the gate opens. Catch2's assertions are
+// not thread-safe: the threads only keep their results, returned here.
+struct JoinedRead {
+  bool fetched;
+  Result<size_t> n;
+};
+JoinedRead ReadJoiningPrefetch(ReadPipeline& pipe, FaultInjectingBackend& fb, const Metrics& metrics,
+                               const FileVersion& v, std::vector<char>& out,
+                               const std::function<void()>& before_release) {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool release = false, entered = false;
+  fb.SetBeforeCall([&](auto, const std::string&) {
+    std::unique_lock lk(mu);
+    entered = true;
+    cv.notify_all();
+    cv.wait(lk, [&] { return release; });
+  });
+  bool fetched = false;
+  std::thread prefetch([&] { fetched = pipe.Fetch(v, 1, 1).ok(); });
+  {
+    std::unique_lock lk(mu);  // the prefetch leads the flight before the reader comes
+    cv.wait(lk, [&] { return entered; });
+  }
+  Result<size_t> n = size_t{0};
+  std::thread reader([&] { n = pipe.Read(v, (64 << 10) + 100, out.size(), out.data()); });
+  while (metrics.singleflight_waits.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  before_release();
+  {
+    std::lock_guard lk(mu);
+    release = true;
+  }
+  cv.notify_all();
+  prefetch.join();
+  reader.join();
+  fb.SetBeforeCall({});  // the hook refers to this frame
+  return {fetched, std::move(n)};
+}
+}  // namespace
+
 TEST_CASE("a reader that joins a prefetch in flight is seen by the store as a read") {
   // Else the policy engine never learns that a prefetched unit was read: it
   // stays "unread", holds readahead room and ends up counted as waste.
@@ -295,35 +339,12 @@ TEST_CASE("a reader that joins a prefetch in flight is seen by the store as a re
   const std::string data = Pattern(256 << 10, 21);
   f.mem->Put("w", data);
   auto v = f.Version("w");
-  std::mutex mu;
-  std::condition_variable cv;
-  bool release = false, entered = false;
-  f.fb->SetBeforeCall([&](auto, const std::string&) {
-    std::unique_lock lk(mu);
-    entered = true;
-    cv.notify_all();
-    cv.wait(lk, [&] { return release; });
-  });
-  std::thread prefetch([&] { CHECK(pipe.Fetch(v, 1, 1).ok()); });
-  {
-    std::unique_lock lk(mu);  // the prefetch leads the flight before the reader comes
-    cv.wait(lk, [&] { return entered; });
-  }
   // The reader joins the fetch of unit 1 (single-flight), then it completes.
   std::vector<char> out(4096);
-  std::thread reader([&] {
-    auto n = pipe.Read(v, (64 << 10) + 100, out.size(), out.data());
-    REQUIRE(n.has_value());
-    CHECK(*n == out.size());
-  });
-  while (f.metrics.singleflight_waits.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  {
-    std::lock_guard lk(mu);
-    release = true;
-  }
-  cv.notify_all();
-  prefetch.join();
-  reader.join();
+  auto [fetched, n] = ReadJoiningPrefetch(pipe, *f.fb, f.metrics, v, out, [] {});
+  CHECK(fetched);
+  REQUIRE(n.has_value());
+  CHECK(*n == out.size());
   CHECK(std::equal(out.begin(), out.end(), data.begin() + (64 << 10) + 100));
   CHECK(reads.load() == 1);
   f.fb->Reset();
@@ -375,4 +396,73 @@ TEST_CASE("a read with more runs than kMaxParallelRuns fetches them all, in batc
   CHECK(std::equal(out.begin(), out.end(), data.begin()));
   CHECK(f.fb->counts().reads == 8);
   STATIC_REQUIRE(ReadPipeline::kMaxParallelRuns < 8);
+}
+
+TEST_CASE("a sub-unit miss racing a whole-unit prefetch of its unit: each byte is fetched once") {
+  // The reader's check for a whole flight and the registration of its
+  // sub-unit flights are one step, and so are the prefetch's check for
+  // sub-units (cached or in flight) and the registration of its whole
+  // flight: whichever comes first, the other waits for it or leaves the
+  // unit alone. Many rounds, the two started together on a fresh unit.
+  constexpr uint64_t kUnit = 16 << 10, kSub = 4 << 10;
+  constexpr int kRounds = 400;
+  Fixture f(true, kUnit, 1 << 20);
+  f.pipe = std::make_unique<ReadPipeline>(
+      f.fb.get(), f.store.get(), &f.metrics,
+      ReadPipeline::Options{.unit_size = kUnit, .max_request_bytes = 1 << 20,
+                            .sub_unit_bytes = [&](const FileVersion&) { return kSub; }});
+  const std::string data = Pattern(kRounds * kUnit, 31);
+  f.mem->Put("race", data);
+  auto v = f.Version("race");
+  int twice = 0;
+  for (int r = 0; r < kRounds; ++r) {
+    const uint64_t before = f.metrics.backend_get_bytes.load();
+    const uint64_t off = r * kUnit + (r % 4) * kSub + 10;
+    std::atomic<int> ready{0};
+    std::vector<char> out(100);
+    Result<size_t> n = size_t{0};
+    std::thread reader([&] {  // no Catch2 assertion here: not thread-safe
+      ready.fetch_add(1);
+      while (ready.load() < 2) {}
+      n = f.pipe->Read(v, off, out.size(), out.data());
+    });
+    ready.fetch_add(1);
+    while (ready.load() < 2) {}
+    CHECK(f.pipe->Fetch(v, r, r).ok());
+    reader.join();
+    REQUIRE(n.has_value());
+    CHECK(*n == out.size());
+    CHECK(std::equal(out.begin(), out.end(), data.begin() + off));
+    const uint64_t got = f.metrics.backend_get_bytes.load() - before;
+    if (got != kSub && got != kUnit) ++twice;
+  }
+  CHECK(twice == 0);
+}
+
+TEST_CASE("a reader that waited on a prefetch that failed fetches the unit itself, once") {
+  // The backend's retries were the prefetch's: the reader, which never asked
+  // the backend, gets its own attempt before an error reaches it.
+  Fixture f(true);
+  const std::string data = Pattern(256 << 10, 41);
+  f.mem->Put("w", data);
+  auto v = f.Version("w");
+  std::vector<char> out(4096);
+  auto [fetched, n] = ReadJoiningPrefetch(*f.pipe, *f.fb, f.metrics, v, out, [&] {
+    f.fb->FailNext(1, Code::kIoError, FaultInjectingBackend::kRead);  // the prefetch's GET, once released
+  });
+  CHECK_FALSE(fetched);
+  REQUIRE(n.has_value());
+  CHECK(*n == out.size());
+  CHECK(std::equal(out.begin(), out.end(), data.begin() + (64 << 10) + 100));
+  CHECK(f.fb->counts().reads == 2);
+
+  SECTION("a reader's own failed fetch is not tried again by the pipeline (the backend retried it)") {
+    f.fb->Reset();
+    f.fb->ResetCounts();
+    f.mem->Put("x", data);
+    auto x = f.Version("x");
+    f.fb->FailNext(1, Code::kIoError, FaultInjectingBackend::kRead);
+    CHECK_FALSE(f.pipe->Read(x, 0, 100, out.data()).has_value());
+    CHECK(f.fb->counts().reads == 1);
+  }
 }
