@@ -514,6 +514,123 @@ overrides:
   CHECK(h.ratio() == 1.0);
 }
 
+// The JSON of stream `key` in the engine's stats (fails the test if absent).
+nlohmann::json StreamJson(Harness& h, const std::string& key) {
+  const auto j = ToJson(h.engine->Stats());
+  for (const auto& st : j["streams"])
+    if (st["stream"] == key) return st;
+  FAIL("no stream " << key << " in " << j.dump());
+  return {};
+}
+
+PolicyFile SkewedPrefix(const std::string& extra = "") {
+  auto pf = ParsePolicyFile("overrides:\n  - {prefix: \"emb/\", pattern: skewed}\n" + extra, "t.yaml");
+  REQUIRE(pf.has_value());
+  return *pf;
+}
+
+TEST_CASE("a reload keeps the state of a stream whose module is unchanged", "[engine][reload]") {
+  // 32 hot units read 5 times, 32 cold ones once. After a reload with the
+  // same file the first 16 victims must all be cold (rebuilt, the module
+  // would see every unit as read the same number of times).
+  Harness h("igt", 64, SkewedPrefix());
+  for (int r = 0; r < 5; ++r)
+    for (int i = 0; i < 32; ++i) h.Read("emb/e.bin", i, 1024, false);
+  for (int i = 32; i < 64; ++i) h.Read("emb/e.bin", i, 1024, false);
+  REQUIRE(h.engine->SetPolicyFile(SkewedPrefix()).ok());
+  for (int k = 0; k < 16; ++k) {
+    auto v = h.engine->PickVictim(h.now_us);
+    REQUIRE(v.has_value());
+    CHECK(std::stoi(v->substr(v->find('#') + 1)) >= 32);
+    h.engine->OnRemove(*v);
+  }
+  // A changed module is rebuilt, every unit handed over.
+  REQUIRE(h.engine->SetPolicyFile(*ParsePolicyFile(
+      "patterns: {skewed: {eviction: lru}}\noverrides:\n  - {prefix: \"emb/\", pattern: skewed}\n", "t.yaml")).ok());
+  CHECK(StreamJson(h, "emb/")["eviction"] == "lru");
+  CHECK(StreamJson(h, "emb/")["cached_units"] == 48);
+}
+
+TEST_CASE("a skewed stream that stops loses value at its half-life, idle or not", "[engine]") {
+  // Five reads a second (too few to count as idle when it stops), then
+  // nothing for five half-lives (60 s each in the training profile).
+  Harness h("igt", 64, SkewedPrefix());
+  for (int i = 0; i < 40; ++i) {
+    h.now_us += 200'000;
+    h.Read("emb/e.bin", i % 8, 1024, false);
+  }
+  h.now_us += 1'100'000;
+  h.Read("other/a.bin", 0, 1, false);  // an allocation: values recomputed
+  const double v0 = StreamJson(h, "emb/")["value"];
+  REQUIRE(v0 > 0);
+  for (int t = 0; t < 300; ++t) {  // another stream goes on: an allocation a second
+    h.now_us += 1'000'000;
+    h.Read("other/a.bin", 0, 1, false);
+  }
+  const double v1 = StreamJson(h, "emb/")["value"];
+  INFO(StreamJson(h, "emb/").dump());
+  CHECK(v1 < v0 / 16);
+  CHECK(v1 > v0 / 64);
+}
+
+TEST_CASE("an override without a pattern keeps its stream's label on reads of unlabelled paths", "[engine]") {
+  auto pf = ParsePolicyFile("overrides:\n  - {prefix: \"models/\", pin: true}\n", "t.yaml");
+  REQUIRE(pf.has_value());
+  Harness h("igt", 256, *pf);
+  for (int i = 0; i < 64; ++i) h.Read("models/m/weights.bin", i, 128, false);
+  const std::string label = StreamJson(h, "models/")["pattern"];
+  REQUIRE(label == "sequential");
+  for (int i = 64; i < 80; ++i) {
+    h.Read("models/m/config.json", 0, 1, false);  // never labelled: one unit, read again and again
+    CHECK(StreamJson(h, "models/")["pattern"] == label);
+    h.Read("models/m/weights.bin", i, 128, false);
+  }
+}
+
+TEST_CASE("a whole fill the prefetcher did not finish is proposed again after 10 s", "[engine]") {
+  Harness h("igt", 256);
+  std::mt19937 rng(5);
+  int whole = 0;
+  auto read = [&] {
+    h.now_us += 1000;
+    const uint64_t u = rng() % 64;
+    h.tree.Record(h.now_us, 1, "r/r.bin", u * kUnit, 4096, 64 * kUnit);
+    for (const auto& r : h.engine->OnRead(h.now_us, 1, "r/r.bin", u * kUnit, 4096, 64 * kUnit))
+      if (r.fill && r.fill_bytes == 0) ++whole;  // dropped: refused by the executor
+  };
+  for (int k = 0; k < 2000; ++k) read();
+  REQUIRE(whole == 1);  // proposed once the file was labelled random
+  h.now_us += 10'000'000;
+  read();
+  CHECK(whole == 2);
+  for (int k = 0; k < 100; ++k) read();
+  CHECK(whole == 2);
+}
+
+TEST_CASE("a warm-up passes over a large file it has no room for", "[engine]") {
+  // inf/items/ lists a 20 MiB file first, then 400 items of 16 KiB. The
+  // warm-up begins with 64 MiB free; its first prefetches are dropped. Then
+  // another stream takes 50 MiB: 14 MiB stay free, room for every item but
+  // not for the large file, which a warm-up never proposes anyway.
+  const ItemDir dir;
+  std::vector<ListedFile> listing{{"inf/items/a_big.bin", 20 << 20}};
+  listing.insert(listing.end(), dir.files.begin(), dir.files.end());
+  Harness h("igt", 64, *PolicyProfile("training"), [&](std::string_view d) -> const std::vector<ListedFile>* {
+    return d == "inf/items/" ? &listing : nullptr;
+  });
+  h.tree.NoteListing("inf/items/", listing.size());
+  std::mt19937 rng(3);
+  for (int k = 0; k < 300; ++k) dir.Read(h, rng, [](const PrefetchRange&) {});
+  for (int i = 0; i < 50; ++i) h.Insert("other/x.bin", i, false);
+  for (int k = 0; k < 1500; ++k)
+    dir.Read(h, rng, [&](const PrefetchRange& r) {
+      if (!h.engine->Contains(r.path + "#0")) h.engine->OnInsert(r.path + "#0", r.path, 0, 16 << 10, true, h.now_us);
+    });
+  size_t cached = 0;
+  for (const auto& f : dir.files) cached += h.engine->Contains(f.path + "#0");
+  CHECK(cached == dir.files.size());
+}
+
 TEST_CASE("unknown policy names list the known ones", "[engine]") {
   stream::AccessStreamTree tree;
   EngineOptions o;

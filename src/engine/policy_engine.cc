@@ -58,6 +58,9 @@ constexpr std::string_view kWindowStream = "(readahead)";
 // are a skewed stream's first victims (LFU count 0), so others take the
 // space back first from them. Smaller files are left to demand reads.
 constexpr uint64_t kFillMinUnits = 16;
+// A whole fill not done after this long is proposed again (the prefetcher's
+// retry wait after a failed fill GET is as long: Prefetcher::fill_retry_after).
+constexpr uint64_t kWholeFillRecheckUs = 10'000'000;
 // A stream that read at least this many times per allocation period and
 // then not once in a whole period has stopped (the job ended or paused):
 // it is idle, worth nothing, until its next read. Its rate would take
@@ -94,7 +97,8 @@ struct PolicyEngine::FileRec {
   bool epoch_planned = false;
   // A fill was planned: whole (a random-access file fitting in free space)
   // or partial (a file read uniformly at random, into free and idle space).
-  bool fill_planned = false, fill_whole = false;
+  bool fill_planned = false;
+  uint64_t fill_whole_us = 0;  // when a whole fill was last proposed (0: never)
   // Proposed by a directory warm-up (Warm): takes free space only.
   bool warm_planned = false;
 };
@@ -129,6 +133,7 @@ struct PolicyEngine::Group {
   double read_rate = 0;        // EWMA of reads per second
   bool idle = false;           // busy, then silent for a whole period (kBusyReads)
   double half_life_ms = 0;     // lfu ageing, for the skewed value
+  uint64_t module_us = 0;      // the latest clock the module was given (its weights' "now")
   // Known items (files) and their bytes: the stream's working set.
   uint64_t ws_bytes = 0;
   std::vector<const std::string*> items;
@@ -309,6 +314,7 @@ void PolicyEngine::SetLabel(Group* g, int label) {
     g->module->OnInsertUnit(id, u.bytes, 0, UnitMeta{.position = (f.rank << 32) | u.index, .prefetched = u.prefetched_unread, .now_us = now_us_});
     if (u.consumed) g->module->OnAccessAt(id, now_us_);
   }
+  g->module_us = now_us_;
 }
 
 PolicyEngine::Group* PolicyEngine::GroupFor(std::string_view path, uint64_t now_us, int* prefetch_label,
@@ -347,9 +353,19 @@ PolicyEngine::Group* PolicyEngine::GroupFor(std::string_view path, uint64_t now_
   if (path.find('/') == std::string_view::npos) *dir_label = labelled("/");
   *prefetch_label = lowest;
   if (ov) {
-    const int l = ov->pattern >= 0 ? ov->pattern : top_label;
-    if (ov->pattern >= 0) *prefetch_label = ov->pattern;
-    return GetGroup(ov->prefix.empty() ? std::string("=") : ov->prefix, l, ov);
+    const std::string key = ov->prefix.empty() ? std::string("=") : ov->prefix;
+    int l = ov->pattern;
+    if (ov->pattern >= 0) {
+      *prefetch_label = ov->pattern;
+    } else {
+      // One stream for the whole prefix: the prefix's own label when the
+      // tree has one, else the path's; a read of a path not labelled yet
+      // keeps the label the stream has (each change rebuilds its module).
+      l = ov->prefix.empty() ? kUnknown : labelled(ov->prefix);
+      if (l == kUnknown) l = top_label;
+      if (auto it = groups_.find(key); l == kUnknown && it != groups_.end()) l = it->second->label;
+    }
+    return GetGroup(key, l, ov);
   }
   if (top_key.empty()) return GetGroup("?" + ParentDir(path), kUnknown, nullptr);
   return GetGroup(top_key, top_label, nullptr);
@@ -521,13 +537,17 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
   ctx.unread_items = [this, g](size_t n) { return UnreadItems(g, n); };
   prefetch_[module]->Plan(ctx, plan);
   TrimPlan(plan);
-  if ((fl == kRandom || fl == kSkewed) && !f.fill_whole && !(ov && (ov->never_cache || ov->pattern >= 0))) {
+  // A whole fill is proposed once, then again every kWholeFillRecheckUs
+  // while the file is not all cached: the executor may have refused it (too
+  // many fills under way) or given up on a failed GET.
+  const bool whole_pending = f.fill_whole_us != 0 && now_us_ - f.fill_whole_us < kWholeFillRecheckUs;
+  if ((fl == kRandom || fl == kSkewed) && !whole_pending && !(ov && (ov->never_cache || ov->pattern >= 0))) {
     const uint64_t n = UnitsOf(file_size);
     const uint64_t missing = file_size - std::min(file_size, f.cached_bytes);
     const uint64_t free_bytes = FreeBytes();
     std::optional<uint64_t> limit;  // 0: the whole file
     if (n >= kFillMinUnits && missing > 0 && missing <= free_bytes) {
-      f.fill_whole = true;
+      f.fill_whole_us = std::max<uint64_t>(1, now_us_);
       limit = 0;
     } else if (n >= kFillMinUnits && missing > 0) {
       const uint64_t room = free_bytes + (fl == kRandom ? IdleBytes(g) : 0);
@@ -571,10 +591,15 @@ void PolicyEngine::Warm(Group* g, std::vector<PrefetchRange>& plan) {
       break;
     }
     const auto& lf = (*l)[g->warm_cursor];
+    FileRec& f = files_.find(*lf.path)->second;  // entered when the stream was created
+    // Skipped first: a cached or large file (a directory's index) must not
+    // hold the cursor for lack of room it will never take.
+    if (f.cached_units > 0 || lf.size == 0 || lf.size > kEpochItemMaxUnits * opts_.unit_bytes) {
+      ++g->warm_cursor;
+      continue;
+    }
     if (lf.size > room) return;  // no room now: stop here, retry on a later read
     ++g->warm_cursor;
-    FileRec& f = files_.find(*lf.path)->second;  // entered when the stream was created
-    if (f.cached_units > 0 || lf.size == 0 || lf.size > kEpochItemMaxUnits * opts_.unit_bytes) continue;
     f.warm_planned = true;
     PrefetchRange r{*lf.path, lf.size, 0, UnitsOf(lf.size) - 1};
     r.background = true;
@@ -707,6 +732,7 @@ void PolicyEngine::OnInsert(const std::string& id, std::string_view path, uint64
   }
   units_.emplace(id, u);
   g->module->OnInsertUnit(id, bytes, 0, UnitMeta{.position = (f.rank << 32) | unit_index, .prefetched = prefetched, .now_us = now_us_});
+  g->module_us = now_us_;
   g->bytes += bytes;
   ++g->units;
   cached_bytes_ += bytes;
@@ -759,6 +785,7 @@ void PolicyEngine::OnHit(const std::string& id, uint64_t bytes, uint64_t now_us)
     g->read_cached_bytes += u.bytes;
   }
   g->module->OnAccessAt(id, now_us_);
+  g->module_us = now_us_;
 }
 
 void PolicyEngine::MoveUnit(const std::string& id, Unit& u, const FileRec& f) {
@@ -776,6 +803,7 @@ void PolicyEngine::MoveUnit(const std::string& id, Unit& u, const FileRec& f) {
   u.g = to;
   to->module->OnInsertUnit(id, u.bytes, 0,
                           UnitMeta{(f.rank << 32) | u.index, u.prefetched_unread, now_us_, *u.path, u.index});
+  to->module_us = now_us_;
   to->bytes += u.bytes;
   ++to->units;
 }
@@ -800,9 +828,15 @@ void PolicyEngine::OnRemove(const std::string& id) {
     if (u.in_share) prefetched_unread_bytes_ -= std::min(prefetched_unread_bytes_, u.bytes);
     prefetch_wasted_bytes_ += u.bytes;
     g->wasted_bytes += u.bytes;
-    for (auto& p : prefetch_)
-      if (p) p->OnWasted(*u.path);
-    if (baseline_prefetch_) baseline_prefetch_->OnWasted(*u.path);
+    // Only readahead shrinks windows: an unread unit of a fill, warm-up or
+    // epoch plan says nothing about a scan (a skewed stream's unread fill
+    // units are its first victims by design: each would halve every scan's
+    // window).
+    if (u.in_share) {
+      for (auto& p : prefetch_)
+        if (p) p->OnWasted(*u.path);
+      if (baseline_prefetch_) baseline_prefetch_->OnWasted(*u.path);
+    }
   }
   if (u.read_stamp == g->epoch + 1) g->read_cached_bytes -= std::min(g->read_cached_bytes, u.bytes);
   if (u.consumed) g->consumed_cached_bytes -= std::min(g->consumed_cached_bytes, u.bytes);
@@ -855,7 +889,11 @@ double PolicyEngine::ByteValue(const Group* g) const {
       if (w < 0 || g->half_life_ms <= 0) return avg;
       // Aged count w with half-life H is ~ rate * H / ln 2: per second w ln2 / H.
       // Byte hits per cached byte: times the fraction of a unit a read takes.
-      const double per_s = w * std::log(2.0) / (g->half_life_ms / 1000.0);
+      // w is aged to the module's clock, which stops with the stream's
+      // reads and inserts: age it on to now (a stream that stopped loses
+      // value at the same half-life, idle or not).
+      const double since_ms = double(now_us_ - std::min(now_us_, g->module_us)) / 1000.0;
+      const double per_s = w * std::exp2(-since_ms / g->half_life_ms) * std::log(2.0) / (g->half_life_ms / 1000.0);
       const double frac = g->touched_bytes == 0 ? 1.0 : double(g->read_bytes) / double(g->touched_bytes);
       return per_s * std::min(1.0, frac);
     }
@@ -964,6 +1002,7 @@ Status PolicyEngine::SetPolicyFile(PolicyFile pf) {
     if (!m) return m.error();
     pre[i] = std::move(*m);
   }
+  const PolicyFile old = std::move(opts_.policy_file);  // old overrides stay valid in the loop
   opts_.policy_file = std::move(pf);
   prefetch_ = std::move(pre);
   for (auto& [key, g] : groups_) {
@@ -974,7 +1013,13 @@ Status PolicyEngine::SetPolicyFile(PolicyFile pf) {
     for (const auto& o : opts_.policy_file.overrides)
       if (o.prefix == key || (o.prefix.empty() && key == "=")) g->ov = &o;
     g->forced = g->ov && g->ov->pattern >= 0;
-    SetLabel(g.get(), g->forced ? g->ov->pattern : g->label);
+    const int label = g->forced ? g->ov->pattern : g->label;
+    // A stream whose module is unchanged keeps it, and with it its state
+    // (LFU counts, LRU order, what keep saw read this epoch).
+    const ModuleSpec& was = old.patterns[g->label].eviction;
+    const ModuleSpec& now = opts_.policy_file.patterns[label].eviction;
+    if (label == g->label && was.name == now.name && was.params == now.params) continue;
+    SetLabel(g.get(), label);
   }
   ++reloads_;
   return Status::Ok();
