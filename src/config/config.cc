@@ -94,7 +94,8 @@ const std::vector<Key>& Schema() {
        "igt|lru|fifo|lfu|2random|lru-readahead", SET_STR(cache.eviction)},
       {"cache.prefetch_budget_bytes", Type::kSize, "128M",
        "Prefetching budget (policy engine only): bytes of queued and running prefetches at most; "
-       "plans beyond it are dropped, so prefetch memory stays bounded however many files are open.",
+       "plans beyond it are dropped, so prefetch memory stays bounded however many files are open. "
+       "At least twice backend.max_request_bytes.",
        nullptr, SET_SIZE(cache.prefetch_budget_bytes)},
       {"metadata.ttl_ms", Type::kInt, "60000",
        "How long directory listings and object attributes are trusted before the bucket is "
@@ -396,6 +397,14 @@ Status Validate(const Config& c) {
   if (c.backend.request_timeout_ms < 1) return bad("backend.request_timeout_ms", "must be > 0");
   if (c.backend.max_request_bytes < c.cache.unit_size_bytes)
     return bad("backend.max_request_bytes", "must be at least cache.unit_size_bytes");
+  // A prefetch job is one GET of up to max_request_bytes, and background
+  // work (fills, epoch items, warm-ups) holds at most half the budget: a
+  // smaller budget would queue such jobs for good.
+  if (c.cache.prefetch_budget_bytes < 2 * c.backend.max_request_bytes)
+    return bad("cache.prefetch_budget_bytes",
+               fmt::format("must be at least twice backend.max_request_bytes ({} bytes): a background "
+                           "prefetch job is one GET of up to that size and may take half the budget",
+                           2 * c.backend.max_request_bytes));
   if (!c.backend.endpoint.empty() && c.backend.endpoint.rfind("http://", 0) != 0 &&
       c.backend.endpoint.rfind("https://", 0) != 0)
     return bad("backend.endpoint", "'" + c.backend.endpoint + "' must start with http:// or https://");

@@ -65,6 +65,12 @@ TEST_CASE("errors name the bad key") {
   CHECK(ParseConfig("cache:\n  sub_unit_bytes: 0\n", "t.yaml").has_value());
   // With the smallest unit, the default sub-unit is not below it: off, not an error.
   CHECK(ParseConfig("cache:\n  unit_size_bytes: 64K\n", "t.yaml").has_value());
+  // A budget below two GETs would hold background prefetch jobs queued for good.
+  auto budget = ParseConfig("cache:\n  prefetch_budget_bytes: 8M\n", "t.yaml");
+  REQUIRE_FALSE(budget.has_value());
+  CHECK_THAT(budget.error().message(), Catch::Contains("cache.prefetch_budget_bytes"));
+  CHECK(ParseConfig("cache:\n  prefetch_budget_bytes: 16M\n", "t.yaml").has_value());
+  CHECK(ParseConfig("cache:\n  prefetch_budget_bytes: 8M\nbackend:\n  max_request_bytes: 4M\n", "t.yaml").has_value());
   auto nested = ParseConfig("cache:\n  max_bytes:\n    a: 1\n", "t.yaml");
   REQUIRE_FALSE(nested.has_value());
   auto top = ParseConfig("- a\n- b\n", "t.yaml");
