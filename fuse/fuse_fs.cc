@@ -158,14 +158,21 @@ struct FuseFs::Impl {
     if (fuse_reply_entry(req, &e) != 0) self->ns_->Forget(a->ino, 1);  // request was interrupted
   }
 
+  // The kernel forgets an inode when it drops it, page cache included.
   static void Forget(fuse_req_t req, fuse_ino_t ino, uint64_t n) noexcept {
-    if (ino != kStatsIno) Self(req)->ns_->Forget(ino, n);
+    if (ino != kStatsIno) {
+      Self(req)->ns_->Forget(ino, n);
+      Self(req)->ForgetVersion(ino);
+    }
     fuse_reply_none(req);
   }
 
   static void ForgetMulti(fuse_req_t req, size_t count, fuse_forget_data* f) noexcept {
     for (size_t i = 0; i < count; ++i)
-      if (f[i].ino != kStatsIno) Self(req)->ns_->Forget(f[i].ino, f[i].nlookup);
+      if (f[i].ino != kStatsIno) {
+        Self(req)->ns_->Forget(f[i].ino, f[i].nlookup);
+        Self(req)->ForgetVersion(f[i].ino);
+      }
     fuse_reply_none(req);
   }
 
@@ -202,13 +209,7 @@ struct FuseFs::Impl {
       fuse_reply_err(req, EISDIR);
       return;
     }
-    {
-      // The page cache stays valid while the object's ETag does.
-      std::lock_guard lk(self->etag_mu_);
-      auto& last = self->last_etag_[ino];
-      fi->keep_cache = (last == a->etag) ? 1 : 0;
-      last = a->etag;
-    }
+    self->OpenVersion(ino, a->etag, fi);
     Add(self->metrics_->opens);
     if (self->open_hook_) self->open_hook_(fuse_req_ctx(req)->pid, a->key, a->size);
     // The kernel copies the mount's readahead into the file when the open
@@ -220,6 +221,7 @@ struct FuseFs::Impl {
     fi->fh = reinterpret_cast<uint64_t>(h.get());
     KernelHandoff();
     if (fuse_reply_open(req, fi) == 0) h.release();
+    else self->CloseVersion(ino, a->etag);  // interrupted: no handle
   }
 
   static void Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) noexcept {
@@ -266,9 +268,11 @@ struct FuseFs::Impl {
     fuse_reply_buf(req, buf.data(), *n);
   }
 
-  static void Release(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) noexcept {
+  static void Release(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) noexcept {
     KernelHandoff();
-    delete H(fi);
+    Handle* h = H(fi);
+    if (h->kind == Handle::Kind::kFile) Self(req)->CloseVersion(ino, h->file.etag);
+    delete h;
     fuse_reply_err(req, 0);
   }
 
@@ -473,6 +477,38 @@ Status FuseFs::Run() {
   if (rc != 0 && rc != SIGINT && rc != SIGTERM && rc != SIGHUP)
     return Status::IoError(fmt::format("FUSE loop ended with {}", rc));
   return Status::Ok();
+}
+
+// The page cache of `ino` for an open of version `etag` (fi->keep_cache,
+// fi->direct_io), counting the handle. The cache is kept while the
+// version is the same; a new version drops it, unless handles of the old
+// one are still open: then the new handle reads around it (direct_io) and
+// the old ones keep theirs. Never two versions' pages in one cache.
+void FuseFs::OpenVersion(uint64_t ino, const std::string& etag, fuse_file_info* fi) {
+  std::lock_guard lk(etag_mu_);
+  auto& pc = page_cache_[ino];
+  if (pc.etag != etag && pc.open.count(pc.etag)) {  // counts of 0 are erased
+    fi->direct_io = 1;
+    fi->keep_cache = 0;
+  } else {
+    fi->keep_cache = pc.etag == etag ? 1 : 0;
+    pc.etag = etag;
+  }
+  ++pc.open[etag];
+}
+
+void FuseFs::CloseVersion(uint64_t ino, const std::string& etag) {
+  std::lock_guard lk(etag_mu_);
+  auto it = page_cache_.find(ino);
+  if (it == page_cache_.end()) return;
+  auto o = it->second.open.find(etag);
+  if (o != it->second.open.end() && --o->second == 0) it->second.open.erase(o);
+}
+
+void FuseFs::ForgetVersion(uint64_t ino) {
+  std::lock_guard lk(etag_mu_);
+  auto it = page_cache_.find(ino);
+  if (it != page_cache_.end() && it->second.open.empty()) page_cache_.erase(it);
 }
 
 }  // namespace igt

@@ -26,6 +26,7 @@
 #include "src/read/read_pipeline.h"
 
 struct fuse_session;
+struct fuse_file_info;
 
 namespace igt {
 
@@ -94,8 +95,24 @@ class FuseFs {
   bool mounted_ = false;
   bool handlers_set_ = false;
 
-  std::mutex etag_mu_;  // guards last_etag_
-  std::unordered_map<uint64_t, std::string> last_etag_;  // ino -> ETag at the last open
+  // The kernel keeps one page cache per inode, shared by every handle open
+  // on it. `etag` is the version whose pages it may hold; `open` counts the
+  // handles open per version. A handle of another version opened while
+  // handles of `etag` are still open bypasses the page cache (direct_io):
+  // else both versions' pages would mix. Dropped when the kernel forgets
+  // the inode (its page cache goes with it).
+  struct PageCache {
+    std::string etag;
+    std::unordered_map<std::string, uint32_t> open;
+  };
+  // fi->keep_cache / fi->direct_io for an open of version `etag` of `ino`,
+  // counting the handle; CloseVersion uncounts it; ForgetVersion drops the
+  // inode's entry (the kernel dropped the inode and its pages).
+  void OpenVersion(uint64_t ino, const std::string& etag, fuse_file_info* fi);
+  void CloseVersion(uint64_t ino, const std::string& etag);
+  void ForgetVersion(uint64_t ino);
+  std::mutex etag_mu_;  // guards page_cache_
+  std::unordered_map<uint64_t, PageCache> page_cache_;  // by ino
 };
 
 }  // namespace igt

@@ -39,9 +39,10 @@ def which(got, versions):
 def main():
     v1 = {"grow.bin": content("grow1", 2 * MiB + 500), "same.bin": content("same1", 700_000),
           "gone.bin": content("gone1", 1234), "pinned.bin": content("pinned1", 8 * MiB + 99),
-          "dir/deep.bin": content("deep1", 3 * MiB)}
+          "dir/deep.bin": content("deep1", 3 * MiB), "shared.bin": content("shared1", 4 * MiB)}
     v2 = {"grow.bin": content("grow2", 3 * MiB + 17), "same.bin": content("same2", 700_000),
-          "pinned.bin": content("pinned2", 8 * MiB + 99), "dir/deep.bin": content("deep2", 1000)}
+          "pinned.bin": content("pinned2", 8 * MiB + 99), "dir/deep.bin": content("deep2", 1000),
+          "shared.bin": content("shared2", 4 * MiB)}
     with harness.Session("changed") as s:
         srv = s.start_s3rver(buckets=(BUCKET,))
         faultlib.put_objects(srv, BUCKET, v1)
@@ -63,6 +64,10 @@ def main():
         fd = os.open(mnt / "pinned.bin", os.O_RDONLY)
         head = os.pread(fd, MiB, 0)
         check(head == v1["pinned.bin"][:MiB], "pinned.bin opened, first MiB is v1")
+
+        # A reader of shared.bin that stays open across the change (all of
+        # v1 is cached: it goes on reading v1).
+        fd_old = os.open(mnt / "shared.bin", os.O_RDONLY)
 
         faultlib.put_objects(srv, BUCKET, v2)
         faultlib.delete_object(srv, BUCKET, "gone.bin")
@@ -99,7 +104,22 @@ def main():
 
         # After the TTL: the new version, or ENOENT.
         time.sleep(max(0.0, TTL_MS / 1000 + 0.5 - (time.monotonic() - t_change)))
-        for k in ("grow.bin", "same.bin", "pinned.bin", "dir/deep.bin"):
+
+        # Two versions open on one inode, whose page cache the kernel shares
+        # between handles: the old handle's reads must not put v1 pages where
+        # the new handle reads.
+        fd_new = os.open(mnt / "shared.bin", os.O_RDONLY)
+        old_bytes = os.pread(fd_old, 4 * MiB, 0)
+        check(old_bytes == v1["shared.bin"], "shared.bin: the handle opened before the change reads v1 (cached)")
+        new_bytes = os.pread(fd_new, 4 * MiB, 0)
+        w = which(new_bytes, {"v1": v1["shared.bin"], "v2": v2["shared.bin"]})
+        if w != "v2":
+            raise harness.TestFailure(f"shared.bin: a handle opened after the change read {w or 'MIXED or WRONG'} "
+                                      "bytes while the old handle was open")
+        check(True, "shared.bin: the handle opened after the change reads v2 while the old one is open")
+        os.close(fd_old)
+        os.close(fd_new)
+        for k in ("grow.bin", "same.bin", "pinned.bin", "dir/deep.bin", "shared.bin"):
             st = os.stat(mnt / k)
             got, e = try_read(mnt / k)
             if got != v2[k]:
