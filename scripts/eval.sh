@@ -28,6 +28,6 @@ for w in a b c d e f; do
 done
 /usr/bin/python3 "$ROOT/scripts/eval/run_sims.py" --bin "$BIN" --dir "$OUT" --seed "$SEED"
 /usr/bin/python3 "$ROOT/scripts/eval/report.py" --results "$OUT/results.json" --seed "$SEED" \
-  --md "$ROOT/docs/EVALUATION.md" --img "$ROOT/docs/img"
+  --mix-trace "$OUT/f.csv" --md "$ROOT/docs/EVALUATION.md" --img "$ROOT/docs/img"
 /usr/bin/python3 "$ROOT/scripts/eval/curves.py" --bin "$BIN" --dir "$OUT" --img "$ROOT/docs/img"
 echo "eval: wrote docs/EVALUATION.md, docs/img/*.png (traces and raw results in $OUT)"

@@ -2,9 +2,9 @@
 # Sanitizer runs (issue 6): builds igtcache and every unit test with
 #   AddressSanitizer + UndefinedBehaviorSanitizer  -> build-asan/
 #   ThreadSanitizer                                -> build-tsan/
-# and runs, under each, all unit tests (ctest -L unit) and two short real
+# and runs, under each, all unit tests (ctest -L unit) and three short real
 # mounts (test_corruption: cache damage; test_faults: S3 faults through
-# scripts/cloudproxy.py). Any sanitizer report fails the run (halt_on_error;
+# scripts/cloudproxy.py; test_concurrency: many readers of shared files). Any sanitizer report fails the run (halt_on_error;
 # a daemon that dies of one makes its mount test fail).
 #
 # Usage: scripts/sanitize.sh [asan|tsan|all] [extra ctest args]
@@ -45,7 +45,7 @@ run() {  # name sanitizer
   mkdir -p "$dir"; build "$dir" "$san" > "$dir/sanitize-build.log" 2>&1 || { tail -50 "$dir/sanitize-build.log"; return 1; }
   t1=$(date +%s)
   echo "== $name: built in $((t1 - t0)) s; running unit tests"
-  local mount_re='^mount: test_(corruption|faults)$'
+  local mount_re='^mount: test_(corruption|faults|concurrency)$'
   if [[ -n "${SAN_TARGETS:-}" ]]; then  # only the unit tests of the targets built
     local re
     re=$(echo "$SAN_TARGETS" | tr ' ' '\n' | sed -n 's/^test_\(.*\)$/^\1:/p' | paste -sd'|')
