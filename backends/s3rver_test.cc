@@ -98,7 +98,7 @@ class S3rver {
       ::_exit(127);
     }
     // Wait until it accepts connections (a start-up bound, not a timing assumption).
-    for (int i = 0; i < 300; ++i) {
+    for (int i = 0; i < 1200; ++i) {  // 60 s: node starts slowly on a loaded machine
       if (CanConnect(port_)) return true;
       int status;
       if (::waitpid(pid_, &status, WNOHANG) == pid_) {

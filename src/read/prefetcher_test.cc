@@ -161,7 +161,12 @@ TEST_CASE("prefetcher: readahead runs before background work and is never droppe
   REQUIRE(started(3));  // the two other threads take readahead, not background
   {
     std::lock_guard lk(mu);
-    CHECK(order == std::vector<uint64_t>{8, 0, 1});
+    // Two threads took jobs 0 and 1 at once; which one logs first is the
+    // scheduler's choice.
+    REQUIRE(order.size() == 3);
+    CHECK(order[0] == 8);
+    CHECK(std::min(order[1], order[2]) == 0);
+    CHECK(std::max(order[1], order[2]) == 1);
   }
   // Each thread freed takes the next readahead job while there is one.
   allow(1);
@@ -262,7 +267,7 @@ TEST_CASE("prefetcher: after a fill's GET fails, the file is not filled again fo
   auto fb = std::make_shared<FaultInjectingBackend>(fx.mem);
   ReadPipeline pipe(fb.get(), fx.store.get(), &fx.metrics, ReadPipeline::Options{.unit_size = kUnit, .max_request_bytes = 4 * kUnit});
   Prefetcher::Options o{3, 4 * kUnit, 2};
-  o.fill_retry_after = std::chrono::milliseconds(1000);
+  o.fill_retry_after = std::chrono::milliseconds(3000);  // room for a stalled test thread
   Prefetcher p(&pipe, fx.store.get(), o);
   const auto v = fx.Version();
   fb->SetFailureProbability(1.0, Code::kUnavailable, 1);
@@ -278,8 +283,10 @@ TEST_CASE("prefetcher: after a fill's GET fails, the file is not filled again fo
   CHECK_FALSE(p.Fill(v, 8 * kUnit));
   CHECK_FALSE(p.Fill(v));
   fb->SetFailureProbability(0, Code::kUnavailable, 1);
-  std::this_thread::sleep_for(std::chrono::milliseconds(1200));
-  CHECK(p.Fill(v, 8 * kUnit));  // the backend is back: filled again
+  bool again = false;  // the backend is back: filled again once the cool-down ends
+  for (int i = 0; i < 200 && !(again = p.Fill(v, 8 * kUnit)); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  CHECK(again);
   wait_idle();
   uint64_t cached = 0;
   for (uint64_t u = 0; u < 16; ++u) cached += fx.store->Contains(UnitKey{"a/big", v.etag, u});

@@ -98,10 +98,17 @@ def main():
             threads = [threading.Thread(target=reader, args=(order[i::6],)) for i in range(6)]
             for t in threads:
                 t.start()
-            time.sleep(rng.uniform(0.05, 1.0))
-            pre = s.stats(m)
-            busy = pre["cache_insert_units"] + pre["evictions"]
-            time.sleep(rng.uniform(0.0, 0.05))
+            # Wait (bounded) until the daemon has started inserting, then kill
+            # it at a random moment: on a loaded machine the first fetches of
+            # a round can take longer than any fixed pre-kill sleep.
+            deadline = time.monotonic() + 30
+            while True:
+                pre = s.stats(m)
+                busy = pre["cache_insert_units"] + pre["evictions"]
+                if busy > 0 or time.monotonic() > deadline:
+                    break
+                time.sleep(0.02)
+            time.sleep(rng.uniform(0.0, 0.5))
             os.kill(m.pid, signal.SIGKILL)
             stop.set()
             for t in threads:
@@ -120,8 +127,7 @@ def main():
         check(True, f"{ROUNDS} kill -9 rounds: every remount found index == unit files, no temp "
                     f"files; no wrong byte read ({kills_mid_fill} kills mid-fill)")
         # Every round checks index, files and bytes; most kills must also land while
-        # the daemon is inserting/evicting (on a loaded machine the first fetches of
-        # a round can take longer than the shortest pre-kill sleep).
+        # the daemon is inserting/evicting.
         check(kills_mid_fill >= ROUNDS * 3 // 4,
               f"{kills_mid_fill} of {ROUNDS} kills hit a daemon busy inserting/evicting (>= 3/4)")
 

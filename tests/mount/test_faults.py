@@ -32,7 +32,7 @@ from harness import check, log
 BUCKET = "igt-faults"
 MiB = 1 << 20
 MAX_RETRIES = 3
-REQUEST_TIMEOUT_MS = 1500
+REQUEST_TIMEOUT_MS = 3000  # a whole GET on a loaded machine; under the stall fault's 20 s
 
 # (name, rule) — `after_bytes` matters for the mid-body faults.
 KINDS = [

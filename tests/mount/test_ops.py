@@ -18,6 +18,7 @@ import os
 import random
 import shutil
 import subprocess
+import threading
 from pathlib import Path
 
 import harness
@@ -90,11 +91,15 @@ def main():
         p = subprocess.Popen([harness.igtcache_bin(), "stats", "--watch", "--interval", "0.1", str(mnt)],
                              stdout=subprocess.PIPE, text=True, env=s.igt_env())
         try:
-            lines = [p.stdout.readline() for _ in range(2)]
+            lines = []  # read on a thread: a silent --watch must fail the check, not hang
+            t = threading.Thread(target=lambda: lines.extend(p.stdout.readline() for _ in range(2)), daemon=True)
+            t.start()
+            t.join(30)
         finally:
             p.terminate()
             p.wait(10)
-        check(all(isinstance(json.loads(l), dict) for l in lines), "stats --watch piped: one JSON object per line")
+        check(len(lines) == 2 and all(l and isinstance(json.loads(l), dict) for l in lines),
+              f"stats --watch piped: one JSON object per line ({len(lines)} lines in 30 s)")
         r = igt("stats", str(src), env=s.igt_env())
         check(r.returncode == 1 and "not an igtcache mount point" in r.stderr, "stats of a plain dir: clear error")
 

@@ -32,7 +32,7 @@ from harness import check, log
 BUCKET = "igt-outage"
 OUTAGE_S = float(os.environ.get("IGT_OUTAGE_S", "6"))
 MAX_RETRIES = 2
-REQUEST_TIMEOUT_MS = 1000
+REQUEST_TIMEOUT_MS = 5000  # a whole GET on a loaded machine; the outages here fail fast
 CONNECT_TIMEOUT_MS = 500
 TTL_MS = 1000
 # A failing read may be retried by the kernel (readahead then the read

@@ -133,8 +133,9 @@ def streams_part(s):
     t1.start(); t2.start(); t1.join(); t2.join()
     harness.check(not errors, f"readers ran without errors: {errors}")
     harness.check(all(x == big_sha for x in shas) and len(shas) == 1, "big.bin read back byte-identical")
-    time.sleep(2.5)  # the maintenance thread re-tests quiet streams once a second
-    st = s.stats(m)
+    # The maintenance thread re-tests quiet streams once a second.
+    st = wait_stats(s, m, lambda j: {x["path"]: x["pattern"] for x in j.get("streams", [])}
+                    .items() >= {("seq/big.bin", "sequential"), ("epoch/train/", "random")})
     labels = {x["path"]: x["pattern"] for x in st.get("streams", [])}
     harness.log(f"  tree labels: {labels}")
     big = next((x for x in st.get("streams", []) if x["path"] == "seq/big.bin"), None)
@@ -156,7 +157,16 @@ def streams_part(s):
     harness.check(st["cache_used_bytes"] <= 48 * MIB, "store within its limit")
 
     # SIGHUP reloads the policy file; the cache stays; a bad file is refused.
-    units = st["cache_units"]
+    # Background prefetches (epoch items, fills) may still insert and evict:
+    # wait until none is held and the unit count holds still for a second.
+    units, end = None, time.monotonic() + 30
+    while time.monotonic() < end:
+        j = s.stats(m)
+        pf = j.get("engine", {}).get("prefetcher", {})
+        if pf.get("held_bytes") == 0 and pf.get("filling") == 0 and j["cache_units"] == units:
+            break
+        units = j["cache_units"]
+        time.sleep(1.0)
     pol.write_text("patterns:\n  random: {eviction: lru}\n")
     os.kill(m.proc.pid, signal.SIGHUP)
     st2 = wait_stats(s, m, lambda j: j.get("engine", {}).get("policy_reloads") == 1)
@@ -251,7 +261,8 @@ def scan_part(s):
             bad += 1
         time.sleep(0.002)  # a reader that also works on what it reads: prefetches can land
     harness.check(bad == 0, "scan: every file byte-identical")
-    st = wait_stats(s, m, lambda j: any(x.get("path") == "raw/" for x in j.get("streams", [])))
+    st = wait_stats(s, m, lambda j: any(x.get("path") == "raw/" and x.get("pattern") == "sequential"
+                                        for x in j.get("streams", [])))
     raw = [x for x in st.get("streams", []) if x.get("path") == "raw/"]
     harness.check(raw and raw[0]["pattern"] == "sequential",
                   f"scan: raw/ labelled sequential at file granularity ({raw})")

@@ -115,7 +115,7 @@ def main():
         trace = s.tmp / "trace.csv"
         logf = s.tmp / "igt.log"
         cfg = faultlib.config(s, "creds.yaml", backend={"max_retries": 1, "retry_base_ms": 10,
-                                                        "request_timeout_ms": 1000})
+                                                        "request_timeout_ms": 5000})
         cache2 = s.tmp / "cache-creds"
         m = s.mount(f"s3://{BUCKET}", cache_dir=cache2, env=env,
                     args=["--config", str(cfg), "--endpoint", proxy.endpoint, "--log-level", "trace",

@@ -91,7 +91,10 @@ def main():
         check((mnt / "a.bin").read_bytes() == (src / "a.bin").read_bytes(), "started: file reads identical")
 
         os.kill(m.daemon_pid, signal.SIGKILL)  # the crash
+        gone_by = time.monotonic() + 30
         while harness.pid_alive(m.daemon_pid):
+            if time.monotonic() > gone_by:
+                raise harness.TestFailure(f"daemon {m.daemon_pid} still alive 30 s after SIGKILL")
             time.sleep(0.01)
         try:
             harness.pread_exact(mnt / "a.bin", 0, 4096, os.O_DIRECT)  # not from kernel caches
