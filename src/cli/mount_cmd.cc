@@ -292,7 +292,10 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
   } clear_ns_view{ns_view};
   ReadPipeline::Options rpo{.unit_size = cfg.cache.unit_size_bytes, .max_request_bytes = cfg.backend.max_request_bytes};
   // igt: misses in files read at random fetch sub-units (cache.sub_unit_bytes).
-  if (live) rpo.sub_unit_bytes = [live](const FileVersion& f) { return live->SubUnitBytes(f.key); };
+  if (live && cfg.cache.eviction == "igt") {
+    rpo.sub_unit_size = cfg.cache.sub_unit_bytes;
+    rpo.sub_units = [live](const FileVersion& f) { return live->SubUnitBytes(f.key) != 0; };
+  }
   ReadPipeline pipeline(backend->get(), store->get(), &metrics, std::move(rpo));
   // Prefetch plans run in the background under cache.prefetch_budget_bytes.
   std::unique_ptr<Prefetcher> prefetcher;

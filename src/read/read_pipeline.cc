@@ -69,6 +69,28 @@ bool ReadPipeline::AddSubNeed(const FileVersion& file, uint64_t unit, uint64_t i
   return true;
 }
 
+bool ReadPipeline::AddWholeNeed(const FileVersion& file, uint64_t unit, std::vector<Need>& needs) {
+  const uint64_t U = opts_.unit_size, ustart = unit * U;
+  std::lock_guard lk(mu_);
+  if (!flights_.count(FlightKey(file, unit)) && SubUnitTakenLocked(file, unit)) return false;
+  AddNeedLocked(file, unit, ustart, std::min(U, file.size - ustart), needs);
+  return true;
+}
+
+bool ReadPipeline::SubUnitTakenLocked(const FileVersion& file, uint64_t unit) const {
+  // A reader's sub-unit flight is registered under mu_ and ends after its
+  // Put: one not in flight now is either cached now or not started.
+  const uint64_t U = opts_.unit_size, sub = opts_.sub_unit_size;
+  if (sub == 0 || sub >= U || file.size <= U) return false;
+  const uint64_t ustart = unit * U, uend = std::min(file.size, ustart + U);
+  bool taken = false;
+  ForEachSubUnit(ustart, uend, sub, [&](uint64_t idx, uint64_t) {
+    taken = taken || flights_.count(FlightKey(file, idx)) != 0 ||
+            (store_ && store_->Contains(UnitKey{file.key, file.etag, idx}));
+  });
+  return taken;
+}
+
 void ReadPipeline::AddNeedLocked(const FileVersion& file, uint64_t index, uint64_t off, uint64_t len,
                                  std::vector<Need>& needs) {
   auto key = FlightKey(file, index);
@@ -232,32 +254,42 @@ Result<size_t> ReadPipeline::Read(const FileVersion& file, uint64_t offset, size
     Add(metrics_->cache_miss_units);
     Add(metrics_->cache_miss_bytes, bytes);
   };
-  std::optional<uint64_t> sub;  // sub-unit size for this file, asked on the first miss
+  const uint64_t S = opts_.sub_unit_size;
+  const bool can_sub = S > 0 && S < U && file.size > U;
+  std::optional<bool> subs;  // misses fetch sub-units: asked on the first miss
   std::vector<Need> needs;
   for (uint64_t u = first; u <= last; ++u) {
     const uint64_t ustart = u * U;
     const uint64_t from = std::max(offset, ustart), to = std::min(end, ustart + U);
     if (hit(u, ustart, from, to)) continue;
-    if (!sub) sub = (opts_.sub_unit_bytes && file.size > U) ? opts_.sub_unit_bytes(file) : 0;
-    bool whole_in_flight = false;
-    if (*sub > 0 && *sub < U) {
-      std::lock_guard lk(mu_);
-      whole_in_flight = flights_.count(FlightKey(file, u)) != 0;
-    }
-    if (*sub == 0 || *sub >= U || whole_in_flight) {
+    if (!subs) subs = can_sub && opts_.sub_units && opts_.sub_units(file);
+    // Whole: joins a whole flight, or starts one unless sub-units of the
+    // unit are cached or in flight (the file was read at random before).
+    if (!*subs && AddWholeNeed(file, u, needs)) {
       miss(to - from);
-      AddNeed(file, u, ustart, std::min(U, file.size - ustart), needs);
       continue;
+    }
+    if (*subs) {
+      bool whole_in_flight;
+      {
+        std::lock_guard lk(mu_);
+        whole_in_flight = flights_.count(FlightKey(file, u)) != 0;
+      }
+      if (whole_in_flight) {
+        miss(to - from);
+        AddNeed(file, u, ustart, std::min(U, file.size - ustart), needs);
+        continue;
+      }
     }
     // A whole-unit prefetch may start between the check above and our
     // first sub-unit flight: AddSubNeed sees it under the same lock that
     // registers ours, and then the rest of the unit waits for it instead.
     std::optional<uint64_t> whole_from;
-    ForEachSubUnit(from, to, *sub, [&](uint64_t idx, uint64_t p) {
+    ForEachSubUnit(from, to, S, [&](uint64_t idx, uint64_t p) {
       if (whole_from) return;
-      const uint64_t a = std::max(from, p), b = std::min(to, p + *sub);
+      const uint64_t a = std::max(from, p), b = std::min(to, p + S);
       if (hit(idx, p, a, b)) return;
-      if (AddSubNeed(file, u, idx, p, std::min(*sub, file.size - p), needs)) {
+      if (AddSubNeed(file, u, idx, p, std::min(S, file.size - p), needs)) {
         miss(b - a);
         return;
       }
@@ -321,33 +353,31 @@ Status ReadPipeline::Fetch(const FileVersion& file, uint64_t first_unit, uint64_
   if (file.size == 0) return Status::Ok();
   const uint64_t U = opts_.unit_size;
   last_unit = std::min(last_unit, (file.size - 1) / U);
-  // A file a reader misses in as sub-units: a unit some of whose sub-units
-  // are cached or being fetched is left to the reader's misses. Fetching it
-  // whole would fetch those bytes a second time.
-  const uint64_t sub = (opts_.sub_unit_bytes && file.size > U) ? opts_.sub_unit_bytes(file) : 0;
-  const bool subs = sub > 0 && sub < U;
+  // A unit some of whose sub-units are cached or being fetched gets its
+  // missing sub-units instead: fetching it whole would fetch those bytes
+  // twice.
   std::vector<Need> needs;
+  auto lead = [&](uint64_t index, uint64_t off, uint64_t len) {  // mu_ held
+    auto fl = std::make_shared<Flight>();
+    fl->prefetch = true;
+    flights_.emplace(FlightKey(file, index), fl);
+    needs.push_back({index, off, len, fl, true});
+  };
   for (uint64_t u = first_unit; u <= last_unit; ++u) {
     if (store_ && store_->Contains(UnitKey{file.key, file.etag, u})) continue;
     const uint64_t ustart = u * U, uend = std::min(file.size, ustart + U);
     std::lock_guard lk(mu_);
-    auto key = FlightKey(file, u);
-    if (flights_.count(key)) continue;  // someone is already fetching it
-    // Sub-units in flight, then cached, under mu_: a reader's sub-unit
-    // flight is registered under mu_ (AddSubNeed, which then sees ours) and
-    // ends after its Put, so one not in flight now is either cached now or
-    // not started.
-    bool sub_taken = false;
-    if (subs)
-      ForEachSubUnit(ustart, uend, sub, [&](uint64_t idx, uint64_t) {
-        sub_taken = sub_taken || flights_.count(FlightKey(file, idx)) != 0 ||
-                    (store_ && store_->Contains(UnitKey{file.key, file.etag, idx}));
-      });
-    if (sub_taken) continue;
-    auto fl = std::make_shared<Flight>();
-    fl->prefetch = true;
-    flights_.emplace(key, fl);
-    needs.push_back({u, u * U, std::min(U, file.size - u * U), fl, true});
+    if (flights_.count(FlightKey(file, u))) continue;  // someone is already fetching it
+    if (!SubUnitTakenLocked(file, u)) {
+      lead(u, ustart, uend - ustart);
+      continue;
+    }
+    const uint64_t S = opts_.sub_unit_size;
+    ForEachSubUnit(ustart, uend, S, [&](uint64_t idx, uint64_t p) {
+      if (flights_.count(FlightKey(file, idx)) || (store_ && store_->Contains(UnitKey{file.key, file.etag, idx})))
+        return;
+      lead(idx, p, std::min(S, file.size - p));
+    });
   }
   return FetchRuns(file, needs, /*demand=*/false);
 }

@@ -5,14 +5,15 @@
 //  - The range is split into units of `unit_size` bytes (the last one short).
 //  - Each unit is first looked up in the BlockStore (a verified hit copies
 //    just the requested bytes).
-//  - A missing unit of a file that `sub_unit_bytes` names (igt: a file read
-//    at random) is looked up and fetched as sub-units instead: only the
+//  - A missing unit of a file that `sub_units` names (igt: a file read at
+//    random) is looked up and fetched as sub-units instead: only the
 //    aligned pieces the read covers (block_store.h, SubUnitIndex). A whole
-//    unit already being fetched (readahead, fill) is waited for instead,
-//    and Fetch (prefetch) leaves alone a unit with sub-units cached or in
-//    flight: each byte is fetched once. Each side's check and the
-//    registration of its own flights are one step under mu_, so a reader
-//    and a prefetch arriving at the same unit together cannot both fetch it.
+//    unit already being fetched (readahead, fill) is waited for instead.
+//    A unit with sub-units cached or in flight is never fetched whole: a
+//    reader, and Fetch (prefetch), fetch its missing sub-units instead,
+//    whatever the file's label is now. Each byte is fetched once. Each side's check and the registration of its own
+//    flights are one step under mu_, so a reader and a prefetch arriving at
+//    the same unit together cannot both fetch it.
 //  - Misses are single-flight: a unit already being fetched by another thread
 //    is waited for, not fetched again. A reader whose wait ends in a failed
 //    prefetch fetches the unit itself, once (the retries were the prefetch's).
@@ -52,10 +53,15 @@ class ReadPipeline {
   struct Options {
     uint64_t unit_size = 1 << 20;          // Default: 1 MiB (cache.unit_size_bytes)
     uint64_t max_request_bytes = 8 << 20;  // Default: 8 MiB (backend.max_request_bytes)
-    // Size of the pieces a miss in `file` fetches, a power of two below
-    // unit_size, or 0 for whole units. Asked only when a unit misses.
-    // Empty: whole units always.
-    std::function<uint64_t(const FileVersion& file)> sub_unit_bytes;
+    // Size of the pieces a miss fetches in a file that `sub_units` names: a
+    // power of two below unit_size (cache.sub_unit_bytes), or 0: whole
+    // units always.
+    uint64_t sub_unit_size = 0;
+    // Whether a miss in `file` fetches sub-units now (igt: a file read at
+    // random). Asked only when a unit misses; empty: never. Whatever it
+    // answers, a unit some of whose sub-units are cached or in flight is
+    // completed in sub-units (the answer changes with the file's label).
+    std::function<bool(const FileVersion& file)> sub_units;
   };
 
   // `store` may be null (no caching). Not owned.
@@ -66,7 +72,8 @@ class ReadPipeline {
   Result<size_t> Read(const FileVersion& file, uint64_t offset, size_t length, char* out);
 
   // Fetches units [first, last] into the cache without returning data
-  // (used by warm-up and prefetching). Already cached units are skipped.
+  // (used by warm-up and prefetching). Already cached units are skipped; a
+  // unit with sub-units cached or in flight gets its missing sub-units.
   Status Fetch(const FileVersion& file, uint64_t first_unit, uint64_t last_unit);
 
   uint64_t unit_size() const { return opts_.unit_size; }
@@ -98,6 +105,12 @@ class ReadPipeline {
   // whole unit instead). One step under mu_, against Fetch's check.
   bool AddSubNeed(const FileVersion& file, uint64_t unit, uint64_t index, uint64_t off,
                   uint64_t len, std::vector<Need>& needs);
+  // AddNeed for whole unit `unit`, unless none of it is in flight and some of
+  // its sub-units are cached or in flight: then false, nothing added (the
+  // caller fetches the missing sub-units instead). One step under mu_.
+  bool AddWholeNeed(const FileVersion& file, uint64_t unit, std::vector<Need>& needs);
+  // Whether a sub-unit of `unit` is in flight or cached; the caller holds mu_.
+  bool SubUnitTakenLocked(const FileVersion& file, uint64_t unit) const;
 
   Backend* backend_;
   BlockStore* store_;

@@ -291,6 +291,18 @@ Result<nlohmann::json> RunEngine(const SimOptions& o, const Trace& tr, uint64_t 
     id += std::to_string(idx);
     return id;
   };
+  // As ReadPipeline: a unit with sub-units cached or in flight is never
+  // fetched whole (whatever the file's label now), by a read or a prefetch.
+  const uint64_t sub_size = sub_unit > 0 && sub_unit < unit ? sub_unit : 0;
+  std::unordered_set<std::string> sub_files;  // files a sub-unit was ever inserted for
+  auto sub_taken = [&](const FileInfo& f, uint64_t i) {
+    if (sub_size == 0 || !sub_files.count(f.path)) return false;
+    bool taken = false;
+    ForEachSubUnit(i * unit, std::min(f.size, (i + 1) * unit), sub_size, [&](uint64_t idx, uint64_t) {
+      taken = taken || ready.count(unit_id(f.path, idx)) != 0;
+    });
+    return taken;
+  };
   auto make_room = [&](double now) {
     const uint64_t now_us = uint64_t(now * 1e6);
     while (e.cached_bytes() > o.cache_bytes) {
@@ -318,6 +330,7 @@ Result<nlohmann::json> RunEngine(const SimOptions& o, const Trace& tr, uint64_t 
         done = std::max(done, arrive);
         if (!e.Admit(f.path)) continue;
         ready[ps[m].id] = arrive;
+        if (IsSubUnit(ps[m].index)) sub_files.insert(f.path);
         e.OnInsert(ps[m].id, f.path, ps[m].index, ps[m].len, prefetch, uint64_t(t * 1e6));
         make_room(t);
       }
@@ -381,14 +394,14 @@ Result<nlohmann::json> RunEngine(const SimOptions& o, const Trace& tr, uint64_t 
         const uint64_t lo = std::max(r.off, i * unit), hi = std::min(r.off + len, (i + 1) * unit);
         const std::string id = unit_id(f.path, i);
         if (look(id, hi - lo)) continue;
-        if (sub == 0) {
+        if (sub == 0 && !sub_taken(f, i)) {
           missing.push_back(unit_piece(f, i));
           continue;
         }
-        ForEachSubUnit(lo, hi, sub, [&](uint64_t idx, uint64_t p) {
+        ForEachSubUnit(lo, hi, sub_size, [&](uint64_t idx, uint64_t p) {
           std::string sid = unit_id(f.path, idx);
-          if (!look(sid, std::min(hi, p + sub) - std::max(lo, p)))
-            missing.push_back({std::move(sid), p, std::min(sub, f.size - p), idx});
+          if (!look(sid, std::min(hi, p + sub_size) - std::max(lo, p)))
+            missing.push_back({std::move(sid), p, std::min(sub_size, f.size - p), idx});
         });
       }
       if (!missing.empty()) done = std::max(done, fetch_pieces(f, missing, issue, false));
@@ -410,17 +423,42 @@ Result<nlohmann::json> RunEngine(const SimOptions& o, const Trace& tr, uint64_t 
     // Issues the next GET of units [*i, last] of `pf` if `min_idle`
     // connections are idle and the budget allows, of at most `*allowed`
     // bytes (taken off it; null: no limit); false if it cannot.
+    // A unit with sub-units cached or in flight gets its missing sub-units,
+    // in a GET of their own (as ReadPipeline::Fetch).
+    auto missing_subs = [&](const FileInfo& pf, uint64_t i) {
+      std::vector<Piece> ps;
+      ForEachSubUnit(i * unit, std::min(pf.size, (i + 1) * unit), sub_size, [&](uint64_t idx, uint64_t p) {
+        std::string sid = unit_id(pf.path, idx);
+        if (!ready.count(sid)) ps.push_back({std::move(sid), p, std::min(sub_size, pf.size - p), idx});
+      });
+      return ps;
+    };
     auto issue_next = [&](const FileInfo& pf, uint64_t* i, uint64_t last, size_t min_idle, uint64_t* allowed) {
-      while (*i <= last && ready.count(unit_id(pf.path, *i))) ++*i;
+      std::vector<Piece> subs;
+      while (*i <= last) {
+        if (ready.count(unit_id(pf.path, *i))) {
+          ++*i;
+        } else if (sub_taken(pf, *i)) {
+          if (!(subs = missing_subs(pf, *i)).empty()) break;
+          ++*i;
+        } else {
+          break;
+        }
+      }
       if (*i > last) return true;
       const uint64_t max_bytes = allowed ? std::min(o.max_request_bytes, *allowed) : o.max_request_bytes;
-      uint64_t j = *i, bytes = UnitBytes(pf.size, unit, j);
+      uint64_t j = *i, bytes = 0;
+      if (!subs.empty()) {
+        for (const auto& p : subs) bytes += p.len;
+      } else {
+        bytes = UnitBytes(pf.size, unit, j);
+      }
       if (allowed && bytes > *allowed) return false;
-      while (j + 1 <= last && !ready.count(unit_id(pf.path, j + 1)) &&
+      while (subs.empty() && j + 1 <= last && !ready.count(unit_id(pf.path, j + 1)) && !sub_taken(pf, j + 1) &&
              bytes + UnitBytes(pf.size, unit, j + 1) <= max_bytes)
         bytes += UnitBytes(pf.size, unit, ++j);
       if (be.IdleAt(issue) < min_idle || inflight + bytes > o.prefetch_budget_bytes) return false;
-      fetch_pieces(pf, unit_pieces(pf, *i, j), issue, true);
+      fetch_pieces(pf, subs.empty() ? unit_pieces(pf, *i, j) : subs, issue, true);
       inflight += bytes;
       if (allowed && *allowed != UINT64_MAX) *allowed -= bytes;
       *i = j + 1;
