@@ -607,6 +607,63 @@ TEST_CASE("a whole fill the prefetcher did not finish is proposed again after 10
   CHECK(whole == 2);
 }
 
+TEST_CASE("a directory scan's window shrinks for readahead evicted unread, not for a fill's unread units",
+          "[engine]") {
+  // scan/ lists 80 files of 4 units, read whole in listing order: the scan's
+  // window (what a new file's first read proposes) grows to max_units. A
+  // file read at random is filled whole; its 64 units are evicted unread.
+  // They say nothing about the scan: its window stays. One readahead unit
+  // evicted unread then halves it.
+  constexpr int kFiles = 80;
+  constexpr uint64_t kFileUnits = 4;
+  std::vector<ListedFile> scan;
+  for (int i = 0; i < kFiles; ++i) {
+    char b[32];
+    std::snprintf(b, sizeof b, "scan/f_%03d.bin", i);
+    scan.push_back({b, kFileUnits * kUnit});
+  }
+  ListingFn listing = [&](std::string_view dir) { return dir == "scan/" ? &scan : nullptr; };
+  Harness h("igt", 4096, *PolicyProfile("training"), listing);
+  h.tree.NoteListing("scan/", kFiles);
+  // Reads file i whole; returns the units proposed by its first read.
+  auto read_file = [&](int i) {
+    uint64_t proposed = 0;
+    for (uint64_t u = 0; u < kFileUnits; ++u) {
+      h.now_us += 1000;
+      const std::string& p = scan[i].path;
+      h.tree.Record(h.now_us, 1, p, u * kUnit, kUnit, kFileUnits * kUnit);
+      for (const auto& r : h.engine->OnRead(h.now_us, 1, p, u * kUnit, kUnit, kFileUnits * kUnit))
+        if (u == 0) proposed += r.last_unit - r.first_unit + 1;
+      const std::string id = p + "#" + std::to_string(u);
+      if (h.engine->Contains(id)) h.engine->OnHit(id, kUnit, h.now_us);
+      else h.Insert(p, u, false);
+    }
+    return proposed;
+  };
+  std::mt19937 rng(5);
+  bool filled = false;
+  for (int k = 0; k < 2000 && !filled; ++k) {
+    h.now_us += 1000;
+    const uint64_t u = rng() % 64;
+    h.tree.Record(h.now_us, 2, "r/w.bin", u * kUnit, 4096, 64 * kUnit);
+    for (const auto& r : h.engine->OnRead(h.now_us, 2, "r/w.bin", u * kUnit, 4096, 64 * kUnit))
+      if (r.fill) {
+        for (uint64_t f = r.first_unit; f <= r.last_unit; ++f) h.Insert("r/w.bin", f, true);
+        filled = true;
+      }
+  }
+  REQUIRE(filled);
+  uint64_t window = 0;
+  for (int i = 0; i < 60; ++i) window = read_file(i);
+  REQUIRE(window >= 32);  // grown well past initial_units (2)
+  for (uint64_t f = 0; f < 64; ++f) h.engine->OnRemove("r/w.bin#" + std::to_string(f));
+  CHECK(read_file(60) >= window);
+  // Contrast: a readahead unit of the scan evicted unread halves the window.
+  h.Insert(scan[70].path, 1, true);
+  h.engine->OnRemove(scan[70].path + "#1");
+  CHECK(read_file(61) <= window / 2 + kFileUnits);
+}
+
 TEST_CASE("a warm-up passes over a large file it has no room for", "[engine]") {
   // inf/items/ lists a 20 MiB file first, then 400 items of 16 KiB. The
   // warm-up begins with 64 MiB free; its first prefetches are dropped. Then
