@@ -364,10 +364,13 @@ Status ReadPipeline::Fetch(const FileVersion& file, uint64_t first_unit, uint64_
     needs.push_back({index, off, len, fl, true});
   };
   for (uint64_t u = first_unit; u <= last_unit; ++u) {
-    if (store_ && store_->Contains(UnitKey{file.key, file.etag, u})) continue;
     const uint64_t ustart = u * U, uend = std::min(file.size, ustart + U);
     std::lock_guard lk(mu_);
     if (flights_.count(FlightKey(file, u))) continue;  // someone is already fetching it
+    // Under mu_, after the flight check: a flight leaves the table after its
+    // Put, so a unit neither in flight nor cached now is not started. Its
+    // flight then needs no look in the store (which would count as a read).
+    if (store_ && store_->Contains(UnitKey{file.key, file.etag, u})) continue;
     if (!SubUnitTakenLocked(file, u)) {
       lead(u, ustart, uend - ustart);
       continue;
