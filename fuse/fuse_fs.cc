@@ -247,11 +247,16 @@ struct FuseFs::Impl {
     // sends together (readahead windows of several max_read requests) are
     // served in any order, and that order would hide a sequential reader
     // from the stream tree.
-    if (self->access_hook_) {
-      const uint64_t o = static_cast<uint64_t>(off), fsz = h->file.size;
-      self->access_hook_(fuse_req_ctx(req)->pid, h->file.key, o, o < fsz ? std::min<uint64_t>(size, fsz - o) : 0, fsz);
-    }
-    auto n = self->pipeline_->Read(h->file, static_cast<uint64_t>(off), size, buf.data());
+    const uint64_t o = static_cast<uint64_t>(off), fsz = h->file.size;
+    const uint64_t len = o < fsz ? std::min<uint64_t>(size, fsz - o) : 0;
+    const uint64_t pid = fuse_req_ctx(req)->pid;
+    if (self->access_hook_) self->access_hook_(pid, h->file.key, o, len, fsz);
+    // The policy engine sees the read before the cache does (as in the
+    // simulator): its hits then belong to this read, and its plan is
+    // submitted while the read's own misses are being fetched.
+    std::function<void()> plan;
+    if (self->read_hook_) plan = self->read_hook_(pid, h->file, o, len);
+    auto n = self->pipeline_->Read(h->file, o, size, buf.data(), plan);
     if (!n) {
       Add(self->metrics_->read_errors);
       if (WarnAllowed()) spdlog::warn("read '{}' [{}, +{}): {}", h->file.key, off, size, n.error().ToString());
@@ -262,8 +267,6 @@ struct FuseFs::Impl {
       return;
     }
     Add(self->metrics_->read_bytes, *n);
-    // Before the reply: once replied, a release may free the handle.
-    if (self->read_hook_) self->read_hook_(fuse_req_ctx(req)->pid, h->file, static_cast<uint64_t>(off), *n);
     KernelHandoff();
     fuse_reply_buf(req, buf.data(), *n);
   }

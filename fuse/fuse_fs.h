@@ -37,9 +37,14 @@ inline constexpr const char* kStatsFileName = ".igtcache.stats";
 // the trace. May be empty.
 using AccessHook = std::function<void(uint64_t pid, const std::string& key, uint64_t offset,
                                       uint64_t length, uint64_t file_size)>;
-// Called for every read served, after the AccessHook, with the object's
-// version (the policy engine's prefetch plans need the ETag). May be empty.
-using ReadHook = std::function<void(uint64_t pid, const FileVersion& file, uint64_t offset, uint64_t length)>;
+// Called for every read of a file, after the AccessHook and before the
+// cache is looked up, with the object's version (the policy engine's prefetch
+// plans need the ETag) and the length clamped to the file. What it returns
+// (may be empty) runs once the read's misses are in the read pipeline's
+// flight table (ReadPipeline::Read's `looked_up`): where the simulator issues
+// a read's prefetch plan. May be empty.
+using ReadHook = std::function<std::function<void()>(uint64_t pid, const FileVersion& file, uint64_t offset,
+                                                     uint64_t length)>;
 // Called when a file is opened (page-cache hits never reach read()).
 using OpenHook = std::function<void(uint64_t pid, const std::string& key, uint64_t file_size)>;
 // Called when a file is opened: the kernel readahead (bytes) that file should

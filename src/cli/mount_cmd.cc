@@ -371,14 +371,20 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
     if (tw) tw->Append(t, static_cast<uint32_t>(pid), key, off, len, size);
   });
   if (live)
-    fuse.set_read_hook([live, pfr, now_us](uint64_t pid, const FileVersion& f, uint64_t off, uint64_t len) {
-      for (const auto& p : live->OnRead(now_us(), static_cast<uint32_t>(pid), f.key, f.etag, off, len, f.size)) {
-        const FileVersion fv{p.key, p.etag, p.size};
-        const size_t q = p.fill ? size_t(pfr->Fill(fv, p.fill_bytes)) : pfr->Submit(fv, p.first_unit, p.last_unit,
-                                                                 p.background ? Prefetcher::Priority::kBackground
-                                                                              : Prefetcher::Priority::kReadahead);
-        spdlog::debug("plan after {}@{}: {} [{}, {}] queued {}", f.key, off >> 20, p.key, p.first_unit, p.last_unit, q);
-      }
+    fuse.set_read_hook([live, pfr, now_us](uint64_t pid, const FileVersion& f, uint64_t off,
+                                           uint64_t len) -> std::function<void()> {
+      auto plan = live->OnRead(now_us(), static_cast<uint32_t>(pid), f.key, f.etag, off, len, f.size);
+      if (plan.empty()) return {};
+      return [pfr, plan = std::move(plan), key = f.key, off] {
+        for (const auto& p : plan) {
+          const FileVersion fv{p.key, p.etag, p.size};
+          const size_t q = p.fill ? size_t(pfr->Fill(fv, p.fill_bytes))
+                                  : pfr->Submit(fv, p.first_unit, p.last_unit,
+                                                p.background ? Prefetcher::Priority::kBackground
+                                                             : Prefetcher::Priority::kReadahead);
+          spdlog::debug("plan after {}@{}: {} [{}, {}] queued {}", key, off >> 20, p.key, p.first_unit, p.last_unit, q);
+        }
+      };
     });
   // Per-file kernel readahead: small for a file whose block stream is random
   // or skewed, or sequential but less than half cached (mmap faults then read

@@ -4,8 +4,10 @@
 // pieces:
 //  - the BlockStore takes its victims from it: MakeEvictionAdapter() returns
 //    the EvictionPolicy the store is opened with (BlockStoreOptions::make_policy);
-//  - every read served is reported with OnRead(); the returned plan (units to
-//    fetch ahead, with the object's version) goes to the Prefetcher
+//  - every read is reported with OnRead() before the cache is looked up (as
+//    in the simulator); the returned plan (units to fetch ahead, with the
+//    object's version) goes to the Prefetcher once the read's misses are in
+//    flight (ReadPipeline::Read's `looked_up`)
 //    (src/read/prefetcher.h), which marks the units it fetches with
 //    BeginPrefetch/EndPrefetch so their inserts count as prefetches;
 //  - StatsJson() is the "engine" object of `igtcache stats` (per-stream

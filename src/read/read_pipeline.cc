@@ -231,8 +231,11 @@ Status ReadPipeline::FetchRuns(const FileVersion& file, std::vector<Need>& needs
 }
 
 Result<size_t> ReadPipeline::Read(const FileVersion& file, uint64_t offset, size_t length,
-                                  char* out) {
-  if (offset >= file.size || length == 0) return size_t{0};
+                                  char* out, const std::function<void()>& looked_up) {
+  if (offset >= file.size || length == 0) {
+    if (looked_up) looked_up();
+    return size_t{0};
+  }
   const uint64_t U = opts_.unit_size;
   const uint64_t end = std::min<uint64_t>(file.size, offset + length);
   const uint64_t first = offset / U, last = (end - 1) / U;
@@ -300,6 +303,7 @@ Result<size_t> ReadPipeline::Read(const FileVersion& file, uint64_t offset, size
       AddNeed(file, u, ustart, std::min(U, file.size - ustart), needs);
     }
   }
+  if (looked_up) looked_up();
   if (needs.empty()) return static_cast<size_t>(end - offset);
 
   // Copies every needed piece's bytes (ours and those fetched by other

@@ -68,8 +68,13 @@ class ReadPipeline {
   ReadPipeline(Backend* backend, BlockStore* store, Metrics* metrics, Options opts);
 
   // Reads [offset, offset+length) of `file`, clamped at its end, into `out`.
-  // Returns the number of bytes (0 at or past EOF).
-  Result<size_t> Read(const FileVersion& file, uint64_t offset, size_t length, char* out);
+  // Returns the number of bytes (0 at or past EOF). `looked_up`, when given,
+  // runs once per call after the cache lookups, with the read's misses in
+  // the flight table but not fetched yet: the point where the simulator
+  // issues a read's prefetch plan (a plan submitted there joins the read's
+  // own fetches instead of fetching them again, and overlaps their wait).
+  Result<size_t> Read(const FileVersion& file, uint64_t offset, size_t length, char* out,
+                      const std::function<void()>& looked_up = {});
 
   // Fetches units [first, last] into the cache without returning data
   // (used by warm-up and prefetching). Already cached units are skipped; a

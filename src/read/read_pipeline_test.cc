@@ -170,6 +170,36 @@ TEST_CASE("Fetch warms units without returning data") {
   CHECK(f.fb->counts().reads == 0);
 }
 
+TEST_CASE("looked_up runs once per read, with the read's misses in flight: a plan run there joins them") {
+  Fixture f(true, 64 << 10, 256 << 10);
+  const std::string data = Pattern(256 << 10, 12);  // 4 units
+  f.mem->Put("p", data);
+  const auto v = f.Version("p");
+  std::vector<char> out(256 << 10);
+  int calls = 0;
+  // The live mount's prefetch plan runs here: a Fetch of the whole file
+  // (run inline) skips the reader's units 0-1, already in flight, and
+  // fetches units 2-3 only.
+  auto plan = [&] {
+    ++calls;
+    REQUIRE(f.pipe->Fetch(v, 0, 3).ok());
+  };
+  auto n = f.pipe->Read(v, 0, 128 << 10, out.data(), plan);
+  REQUIRE(n.has_value());
+  CHECK(*n == 128 << 10);
+  CHECK(std::equal(out.begin(), out.begin() + *n, data.begin()));
+  CHECK(calls == 1);
+  CHECK(f.fb->counts().read_bytes == data.size());  // each byte fetched once
+  // A read all cached, and one past the end, run it once too.
+  f.fb->ResetCounts();
+  n = f.pipe->Read(v, 100, 200 << 10, out.data(), [&] { ++calls; });
+  REQUIRE(n.has_value());
+  CHECK(std::equal(out.begin(), out.begin() + *n, data.begin() + 100));
+  CHECK(f.pipe->Read(v, data.size(), 10, out.data(), [&] { ++calls; }).value() == 0);
+  CHECK(calls == 3);
+  CHECK(f.fb->counts().reads == 0);
+}
+
 TEST_CASE("a miss in a file read at random fetches and caches only the sub-units it covers") {
   constexpr uint64_t kUnit = 256 << 10, kSub = 64 << 10;
   Fixture f(true, kUnit, 1 << 20);
