@@ -383,7 +383,12 @@ void PolicyEngine::JoinGroup(FileRec& f, const std::string* key, Group* g) {
       v.erase(it);
       old->ws_bytes -= std::min(old->ws_bytes, f.size);
     }
+    // Its read in the old stream's epoch is not a read in the new one's
+    // (with equal epoch numbers it would count as read without being
+    // counted, and never be planned this epoch).
+    if (f.epoch_read == old->epoch + 1 && old->epoch_read_count > 0) --old->epoch_read_count;
   }
+  f.epoch_read = 0;
   f.group = g;
   g->items.push_back(key);
   g->ws_bytes += f.size;
