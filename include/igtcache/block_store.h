@@ -85,7 +85,9 @@ class BlockStore {
 
   // Stores a complete unit (temp file + rename, then the index entry),
   // evicting as needed. Failures are counted and returned, never fatal.
-  virtual Status Put(const UnitKey& key, std::string_view data) = 0;
+  // `prefetched`: fetched ahead of any read (UnitMeta::prefetched for the
+  // eviction policy), not for a reader's miss.
+  virtual Status Put(const UnitKey& key, std::string_view data, bool prefetched = false) = 0;
 
   virtual bool Contains(const UnitKey& key) = 0;
   // Drops a unit if present (e.g. the object changed).

@@ -178,7 +178,7 @@ class DiskBlockStore final : public BlockStore {
   static constexpr uint64_t kResumeIntervalUs = 5'000'000;  // 5 s: a cheap probe, not a busy loop
 
   std::optional<size_t> Read(const UnitKey& key, uint64_t offset, size_t len, char* out) override;
-  Status Put(const UnitKey& key, std::string_view data) override;
+  Status Put(const UnitKey& key, std::string_view data, bool prefetched = false) override;
   bool Contains(const UnitKey& key) override {
     const std::string id = UnitId(key);
     std::lock_guard lk(mu_);
@@ -575,7 +575,7 @@ Result<std::shared_ptr<OpenUnitFile>> DiskBlockStore::WriteUnit(const std::strin
   return rfd >= 0 ? std::make_shared<OpenUnitFile>(rfd) : nullptr;
 }
 
-Status DiskBlockStore::Put(const UnitKey& key, std::string_view data) {
+Status DiskBlockStore::Put(const UnitKey& key, std::string_view data, bool prefetched) {
   const uint64_t n = data.size();
   if (n > opts_.max_bytes) {
     return Status::NoSpace(fmt::format("unit of {} bytes is larger than the cache limit ({} bytes); not cached", n,
@@ -663,7 +663,8 @@ Status DiskBlockStore::Put(const UnitKey& key, std::string_view data) {
       KeepHeaderLocked(e, std::move(written_header));
       KeepOpenLocked(id, e, std::move(*written), /*read=*/false);
       policy_->OnInsertUnit(id, n, 0,
-                            UnitMeta{.now_us = now, .object = key.object, .unit_index = key.index, .disk_bytes = disk});
+                            UnitMeta{.prefetched = prefetched, .now_us = now, .object = key.object,
+                                     .unit_index = key.index, .disk_bytes = disk});
       used_bytes_ += disk;
     } else if (!s.ok()) {
       busy_.erase(b);

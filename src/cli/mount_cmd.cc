@@ -303,10 +303,7 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
     Prefetcher::Options po;
     po.budget_bytes = cfg.cache.prefetch_budget_bytes;
     po.max_job_units = std::max<uint64_t>(1, cfg.backend.max_request_bytes / cfg.cache.unit_size_bytes);
-    prefetcher = std::make_unique<Prefetcher>(
-        &pipeline, store->get(), po,
-        [live](const std::string& k, uint64_t f, uint64_t l) { live->BeginPrefetch(k, f, l); },
-        [live](const std::string& k, uint64_t f, uint64_t l) { live->EndPrefetch(k, f, l); });
+    prefetcher = std::make_unique<Prefetcher>(&pipeline, store->get(), po);
   }
   std::unique_ptr<stream::TraceWriter> trace;
   if (!a.trace_out.empty()) {

@@ -9,13 +9,6 @@ namespace {
 
 constexpr size_t kMaxVersions = 262144;  // ~100 B each: ~25 MiB at most
 
-std::string PendingKey(std::string_view key, uint64_t unit) {
-  std::string k(key);
-  k += '#';
-  k += std::to_string(unit);
-  return k;
-}
-
 }  // namespace
 
 class LiveEngine::Adapter final : public EvictionPolicy {
@@ -28,8 +21,12 @@ class LiveEngine::Adapter final : public EvictionPolicy {
   void OnInsertUnit(const std::string& id, uint64_t bytes, uint64_t last_access_us,
                     const UnitMeta& meta) override {
     std::lock_guard lk(e_->mu_);
-    const bool prefetched = e_->pending_.count(PendingKey(meta.object, meta.unit_index)) != 0;
-    e_->engine_->OnInsert(id, meta.object, meta.unit_index, bytes, prefetched, e_->NowUs(), meta.disk_bytes);
+    // meta.prefetched: the ReadPipeline's Fetch inserted it (a prefetch),
+    // not a reader's miss. (Before, units of a prefetch job in progress were
+    // looked up by whole-unit number: a reader's own miss of such a unit
+    // counted as a prefetch, and sub-units a prefetch fetched did not.)
+    e_->engine_->OnInsert(id, meta.object, meta.unit_index, bytes, meta.prefetched, e_->NowUs(),
+                          meta.disk_bytes);
   }
   void OnAccess(const std::string& id) override {
     std::lock_guard lk(e_->mu_);
@@ -92,16 +89,6 @@ std::vector<LivePrefetch> LiveEngine::OnRead(uint64_t now_us, uint32_t pid, cons
     }
   }
   return out;
-}
-
-void LiveEngine::BeginPrefetch(const std::string& key, uint64_t first, uint64_t last) {
-  std::lock_guard lk(mu_);
-  for (uint64_t u = first; u <= last; ++u) pending_.insert(PendingKey(key, u));
-}
-
-void LiveEngine::EndPrefetch(const std::string& key, uint64_t first, uint64_t last) {
-  std::lock_guard lk(mu_);
-  for (uint64_t u = first; u <= last; ++u) pending_.erase(PendingKey(key, u));
 }
 
 uint64_t LiveEngine::SubUnitBytes(const std::string& key) const {

@@ -7,9 +7,9 @@
 //  - every read is reported with OnRead() before the cache is looked up (as
 //    in the simulator); the returned plan (units to fetch ahead, with the
 //    object's version) goes to the Prefetcher once the read's misses are in
-//    flight (ReadPipeline::Read's `looked_up`)
-//    (src/read/prefetcher.h), which marks the units it fetches with
-//    BeginPrefetch/EndPrefetch so their inserts count as prefetches;
+//    flight (ReadPipeline::Read's `looked_up`), src/read/prefetcher.h; the
+//    units it fetches reach the store marked as prefetches
+//    (BlockStore::Put's `prefetched`, UnitMeta::prefetched);
 //  - StatsJson() is the "engine" object of `igtcache stats` (per-stream
 //    cached bytes, hits, prefetch hits and waste).
 // Ownership: borrows the AccessStreamTree (must outlive it). The adapter keeps
@@ -24,7 +24,6 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -65,10 +64,6 @@ class LiveEngine : public std::enable_shared_from_this<LiveEngine> {
                                    const std::string& etag, uint64_t offset, uint64_t length,
                                    uint64_t size);
 
-  // The prefetcher is about to fetch / has fetched units of `key`.
-  void BeginPrefetch(const std::string& key, uint64_t first, uint64_t last);
-  void EndPrefetch(const std::string& key, uint64_t first, uint64_t last);
-
   // PolicyEngine::SubUnitBytes: the piece size a miss in `key` fetches
   // (ReadPipeline::Options::sub_unit_bytes), 0 for whole units.
   uint64_t SubUnitBytes(const std::string& key) const;
@@ -94,8 +89,6 @@ class LiveEngine : public std::enable_shared_from_this<LiveEngine> {
   // Object versions seen by reads (for prefetching files of the plan),
   // bounded: cleared at kMaxVersions entries.
   std::unordered_map<std::string, std::pair<std::string, uint64_t>> versions_;
-  // "key#unit" being fetched by the prefetcher.
-  std::unordered_set<std::string> pending_;
 };
 
 }  // namespace igt::engine

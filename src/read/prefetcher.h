@@ -15,8 +15,9 @@
 // run only on threads readahead leaves idle, never on the last two, and
 // background jobs hold at most half the budget: however much speculation is
 // queued, a reader's readahead is neither dropped for it nor queued behind it.
-// Hooks: `begin`/`end` bracket each job (the LiveEngine marks its units as
-// prefetches so their inserts are counted as such).
+// Hooks: `begin`/`end` bracket each job, on the worker thread (tests gate a
+// job with them). Inserts of a job are marked as prefetches by the
+// ReadPipeline itself (BlockStore::Put's `prefetched`).
 // Thread-safety: Submit and stats are safe from any thread. The destructor
 // drops queued jobs and joins the workers (running fetches complete).
 

@@ -178,7 +178,9 @@ Status ReadPipeline::FetchRuns(const FileVersion& file, std::vector<Need>& needs
       const char* unit_data = nullptr;
       if (r.st.ok()) {
         unit_data = r.buf.get() + (needs[k].off - r.off);
-        if (store_) (void)store_->Put(UnitKey{file.key, file.etag, needs[k].index}, {unit_data, needs[k].len});
+        if (store_)
+          (void)store_->Put(UnitKey{file.key, file.etag, needs[k].index}, {unit_data, needs[k].len},
+                            /*prefetched=*/!demand);
       }
       auto& fl = needs[k].flight;
       Unlist(file, needs[k].index);

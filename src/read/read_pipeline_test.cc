@@ -31,7 +31,8 @@ struct Fixture {
   std::unique_ptr<BlockStore> store;
   std::unique_ptr<ReadPipeline> pipe;
 
-  explicit Fixture(bool with_store, uint64_t unit = 64 << 10, uint64_t max_req = 256 << 10) {
+  explicit Fixture(bool with_store, uint64_t unit = 64 << 10, uint64_t max_req = 256 << 10,
+                   std::function<std::unique_ptr<EvictionPolicy>()> make_policy = {}) {
     if (with_store) {
       dir = std::filesystem::temp_directory_path() /
             ("igt-read-test-" + std::to_string(getpid()) + "-" + std::to_string(counter++));
@@ -40,6 +41,7 @@ struct Fixture {
       o.dir = dir.string();
       o.max_bytes = 64 << 20;
       o.min_free_ratio = 0;
+      o.make_policy = std::move(make_policy);
       auto s = BlockStore::Open(o, &metrics);
       REQUIRE(s.has_value());
       store = std::move(*s);
@@ -55,6 +57,24 @@ struct Fixture {
     return FileVersion{key, mem->EtagOf(key), mem->Get(key).size()};
   }
   static inline int counter = 0;
+};
+
+// LRU that records, per unit index inserted, whether the store said it was
+// prefetched (UnitMeta::prefetched). Called under the store's lock.
+struct RecordingPolicy final : EvictionPolicy {
+  std::unique_ptr<EvictionPolicy> lru = *MakeEvictionPolicy("lru");
+  std::shared_ptr<std::map<uint64_t, bool>> prefetched;
+  explicit RecordingPolicy(std::shared_ptr<std::map<uint64_t, bool>> p) : prefetched(std::move(p)) {}
+  std::string_view name() const override { return "recording"; }
+  void OnInsert(const std::string& id, uint64_t bytes, uint64_t t) override { lru->OnInsert(id, bytes, t); }
+  void OnInsertUnit(const std::string& id, uint64_t bytes, uint64_t t, const UnitMeta& m) override {
+    (*prefetched)[m.unit_index] = m.prefetched;
+    lru->OnInsert(id, bytes, t);
+  }
+  void OnAccess(const std::string& id) override { lru->OnAccess(id); }
+  void OnRemove(const std::string& id) override { lru->OnRemove(id); }
+  std::optional<std::string> PickVictim() override { return lru->PickVictim(); }
+  size_t size() const override { return lru->size(); }
 };
 
 }  // namespace
@@ -198,6 +218,36 @@ TEST_CASE("looked_up runs once per read, with the read's misses in flight: a pla
   CHECK(f.pipe->Read(v, data.size(), 10, out.data(), [&] { ++calls; }).value() == 0);
   CHECK(calls == 3);
   CHECK(f.fb->counts().reads == 0);
+}
+
+TEST_CASE("the store learns which inserts a prefetch made: a reader's misses are reads, Fetch's units prefetches") {
+  // The live engine counts an insert as a prefetch from UnitMeta::prefetched
+  // (readahead share, window stream, waste). Before, it looked the unit up in
+  // the prefetch jobs under way by whole-unit number: a reader's own miss in
+  // a job's range counted as a prefetch, and a job's sub-units did not.
+  constexpr uint64_t kUnit = 256 << 10, kSub = 64 << 10;
+  auto seen = std::make_shared<std::map<uint64_t, bool>>();
+  Fixture f(true, kUnit, 1 << 20, [seen] { return std::make_unique<RecordingPolicy>(seen); });
+  const std::string data = Pattern(4 * kUnit, 13);
+  f.mem->Put("w", data);
+  const auto v = f.Version("w");
+  std::vector<char> out(2 * kUnit);
+  // Whole units: the reader leads units 0-1; a Fetch of units 0-3, run while
+  // they are in flight, inserts 2-3.
+  REQUIRE(f.pipe->Read(v, 0, 2 * kUnit, out.data(), [&] { REQUIRE(f.pipe->Fetch(v, 0, 3).ok()); }).has_value());
+  CHECK(*seen == std::map<uint64_t, bool>{{0, false}, {1, false}, {2, true}, {3, true}});
+  // Sub-units: a reader's miss of one, then a Fetch completing the unit.
+  f.mem->Put("e", data);
+  const auto e = f.Version("e");
+  f.pipe = std::make_unique<ReadPipeline>(
+      f.fb.get(), f.store.get(), &f.metrics,
+      ReadPipeline::Options{.unit_size = kUnit, .max_request_bytes = 1 << 20,
+                            .sub_unit_size = kSub, .sub_units = [](const FileVersion&) { return true; }});
+  seen->clear();
+  REQUIRE(f.pipe->Read(e, 100, 100, out.data()).has_value());
+  REQUIRE(f.pipe->Fetch(e, 0, 0).ok());
+  REQUIRE(seen->size() == 4);
+  for (const auto& [idx, prefetched] : *seen) CHECK(prefetched == (idx != SubUnitIndex(0, 16)));
 }
 
 TEST_CASE("a miss in a file read at random fetches and caches only the sub-units it covers") {
