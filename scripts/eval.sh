@@ -24,7 +24,8 @@ done
 if [ -z "$OUT" ]; then OUT="$(mktemp -d /tmp/igt-eval.XXXXXX)"; fi
 mkdir -p "$OUT"
 for w in a b c d e f; do
-  /usr/bin/python3 "$ROOT/scripts/gen_trace.py" --workload "$w" --seed "$SEED" --out "$OUT/$w.csv"
+  /usr/bin/python3 "$ROOT/scripts/gen_trace.py" --workload "$w" --seed "$SEED" --out "$OUT/$w.csv" \
+    --listing-out "$OUT/$w.listing.csv"
 done
 /usr/bin/python3 "$ROOT/scripts/eval/run_sims.py" --bin "$BIN" --dir "$OUT" --seed "$SEED"
 /usr/bin/python3 "$ROOT/scripts/eval/report.py" --results "$OUT/results.json" --seed "$SEED" \

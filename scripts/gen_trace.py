@@ -20,9 +20,14 @@ Workloads (each under its own top-level directory):
   f, all         all of the above interleaved in time over one mount (each
                  workload's timeline is stretched to the same duration)
 
+--listing-out writes every object of the generated data set, read or not
+(CSV `path,size`, docs/TRACES.md): in (d) most item files are never read,
+and `igtcache sim --listing` then lists them as a mount would.
+
 Example:
-  scripts/gen_trace.py --workload f --seed 7 --out /tmp/mixed.csv
+  scripts/gen_trace.py --workload f --seed 7 --out /tmp/mixed.csv --listing-out /tmp/mixed.listing.csv
   igtcache classify --trace /tmp/mixed.csv
+  igtcache sim --trace /tmp/mixed.csv --listing /tmp/mixed.listing.csv --cache-size 1G
 """
 
 import argparse
@@ -73,9 +78,10 @@ def small_size(rng, mean, lo, hi):
     return int(min(hi, max(lo, rng.lognormvariate(mu, sigma))))
 
 
-def gen_images(args, rng):
+def gen_images(args, rng, objects):
     names = [f"images/train/img_{i:07d}.jpg" for i in range(args.image_files)]
     sizes = {n: small_size(rng, args.image_kib * KIB, 4 * KIB, 4 * MIB) for n in names}
+    objects.update(sizes)
     workers = []  # one row list per worker pid, each in its own time order
     clocks = [0] * args.workers
     per_worker = [[] for _ in range(args.workers)]
@@ -95,9 +101,10 @@ def gen_images(args, rng):
     return workers
 
 
-def gen_shards(args, rng):
+def gen_shards(args, rng, objects):
     names = [f"shards/train-{i:05d}.tar" for i in range(args.shards)]
     size = args.shard_mib * MIB
+    objects.update((n, size) for n in names)
     clocks = [0] * args.workers
     per_worker = [[] for _ in range(args.workers)]
     for epoch in range(args.epochs):
@@ -112,9 +119,10 @@ def gen_shards(args, rng):
     return per_worker
 
 
-def gen_models(args, rng):
+def gen_models(args, rng, objects):
     names = [f"models/llm/model-{i + 1:05d}-of-{args.models:05d}.safetensors" for i in range(args.models)]
     size = args.model_mib * MIB
+    objects.update((n, size) for n in names)
     streams = []
     for p in range(args.loaders):
         t = p * rng.randint(0, 2_000_000)  # loaders start up to 2 s apart
@@ -126,7 +134,7 @@ def gen_models(args, rng):
     return streams
 
 
-def gen_inference(args, rng):
+def gen_inference(args, rng, objects):
     items = [f"inference/items/item_{i:06d}.bin" for i in range(args.items)]
     item_size = {n: small_size(rng, 16 * KIB, 1 * KIB, 256 * KIB) for n in items}
     item_rank = zipf_sampler(args.items, args.zipf_s, rng)
@@ -134,6 +142,8 @@ def gen_inference(args, rng):
     rng.shuffle(item_perm)  # popularity is not listing order
     emb = "inference/embeddings.bin"
     emb_size = args.embedding_mib * MIB
+    objects.update(item_size)
+    objects[emb] = emb_size
     n_rows = emb_size // args.embedding_row
     row_rank = zipf_sampler(min(n_rows, 200_000), args.zipf_s, rng)
     row_perm = rng.sample(range(n_rows), min(n_rows, 200_000))  # hot rows, hashed over the file
@@ -152,12 +162,13 @@ def gen_inference(args, rng):
     return streams
 
 
-def gen_preprocess(args, rng):
+def gen_preprocess(args, rng, objects):
     names = sorted(f"raw/docs/doc_{i:06d}.json" for i in range(args.raw_files))
     t = 0
     rows = []
     for path in names:
         size = small_size(rng, args.raw_kib * KIB, 1 * KIB, 8 * MIB)
+        objects[path] = size
         r, t = whole_file_reads(t, 6000, path, size, args)
         rows.extend(r)
     return [rows]
@@ -181,15 +192,16 @@ def stretch(streams, duration_us):
     return [[(int(r[0] * f),) + r[1:] for r in s] for s in streams]
 
 
-def generate(args):
+def generate(args, objects):
+    """The rows, merged in time order; `objects` gets every object (path -> size)."""
     rng = random.Random(args.seed)
     if args.workload in ("f", "all"):
         streams = []
         for key in ("a", "b", "c", "d", "e"):
             sub = random.Random(f"{args.seed}-{key}")  # each workload independent of the others
-            streams.extend(stretch(GENERATORS[key](args, sub), args.duration_s * 1_000_000))
+            streams.extend(stretch(GENERATORS[key](args, sub, objects), args.duration_s * 1_000_000))
     else:
-        streams = GENERATORS[args.workload](args, rng)
+        streams = GENERATORS[args.workload](args, rng, objects)
     # Each stream is time-ordered; merge them (stable for equal times).
     return heapq.merge(*streams, key=lambda r: r[0])
 
@@ -203,6 +215,8 @@ def main(argv=None):
                     help="which workload (letter or name)")
     ap.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
     ap.add_argument("--out", "-o", default="-", help="output CSV path, '-' = stdout (default)")
+    ap.add_argument("--listing-out", default="",
+                    help="also write every object of the data set, read or not (CSV path,size)")
     g = ap.add_argument_group("common")
     g.add_argument("--epochs", type=int, default=3, help="training epochs for a, b (default 3)")
     g.add_argument("--workers", type=int, default=4, help="DataLoader worker pids for a, b (default 4)")
@@ -247,12 +261,19 @@ def main(argv=None):
         w = csv.writer(out, lineterminator="\n")
         w.writerow(["time_us", "pid", "path", "offset", "length", "file_size"])
         n = 0
-        for row in generate(args):
+        objects = {}
+        for row in generate(args, objects):
             w.writerow(row)
             n += 1
     finally:
         if out is not sys.stdout:
             out.close()
+    if args.listing_out:
+        with open(args.listing_out, "w", newline="") as lf:
+            lw = csv.writer(lf, lineterminator="\n")
+            lw.writerow(["path", "size"])
+            for path in sorted(objects):
+                lw.writerow([path, objects[path]])
     print(f"gen_trace: {n} rows ({args.workload}, seed {args.seed})", file=sys.stderr)
     return 0
 

@@ -54,7 +54,10 @@ def main():
 
     def run(job):
         w, trace, size, fr, p = job
-        r = subprocess.run([a.bin, "sim", "--trace", trace, "--cache-size", str(size), "--policy", p],
+        # The data set's listing (every object, read or not), as a mount lists it.
+        listing = trace[:-len(".csv")] + ".listing.csv"
+        r = subprocess.run([a.bin, "sim", "--trace", trace, "--listing", listing, "--cache-size", str(size),
+                            "--policy", p],
                            capture_output=True, text=True)
         if r.returncode != 0:
             sys.exit(f"sim failed: {w} {p} {size}: {r.stderr}")

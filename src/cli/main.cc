@@ -128,6 +128,8 @@ int main(int argc, char** argv) {
   auto* sim = app.add_subcommand("sim", "Replay a trace through the cache policies over a modeled backend (JSON)");
   sim->add_option("--trace", so.trace_path, "Trace CSV (docs/TRACES.md)")->required();
   sim->add_option("--cache-size", sim_cache_size, "Simulated cache size, e.g. 2G")->required();
+  sim->add_option("--listing", so.listing_path,
+                  "CSV path,size of every object, read or not (default: the trace's files)");
   sim->add_option("--policy", so.policy, "igt | lru | lfu | fifo | 2random | lru-readahead | belady")->capture_default_str();
   sim->add_option("--config", so.config_path, "YAML config (stream.*, cache.unit_size_bytes, policy.file)");
   sim->add_option("--unit-size", sim_unit_size, "Cache unit (default cache.unit_size_bytes, 1M)");

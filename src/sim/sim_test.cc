@@ -120,5 +120,69 @@ TEST_CASE("sim: errors name the problem", "[sim]") {
   CHECK_FALSE(RunSim(o).has_value());
 }
 
+TEST_CASE("sim: --listing lists objects the trace never reads, for the engine's directory plans", "[sim]") {
+  // 600 reads at random over 10 files of d/, 40 files listed: a warm-up
+  // (the directory fits in the cache) prefetches what the listing names.
+  std::mt19937 rng(9);
+  std::string body;
+  for (int i = 0; i < 600; ++i)
+    body += std::to_string(i * 20000) + ",1,d/f" + std::to_string(rng() % 10) + ",0,65536,65536\n";
+  TempTrace t(body);
+  TempTrace listing("");
+  {
+    std::ofstream l(listing.path);
+    l << "path,size\n";
+    for (int f = 0; f < 40; ++f) l << "d/f" << f << ",65536\n";
+    l << "\"other/a,\"\"b\"\"\",10\n";  // quoted: other/a,"b"
+  }
+  SimOptions o;
+  o.trace_path = t.path;
+  o.cache_bytes = 64 * kMiB;
+  auto without = RunSim(o);
+  o.listing_path = listing.path;
+  auto with = RunSim(o);
+  REQUIRE(without.has_value());
+  REQUIRE(with.has_value());
+  INFO("prefetch bytes without the listing " << (*without)["prefetch_bytes"] << ", with " << (*with)["prefetch_bytes"]);
+  // Without: at most the 10 files read; with: the 30 never read as well.
+  CHECK((*without)["prefetch_bytes"].get<uint64_t>() <= 10 * 65536);
+  CHECK((*with)["prefetch_bytes"].get<uint64_t>() >= 30 * 65536);
+  CHECK((*with)["prefetch_wasted_bytes"].get<uint64_t>() >= 30 * 65536);
+  CHECK((*with)["requests"] == 600);
+  // The baselines do not use listings.
+  o.policy = "lru";
+  auto lru_with = RunSim(o);
+  o.listing_path.clear();
+  auto lru_without = RunSim(o);
+  REQUIRE(lru_with.has_value());
+  REQUIRE(lru_without.has_value());
+  CHECK((*lru_with)["modeled_time_s"] == (*lru_without)["modeled_time_s"]);
+}
+
+TEST_CASE("sim: a bad listing is an error naming its line", "[sim]") {
+  TempTrace t("0,1,a,0,10,10\n");
+  TempTrace listing("");
+  SimOptions o;
+  o.trace_path = t.path;
+  o.cache_bytes = kMiB;
+  o.listing_path = listing.path;
+  auto check = [&](const std::string& body, const std::string& want) {
+    std::ofstream(listing.path) << body;
+    auto j = RunSim(o);
+    REQUIRE_FALSE(j.has_value());
+    INFO(j.error().message());
+    CHECK(j.error().message().find(listing.path + want) != std::string::npos);
+  };
+  check("name,bytes\n", ":1: expected header 'path,size'");
+  check("path,size\na,10\nb,ten\n", ":3: size is not a non-negative integer: 'ten'");
+  check("path,size\n/abs,10\n", ":2: path must be relative");
+  check("path,size\nnocomma\n", ":2: expected 2 columns");
+  check("", ": empty");
+  o.listing_path = "/nonexistent/listing.csv";
+  auto j = RunSim(o);
+  REQUIRE_FALSE(j.has_value());
+  CHECK(j.error().message().find("/nonexistent/listing.csv: cannot open") != std::string::npos);
+}
+
 }  // namespace
 }  // namespace igt::sim

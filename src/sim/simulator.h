@@ -27,6 +27,12 @@
 //    its previous read completed plus the gap between the two reads in the
 //    trace (the job's compute time). Hits cost nothing. modeled_time_s is
 //    the time the last reader finishes.
+//  - Listings: the objects of each directory are those of `listing_path`
+//    (every object of the bucket, read or not) plus those of the trace; with
+//    no listing, those of the trace only. The engine's directory plans
+//    (warm-ups, an epoch's unread items, the next files of a scan) see
+//    these listings: a trace alone lists only files that will be read,
+//    which flatters those plans wherever files go unread.
 //  - belady: the offline optimum for eviction (evict the unit whose next use
 //    is furthest, do not admit one used later than everything cached), demand
 //    fetches only, same clock and backend model.
@@ -45,6 +51,9 @@ namespace igt::sim {
 
 struct SimOptions {
   std::string trace_path;
+  // CSV `path,size` of every object (docs/TRACES.md, "Listings"); empty:
+  // the trace's files are the listing.
+  std::string listing_path;
   uint64_t cache_bytes = 0;
   std::string policy = "igt";   // igt | lru | lfu | fifo | 2random | lru-readahead | belady
   std::string config_path;      // igtcache YAML: stream.*, cache.unit_size_bytes, policy.file
