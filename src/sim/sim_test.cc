@@ -134,6 +134,8 @@ TEST_CASE("sim: --listing lists objects the trace never reads, for the engine's 
     l << "path,size\n";
     for (int f = 0; f < 40; ++f) l << "d/f" << f << ",65536\n";
     l << "\"other/a,\"\"b\"\"\",10\n";  // quoted: other/a,"b"
+    l << "d/sub/,0\n";                      // a folder marker: skipped
+    l << "d/_SUCCESS,0\n";                  // empty: never fetched
   }
   SimOptions o;
   o.trace_path = t.path;
@@ -177,6 +179,7 @@ TEST_CASE("sim: a bad listing is an error naming its line", "[sim]") {
   check("path,size\na,10\nb,ten\n", ":3: size is not a non-negative integer: 'ten'");
   check("path,size\n/abs,10\n", ":2: path must be relative");
   check("path,size\nnocomma\n", ":2: expected 2 columns");
+  check("path,size\na,99999999999999999999\n", ":2: size out of range");
   check("", ": empty");
   o.listing_path = "/nonexistent/listing.csv";
   auto j = RunSim(o);

@@ -101,10 +101,12 @@ Status LoadListing(const std::string& path, Trace& t, std::unordered_map<std::st
     }
     uint64_t size = 0;
     auto [end, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), size);
+    if (ec == std::errc::result_out_of_range) return fail(fmt::format("size out of range: '{}'", rest));
     if (ec != std::errc() || end != rest.data() + rest.size() || rest.empty())
       return fail(fmt::format("size is not a non-negative integer: '{}'", rest));
-    if (p.empty() || p.front() == '/' || p.back() == '/')
-      return fail(fmt::format("path must be relative, not empty, not ending in '/': '{}'", p));
+    if (!p.empty() && p.back() == '/') continue;  // a "folder" marker object: a mount lists it as a directory
+    if (p.empty() || p.front() == '/')
+      return fail(fmt::format("path must be relative and not empty: '{}'", p));
     auto [it, fresh] = ids.try_emplace(p, uint32_t(t.files.size()));
     if (fresh) t.files.push_back({std::move(p), size});
     t.files[it->second].size = std::max(t.files[it->second].size, size);
@@ -535,6 +537,7 @@ Result<nlohmann::json> RunEngine(const SimOptions& o, const Trace& tr, uint64_t 
       auto fid = file_ids.find(pr.path);
       if (fid == file_ids.end() || !e.Admit(pr.path)) continue;
       const FileInfo& pf_file = tr.files[fid->second];
+      if (pf_file.size == 0) continue;  // nothing to fetch (the live Prefetcher skips it too)
       const uint64_t last = std::min(pr.last_unit, UnitCount(pf_file.size, unit) - 1);
       if (pr.fill) {
         // As the live Prefetcher: a new limit replaces that of a partial
