@@ -77,17 +77,27 @@ bool ReadPipeline::AddWholeNeed(const FileVersion& file, uint64_t unit, std::vec
   return true;
 }
 
+bool ReadPipeline::JoinWholeNeed(const FileVersion& file, uint64_t unit, std::vector<Need>& needs) {
+  const uint64_t U = opts_.unit_size, ustart = unit * U;
+  std::lock_guard lk(mu_);
+  if (!flights_.count(FlightKey(file, unit))) return false;
+  AddNeedLocked(file, unit, ustart, std::min(U, file.size - ustart), needs);
+  return true;
+}
+
+bool ReadPipeline::TakenLocked(const FileVersion& file, uint64_t index) const {
+  // A flight is registered under mu_ and leaves the table after its Put:
+  // a piece not in flight now is either cached now or not started.
+  return flights_.count(FlightKey(file, index)) != 0 ||
+         (store_ && store_->Contains(UnitKey{file.key, file.etag, index}));
+}
+
 bool ReadPipeline::SubUnitTakenLocked(const FileVersion& file, uint64_t unit) const {
-  // A reader's sub-unit flight is registered under mu_ and ends after its
-  // Put: one not in flight now is either cached now or not started.
   const uint64_t U = opts_.unit_size, sub = opts_.sub_unit_size;
   if (sub == 0 || sub >= U || file.size <= U) return false;
   const uint64_t ustart = unit * U, uend = std::min(file.size, ustart + U);
   bool taken = false;
-  ForEachSubUnit(ustart, uend, sub, [&](uint64_t idx, uint64_t) {
-    taken = taken || flights_.count(FlightKey(file, idx)) != 0 ||
-            (store_ && store_->Contains(UnitKey{file.key, file.etag, idx}));
-  });
+  ForEachSubUnit(ustart, uend, sub, [&](uint64_t idx, uint64_t) { taken = taken || TakenLocked(file, idx); });
   return taken;
 }
 
@@ -274,17 +284,10 @@ Result<size_t> ReadPipeline::Read(const FileVersion& file, uint64_t offset, size
       miss(to - from);
       continue;
     }
-    if (*subs) {
-      bool whole_in_flight;
-      {
-        std::lock_guard lk(mu_);
-        whole_in_flight = flights_.count(FlightKey(file, u)) != 0;
-      }
-      if (whole_in_flight) {
-        miss(to - from);
-        AddNeed(file, u, ustart, std::min(U, file.size - ustart), needs);
-        continue;
-      }
+    // Sub-units: a whole unit already in flight is waited for instead.
+    if (*subs && JoinWholeNeed(file, u, needs)) {
+      miss(to - from);
+      continue;
     }
     // A whole-unit prefetch may start between the check above and our
     // first sub-unit flight: AddSubNeed sees it under the same lock that
@@ -372,20 +375,16 @@ Status ReadPipeline::Fetch(const FileVersion& file, uint64_t first_unit, uint64_
   for (uint64_t u = first_unit; u <= last_unit; ++u) {
     const uint64_t ustart = u * U, uend = std::min(file.size, ustart + U);
     std::lock_guard lk(mu_);
-    if (flights_.count(FlightKey(file, u))) continue;  // someone is already fetching it
-    // Under mu_, after the flight check: a flight leaves the table after its
-    // Put, so a unit neither in flight nor cached now is not started. Its
-    // flight then needs no look in the store (which would count as a read).
-    if (store_ && store_->Contains(UnitKey{file.key, file.etag, u})) continue;
+    // In flight or cached, under mu_: a unit neither is not started, so its
+    // flight needs no look in the store (which would count as a read).
+    if (TakenLocked(file, u)) continue;
     if (!SubUnitTakenLocked(file, u)) {
       lead(u, ustart, uend - ustart);
       continue;
     }
     const uint64_t S = opts_.sub_unit_size;
     ForEachSubUnit(ustart, uend, S, [&](uint64_t idx, uint64_t p) {
-      if (flights_.count(FlightKey(file, idx)) || (store_ && store_->Contains(UnitKey{file.key, file.etag, idx})))
-        return;
-      lead(idx, p, std::min(S, file.size - p));
+      if (!TakenLocked(file, idx)) lead(idx, p, std::min(S, file.size - p));
     });
   }
   return FetchRuns(file, needs, /*demand=*/false);

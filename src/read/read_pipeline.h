@@ -114,6 +114,12 @@ class ReadPipeline {
   // its sub-units are cached or in flight: then false, nothing added (the
   // caller fetches the missing sub-units instead). One step under mu_.
   bool AddWholeNeed(const FileVersion& file, uint64_t unit, std::vector<Need>& needs);
+  // AddNeed joining whole unit `unit` if it is in flight; false (nothing
+  // added) if not. One step under mu_.
+  bool JoinWholeNeed(const FileVersion& file, uint64_t unit, std::vector<Need>& needs);
+  // Whether piece `index` (a unit or sub-unit) is in flight or cached; the
+  // caller holds mu_.
+  bool TakenLocked(const FileVersion& file, uint64_t index) const;
   // Whether a sub-unit of `unit` is in flight or cached; the caller holds mu_.
   bool SubUnitTakenLocked(const FileVersion& file, uint64_t unit) const;
 
