@@ -328,6 +328,20 @@ class DiskBlockStore final : public BlockStore {
     cached_header_bytes_ += HeaderMemBytes(*header);
     e.header = std::move(header);
   }
+  // Whether a file can be created and written in tmp/ now: a probe taken
+  // before an insert evicts anything while writes have been failing.
+  Status ProbeTmp() {
+    const std::string path = opts_.dir + "/tmp/probe-" + RandomHex();
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, kFileMode);
+    int err = fd < 0 ? errno : 0;
+    if (fd >= 0) {
+      if (::write(fd, "p", 1) != 1) err = errno ? errno : EIO;
+      if (::close(fd) != 0 && err == 0) err = errno;
+      ::unlink(path.c_str());
+    }
+    if (err == 0) return Status::Ok();
+    return Status(CodeForErrno(err), fmt::format("cannot write a temp file in {}/tmp: {}", opts_.dir, ErrnoText(err)));
+  }
   Status WriteError(Status s) {
     Add(metrics_->cache_write_errors);
     WarnOnce("write:" + s.ToString(),
@@ -366,6 +380,7 @@ class DiskBlockStore final : public BlockStore {
   std::set<std::string> warned_;  // guarded by warn_mu_: kinds already logged
 
   std::atomic<bool> db_broken_{false};       // an index write failed; see DbWrite
+  std::atomic<bool> write_failing_{false};   // the last unit write failed (not for lack of space); see Put
   std::atomic<uint64_t> last_resume_us_{0};  // last Resume() attempt
 };
 
@@ -515,7 +530,7 @@ std::optional<size_t> DiskBlockStore::Read(const UnitKey& key, uint64_t offset, 
     std::lock_guard lk(mu_);
     auto it = index_.find(id);
     if (it != index_.end() && it->second.gen == gen) {
-      Touch(id, it->second, len);
+      Touch(id, it->second, *n);
       if (new_header) KeepHeaderLocked(it->second, std::move(header));
       if (new_file) KeepOpenLocked(id, it->second, std::move(file), /*read=*/true);
     }
@@ -591,6 +606,17 @@ Status DiskBlockStore::Put(const UnitKey& key, std::string_view data, bool prefe
                                        "not cached", n, disk, opts_.max_bytes));
   }
 
+  // Nothing is evicted for an insert that cannot succeed: while the index is
+  // not writable, or while writes into tmp/ fail (a read-only volume, tmp/
+  // gone), each miss would otherwise evict a unit and then fail, draining the
+  // cache one unit per miss.
+  if (db_broken_.load() && !TryResume(false))
+    return WriteError(Status::IoError(fmt::format("cache index {}/index not writable since an earlier error",
+                                                  opts_.dir)));
+  if (write_failing_.load()) {
+    if (auto s = ProbeTmp(); !s.ok()) return WriteError(s);
+  }
+
   // Free space on the volume, measured before taking the lock. If statvfs
   // fails the free-space rule is skipped (max_bytes still holds).
   auto space = hooks_.volume_space(opts_.dir);
@@ -617,6 +643,10 @@ Status DiskBlockStore::Put(const UnitKey& key, std::string_view data, bool prefe
       // Even an empty cache would not leave enough free space: do not evict
       // everything for nothing.
       fail = Status::NoSpace(fmt::format("cache volume has less than {:.1f}% free", opts_.min_free_ratio * 100));
+    } else if (reserved_bytes_ + disk > opts_.max_bytes) {
+      // Nor when the inserts in flight hold so much that evicting every
+      // cached unit would not make room.
+      fail = Status::NoSpace("cache space is held by inserts in flight");
     } else {
       const uint64_t freed = EvictLocked(
           [&](uint64_t freed) {
@@ -637,6 +667,9 @@ Status DiskBlockStore::Put(const UnitKey& key, std::string_view data, bool prefe
 
   auto written = WriteUnit(id, *header, data);
   Status s = written ? Status::Ok() : written.error();
+  // A full volume is not a reason to stop evicting (that makes room); any
+  // other write failure is probed for before the next insert evicts.
+  write_failing_.store(!s.ok() && s.code() != Code::kNoSpace);
   std::shared_ptr<const UnitHeader> written_header;  // decoded outside mu_
   if (written) {
     if (auto h = DecodeUnitHeader(*header)) written_header = std::make_shared<const UnitHeader>(std::move(*h));
@@ -768,6 +801,23 @@ Status DiskBlockStore::Reconcile() {
   return Status::Ok();
 }
 
+// Moves a corrupt index to index.corrupt (replacing an older one): the next
+// open starts an empty index, and start-up deletes the unit files it no
+// longer names.
+Status MoveIndexAside(const std::string& dir, const std::string& why) {
+  const std::string path = dir + "/index", aside = dir + "/index.corrupt";
+  spdlog::warn("igtcache: cache index {} is corrupt ({}); moving it to {} and starting with an empty cache", path, why,
+               aside);
+  std::error_code ec;
+  std::filesystem::remove_all(aside, ec);
+  if (::rename(path.c_str(), aside.c_str()) != 0) {
+    return Status::Corruption(fmt::format("cache index {} is corrupt and cannot be moved aside ({}); remove the "
+                                          "cache dir {} and retry",
+                                          path, ErrnoText(errno), dir));
+  }
+  return Status::Ok();
+}
+
 // Opens (or creates) the RocksDB index; a corrupt one is moved aside.
 Result<std::unique_ptr<rocksdb::DB>> OpenIndex(const std::string& dir) {
   const std::string path = dir + "/index";
@@ -799,16 +849,7 @@ Result<std::unique_ptr<rocksdb::DB>> OpenIndex(const std::string& dir) {
   };
   auto [s, db] = open();
   if (s.IsCorruption()) {
-    const std::string aside = dir + "/index.corrupt";
-    spdlog::warn("igtcache: cache index {} is corrupt ({}); moving it to {} and starting with an empty cache", path,
-                 s.ToString(), aside);
-    std::error_code ec;
-    std::filesystem::remove_all(aside, ec);
-    if (::rename(path.c_str(), aside.c_str()) != 0) {
-      return Err(Status::Corruption(fmt::format("cache index {} is corrupt and cannot be moved aside ({}); remove the "
-                                                "cache dir {} and retry",
-                                                path, ErrnoText(errno), dir)));
-    }
+    if (auto st = MoveIndexAside(dir, s.ToString()); !st.ok()) return Err(st);
     std::tie(s, db) = open();
   }
   if (!s.ok()) {
@@ -818,25 +859,16 @@ Result<std::unique_ptr<rocksdb::DB>> OpenIndex(const std::string& dir) {
   return std::move(db);
 }
 
-}  // namespace
-
-Result<std::unique_ptr<BlockStore>> OpenDiskBlockStore(const BlockStoreOptions& opts_in, Metrics* metrics,
-                                                       BlockStoreHooks hooks) {
-  BlockStoreOptions opts = opts_in;
-  while (opts.dir.size() > 1 && opts.dir.back() == '/') opts.dir.pop_back();
-  if (opts.dir.empty()) return Err(Status::InvalidArgument("cache.dir is empty"));
-  if (!(opts.min_free_ratio >= 0 && opts.min_free_ratio < 1)) {
-    return Err(Status::InvalidArgument(
-        fmt::format("cache.min_free_ratio is {}; it must be in [0, 1)", opts.min_free_ratio)));
-  }
+// One open of a store whose options were checked: takes the dir's lock,
+// opens the index and reconciles it with the unit files. Sets
+// `*corrupt_table` when the index opened but reading it found corruption
+// (the store is closed again then).
+Result<std::unique_ptr<BlockStore>> OpenOnce(const BlockStoreOptions& opts, Metrics* metrics,
+                                             const BlockStoreHooks& hooks, bool* corrupt_table) {
   Result<std::unique_ptr<EvictionPolicy>> policy =
       opts.make_policy ? Result<std::unique_ptr<EvictionPolicy>>(opts.make_policy()) : MakeEvictionPolicy(opts.eviction);
   if (!policy) return Err(policy.error());
   if (!*policy) return Err(Status::InvalidArgument("make_policy returned no policy"));
-  if (!hooks.volume_space) hooks.volume_space = StatVolume;
-  if (!hooks.now_us) hooks.now_us = SystemNowUs;
-
-  if (auto s = EnsureCacheDir(opts.dir); !s.ok()) return Err(s);
   auto lock_fd = LockCacheDir(opts.dir);
   if (!lock_fd) return Err(lock_fd.error());
   auto fail = [&](Status s) {
@@ -850,11 +882,38 @@ Result<std::unique_ptr<BlockStore>> OpenDiskBlockStore(const BlockStoreOptions& 
   auto db = OpenIndex(opts.dir);
   if (!db) return fail(db.error());
 
-  auto store = std::make_unique<DiskBlockStore>(opts, metrics, std::move(hooks), *lock_fd, std::move(*db),
-                                                std::move(*policy));
+  auto store = std::make_unique<DiskBlockStore>(opts, metrics, hooks, *lock_fd, std::move(*db), std::move(*policy));
   // From here the store owns the lock fd and the db.
-  if (auto s = store->Reconcile(); !s.ok()) return Err(s);
+  if (auto s = store->Reconcile(); !s.ok()) {
+    *corrupt_table = s.code() == Code::kCorruption;
+    return Err(s);
+  }
   return std::unique_ptr<BlockStore>(std::move(store));
+}
+
+}  // namespace
+
+Result<std::unique_ptr<BlockStore>> OpenDiskBlockStore(const BlockStoreOptions& opts_in, Metrics* metrics,
+                                                       BlockStoreHooks hooks) {
+  BlockStoreOptions opts = opts_in;
+  while (opts.dir.size() > 1 && opts.dir.back() == '/') opts.dir.pop_back();
+  if (opts.dir.empty()) return Err(Status::InvalidArgument("cache.dir is empty"));
+  if (!(opts.min_free_ratio >= 0 && opts.min_free_ratio < 1)) {
+    return Err(Status::InvalidArgument(
+        fmt::format("cache.min_free_ratio is {}; it must be in [0, 1)", opts.min_free_ratio)));
+  }
+  if (!hooks.volume_space) hooks.volume_space = StatVolume;
+  if (!hooks.now_us) hooks.now_us = SystemNowUs;
+
+  if (auto s = EnsureCacheDir(opts.dir); !s.ok()) return Err(s);
+  bool corrupt_table = false;
+  auto store = OpenOnce(opts, metrics, hooks, &corrupt_table);
+  if (store || !corrupt_table) return store;
+  // A corrupt table shows only when start-up reads it (DB::Open reads no data
+  // blocks): the store is closed, the index moved aside, and the cache opened
+  // again, empty, as for an index that does not open.
+  if (auto s = MoveIndexAside(opts.dir, store.error().message()); !s.ok()) return Err(s);
+  return OpenOnce(opts, metrics, hooks, &corrupt_table);
 }
 
 }  // namespace cache

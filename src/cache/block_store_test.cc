@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <catch2/catch.hpp>
+#include <condition_variable>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -711,6 +712,74 @@ TEST_CASE("write failures are counted, cleaned up, and retried later", "[block_s
   CHECK(fs::is_empty(tmp));
 }
 
+TEST_CASE("a full cache whose writes fail keeps its units", "[block_store]") {
+  // Each failing insert used to evict first and then fail: a miss per unit
+  // drained the cache. Now nothing is evicted while writes keep failing.
+  Fixture f;
+  f.opts.max_bytes = 4 * Disk(Key(0), 1000);
+  auto s = f.Open();
+  for (int i = 0; i < 4; ++i) REQUIRE(s->Put(Key(i), DataOf(Key(i), 1000)).ok());
+  const std::string tmp = f.opts.dir + "/tmp";
+  fs::rename(tmp, f.opts.dir + "/tmp.away");
+  std::ofstream(tmp) << "not a dir";
+  for (int i = 4; i < 12; ++i) CHECK_FALSE(s->Put(Key(i), DataOf(Key(i), 1000)).ok());
+  // The first failure cannot be foreseen: it costs one unit (the LRU one).
+  CHECK(s->unit_count() == 3);
+  for (int i = 1; i < 4; ++i) CHECK(ReadAll(*s, Key(i), 1000) == DataOf(Key(i), 1000));
+  fs::remove(tmp);
+  fs::rename(f.opts.dir + "/tmp.away", tmp);
+  REQUIRE(s->Put(Key(4), DataOf(Key(4), 1000)).ok());  // writable again
+  CHECK(s->unit_count() == 4);
+  CHECK(ReadAll(*s, Key(4), 1000) == DataOf(Key(4), 1000));
+  CHECK(fs::is_empty(tmp));
+}
+
+TEST_CASE("an insert that cannot fit beside the inserts in flight evicts nothing", "[block_store]") {
+  Fixture f;
+  const uint64_t small = Disk(Key(1), 1000);
+  const size_t big_n = 3 * 4096;
+  f.opts.max_bytes = small + Disk(Key(2), big_n);
+  REQUIRE(Disk(Key(2), big_n) + Disk(Key(3), big_n) > f.opts.max_bytes);
+  // Thread A's Put stops inside its write (its space reserved) until released.
+  std::mutex m;
+  std::condition_variable cv;
+  bool reached = false, release = false;
+  static thread_local bool block_here = false;
+  BlockStoreHooks h = f.Hooks();
+  auto tick = h.now_us;
+  h.now_us = [&, tick] {
+    if (block_here) {
+      block_here = false;
+      std::unique_lock lk(m);
+      reached = true;
+      cv.notify_all();
+      cv.wait(lk, [&] { return release; });
+    }
+    return tick();
+  };
+  auto s = f.Open(h);
+  REQUIRE(s->Put(Key(1), DataOf(Key(1), 1000)).ok());
+  std::thread a([&] {
+    block_here = true;
+    CHECK(s->Put(Key(2), DataOf(Key(2), big_n)).ok());
+  });
+  {
+    std::unique_lock lk(m);
+    cv.wait(lk, [&] { return reached; });
+  }
+  // Key(3) cannot fit while Key(2) holds its space, whatever is evicted.
+  CHECK_FALSE(s->Put(Key(3), DataOf(Key(3), big_n)).ok());
+  CHECK(ReadAll(*s, Key(1), 1000) == DataOf(Key(1), 1000));
+  {
+    std::lock_guard lk(m);
+    release = true;
+  }
+  cv.notify_all();
+  a.join();
+  CHECK(s->unit_count() == 2);
+  CHECK(ReadAll(*s, Key(2), big_n) == DataOf(Key(2), big_n));
+}
+
 TEST_CASE("a corrupt index is moved aside and the cache starts empty", "[block_store]") {
   Fixture f;
   {
@@ -731,6 +800,31 @@ TEST_CASE("a corrupt index is moved aside and the cache starts empty", "[block_s
   CHECK_FALSE(fs::exists(f.UnitPath(Key(1))));  // its file was unindexed: deleted
   REQUIRE(s->Put(Key(1), DataOf(Key(1), 1000)).ok());
   CHECK(s->Contains(Key(1)));
+}
+
+TEST_CASE("an index whose table data is corrupt is moved aside at start-up too", "[block_store]") {
+  // DB::Open reads no data blocks: the corruption shows only when start-up
+  // scans the index. It must reset the cache, not refuse to mount.
+  Fixture f;
+  {
+    auto s = f.Open();
+    for (int i = 0; i < 200; ++i) REQUIRE(s->Put(Key(i), DataOf(Key(i), 100)).ok());
+  }
+  { auto s = f.Open(); }  // the recovered log becomes a table file
+  std::vector<fs::path> tables;
+  for (auto& e : fs::directory_iterator(f.opts.dir + "/index"))
+    if (e.path().extension() == ".sst") tables.push_back(e.path());
+  REQUIRE_FALSE(tables.empty());
+  for (const auto& t : tables) {
+    const auto size = fs::file_size(t);
+    for (uint64_t off = 64; off < size / 2; off += 512) FlipByte(t.string(), off);  // data blocks come first
+  }
+  auto s = f.Open();
+  CHECK(s->unit_count() == 0);
+  CHECK(fs::exists(f.opts.dir + "/index.corrupt"));
+  CHECK_FALSE(fs::exists(f.UnitPath(Key(1))));  // its file was unindexed: deleted
+  REQUIRE(s->Put(Key(1), DataOf(Key(1), 1000)).ok());
+  CHECK(ReadAll(*s, Key(1), 1000) == DataOf(Key(1), 1000));
 }
 
 TEST_CASE("concurrent Put/Read/Remove from 8 threads against a model", "[block_store][concurrency]") {

@@ -278,7 +278,15 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
                            unit, cfg.cache.dir, *have));
       return kExitUsage;
     }
-    if (!have) (void)(*store)->PutMeta(kUnitSizeMetaKey, unit);
+    // Not recorded, units could be cached under no size, and a later mount
+    // with another size would serve them at wrong offsets: refuse instead.
+    if (!have) {
+      if (auto s = (*store)->PutMeta(kUnitSizeMetaKey, unit); !s.ok()) {
+        rep.Fail(fmt::format("cache dir '{}': cannot record the unit size in its index: {}", cfg.cache.dir,
+                             s.message()));
+        return kExitError;
+      }
+    }
   }
   if (auto s = SetUpLogging(cfg, foreground, cfg.cache.dir); !s.ok()) {
     rep.Fail(s.message());
