@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <deque>
 #include <mutex>
@@ -97,11 +98,16 @@ class FakeServer {
       // gives up (or the server stops).
       bool stall = reply.starts_with("STALL:");
       if (stall) reply.erase(0, 6);
+      // "SLOW:" replies go out at 100 KB/s (10 KB every 100 ms).
+      const bool slow = reply.starts_with("SLOW:");
+      if (slow) reply.erase(0, 5);
       size_t off = 0;
-      while (off < reply.size()) {
-        ssize_t n = ::send(c, reply.data() + off, reply.size() - off, MSG_NOSIGNAL);
+      while (off < reply.size() && !stop_) {
+        const size_t chunk = slow ? std::min<size_t>(10'000, reply.size() - off) : reply.size() - off;
+        ssize_t n = ::send(c, reply.data() + off, chunk, MSG_NOSIGNAL);
         if (n <= 0) break;
         off += static_cast<size_t>(n);
+        if (slow) std::this_thread::sleep_for(std::chrono::milliseconds(100));
       }
       while (stall && !stop_) {
         pollfd cp{c, POLLIN, 0};
@@ -346,6 +352,28 @@ TEST_CASE("S3 fake: a stalled transfer fails instead of hanging", "[s3fake]") {
   CHECK(n.error().code() == Code::kUnavailable);
   CHECK_THAT(n.error().message(), Catch::Contains(s.endpoint()));
   CHECK(m.backend_errors == 1);
+}
+
+TEST_CASE("S3 fake: a slow transfer that makes progress is not cut off", "[s3fake]") {
+  // 300 KB at 100 KB/s: three times request_timeout_ms, never stalled. Before,
+  // request_timeout_ms capped the whole transfer: every attempt was aborted.
+  FakeServer s;
+  igt::Metrics m;
+  auto o = Opts(s, &m);
+  o.request_timeout_ms = 1000;
+  o.max_retries = 0;
+  auto b = igt::MakeS3Backend(o);
+  REQUIRE(b);
+  const size_t n = 300'000;
+  std::string body(n, 'x');
+  for (size_t i = 0; i < n; ++i) body[i] = static_cast<char>('a' + i % 26);
+  s.Push("SLOW:" + FakeServer::Reply(206, {"ETag: \"e1\"", "Content-Range: bytes 0-" + std::to_string(n - 1) + "/" +
+                                           std::to_string(n)}, body));
+  std::vector<char> buf(n);
+  auto got = (*b)->Read("k", 0, n, "e1", buf.data());
+  REQUIRE(got);
+  CHECK(*got == n);
+  CHECK(std::string(buf.data(), n) == body);
 }
 
 TEST_CASE("S3 fake: an S3 error document with status 200 is retried, never data", "[s3fake]") {

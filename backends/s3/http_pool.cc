@@ -3,6 +3,7 @@
 #include <curl/curl.h>
 
 #include <algorithm>
+#include <climits>
 #include <array>
 #include <cctype>
 #include <cstring>
@@ -159,8 +160,14 @@ HttpResponse HttpPool::Perform(const HttpRequest& req) {
   curl_easy_setopt(h, CURLOPT_HTTP_VERSION, static_cast<long>(CURL_HTTP_VERSION_1_1));
   curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
   curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(opts_.connect_timeout_ms));
-  curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, static_cast<long>(opts_.request_timeout_ms));
-  curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);  // bytes/s: below this counts as stalled
+  // A stalled transfer (under kStallBytesPerS for request_timeout_ms) is
+  // aborted. The whole-transfer cap grows with the bytes expected, so a
+  // large ranged GET on a slow link is not aborted and restarted from zero
+  // while it makes progress (at kMinAvgBytesPerS it still ends).
+  const uint64_t expect = req.sink ? req.sink_capacity : 0;
+  const uint64_t total_ms = uint64_t(opts_.request_timeout_ms) + expect * 1000 / kMinAvgBytesPerS;
+  curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, static_cast<long>(std::min<uint64_t>(total_ms, LONG_MAX)));
+  curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, kStallBytesPerS);
   curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, stall_s);
   curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
   curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);

@@ -58,11 +58,17 @@ struct HttpResponse {
 struct HttpPoolOptions {
   int max_connections = 32;
   int connect_timeout_ms = 3000;
-  // Whole-transfer timeout; also the stall limit: a transfer that moves less
-  // than 1 byte/s for this long (rounded up to seconds) is aborted.
+  // The stall limit: a transfer that moves less than kStallBytesPerS for this
+  // long (rounded up to seconds) is aborted. A whole transfer may take this
+  // plus its expected bytes at kMinAvgBytesPerS.
   int request_timeout_ms = 30000;
   std::string ca_bundle;  // CURLOPT_CAINFO when non-empty ($AWS_CA_BUNDLE)
 };
+
+// Slower than this for request_timeout_ms: stalled.
+inline constexpr long kStallBytesPerS = 1024;
+// The slowest average a ranged GET may have before the whole-transfer cap.
+inline constexpr uint64_t kMinAvgBytesPerS = 32 * 1024;
 
 class HttpPool {
  public:
