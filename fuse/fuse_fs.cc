@@ -486,7 +486,9 @@ Status FuseFs::Run() {
 // fi->direct_io), counting the handle. The cache is kept while the
 // version is the same; a new version drops it, unless handles of the old
 // one are still open: then the new handle reads around it (direct_io) and
-// the old ones keep theirs. Never two versions' pages in one cache.
+// the old ones keep theirs. Never two versions' pages in one cache. (A file
+// inode is one version since the Namespace gives a new version a new inode:
+// the direct_io case is a safeguard.)
 void FuseFs::OpenVersion(uint64_t ino, const std::string& etag, fuse_file_info* fi) {
   std::lock_guard lk(etag_mu_);
   auto& pc = page_cache_[ino];

@@ -128,6 +128,10 @@ void Namespace::NoteWalk(const std::string& dir_key) {
       want.push_back(std::move(key));
     }
   }
+  QueueBackground(std::move(want));
+}
+
+void Namespace::QueueBackground(std::vector<std::string> want) {
   if (want.empty()) return;
   {
     std::lock_guard lk(walk_mu_);
@@ -152,7 +156,7 @@ void Namespace::WalkWorker() {
     std::string key = std::move(walk_queue_.front());
     walk_queue_.pop_front();
     lk.unlock();
-    auto r = Listing(key);  // single-flight with the walker's own ReadDir
+    auto r = Listing(key, /*background=*/true);  // single-flight with the walker's own ReadDir
     if (!r) spdlog::debug("walk prefetch of '{}/': {}", key, r.error().ToString());
     lk.lock();
     walk_queued_.erase(key);
@@ -218,18 +222,32 @@ Result<std::shared_ptr<const DirListing>> Namespace::FetchListing(const std::str
   return std::shared_ptr<const DirListing>(std::move(listing));
 }
 
-Result<std::shared_ptr<const DirListing>> Namespace::Listing(const std::string& dir_key) {
+Result<std::shared_ptr<const DirListing>> Namespace::Listing(const std::string& dir_key, bool background) {
   std::shared_ptr<Fetch> fetch;
   bool leader = false;
   {
-    std::lock_guard lk(listings_mu_);
+    std::unique_lock lk(listings_mu_);
+    std::shared_ptr<const DirListing> stale;
     if (auto it = listings_.find(dir_key); it != listings_.end()) {
       if (Fresh(it->second->fetched_ms)) return it->second;
-      // The bucket failed a moment ago: keep serving the stale listing.
-      if (auto r = retry_after_ms_.find(dir_key); r != retry_after_ms_.end() && NowMs() < r->second)
-        return it->second;
+      stale = it->second;
+      // The bucket failed the last refresh: keep serving the stale listing
+      // at once. The retry (at most once per kStaleRetryMs) runs in the
+      // background: a bucket that accepts connections and never answers
+      // would otherwise hold every lookup in the directory for the whole
+      // retry budget.
+      if (auto r = retry_after_ms_.find(dir_key); r != retry_after_ms_.end() && !background) {
+        const bool retry = NowMs() >= r->second && !fetches_.contains(dir_key);
+        if (retry) r->second = NowMs() + kStaleRetryMs;
+        lk.unlock();
+        if (retry) QueueBackground({dir_key});
+        return stale;
+      }
     }
     if (auto it = fetches_.find(dir_key); it != fetches_.end()) {
+      // A refresh under way: the listing it replaces is served meanwhile
+      // (only its leader waits, however long the bucket takes).
+      if (stale && !background) return stale;
       fetch = it->second;
     } else {
       fetch = std::make_shared<Fetch>();
@@ -335,22 +353,27 @@ Result<InodeAttr> Namespace::Lookup(uint64_t parent, std::string_view name) {
   if (!child) return Err(child.error());
   std::lock_guard lk(mu_);
   std::string k = child->key + (child->is_dir ? "/" : "");
-  uint64_t ino;
-  if (auto it = by_key_.find(k); it != by_key_.end()) {
-    ino = it->second;
-    Inode& n = inodes_.at(ino);
-    n.attr = *child;
-    n.attr.ino = ino;
-    n.attr_ms = NowMs();
-    ++n.nlookup;
-  } else {
-    ino = next_ino_++;
-    InodeAttr a = *child;
-    a.ino = ino;
-    inodes_.emplace(ino, Inode{ino, parent, std::string(name), a, NowMs(), 1});
-    by_key_.emplace(k, ino);
+  auto it = by_key_.find(k);
+  if (it != by_key_.end()) {
+    Inode& n = inodes_.at(it->second);
+    if (child->is_dir || n.attr.etag == child->etag) {
+      n.attr = *child;
+      n.attr.ino = n.ino;
+      n.attr_ms = NowMs();
+      ++n.nlookup;
+      return n.attr;
+    }
+    // Another version of the object: a new inode. The old one keeps the
+    // version it had for the handles open on it (the kernel would otherwise
+    // give it the new size and cut their reads short with a silent EOF).
+    n.superseded = true;
   }
-  return inodes_.at(ino).attr;
+  const uint64_t ino = next_ino_++;
+  InodeAttr a = *child;
+  a.ino = ino;
+  inodes_.emplace(ino, Inode{ino, parent, std::string(name), a, NowMs(), 1});
+  by_key_[k] = ino;
+  return a;
 }
 
 void Namespace::Forget(uint64_t ino, uint64_t nlookup) {
@@ -364,7 +387,9 @@ void Namespace::Forget(uint64_t ino, uint64_t nlookup) {
   }
   it->second.nlookup -= nlookup;
   if (it->second.nlookup == 0) {
-    by_key_.erase(it->second.attr.key + (it->second.attr.is_dir ? "/" : ""));
+    // A superseded inode no longer owns its key.
+    auto k = by_key_.find(it->second.attr.key + (it->second.attr.is_dir ? "/" : ""));
+    if (k != by_key_.end() && k->second == ino) by_key_.erase(k);
     inodes_.erase(it);
   }
 }
@@ -375,7 +400,7 @@ Result<InodeAttr> Namespace::GetAttr(uint64_t ino) {
     std::lock_guard lk(mu_);
     auto it = inodes_.find(ino);
     if (it == inodes_.end()) return Err(Status::NotFound("stale inode"));
-    if (ino == kRootIno || Fresh(it->second.attr_ms)) return it->second.attr;
+    if (ino == kRootIno || it->second.superseded || Fresh(it->second.attr_ms)) return it->second.attr;
     auto p = inodes_.find(it->second.parent);
     if (p == inodes_.end()) return it->second.attr;
     parent_key = p->second.attr.key;
@@ -391,6 +416,12 @@ Result<InodeAttr> Namespace::GetAttr(uint64_t ino) {
     return it->second.attr;  // backend trouble: keep serving what we know
   }
   if (child->is_dir != it->second.attr.is_dir) return Err(Status::NotFound("replaced"));
+  if (!child->is_dir && child->etag != it->second.attr.etag) {
+    // Another version: this inode keeps its own (see Lookup); the kernel
+    // reaches the new one by a lookup of the name once its entry expires.
+    it->second.superseded = true;
+    return it->second.attr;
+  }
   it->second.attr.size = child->size;
   it->second.attr.mtime_ns = child->mtime_ns;
   it->second.attr.etag = child->etag;

@@ -18,7 +18,13 @@
 // When the bucket cannot be reached (Unavailable, IoError, Timeout) and a
 // listing is stale, the stale listing (memory, else the persisted one) is
 // served instead of an error, so cached data stays reachable during an
-// outage; the bucket is asked again at most once per kStaleRetryMs per dir.
+// outage; the bucket is asked again at most once per kStaleRetryMs per dir,
+// in the background (callers get the stale listing without waiting).
+//
+// A file inode is one version (ETag) of its object: when a lookup finds a
+// new version, the name gets a new inode and the old one keeps its
+// attributes for the handles still open on it, so their size never changes
+// under them (SEMANTICS.md). A directory keeps its inode.
 //
 // Inodes follow the FUSE lookup-count contract: Lookup() adds one, Forget()
 // subtracts; an inode whose count reaches zero is erased (root never is).
@@ -125,10 +131,15 @@ class Namespace {
     InodeAttr attr;
     int64_t attr_ms;   // when attr was taken from a listing
     uint64_t nlookup;
+    // A file inode whose name now leads to another version (another inode):
+    // its attributes stay those of its own version.
+    bool superseded = false;
   };
   struct Fetch;  // an in-flight listing fetch (single-flight)
 
-  Result<std::shared_ptr<const DirListing>> Listing(const std::string& dir_key);
+  // `background`: a walk prefetch or an outage retry (never served the
+  // stale listing of a failed refresh without asking the bucket).
+  Result<std::shared_ptr<const DirListing>> Listing(const std::string& dir_key, bool background = false);
   Result<std::shared_ptr<const DirListing>> FetchListing(const std::string& dir_key);
   bool Fresh(int64_t fetched_ms) const;
   Result<InodeAttr> Child(const std::string& dir_key, std::string_view name);
@@ -136,6 +147,9 @@ class Namespace {
   // queues the next siblings' listings.
   void NoteWalk(const std::string& dir_key);
   void WalkWorker();
+  // Queues listings of `dirs` for the background threads (started on first
+  // use); takes walk_mu_ only.
+  void QueueBackground(std::vector<std::string> dirs);
 
   Backend* backend_;
   BlockStore* store_;

@@ -2,6 +2,9 @@
 
 #include <catch2/catch.hpp>
 
+#include <condition_variable>
+#include <mutex>
+
 #include <chrono>
 #include <filesystem>
 #include <thread>
@@ -68,19 +71,34 @@ TEST_CASE("lookup counts: forget erases, underflow is a bug") {
   CHECK_FALSE(ns.GetAttr(a1->ino).has_value());
 }
 
-TEST_CASE("stale attributes are refreshed from the listing after the TTL") {
+TEST_CASE("a new version of an object gets a new inode, the old one keeps its own") {
   auto mem = std::make_shared<MemoryBackend>();
   mem->Put("a", "1");
   Namespace ns(mem.get(), nullptr, nullptr, Namespace::Options{0});  // always stale
   auto a = ns.Lookup(Namespace::kRootIno, "a");
   REQUIRE(a.has_value());
   mem->Put("a", "22");
-  auto b = ns.GetAttr(a->ino);
+  // The inode a handle may hold open keeps its version's size (the kernel
+  // would cut its reads short at the new size).
+  auto old = ns.GetAttr(a->ino);
+  REQUIRE(old.has_value());
+  CHECK(old->size == 1);
+  CHECK(old->etag == a->etag);
+  // The name leads to a new inode with the new version.
+  auto b = ns.Lookup(Namespace::kRootIno, "a");
   REQUIRE(b.has_value());
+  CHECK(b->ino != a->ino);
   CHECK(b->size == 2);
   CHECK(b->etag != a->etag);
+  CHECK(ns.GetAttr(a->ino)->size == 1);
+  CHECK(ns.inode_count() == 3);
+  // Forgetting the old inode leaves the name to the new one.
+  ns.Forget(a->ino, 1);
+  CHECK(ns.inode_count() == 2);
+  CHECK(ns.Lookup(Namespace::kRootIno, "a")->ino == b->ino);
+  CHECK(ns.GetAttr(b->ino)->size == 2);
   mem->Delete("a");
-  auto c = ns.GetAttr(a->ino);
+  auto c = ns.GetAttr(b->ino);
   REQUIRE_FALSE(c.has_value());
   CHECK(c.error().code() == Code::kNotFound);
 }
@@ -136,6 +154,64 @@ TEST_CASE("a stale listing is served while the bucket is unreachable") {
   // test thread may see one second go by).
   const auto secs = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - t0).count();
   CHECK(fb.counts().lists - lists <= static_cast<uint64_t>(secs));
+}
+
+TEST_CASE("during an outage a listing refresh never holds lookups: they get the stale listing") {
+  // A bucket that accepts connections and never answers holds a LIST for
+  // the whole retry budget (tens of seconds). Lookups must not wait for it.
+  auto mem = std::make_shared<MemoryBackend>();
+  mem->Put("a.bin", "1");
+  FaultInjectingBackend fb(mem);
+  Namespace ns(&fb, nullptr, nullptr, Namespace::Options{.ttl_ms = 1});
+  REQUIRE(ns.Lookup(Namespace::kRootIno, "a.bin").has_value());
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));  // listing now stale
+  fb.FailNext(1, Code::kUnavailable, FaultInjectingBackend::kList);
+  REQUIRE(ns.Lookup(Namespace::kRootIno, "a.bin").has_value());  // the failed refresh: stale served
+  mem->Put("b.bin", "2");
+  // From now on a LIST hangs until released (bounded, so a bug fails the
+  // test instead of hanging it).
+  std::mutex m;
+  std::condition_variable cv;
+  bool held = false, release = false, gave_up = false;
+  fb.SetBeforeCall([&](FaultInjectingBackend::Op op, const std::string&) {
+    if (op != FaultInjectingBackend::kList) return;
+    std::unique_lock lk(m);
+    if (held) return;  // only the first LIST hangs
+    held = true;
+    cv.notify_all();
+    // Gives up only if nobody releases it: a lookup waited for this LIST.
+    gave_up = !cv.wait_for(lk, std::chrono::seconds(30), [&] { return release; });
+  });
+  // Until the retry is due and while it hangs, lookups return at once.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (true) {
+    REQUIRE(ns.Lookup(Namespace::kRootIno, "a.bin").has_value());
+    {
+      std::lock_guard lk(m);
+      if (held || std::chrono::steady_clock::now() > until) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  {
+    std::lock_guard lk(m);
+    REQUIRE(held);  // the retry was made, in the background
+  }
+  for (int i = 0; i < 10; ++i) REQUIRE(ns.Lookup(Namespace::kRootIno, "a.bin").has_value());
+  CHECK(ns.Lookup(Namespace::kRootIno, "b.bin").error().code() == Code::kNotFound);  // still stale
+  {
+    std::lock_guard lk(m);
+    CHECK_FALSE(gave_up);
+    release = true;
+  }
+  cv.notify_all();
+  // The bucket answers again: the background retry brings the new listing.
+  fb.SetBeforeCall({});
+  bool found = false;
+  while (!found && std::chrono::steady_clock::now() < until + std::chrono::seconds(10)) {
+    found = ns.Lookup(Namespace::kRootIno, "b.bin").has_value();
+    if (!found) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  CHECK(found);
 }
 
 TEST_CASE("a walk over sibling directories prefetches the next ones' listings, once each") {

@@ -39,10 +39,11 @@ def which(got, versions):
 def main():
     v1 = {"grow.bin": content("grow1", 2 * MiB + 500), "same.bin": content("same1", 700_000),
           "gone.bin": content("gone1", 1234), "pinned.bin": content("pinned1", 8 * MiB + 99),
-          "dir/deep.bin": content("deep1", 3 * MiB), "shared.bin": content("shared1", 4 * MiB)}
+          "dir/deep.bin": content("deep1", 3 * MiB), "shared.bin": content("shared1", 4 * MiB),
+          "shrink.bin": content("shrink1", 8 * MiB + 99)}
     v2 = {"grow.bin": content("grow2", 3 * MiB + 17), "same.bin": content("same2", 700_000),
           "pinned.bin": content("pinned2", 8 * MiB + 99), "dir/deep.bin": content("deep2", 1000),
-          "shared.bin": content("shared2", 4 * MiB)}
+          "shared.bin": content("shared2", 4 * MiB), "shrink.bin": content("shrink2", 1000)}
     with harness.Session("changed") as s:
         srv = s.start_s3rver(buckets=(BUCKET,))
         faultlib.put_objects(srv, BUCKET, v1)
@@ -52,7 +53,7 @@ def main():
         m = s.mount(f"s3://{BUCKET}", cache_dir=cache, args=args)
         mnt = m.mountpoint
         for k, data in v1.items():
-            if k == "pinned.bin":
+            if k in ("pinned.bin", "shrink.bin"):
                 continue  # only its first MiB is read (below): the rest is uncached
             check(try_read(mnt / k)[0] == data, f"v1 of {k} read") if k == "grow.bin" else None
             if try_read(mnt / k)[0] != data:
@@ -64,6 +65,11 @@ def main():
         fd = os.open(mnt / "pinned.bin", os.O_RDONLY)
         head = os.pread(fd, MiB, 0)
         check(head == v1["pinned.bin"][:MiB], "pinned.bin opened, first MiB is v1")
+
+        # A reader of shrink.bin (overwritten below by a 1000-byte object)
+        # that stays open across the change with most of v1 uncached.
+        fd_shrink = os.open(mnt / "shrink.bin", os.O_RDONLY)
+        check(os.pread(fd_shrink, MiB, 0) == v1["shrink.bin"][:MiB], "shrink.bin opened, first MiB is v1")
 
         # A reader of shared.bin that stays open across the change (all of
         # v1 is cached: it goes on reading v1).
@@ -105,6 +111,28 @@ def main():
         # After the TTL: the new version, or ENOENT.
         time.sleep(max(0.0, TTL_MS / 1000 + 0.5 - (time.monotonic() - t_change)))
 
+        # The name now leads to the 1000-byte v2: a stat of the path and of the
+        # old handle must not shrink what the old handle reads (before, the
+        # old handle's inode took v2's size and its reads past 1000 bytes
+        # were a silent EOF).
+        st_path = os.stat(mnt / "shrink.bin")
+        st_fd = os.fstat(fd_shrink)
+        check(st_path.st_size == 1000, f"shrink.bin: the path stats as v2 ({st_path.st_size} bytes)")
+        check(st_fd.st_size == len(v1["shrink.bin"]),
+              f"shrink.bin: the old handle stats as the version it opened ({st_fd.st_size} bytes)")
+        try:
+            b = os.pread(fd_shrink, 512 * 1024, 4 * MiB)
+            if b != v1["shrink.bin"][4 * MiB:4 * MiB + 512 * 1024]:
+                raise harness.TestFailure(f"shrink.bin: the old handle read {len(b)} bytes at 4 MiB that are not v1 "
+                                          f"({'EOF' if not b else 'wrong bytes'})")
+            shrink_outcome = "v1"
+        except OSError as e:
+            if e.errno != errno.EIO:
+                raise
+            shrink_outcome = "EIO"
+        check(True, f"shrink.bin: the old handle reads v1 bytes or EIO past v2's end, never EOF ({shrink_outcome})")
+        os.close(fd_shrink)
+
         # Two versions open on one inode, whose page cache the kernel shares
         # between handles: the old handle's reads must not put v1 pages where
         # the new handle reads.
@@ -119,7 +147,7 @@ def main():
         check(True, "shared.bin: the handle opened after the change reads v2 while the old one is open")
         os.close(fd_old)
         os.close(fd_new)
-        for k in ("grow.bin", "same.bin", "pinned.bin", "dir/deep.bin", "shared.bin"):
+        for k in ("grow.bin", "same.bin", "pinned.bin", "dir/deep.bin", "shared.bin", "shrink.bin"):
             st = os.stat(mnt / k)
             got, e = try_read(mnt / k)
             if got != v2[k]:
