@@ -521,6 +521,10 @@ std::optional<size_t> DiskBlockStore::Read(const UnitKey& key, uint64_t offset, 
       WarnOnce("read:" + n.error().ToString(),
                fmt::format("igtcache: cannot read cache unit {}: {} (served from the backend)", path,
                            n.error().ToString()));
+      // An I/O error (a bad sector) would repeat on every read of the unit,
+      // each paying for it before the backend: drop it; a refetch writes a
+      // new file.
+      if (n.error().code() == Code::kIoError) Drop(id, gen);
     }
     return std::nullopt;
   }

@@ -169,7 +169,10 @@ bool Namespace::SafeName(std::string_view n) {
 }
 
 bool Namespace::Fresh(int64_t fetched_ms) const {
-  return NowMs() - fetched_ms < static_cast<int64_t>(opts_.ttl_ms);
+  // A time in the future (the wall clock stepped back) is stale: else it
+  // would stay fresh for the size of the step plus the TTL.
+  const int64_t age = NowMs() - fetched_ms;
+  return age >= 0 && age < static_cast<int64_t>(opts_.ttl_ms);
 }
 
 size_t Namespace::inode_count() const {

@@ -12,6 +12,8 @@
 #include "backends/fault_backend.h"
 #include "backends/memory_backend.h"
 
+#include <nlohmann/json.hpp>
+
 using namespace igt;
 
 TEST_CASE("lookup and readdir follow key prefixes, one LIST per directory") {
@@ -129,6 +131,20 @@ TEST_CASE("listings persist in the BlockStore: a new Namespace within the TTL do
     REQUIRE(x.has_value());
     REQUIRE(ns.Lookup(x->ino, "y").has_value());
     CHECK(fb.counts().lists == 0);
+  }
+  // A listing stamped in the future (the clock stepped back since) is stale,
+  // not fresh for the size of the step plus the TTL.
+  {
+    auto store = BlockStore::Open(o, nullptr);
+    REQUIRE(store.has_value());
+    nlohmann::json j = {{"v", 1}, {"t", NowMs() + 3'600'000}, {"e", nlohmann::json::array({{"old", false, 1, 0, "e"}})}};
+    const auto cbor = nlohmann::json::to_cbor(j);
+    REQUIRE((*store)->PutMeta("l/", std::string(cbor.begin(), cbor.end())).ok());
+    fb.ResetCounts();
+    Namespace ns(&fb, store->get(), nullptr, Namespace::Options{60000});
+    CHECK(ns.Lookup(Namespace::kRootIno, "x").has_value());
+    CHECK_FALSE(ns.Lookup(Namespace::kRootIno, "old").has_value());
+    CHECK(fb.counts().lists == 1);
   }
   std::filesystem::remove_all(dir);
 }
