@@ -38,6 +38,7 @@
 #include <set>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "igtcache/metrics.h"
@@ -149,6 +150,9 @@ class DiskBlockStore final : public BlockStore {
   }
 
   Status Reconcile();
+  // Hands the cache dir's lock back to the caller (closed by it, not by the
+  // destructor).
+  int TakeLockFd() { return std::exchange(lock_fd_, -1); }
 
   // Every index write goes through here. After a failed write (volume
   // read-only, I/O error) RocksDB must not be written again until it has
@@ -332,7 +336,11 @@ class DiskBlockStore final : public BlockStore {
   // before an insert evicts anything while writes have been failing.
   Status ProbeTmp() {
     const std::string path = opts_.dir + "/tmp/probe-" + RandomHex();
-    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, kFileMode);
+    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, kFileMode);
+    if (fd < 0 && errno == ENOENT) {  // tmp/ deleted (a tmp cleaner): made again
+      if (auto s = EnsurePrivateSubdir(opts_.dir + "/tmp"); !s.ok()) return s;
+      fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, kFileMode);
+    }
     int err = fd < 0 ? errno : 0;
     if (fd >= 0) {
       if (::write(fd, "p", 1) != 1) err = errno ? errno : EIO;
@@ -359,7 +367,7 @@ class DiskBlockStore final : public BlockStore {
   Metrics own_metrics_;  // used when the caller passes none
   Metrics* const metrics_;
   const BlockStoreHooks hooks_;
-  const int lock_fd_;
+  int lock_fd_;  // -1 once handed back (TakeLockFd)
   std::unique_ptr<rocksdb::DB> db_;  // thread-safe itself
 
   // Lock order: mu_ before warn_mu_ (WarnOnce is never called under mu_ today).
@@ -618,7 +626,8 @@ Status DiskBlockStore::Put(const UnitKey& key, std::string_view data, bool prefe
     return WriteError(Status::IoError(fmt::format("cache index {}/index not writable since an earlier error",
                                                   opts_.dir)));
   if (write_failing_.load()) {
-    if (auto s = ProbeTmp(); !s.ok()) return WriteError(s);
+    // A full volume is no reason to skip eviction (it makes room).
+    if (auto s = ProbeTmp(); !s.ok() && s.code() != Code::kNoSpace) return WriteError(s);
   }
 
   // Free space on the volume, measured before taking the lock. If statvfs
@@ -863,16 +872,10 @@ Result<std::unique_ptr<rocksdb::DB>> OpenIndex(const std::string& dir) {
   return std::move(db);
 }
 
-// One open of a store whose options were checked: takes the dir's lock,
-// opens the index and reconciles it with the unit files. Sets
-// `*corrupt_table` when the index opened but reading it found corruption
-// (the store is closed again then).
-Result<std::unique_ptr<BlockStore>> OpenOnce(const BlockStoreOptions& opts, Metrics* metrics,
-                                             const BlockStoreHooks& hooks, bool* corrupt_table) {
-  Result<std::unique_ptr<EvictionPolicy>> policy =
-      opts.make_policy ? Result<std::unique_ptr<EvictionPolicy>>(opts.make_policy()) : MakeEvictionPolicy(opts.eviction);
-  if (!policy) return Err(policy.error());
-  if (!*policy) return Err(Status::InvalidArgument("make_policy returned no policy"));
+// Opens a store whose options were checked: takes the dir's lock, opens the
+// index and reconciles it with the unit files.
+Result<std::unique_ptr<BlockStore>> OpenChecked(const BlockStoreOptions& opts, Metrics* metrics,
+                                                const BlockStoreHooks& hooks) {
   auto lock_fd = LockCacheDir(opts.dir);
   if (!lock_fd) return Err(lock_fd.error());
   auto fail = [&](Status s) {
@@ -883,16 +886,25 @@ Result<std::unique_ptr<BlockStore>> OpenOnce(const BlockStoreOptions& opts, Metr
     if (auto s = EnsurePrivateSubdir(opts.dir + sub); !s.ok()) return fail(s);
   }
   if (auto s = ClearDir(opts.dir + "/tmp"); !s.ok()) return fail(s);
-  auto db = OpenIndex(opts.dir);
-  if (!db) return fail(db.error());
-
-  auto store = std::make_unique<DiskBlockStore>(opts, metrics, hooks, *lock_fd, std::move(*db), std::move(*policy));
-  // From here the store owns the lock fd and the db.
-  if (auto s = store->Reconcile(); !s.ok()) {
-    *corrupt_table = s.code() == Code::kCorruption;
-    return Err(s);
+  for (int attempt = 0;; ++attempt) {
+    Result<std::unique_ptr<EvictionPolicy>> policy =
+        opts.make_policy ? Result<std::unique_ptr<EvictionPolicy>>(opts.make_policy()) : MakeEvictionPolicy(opts.eviction);
+    if (!policy) return fail(policy.error());
+    if (!*policy) return fail(Status::InvalidArgument("make_policy returned no policy"));
+    auto db = OpenIndex(opts.dir);
+    if (!db) return fail(db.error());
+    auto store = std::make_unique<DiskBlockStore>(opts, metrics, hooks, *lock_fd, std::move(*db), std::move(*policy));
+    // From here the store owns the lock fd and the db.
+    auto s = store->Reconcile();
+    if (s.ok()) return std::unique_ptr<BlockStore>(std::move(store));
+    if (s.code() != Code::kCorruption || attempt > 0) return Err(s);
+    // A corrupt table shows only when start-up reads it (DB::Open reads no
+    // data blocks): the index is closed, moved aside, and opened again,
+    // empty, as for an index that does not open. The dir stays locked.
+    store->TakeLockFd();
+    store.reset();
+    if (auto m = MoveIndexAside(opts.dir, s.message()); !m.ok()) return fail(m);
   }
-  return std::unique_ptr<BlockStore>(std::move(store));
 }
 
 }  // namespace
@@ -908,16 +920,8 @@ Result<std::unique_ptr<BlockStore>> OpenDiskBlockStore(const BlockStoreOptions& 
   }
   if (!hooks.volume_space) hooks.volume_space = StatVolume;
   if (!hooks.now_us) hooks.now_us = SystemNowUs;
-
   if (auto s = EnsureCacheDir(opts.dir); !s.ok()) return Err(s);
-  bool corrupt_table = false;
-  auto store = OpenOnce(opts, metrics, hooks, &corrupt_table);
-  if (store || !corrupt_table) return store;
-  // A corrupt table shows only when start-up reads it (DB::Open reads no data
-  // blocks): the store is closed, the index moved aside, and the cache opened
-  // again, empty, as for an index that does not open.
-  if (auto s = MoveIndexAside(opts.dir, store.error().message()); !s.ok()) return Err(s);
-  return OpenOnce(opts, metrics, hooks, &corrupt_table);
+  return OpenChecked(opts, metrics, hooks);
 }
 
 }  // namespace cache

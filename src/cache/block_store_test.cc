@@ -734,6 +734,18 @@ TEST_CASE("a full cache whose writes fail keeps its units", "[block_store]") {
   CHECK(fs::is_empty(tmp));
 }
 
+TEST_CASE("a deleted tmp/ is made again and caching goes on", "[block_store]") {
+  Fixture f;
+  auto s = f.Open();
+  REQUIRE(s->Put(Key(0), DataOf(Key(0), 1000)).ok());
+  fs::remove_all(f.opts.dir + "/tmp");  // a tmp cleaner, or a user
+  CHECK_FALSE(s->Put(Key(1), DataOf(Key(1), 1000)).ok());  // this write cannot know
+  REQUIRE(s->Put(Key(2), DataOf(Key(2), 1000)).ok());
+  CHECK(ReadAll(*s, Key(2), 1000) == DataOf(Key(2), 1000));
+  CHECK(ReadAll(*s, Key(0), 1000) == DataOf(Key(0), 1000));
+  CHECK(fs::is_empty(f.opts.dir + "/tmp"));
+}
+
 TEST_CASE("an insert that cannot fit beside the inserts in flight evicts nothing", "[block_store]") {
   Fixture f;
   const uint64_t small = Disk(Key(1), 1000);

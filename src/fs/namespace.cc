@@ -239,9 +239,14 @@ Result<std::shared_ptr<const DirListing>> Namespace::Listing(const std::string& 
       // background: a bucket that accepts connections and never answers
       // would otherwise hold every lookup in the directory for the whole
       // retry budget.
-      if (auto r = retry_after_ms_.find(dir_key); r != retry_after_ms_.end() && !background) {
-        const bool retry = NowMs() >= r->second && !fetches_.contains(dir_key);
-        if (retry) r->second = NowMs() + kStaleRetryMs;
+      // A walk prefetch keeps to that pace too; only the queued retry asks.
+      if (auto r = retry_after_ms_.find(dir_key);
+          r != retry_after_ms_.end() && !(background && refresh_due_.erase(dir_key))) {
+        const bool retry = !background && NowMs() >= r->second && !fetches_.contains(dir_key);
+        if (retry) {
+          r->second = NowMs() + kStaleRetryMs;
+          refresh_due_.insert(dir_key);
+        }
         lk.unlock();
         if (retry) QueueBackground({dir_key});
         return stale;
@@ -296,8 +301,11 @@ Result<std::shared_ptr<const DirListing>> Namespace::Listing(const std::string& 
   {
     std::lock_guard lk(listings_mu_);
     if (result) listings_[dir_key] = *result;
+    // Served stale: retried later. Otherwise (fetched, or an error other
+    // than an unreachable bucket, e.g. access denied) the next lookup asks
+    // the bucket itself and sees the outcome.
     if (stale) retry_after_ms_[dir_key] = NowMs() + kStaleRetryMs;
-    if (fetched) retry_after_ms_.erase(dir_key);
+    else retry_after_ms_.erase(dir_key);
     fetches_.erase(dir_key);
   }
   if (fetched && serving_stale_.exchange(false)) spdlog::info("bucket reachable again");
@@ -328,9 +336,10 @@ std::optional<DirEntry> Namespace::CachedEntry(const std::string& key) {
   return *e;
 }
 
-Result<InodeAttr> Namespace::Child(const std::string& dir_key, std::string_view name) {
+Result<InodeAttr> Namespace::Child(const std::string& dir_key, std::string_view name, int64_t* listing_ms) {
   auto listing = Listing(dir_key);
   if (!listing) return Err(listing.error());
+  *listing_ms = (*listing)->fetched_ms;
   const DirEntry* e = (*listing)->Find(name);
   if (!e) return Err(Status::NotFound(ChildKey(dir_key, name)));
   InodeAttr a;
@@ -352,17 +361,25 @@ Result<InodeAttr> Namespace::Lookup(uint64_t parent, std::string_view name) {
     if (!it->second.attr.is_dir) return Err(Status::InvalidArgument("not a directory"));
     dir_key = it->second.attr.key;
   }
-  auto child = Child(dir_key, name);
+  int64_t listing_ms = 0;
+  auto child = Child(dir_key, name, &listing_ms);
   if (!child) return Err(child.error());
   std::lock_guard lk(mu_);
   std::string k = child->key + (child->is_dir ? "/" : "");
   auto it = by_key_.find(k);
   if (it != by_key_.end()) {
     Inode& n = inodes_.at(it->second);
-    if (child->is_dir || n.attr.etag == child->etag) {
-      n.attr = *child;
-      n.attr.ino = n.ino;
-      n.attr_ms = NowMs();
+    // An older listing than the inode's (a lookup that got the listing a
+    // refresh was replacing) must not move the name back to an older version.
+    const bool older = listing_ms < n.listing_ms;
+    if (older || child->is_dir || n.attr.etag == child->etag) {
+      if (!older) {
+        n.attr = *child;
+        n.attr.ino = n.ino;
+        n.attr_ms = NowMs();
+        n.listing_ms = listing_ms;
+        n.superseded = false;  // its version is the name's again
+      }
       ++n.nlookup;
       return n.attr;
     }
@@ -374,7 +391,7 @@ Result<InodeAttr> Namespace::Lookup(uint64_t parent, std::string_view name) {
   const uint64_t ino = next_ino_++;
   InodeAttr a = *child;
   a.ino = ino;
-  inodes_.emplace(ino, Inode{ino, parent, std::string(name), a, NowMs(), 1});
+  inodes_.emplace(ino, Inode{ino, parent, std::string(name), a, NowMs(), 1, listing_ms});
   by_key_[k] = ino;
   return a;
 }
@@ -410,7 +427,8 @@ Result<InodeAttr> Namespace::GetAttr(uint64_t ino) {
     name = it->second.name;
   }
   // Stale: refresh from the parent's listing (one LIST per directory, not a HEAD per file).
-  auto child = Child(parent_key, name);
+  int64_t listing_ms = 0;
+  auto child = Child(parent_key, name, &listing_ms);
   std::lock_guard lk(mu_);
   auto it = inodes_.find(ino);
   if (it == inodes_.end()) return Err(Status::NotFound("stale inode"));
@@ -418,6 +436,7 @@ Result<InodeAttr> Namespace::GetAttr(uint64_t ino) {
     if (child.error().code() == Code::kNotFound) return Err(child.error());
     return it->second.attr;  // backend trouble: keep serving what we know
   }
+  if (listing_ms < it->second.listing_ms) return it->second.attr;  // an older listing than the inode's
   if (child->is_dir != it->second.attr.is_dir) return Err(Status::NotFound("replaced"));
   if (!child->is_dir && child->etag != it->second.attr.etag) {
     // Another version: this inode keeps its own (see Lookup); the kernel
@@ -429,6 +448,7 @@ Result<InodeAttr> Namespace::GetAttr(uint64_t ino) {
   it->second.attr.mtime_ns = child->mtime_ns;
   it->second.attr.etag = child->etag;
   it->second.attr_ms = NowMs();
+  it->second.listing_ms = listing_ms;
   return it->second.attr;
 }
 

@@ -131,6 +131,7 @@ class Namespace {
     InodeAttr attr;
     int64_t attr_ms;   // when attr was taken from a listing
     uint64_t nlookup;
+    int64_t listing_ms = 0;  // fetched_ms of the listing attr came from
     // A file inode whose name now leads to another version (another inode):
     // its attributes stay those of its own version.
     bool superseded = false;
@@ -142,7 +143,8 @@ class Namespace {
   Result<std::shared_ptr<const DirListing>> Listing(const std::string& dir_key, bool background = false);
   Result<std::shared_ptr<const DirListing>> FetchListing(const std::string& dir_key);
   bool Fresh(int64_t fetched_ms) const;
-  Result<InodeAttr> Child(const std::string& dir_key, std::string_view name);
+  // Child `name` of `dir_key` from its listing, fetched at *listing_ms.
+  Result<InodeAttr> Child(const std::string& dir_key, std::string_view name, int64_t* listing_ms);
   // After ReadDir of `dir_key`: detects a walk over its parent's children and
   // queues the next siblings' listings.
   void NoteWalk(const std::string& dir_key);
@@ -162,12 +164,14 @@ class Namespace {
   std::unordered_map<std::string, uint64_t> by_key_;  // attr.key + (dir ? "/" : "")
   uint64_t next_ino_ = 2;
 
-  std::mutex listings_mu_;  // guards listings_, fetches_, retry_after_ms_
+  std::mutex listings_mu_;  // guards listings_, fetches_, retry_after_ms_, refresh_due_
   std::unordered_map<std::string, std::shared_ptr<const DirListing>> listings_;
   std::unordered_map<std::string, std::shared_ptr<Fetch>> fetches_;
   // Directories whose refresh failed (bucket unreachable): their stale
   // listing is served without asking the bucket again until this time.
   std::unordered_map<std::string, int64_t> retry_after_ms_;
+  // Directories whose retry is queued for the background threads.
+  std::unordered_set<std::string> refresh_due_;
   std::atomic<bool> serving_stale_{false};  // for one warning per outage
 
   // Walk prefetch. walk_mu_ is never held together with mu_ or listings_mu_.

@@ -230,6 +230,27 @@ TEST_CASE("during an outage a listing refresh never holds lookups: they get the 
   CHECK(found);
 }
 
+TEST_CASE("after an outage a lasting error of the bucket reaches the lookups instead of the stale listing") {
+  auto mem = std::make_shared<MemoryBackend>();
+  mem->Put("a.bin", "1");
+  FaultInjectingBackend fb(mem);
+  Namespace ns(&fb, nullptr, nullptr, Namespace::Options{.ttl_ms = 1});
+  REQUIRE(ns.Lookup(Namespace::kRootIno, "a.bin").has_value());
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  fb.FailNext(1, Code::kUnavailable, FaultInjectingBackend::kList);
+  REQUIRE(ns.Lookup(Namespace::kRootIno, "a.bin").has_value());  // outage: stale
+  // The bucket answers again, but refuses (credentials expired).
+  fb.FailNext(1000, Code::kPermissionDenied, FaultInjectingBackend::kList);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  Result<InodeAttr> r = ns.Lookup(Namespace::kRootIno, "a.bin");
+  while (r.has_value() && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    r = ns.Lookup(Namespace::kRootIno, "a.bin");
+  }
+  REQUIRE_FALSE(r.has_value());
+  CHECK(r.error().code() == Code::kPermissionDenied);
+}
+
 TEST_CASE("a walk over sibling directories prefetches the next ones' listings, once each") {
   auto mem = std::make_shared<MemoryBackend>();
   char name[16];
