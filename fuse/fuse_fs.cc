@@ -418,6 +418,12 @@ Status FuseFs::Mount() {
   if (!se_) return Status::InvalidArgument("invalid FUSE options (see the message above)");
   if (fuse_set_signal_handlers(se_) != 0) return Status::Internal("cannot install signal handlers");
   handlers_set_ = true;
+  if (opts_.on_sighup) {
+    struct sigaction sa {};
+    sa.sa_handler = opts_.on_sighup;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGHUP, &sa, nullptr);
+  }
   if (fuse_session_mount(se_, opts_.mountpoint.c_str()) != 0)
     return Status::IoError(fmt::format("cannot mount on '{}' (is it an existing directory, "
                                        "not already mounted, and is /dev/fuse usable?)",

@@ -59,6 +59,9 @@ class FuseFs {
     std::string fsname;                   // shown in /proc/mounts (the source URL)
     std::vector<std::string> extra_opts;  // user -o options, passed to libfuse
     Config config;
+    // Installed for SIGHUP right after libfuse's handlers, before the mount
+    // (libfuse's own ends the session on SIGHUP). Null: libfuse's.
+    void (*on_sighup)(int) = nullptr;
   };
 
   FuseFs(Namespace* ns, ReadPipeline* pipeline, Metrics* metrics,

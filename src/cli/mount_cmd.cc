@@ -233,6 +233,9 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
     return std::make_pair(e->etag, e->size);
   };
   std::shared_ptr<engine::LiveEngine> live;
+  if ((cfg.cache.eviction == "lru" || cfg.cache.eviction == "fifo") && !cfg.policy.file.empty())
+    spdlog::warn("config key 'policy.file' ('{}') is not used: cache.eviction '{}' has no policy modules",
+                 cfg.policy.file, cfg.cache.eviction);
   if (cfg.cache.eviction != "lru" && cfg.cache.eviction != "fifo") {
     engine::EngineOptions eo;
     eo.policy = cfg.cache.eviction;
@@ -367,6 +370,9 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
                                                 : "s3://" + url.bucket + "/" + url.prefix;
   fo.extra_opts = a.fuse_opts;
   fo.config = cfg;
+  // SIGHUP reloads the policy file instead of unmounting (SIGINT/SIGTERM still
+  // unmount); with lru or fifo it is logged and ignored.
+  fo.on_sighup = OnSighup;
   FuseFs fuse(&ns, &pipeline, &metrics, stats_json, fo);
   stream::TraceWriter* tw = trace.get();
   fuse.set_access_hook([&tree, tw, now_us](uint64_t pid, const std::string& key, uint64_t off,
@@ -417,7 +423,9 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
     std::unique_lock lk(maint_mu);
     while (!maint_cv.wait_for(lk, std::chrono::seconds(1), [&] { return maint_stop; })) {
       tree.Maintain(now_us());
-      if (live && g_reload_policy.exchange(false)) {
+      if (!live && g_reload_policy.exchange(false)) {
+        spdlog::warn("policy: SIGHUP ignored: cache.eviction '{}' uses no policy file", cfg.cache.eviction);
+      } else if (live && g_reload_policy.exchange(false)) {
         auto pf = engine::LoadPolicyFile(cfg.policy.file);
         Status rs = pf ? live->Reload(std::move(*pf)) : pf.error();
         if (rs.ok()) spdlog::info("policy: reloaded '{}'", cfg.policy.file);
@@ -455,14 +463,6 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
   }
   spdlog::info("igtcache {} mounted {} on {} (cache {} limit {})", kVersion, source, a.mountpoint,
                cfg.cache.dir, FormatSize(cfg.cache.max_bytes));
-  // After FuseFs installed libfuse's handlers: SIGHUP reloads the policy
-  // file instead of unmounting (SIGINT/SIGTERM still unmount).
-  if (live) {
-    struct sigaction sa {};
-    sa.sa_handler = OnSighup;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGHUP, &sa, nullptr);
-  }
   rep.Ready();
   if (!foreground) {
     int devnull = open("/dev/null", O_RDWR);

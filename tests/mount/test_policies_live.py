@@ -319,8 +319,30 @@ def readahead_part(s):
     harness.check(s.unmount(m) == 0, "daemon exited 0")
 
 
+def lru_sighup_part(s):
+    """SIGHUP on a mount without the policy engine (lru) is logged and
+    ignored; before, libfuse's own handler ended the session: the mount went
+    away under its readers."""
+    src = s.mkdir("src_lru")
+    (src / "a.bin").write_bytes(b"lru" * 100_000)
+    pol = s.write_config("unused_policy.yaml", "profile: training\n")
+    cfg = s.write_config("lru.yaml", f"cache:\n  eviction: lru\npolicy:\n  file: {pol}\n")
+    m = s.mount(f"file://{src}", args=["--config", str(cfg)])
+    harness.check((m.mountpoint / "a.bin").read_bytes() == b"lru" * 100_000, "lru mount reads")
+    os.kill(m.proc.pid, signal.SIGHUP)
+    time.sleep(1.5)
+    harness.check(harness.is_mounted(m.mountpoint) and m.proc.popen.poll() is None,
+                  "lru mount: still mounted after SIGHUP")
+    err = m.proc.stderr_text()
+    harness.check("SIGHUP ignored" in err and "'policy.file'" in err,
+                  "lru mount: the unused policy file and the ignored SIGHUP are logged")
+    harness.check((m.mountpoint / "a.bin").read_bytes() == b"lru" * 100_000, "lru mount reads after SIGHUP")
+    harness.check(s.unmount(m) == 0, "daemon exited 0")
+
+
 def main():
     with harness.Session("policies_live") as s:
+        lru_sighup_part(s)
         streams_part(s)
         scan_part(s)
         readahead_part(s)
