@@ -1,7 +1,10 @@
 // The `igtcache` command: mount, stats, config. See docs/CLI.md.
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
 
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -11,6 +14,7 @@
 #include "igtcache/config.h"
 #include "igtcache/version.h"
 #include "src/cli/mount_cmd.h"
+#include "src/engine/policy_file.h"
 #include "src/cli/ops_cmds.h"
 #include "src/config/stream_settings.h"
 #include "src/sim/simulator.h"
@@ -78,24 +82,41 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("igtcache ") + igt::kVersion);
   app.require_subcommand(1);
 
+  // An option given an empty value (`--cache-size "$UNSET"`) is an error, not
+  // the default.
+  const CLI::Validator non_empty(
+      [](std::string& v) { return v.empty() ? std::string("an empty value is not allowed") : std::string(); },
+      "NONEMPTY");
+  // A finite number in [lo, hi] (CLI::Range lets NaN through).
+  auto in_range = [](double lo, double hi) {
+    return CLI::Validator(
+        [lo, hi](std::string& v) {
+          char* end = nullptr;
+          const double x = std::strtod(v.c_str(), &end);
+          if (v.empty() || *end != '\0' || !std::isfinite(x) || x < lo || x > hi)
+            return fmt::format("'{}' is not a number in [{}, {}]", v, lo, hi);
+          return std::string();
+        },
+        fmt::format("in [{}, {}]", lo, hi));
+  };
   igt::MountArgs m;
   auto* mount = app.add_subcommand("mount", "Mount SOURCE (file:///dir or s3://bucket[/prefix]) on MOUNTPOINT");
   mount->add_option("SOURCE", m.source, "file:///abs/dir or s3://bucket[/prefix]")->required();
   mount->add_option("MOUNTPOINT", m.mountpoint, "Existing empty directory")->required();
-  mount->add_option("--config", m.config_path, "YAML config file (see examples/igtcache.yaml)");
-  mount->add_option("--cache-dir", m.cache_dir, "Cache directory (cache.dir)");
-  mount->add_option("--cache-size", m.cache_size, "Cache size limit, e.g. 10G (cache.max_bytes)");
+  mount->add_option("--config", m.config_path, "YAML config file (see examples/igtcache.yaml)")->check(non_empty);
+  mount->add_option("--cache-dir", m.cache_dir, "Cache directory (cache.dir)")->check(non_empty);
+  mount->add_option("--cache-size", m.cache_size, "Cache size limit, e.g. 10G (cache.max_bytes)")->check(non_empty);
   mount->add_flag("-f,--foreground", m.foreground, "Stay in the foreground, log to stderr");
   mount->add_option("-o", m.fuse_opts, "Extra FUSE mount options (comma-separated)")->allow_extra_args(false);
-  mount->add_option("--endpoint", m.endpoint, "S3 endpoint URL (backend.endpoint; default $AWS_ENDPOINT_URL)");
-  mount->add_option("--region", m.region, "S3 region (backend.region)");
-  mount->add_option("--profile", m.profile, "Credentials profile in ~/.aws/credentials (backend.profile)");
-  mount->add_option("--addressing", m.addressing, "auto | path | virtual (backend.addressing)");
-  mount->add_option("--log-level", m.log_level, "trace|debug|info|warn|error|off (logging.level)");
-  mount->add_option("--log-file", m.log_file, "Log file (logging.file)");
-  mount->add_option("--trace-out", m.trace_out, "Record every read as a trace CSV (docs/TRACES.md)");
+  mount->add_option("--endpoint", m.endpoint, "S3 endpoint URL (backend.endpoint; default $AWS_ENDPOINT_URL)")->check(non_empty);
+  mount->add_option("--region", m.region, "S3 region (backend.region)")->check(non_empty);
+  mount->add_option("--profile", m.profile, "Credentials profile in ~/.aws/credentials (backend.profile)")->check(non_empty);
+  mount->add_option("--addressing", m.addressing, "auto | path | virtual (backend.addressing)")->check(non_empty);
+  mount->add_option("--log-level", m.log_level, "trace|debug|info|warn|error|off (logging.level)")->check(non_empty);
+  mount->add_option("--log-file", m.log_file, "Log file (logging.file)")->check(non_empty);
+  mount->add_option("--trace-out", m.trace_out, "Record every read as a trace CSV (docs/TRACES.md)")->check(non_empty);
   mount->add_option("--metrics-addr", m.metrics_addr,
-                    "Serve Prometheus metrics on HOST:PORT, e.g. 127.0.0.1:9100 (metrics.addr; off by default)");
+                    "Serve Prometheus metrics on HOST:PORT, e.g. 127.0.0.1:9100 (metrics.addr; off by default)")->check(non_empty);
 
   igt::StatsArgs sa;
   auto* stats = app.add_subcommand(
@@ -103,12 +124,12 @@ int main(int argc, char** argv) {
   stats->add_option("MOUNTPOINT", sa.mountpoint, "An igtcache mount point")->required();
   stats->add_flag("--json", sa.json, "Print JSON (the default when stdout is not a terminal)");
   stats->add_flag("-w,--watch", sa.watch, "Refresh until interrupted (JSON: one object per line)");
-  stats->add_option("--interval", sa.interval_s, "Seconds between --watch refreshes (default 2)");
+  stats->add_option("--interval", sa.interval_s, "Seconds between --watch refreshes (default 2)")->check(in_range(0.1, 3600));
 
   igt::WarmArgs wa;
   auto* warm = app.add_subcommand("warm", "Fetch files or directories of a mount into its cache");
   warm->add_option("PATH", wa.paths, "Files or directories inside an igtcache mount")->required();
-  warm->add_option("-j,--jobs", wa.jobs, "Parallel readers (default 8)");
+  warm->add_option("-j,--jobs", wa.jobs, "Parallel readers (default 8)")->check(in_range(1, 1024));
   bool warm_quiet = false;
   warm->add_flag("-q,--quiet", warm_quiet, "No progress output, only the summary");
 
@@ -116,7 +137,7 @@ int main(int argc, char** argv) {
   auto* unmount = app.add_subcommand("unmount", "Unmount an igtcache mount and wait for its daemon to exit");
   unmount->add_option("MOUNTPOINT", ua.mountpoint, "An igtcache mount point")->required();
   unmount->add_flag("-z,--lazy", ua.lazy, "Lazy unmount: detach now, finish when no longer busy");
-  unmount->add_option("--timeout", ua.timeout_s, "Seconds to wait for the daemon to exit (default 30)");
+  unmount->add_option("--timeout", ua.timeout_s, "Seconds to wait for the daemon to exit (default 30)")->check(in_range(0, 86400));
 
   std::string trace_in, classify_config;
   auto* classify = app.add_subcommand("classify", "Label the access streams of a trace (JSON)");
@@ -133,8 +154,8 @@ int main(int argc, char** argv) {
   sim->add_option("--policy", so.policy, "igt | lru | lfu | fifo | 2random | lru-readahead | belady")->capture_default_str();
   sim->add_option("--config", so.config_path, "YAML config (stream.*, cache.unit_size_bytes, policy.file)");
   sim->add_option("--unit-size", sim_unit_size, "Cache unit (default cache.unit_size_bytes, 1M)");
-  sim->add_option("--latency-ms", so.latency_ms, "Modeled time to first byte")->capture_default_str();
-  sim->add_option("--bandwidth", so.bandwidth_bytes_per_s, "Modeled bytes/s per connection")->capture_default_str();
+  sim->add_option("--latency-ms", so.latency_ms, "Modeled time to first byte")->check(in_range(0, 1e6))->capture_default_str();
+  sim->add_option("--bandwidth", so.bandwidth_bytes_per_s, "Modeled bytes/s per connection")->check(in_range(1, 1e13))->capture_default_str();
   sim->add_option("--connections", so.connections, "Modeled backend connections")->capture_default_str();
 
   bool markdown = false, example = false;
@@ -164,6 +185,14 @@ int main(int argc, char** argv) {
     if (!c) {
       std::fprintf(stderr, "igtcache: error: %s\n", c.error().message().c_str());
       return igt::kExitUsage;
+    }
+    // The policy file too, as a mount with the policy engine loads it.
+    if (c->cache.eviction != "lru" && c->cache.eviction != "fifo") {
+      if (auto pf = igt::engine::LoadPolicyFile(c->policy.file); !pf) {
+        std::fprintf(stderr, "igtcache: error: %s: config key 'policy.file': %s\n", config_check.c_str(),
+                     pf.error().message().c_str());
+        return igt::kExitUsage;
+      }
     }
     std::cout << config_check << ": valid\n";
     return igt::kExitOk;

@@ -178,7 +178,9 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
   auto backend = BuildBackend(url, cfg, &metrics);
   if (!backend) {
     rep.Fail(backend.error().message());
-    return kExitError;
+    // A bad endpoint or addressing setting (also from $AWS_ENDPOINT_URL) is
+    // bad configuration.
+    return backend.error().code() == Code::kInvalidArgument ? kExitUsage : kExitError;
   }
   obs::BackendStats backend_stats;  // per-request outcomes and latency, for /metrics
   *backend = obs::Instrument(std::move(*backend), &backend_stats);

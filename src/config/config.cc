@@ -258,14 +258,20 @@ Status Walk(const YAML::Node& node, const std::string& prefix, Config& c, const 
     std::string name = kv.first.as<std::string>();
     std::string key = prefix.empty() ? name : prefix + "." + name;
     const YAML::Node& v = kv.second;
+    bool is_section = false;
+    for (const auto& k : Schema())
+      if (std::string(k.key).rfind(key + ".", 0) == 0) is_section = true;
     if (v.IsMap()) {
-      bool is_section = false;
-      for (const auto& k : Schema())
-        if (std::string(k.key).rfind(key + ".", 0) == 0) is_section = true;
       if (!is_section)
         return Status::InvalidArgument(fmt::format("{}: unknown config key '{}'", origin, key));
       if (auto s = Walk(v, key, c, origin); !s.ok()) return s;
       continue;
+    }
+    if (is_section) {
+      if (v.IsNull()) continue;  // a section with every key commented out
+      return Status::InvalidArgument(
+          fmt::format("{}: '{}' is a section: it must be a mapping of keys (e.g. '{}:' then indented keys)",
+                      origin, key, key));
     }
     const Key* k = FindKey(key);
     if (!k) return Status::InvalidArgument(fmt::format("{}: unknown config key '{}'", origin, key));
@@ -288,7 +294,8 @@ Result<uint64_t> ParseSize(const std::string& in) {
   size_t i = 0;
   while (i < s.size() && (std::isdigit(static_cast<unsigned char>(s[i])) || s[i] == '.')) ++i;
   std::string num = s.substr(0, i), suf = s.substr(i);
-  if (num.empty() || std::count(num.begin(), num.end(), '.') > 1)
+  if (num.empty() || std::count(num.begin(), num.end(), '.') > 1 ||
+      num.find_first_of("0123456789") == std::string::npos)
     return Err(Status::InvalidArgument("'" + in + "' is not a size (examples: 10G, 512M, 4096)"));
   for (auto& ch : suf) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
   if (!suf.empty() && suf.back() == 'B') suf.pop_back();
@@ -397,6 +404,17 @@ Status Validate(const Config& c) {
   if (c.backend.max_retries > 100) return bad("backend.max_retries", "must be at most 100");
   if (c.backend.connect_timeout_ms < 1) return bad("backend.connect_timeout_ms", "must be > 0");
   if (c.backend.request_timeout_ms < 1) return bad("backend.request_timeout_ms", "must be > 0");
+  // Times are kept in milliseconds as int (libcurl, the retry loop) and
+  // int64 (freshness): bounds far below where they would wrap.
+  constexpr uint64_t kDayMs = 86'400'000;
+  for (auto [key, v] : {std::pair<const char*, uint64_t>{"backend.connect_timeout_ms", c.backend.connect_timeout_ms},
+                        {"backend.request_timeout_ms", c.backend.request_timeout_ms},
+                        {"backend.retry_base_ms", c.backend.retry_base_ms},
+                        {"backend.retry_deadline_ms", c.backend.retry_deadline_ms}})
+    if (v > kDayMs) return bad(key, fmt::format("{} is more than a day ({} ms)", v, kDayMs));
+  for (auto [key, v] : {std::pair<const char*, uint64_t>{"metadata.ttl_ms", c.metadata.ttl_ms},
+                        {"metadata.negative_ttl_ms", c.metadata.negative_ttl_ms}})
+    if (v > 365 * kDayMs) return bad(key, fmt::format("{} is more than a year ({} ms)", v, 365 * kDayMs));
   if (c.backend.max_request_bytes < c.cache.unit_size_bytes)
     return bad("backend.max_request_bytes", "must be at least cache.unit_size_bytes");
   // A prefetch job is one GET of up to max_request_bytes, and background
@@ -407,14 +425,23 @@ Status Validate(const Config& c) {
                fmt::format("must be at least twice backend.max_request_bytes ({} bytes): a background "
                            "prefetch job is one GET of up to that size and may take half the budget",
                            2 * c.backend.max_request_bytes));
-  if (!c.backend.endpoint.empty() && c.backend.endpoint.rfind("http://", 0) != 0 &&
-      c.backend.endpoint.rfind("https://", 0) != 0)
-    return bad("backend.endpoint", "'" + c.backend.endpoint + "' must start with http:// or https://");
+  if (!c.backend.endpoint.empty()) {
+    const std::string& e = c.backend.endpoint;
+    const size_t scheme = e.rfind("http://", 0) == 0 ? 7 : e.rfind("https://", 0) == 0 ? 8 : 0;
+    if (scheme == 0) return bad("backend.endpoint", "'" + e + "' must start with http:// or https://");
+    const std::string rest = e.substr(scheme);
+    if (rest.empty() || rest[0] == '/' || rest[0] == ':')
+      return bad("backend.endpoint", "'" + e + "' has no host, e.g. http://127.0.0.1:9000");
+    if (rest.find_first_of("?#") != std::string::npos)
+      return bad("backend.endpoint", "'" + e + "' must not have a query or fragment");
+  }
   if (!c.metrics.addr.empty()) {
     const auto colon = c.metrics.addr.rfind(':');
     if (colon == std::string::npos || colon == 0 || colon + 1 == c.metrics.addr.size() ||
         c.metrics.addr.find_first_not_of("0123456789", colon + 1) != std::string::npos)
       return bad("metrics.addr", "'" + c.metrics.addr + "' must be HOST:PORT, e.g. 127.0.0.1:9100");
+    if (c.metrics.addr.size() - colon - 1 > 5 || std::stoul(c.metrics.addr.substr(colon + 1)) > 65535)
+      return bad("metrics.addr", "'" + c.metrics.addr + "': the port must be 0..65535");
   }
   if (auto sc = StreamConfigFrom(c); !sc) return sc.error();
   return Status::Ok();

@@ -15,6 +15,8 @@ TEST_CASE("sizes parse with binary suffixes") {
   CHECK_FALSE(ParseSize("10X").has_value());
   CHECK_FALSE(ParseSize("").has_value());
   CHECK_FALSE(ParseSize("-1G").has_value());
+  CHECK_FALSE(ParseSize(".").has_value());
+  CHECK_FALSE(ParseSize(".K").has_value());
 }
 
 TEST_CASE("defaults are valid and the example yaml reproduces them") {
@@ -75,6 +77,22 @@ TEST_CASE("errors name the bad key") {
   REQUIRE_FALSE(nested.has_value());
   auto top = ParseConfig("- a\n- b\n", "t.yaml");
   REQUIRE_FALSE(top.has_value());
+  // Times that would wrap where they are used (int ms in libcurl and the
+  // retry loop, int64 in freshness), an endpoint without a host, a port out
+  // of range, and a section given a value.
+  for (const char* y : {"backend:\n  request_timeout_ms: 4294967295\n", "backend:\n  retry_deadline_ms: 3000000000\n",
+                        "backend:\n  connect_timeout_ms: 2147483648\n", "metadata:\n  ttl_ms: 18446744073709551615\n",
+                        "backend:\n  endpoint: \"http://\"\n", "backend:\n  endpoint: \"https://:9000\"\n",
+                        "backend:\n  endpoint: \"http://h:1/?x\"\n", "metrics:\n  addr: 127.0.0.1:99999\n",
+                        "cache: 5\n", "cache: [1, 2]\n"}) {
+    auto r = ParseConfig(y, "t.yaml");
+    REQUIRE_FALSE(r.has_value());
+    const std::string key = std::string(y).substr(0, std::string(y).find(':'));
+    CHECK_THAT(r.error().message(), Catch::Contains(key));
+  }
+  CHECK_THAT(ParseConfig("cache: 5\n", "t.yaml").error().message(), Catch::Contains("section"));
+  CHECK(ParseConfig("cache:\nstream:\n", "t.yaml").has_value());  // every key commented out
+  CHECK(ParseConfig("backend:\n  endpoint: http://127.0.0.1:9000/base\n", "t.yaml").has_value());
 }
 
 TEST_CASE("command-line overrides go through the same checks") {

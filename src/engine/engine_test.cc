@@ -725,6 +725,12 @@ TEST_CASE("policy YAML: every profile parses, errors name the key", "[engine][ya
       {"overrides: [{prefix: a/, pin: maybe}]\n", "overrides[0].pin"},
       {"overrides: [{prefix: a/, pin: true, never_cache: true}]\n", "overrides[0].never_cache"},
       {"overrides: [{prefix: a/, colour: red}]\n", "overrides[0].colour"},
+      // A list or mapping where a single value belongs names the key too.
+      {"profile: [a]\n", "profile"},
+      {"patterns: {random: {eviction: {name: [x]}}}\n", "patterns.random.eviction.name"},
+      {"overrides: [{prefix: {a: 1}}]\n", "overrides[0].prefix"},
+      {"overrides: [{prefix: a/, pattern: [random]}]\n", "overrides[0].pattern"},
+      {"overrides: [{prefix: a/, quota: [1]}]\n", "overrides[0].quota"},
   };
   for (const auto& c : cases) {
     auto f = ParsePolicyFile(c.yaml, "x.yaml");

@@ -83,6 +83,14 @@ struct Ctx {
   }
 };
 
+// The string value of `n` at `where`, or an error naming it if `n` is a
+// list or a mapping.
+Status Scalar(const Ctx& c, const YAML::Node& n, const std::string& where, std::string& out) {
+  if (!n.IsScalar()) return c.Bad(where, "must be a single value, not a list or a mapping");
+  out = n.Scalar();
+  return Status::Ok();
+}
+
 Status CheckKeys(const Ctx& c, const YAML::Node& n, const std::string& where,
                  std::initializer_list<const char*> allowed) {
   if (!n.IsMap()) return c.Bad(where.empty() ? "(top level)" : where, "must be a mapping");
@@ -106,7 +114,7 @@ Status ParseModule(const Ctx& c, const YAML::Node& n, const std::string& where, 
   }
   if (auto s = CheckKeys(c, n, where, {"name", "params"}); !s.ok()) return s;
   if (!n["name"]) return c.Bad(where + ".name", "missing");
-  out.name = n["name"].as<std::string>();
+  if (auto s = Scalar(c, n["name"], where + ".name", out.name); !s.ok()) return s;
   out.params.clear();
   if (auto p = n["params"]) {
     if (!p.IsMap()) return c.Bad(where + ".params", "must be a mapping of numbers");
@@ -137,7 +145,9 @@ Result<PolicyFile> ParseImpl(const Ctx& c, const YAML::Node& root) {
   if (auto s = CheckKeys(c, root, "", {"profile", "patterns", "allocation", "overrides"}); !s.ok())
     return Err(s);
   if (auto p = root["profile"]) {
-    auto prof = PolicyProfile(p.as<std::string>());
+    std::string name;
+    if (auto s = Scalar(c, p, "profile", name); !s.ok()) return Err(s);
+    auto prof = PolicyProfile(name);
     if (!prof) return Err(c.Bad("profile", prof.error().message()));
     f = *prof;
   } else {
@@ -181,10 +191,11 @@ Result<PolicyFile> ParseImpl(const Ctx& c, const YAML::Node& root) {
         return Err(s);
       PathOverride ov;
       if (!n["prefix"]) return Err(c.Bad(where + ".prefix", "missing"));
-      ov.prefix = n["prefix"].as<std::string>();
+      if (auto s = Scalar(c, n["prefix"], where + ".prefix", ov.prefix); !s.ok()) return Err(s);
       while (!ov.prefix.empty() && ov.prefix.front() == '/') ov.prefix.erase(0, 1);
       if (auto p = n["pattern"]) {
-        const std::string v = p.as<std::string>();
+        std::string v;
+        if (auto s = Scalar(c, p, where + ".pattern", v); !s.ok()) return Err(s);
         for (size_t k = 0; k < kPatternNames.size(); ++k)
           if (v == kPatternNames[k]) ov.pattern = static_cast<int>(k);
         if (ov.pattern < 0)
@@ -194,7 +205,9 @@ Result<PolicyFile> ParseImpl(const Ctx& c, const YAML::Node& root) {
       if (n["never_cache"] && !AsBool(n["never_cache"], ov.never_cache))
         return Err(c.Bad(where + ".never_cache", "must be true or false"));
       if (auto q = n["quota"]) {
-        auto sz = ParseSize(q.as<std::string>());
+        std::string qs;
+        if (auto s = Scalar(c, q, where + ".quota", qs); !s.ok()) return Err(s);
+        auto sz = ParseSize(qs);
         if (!sz) return Err(c.Bad(where + ".quota", sz.error().message()));
         ov.quota_bytes = *sz;
       }
@@ -222,7 +235,7 @@ Result<PolicyFile> ParsePolicyFile(const std::string& yaml_text, const std::stri
 Result<PolicyFile> LoadPolicyFile(const std::string& path) {
   if (path.empty()) return PolicyProfile("training");
   std::ifstream in(path);
-  if (!in) return Err(Status::NotFound("policy.file: cannot open '" + path + "'"));
+  if (!in) return Err(Status::NotFound("cannot open '" + path + "'"));
   std::stringstream ss;
   ss << in.rdbuf();
   return ParsePolicyFile(ss.str(), path);

@@ -701,7 +701,8 @@ Result<nlohmann::json> RunSim(const SimOptions& o) {
     pf = *o.policy_file;
   } else {
     auto loaded = engine::LoadPolicyFile(cfg->policy.file);
-    if (!loaded) return Err(loaded.error());
+    if (!loaded)
+      return Err(Status(loaded.error().code(), "config key 'policy.file': " + loaded.error().message()));
     pf = *loaded;
   }
   auto tr = LoadTrace(o.trace_path, o.listing_path);
