@@ -172,17 +172,32 @@ TEST_CASE("a stale listing is served while the bucket is unreachable") {
   CHECK(fb.counts().lists - lists <= static_cast<uint64_t>(secs));
 }
 
+// A directory in outage mode: "a.bin" listed, the listing stale, and its
+// refresh failed (bucket unreachable), so the stale listing is being served.
+struct Outage {
+  static std::shared_ptr<MemoryBackend> OneFile() {
+    auto m = std::make_shared<MemoryBackend>();
+    m->Put("a.bin", "1");
+    return m;
+  }
+  std::shared_ptr<MemoryBackend> mem = OneFile();
+  FaultInjectingBackend fb{mem};
+  Namespace ns{&fb, nullptr, nullptr, Namespace::Options{.ttl_ms = 1}};
+  Outage() {
+    REQUIRE(ns.Lookup(Namespace::kRootIno, "a.bin").has_value());
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // listing now stale
+    fb.FailNext(1, Code::kUnavailable, FaultInjectingBackend::kList);
+    REQUIRE(ns.Lookup(Namespace::kRootIno, "a.bin").has_value());  // the failed refresh: stale served
+  }
+};
+
 TEST_CASE("during an outage a listing refresh never holds lookups: they get the stale listing") {
   // A bucket that accepts connections and never answers holds a LIST for
   // the whole retry budget (tens of seconds). Lookups must not wait for it.
-  auto mem = std::make_shared<MemoryBackend>();
-  mem->Put("a.bin", "1");
-  FaultInjectingBackend fb(mem);
-  Namespace ns(&fb, nullptr, nullptr, Namespace::Options{.ttl_ms = 1});
-  REQUIRE(ns.Lookup(Namespace::kRootIno, "a.bin").has_value());
-  std::this_thread::sleep_for(std::chrono::milliseconds(5));  // listing now stale
-  fb.FailNext(1, Code::kUnavailable, FaultInjectingBackend::kList);
-  REQUIRE(ns.Lookup(Namespace::kRootIno, "a.bin").has_value());  // the failed refresh: stale served
+  Outage o;
+  auto& mem = o.mem;
+  auto& fb = o.fb;
+  auto& ns = o.ns;
   mem->Put("b.bin", "2");
   // From now on a LIST hangs until released (bounded, so a bug fails the
   // test instead of hanging it).
@@ -231,14 +246,9 @@ TEST_CASE("during an outage a listing refresh never holds lookups: they get the 
 }
 
 TEST_CASE("after an outage a lasting error of the bucket reaches the lookups instead of the stale listing") {
-  auto mem = std::make_shared<MemoryBackend>();
-  mem->Put("a.bin", "1");
-  FaultInjectingBackend fb(mem);
-  Namespace ns(&fb, nullptr, nullptr, Namespace::Options{.ttl_ms = 1});
-  REQUIRE(ns.Lookup(Namespace::kRootIno, "a.bin").has_value());
-  std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  fb.FailNext(1, Code::kUnavailable, FaultInjectingBackend::kList);
-  REQUIRE(ns.Lookup(Namespace::kRootIno, "a.bin").has_value());  // outage: stale
+  Outage o;
+  auto& fb = o.fb;
+  auto& ns = o.ns;
   // The bucket answers again, but refuses (credentials expired).
   fb.FailNext(1000, Code::kPermissionDenied, FaultInjectingBackend::kList);
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
