@@ -187,7 +187,7 @@ int main(int argc, char** argv) {
       return igt::kExitUsage;
     }
     // The policy file too, as a mount with the policy engine loads it.
-    if (c->cache.eviction != "lru" && c->cache.eviction != "fifo") {
+    if (igt::UsesPolicyEngine(*c)) {
       if (auto pf = igt::engine::LoadPolicyFile(c->policy.file); !pf) {
         std::fprintf(stderr, "igtcache: error: %s: config key 'policy.file': %s\n", config_check.c_str(),
                      pf.error().message().c_str());

@@ -235,10 +235,10 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
     return std::make_pair(e->etag, e->size);
   };
   std::shared_ptr<engine::LiveEngine> live;
-  if ((cfg.cache.eviction == "lru" || cfg.cache.eviction == "fifo") && !cfg.policy.file.empty())
+  if (!UsesPolicyEngine(cfg) && !cfg.policy.file.empty())
     spdlog::warn("config key 'policy.file' ('{}') is not used: cache.eviction '{}' has no policy modules",
                  cfg.policy.file, cfg.cache.eviction);
-  if (cfg.cache.eviction != "lru" && cfg.cache.eviction != "fifo") {
+  if (UsesPolicyEngine(cfg)) {
     engine::EngineOptions eo;
     eo.policy = cfg.cache.eviction;
     eo.unit_bytes = cfg.cache.unit_size_bytes;
@@ -425,9 +425,10 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
     std::unique_lock lk(maint_mu);
     while (!maint_cv.wait_for(lk, std::chrono::seconds(1), [&] { return maint_stop; })) {
       tree.Maintain(now_us());
-      if (!live && g_reload_policy.exchange(false)) {
+      if (!g_reload_policy.exchange(false)) continue;
+      if (!live) {
         spdlog::warn("policy: SIGHUP ignored: cache.eviction '{}' uses no policy file", cfg.cache.eviction);
-      } else if (live && g_reload_policy.exchange(false)) {
+      } else {
         auto pf = engine::LoadPolicyFile(cfg.policy.file);
         Status rs = pf ? live->Reload(std::move(*pf)) : pf.error();
         if (rs.ok()) spdlog::info("policy: reloaded '{}'", cfg.policy.file);

@@ -447,6 +447,8 @@ Status Validate(const Config& c) {
   return Status::Ok();
 }
 
+bool UsesPolicyEngine(const Config& c) { return c.cache.eviction != "lru" && c.cache.eviction != "fifo"; }
+
 Result<stream::StreamConfig> StreamConfigFrom(const Config& c) {
   stream::StreamConfig s;
   s.unit_bytes = c.cache.unit_size_bytes;  // follows the cache unit unless set
