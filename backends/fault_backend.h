@@ -76,6 +76,7 @@ class FaultInjectingBackend : public Backend {
                       char* out) override;
   Status Probe() override;
   std::string Describe() const override { return "fault(" + inner_->Describe() + ")"; }
+  void Cancel() override { inner_->Cancel(); }
 
  private:
   // Counts the call, runs hook and latency, and decides on an injected failure.

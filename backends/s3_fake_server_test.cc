@@ -354,6 +354,45 @@ TEST_CASE("S3 fake: a stalled transfer fails instead of hanging", "[s3fake]") {
   CHECK(m.backend_errors == 1);
 }
 
+TEST_CASE("S3 fake: Cancel ends a stalled transfer and the wait between retries", "[s3fake]") {
+  // The unmount case: without Cancel each read below would wait a minute
+  // (the stall limit, the backoff); the message shows which path ended it.
+  // One server, backend and reader per case: the server answers one
+  // connection at a time.
+  for (const bool stall : {true, false}) {
+    FakeServer s;
+    igt::Metrics m;
+    auto o = Opts(s, &m);
+    o.request_timeout_ms = 60000;
+    o.retry_base_ms = 60000;
+    o.retry_deadline_ms = 600000;
+    auto b = igt::MakeS3Backend(o);
+    REQUIRE(b);
+    if (stall)
+      s.Push("STALL:HTTP/1.1 206 X\r\nContent-Range: bytes 0-9/10\r\nContent-Length: 10\r\n\r\n01234");
+    else
+      s.Push(FakeServer::Reply(503, {}, "<Error><Code>SlowDown</Code></Error>"));
+    char buf[10];
+    igt::Result<size_t> got = 0;
+    std::thread reader([&] { got = (*b)->Read("k", 0, 10, "", buf); });
+    // Then the reader is stalled, or sleeps before its first retry.
+    while (s.requests().empty()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    (*b)->Cancel();
+    reader.join();
+    INFO((stall ? "stalled transfer" : "wait between retries"));
+    REQUIRE(!got);
+    CHECK(got.error().code() == Code::kUnavailable);
+    CHECK_THAT(got.error().message(), Catch::Contains("the mount is shutting down"));
+    // Later calls fail at once, without a request.
+    auto later = (*b)->Stat("k2");
+    REQUIRE(!later);
+    CHECK_THAT(later.error().message(), Catch::Contains("the mount is shutting down"));
+    CHECK(s.requests().size() == 1);
+    CHECK(m.backend_errors == 0);  // shutting down is not a backend failure
+  }
+}
+
 TEST_CASE("S3 fake: a slow transfer that makes progress is not cut off", "[s3fake]") {
   // 300 KB at 100 KB/s: three times request_timeout_ms, never stalled. Before,
   // request_timeout_ms capped the whole transfer: every attempt was aborted.

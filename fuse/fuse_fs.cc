@@ -10,12 +10,15 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <csignal>
 #include <cstring>
 #include <fmt/format.h>
 #include <fstream>
 #include <memory>
+#include <mutex>
 #include <sstream>
+#include <thread>
 
 #include "fuse/errno_map.h"
 
@@ -473,7 +476,36 @@ Status FuseFs::Run() {
   fuse_loop_config* cfg = fuse_loop_cfg_create();
   fuse_loop_cfg_set_max_threads(cfg, static_cast<unsigned>(opts_.config.fuse.threads));
   fuse_loop_cfg_set_idle_threads(cfg, static_cast<unsigned>(std::max<uint64_t>(1, opts_.config.fuse.threads / 2)));
+  // libfuse has no callback for the end of the session: a watcher polls it,
+  // so that on_session_end runs while the loop still waits for its workers.
+  std::mutex watch_mu;
+  std::condition_variable watch_cv;
+  bool loop_done = false, ended = false;  // guarded by watch_mu
+  auto end_once = [&] {
+    {
+      std::lock_guard lk(watch_mu);
+      if (ended) return;
+      ended = true;
+    }
+    if (opts_.on_session_end) opts_.on_session_end();
+  };
+  std::thread watcher([&] {
+    std::unique_lock lk(watch_mu);
+    while (!watch_cv.wait_for(lk, std::chrono::milliseconds(100), [&] { return loop_done; })) {
+      if (!fuse_session_exited(se_)) continue;
+      lk.unlock();
+      end_once();
+      return;
+    }
+  });
   int rc = fuse_session_loop_mt(se_, cfg);
+  {
+    std::lock_guard lk(watch_mu);
+    loop_done = true;
+  }
+  watch_cv.notify_all();
+  watcher.join();
+  end_once();
   fuse_loop_cfg_destroy(cfg);
   if (handlers_set_) {
     fuse_remove_signal_handlers(se_);

@@ -62,6 +62,10 @@ class FuseFs {
     // Installed for SIGHUP right after libfuse's handlers, before the mount
     // (libfuse's own ends the session on SIGHUP). Null: libfuse's.
     void (*on_sighup)(int) = nullptr;
+    // Called once when the session ends (unmounted, SIGINT/SIGTERM), before
+    // Run() waits for the requests still in progress: the place to cancel
+    // backend calls that would otherwise wait out their retries. Any thread.
+    std::function<void()> on_session_end;
   };
 
   FuseFs(Namespace* ns, ReadPipeline* pipeline, Metrics* metrics,

@@ -75,6 +75,11 @@ size_t OnBody(char* data, size_t size, size_t n, void* user) {
   return len;
 }
 
+// Non-zero aborts the transfer (CURLE_ABORTED_BY_CALLBACK).
+int OnProgress(void* pool, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
+  return static_cast<const HttpPool*>(pool)->cancelled() ? 1 : 0;
+}
+
 }  // namespace
 
 struct HttpPool::Share {
@@ -108,9 +113,19 @@ HttpPool::~HttpPool() {
   if (share_->sh) curl_share_cleanup(share_->sh);
 }
 
+void HttpPool::Cancel() {
+  {
+    std::lock_guard lock(mu_);  // so a waiter in Acquire() cannot miss it
+    cancelled_ = true;
+  }
+  cv_.notify_all();
+}
+
+// Returns nullptr once cancelled.
 void* HttpPool::Acquire() {
   std::unique_lock lock(mu_);
-  cv_.wait(lock, [&] { return !idle_.empty() || created_ < opts_.max_connections; });
+  cv_.wait(lock, [&] { return cancelled() || !idle_.empty() || created_ < opts_.max_connections; });
+  if (cancelled()) return nullptr;
   if (!idle_.empty()) {
     void* h = idle_.back();
     idle_.pop_back();
@@ -139,8 +154,9 @@ HttpResponse HttpPool::Perform(const HttpRequest& req) {
   HttpResponse resp;
   CURL* h = static_cast<CURL*>(Acquire());
   if (!h) {
-    resp.curl_code = CURLE_FAILED_INIT;
-    resp.curl_error = "curl_easy_init failed";
+    const bool c = cancelled();
+    resp.curl_code = c ? CURLE_ABORTED_BY_CALLBACK : CURLE_FAILED_INIT;
+    resp.curl_error = c ? kCancelledMessage : "curl_easy_init failed";
     return resp;
   }
   curl_easy_reset(h);  // keeps live connections, DNS and TLS session caches
@@ -178,6 +194,9 @@ HttpResponse HttpPool::Perform(const HttpRequest& req) {
   curl_easy_setopt(h, CURLOPT_HEADERDATA, &ctx);
   curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, &OnBody);
   curl_easy_setopt(h, CURLOPT_WRITEDATA, &ctx);
+  curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+  curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, &OnProgress);
+  curl_easy_setopt(h, CURLOPT_XFERINFODATA, this);
   if (req.method == "HEAD") {
     curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
   } else if (req.method == "PUT") {
@@ -190,7 +209,9 @@ HttpResponse HttpPool::Perform(const HttpRequest& req) {
 
   CURLcode rc = curl_easy_perform(h);
   resp.curl_code = static_cast<int>(rc);
-  if (rc != CURLE_OK) {
+  if (rc == CURLE_ABORTED_BY_CALLBACK && cancelled()) {
+    resp.curl_error = kCancelledMessage;
+  } else if (rc != CURLE_OK) {
     resp.curl_error = errbuf[0] ? errbuf : curl_easy_strerror(rc);
     while (!resp.curl_error.empty() && resp.curl_error.back() == '\n') resp.curl_error.pop_back();
   }

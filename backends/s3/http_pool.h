@@ -7,6 +7,7 @@
 // called from any number of threads; at most max_connections run at once and
 // the rest wait (no unbounded growth).
 
+#include <atomic>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -80,6 +81,14 @@ class HttpPool {
   // Runs one request; never throws. Transport failures are in curl_code.
   HttpResponse Perform(const HttpRequest& req);
 
+  // Aborts the transfers in flight (within about a second: libcurl's
+  // progress callback runs at least that often, also while connecting) and
+  // fails later ones at once, with curl_code CURLE_ABORTED_BY_CALLBACK and
+  // kCancelledMessage. Irreversible; any thread.
+  void Cancel();
+  bool cancelled() const { return cancelled_.load(std::memory_order_relaxed); }
+  static constexpr const char* kCancelledMessage = "cancelled: the mount is shutting down";
+
   // Error bodies beyond this are dropped (they are only parsed for Code/Message).
   static constexpr size_t kMaxErrorBody = 64 * 1024;
 
@@ -94,6 +103,7 @@ class HttpPool {
   std::condition_variable cv_;
   std::vector<void*> idle_;    // CURL* ready for reuse
   int created_ = 0;            // handles alive (idle + borrowed) <= max_connections
+  std::atomic<bool> cancelled_{false};
 };
 
 }  // namespace igt::s3

@@ -9,7 +9,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstdlib>
+#include <mutex>
 #include <random>
 #include <thread>
 
@@ -325,6 +327,12 @@ class S3Backend final : public Backend {
     return Status::Ok();
   }
 
+  void Cancel() override {
+    pool_.Cancel();
+    { std::lock_guard lk(cancel_mu_); }  // a waiter has either seen the flag or is waiting
+    cancel_cv_.notify_all();
+  }
+
   std::string Describe() const override {
     return "s3://" + opts_.bucket + "/" + opts_.prefix + " (" + ep_.endpoint + ")";
   }
@@ -409,9 +417,11 @@ class S3Backend final : public Backend {
   Status WithRetries(F&& attempt) {
     const auto start = std::chrono::steady_clock::now();
     for (int n = 0;; ++n) {
+      if (pool_.cancelled())
+        return Status::Unavailable(std::string(HttpPool::kCancelledMessage) + " (S3 endpoint " + ep_.endpoint + ")");
       Outcome o = attempt();
       if (o.status.ok()) return Status::Ok();
-      bool give_up = !o.retry || n >= opts_.max_retries;
+      bool give_up = !o.retry || n >= opts_.max_retries || pool_.cancelled();
       int64_t sleep_ms = 0;
       if (!give_up) {
         // 2^20 * base is already beyond any sane deadline; cap the shift.
@@ -425,14 +435,15 @@ class S3Backend final : public Backend {
         Status s = o.status;
         if (n > 0) s = Status(s.code(), s.message() + " (after " + std::to_string(n) + " retries)");
         // NotFound and Changed are answers, not backend failures.
-        if (opts_.metrics && s.code() != Code::kNotFound && s.code() != Code::kChanged) {
+        if (opts_.metrics && s.code() != Code::kNotFound && s.code() != Code::kChanged && !pool_.cancelled()) {
           Add(opts_.metrics->backend_errors);
         }
         return s;
       }
       if (opts_.metrics) Add(opts_.metrics->backend_retries);
       spdlog::debug("s3: retry {} in {} ms after: {}", n + 1, sleep_ms, o.status.ToString());
-      std::this_thread::sleep_for(std::chrono::milliseconds(sleep_ms));
+      std::unique_lock lk(cancel_mu_);
+      cancel_cv_.wait_for(lk, std::chrono::milliseconds(sleep_ms), [&] { return pool_.cancelled(); });
     }
   }
 
@@ -445,6 +456,8 @@ class S3Backend final : public Backend {
   const S3Endpoint ep_;
   bool anonymous_ = false;
   HttpPool pool_;
+  std::mutex cancel_mu_;  // only for the wait between retries
+  std::condition_variable cancel_cv_;
 };
 
 }  // namespace

@@ -50,6 +50,13 @@ class Backend {
   // "file:///data", "s3://bucket/prefix @ http://127.0.0.1:9000": for logs
   // and stats. Never contains credentials.
   virtual std::string Describe() const = 0;
+
+  // The mount is going away: calls in flight end soon (a transfer aborts, a
+  // wait between retries ends) and later calls fail at once, all with
+  // Code::kUnavailable, so that an unmount or a SIGTERM during an outage does
+  // not wait out the retry budget. Irreversible; safe from any thread.
+  // Sources that never block for long (a local directory) need not act.
+  virtual void Cancel() {}
 };
 
 }  // namespace igt

@@ -375,6 +375,14 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
   // SIGHUP reloads the policy file instead of unmounting (SIGINT/SIGTERM still
   // unmount); with lru or fifo it is logged and ignored.
   fo.on_sighup = OnSighup;
+  // Once unmounted (or on SIGINT/SIGTERM), backend calls in progress (a read
+  // or a background listing retrying through an outage) end at once instead
+  // of holding the exit for the retry budget.
+  fo.on_session_end = [b = backend->get(), &ns] {
+    spdlog::info("session ended: cancelling backend requests in progress");
+    ns.BeginShutdown();
+    b->Cancel();
+  };
   FuseFs fuse(&ns, &pipeline, &metrics, stats_json, fo);
   stream::TraceWriter* tw = trace.get();
   fuse.set_access_hook([&tree, tw, now_us](uint64_t pid, const std::string& key, uint64_t off,

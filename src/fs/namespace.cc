@@ -84,7 +84,7 @@ Namespace::Namespace(Backend* backend, BlockStore* store, Metrics* metrics, Opti
 }
 
 Namespace::~Namespace() {
-  stopping_.store(true);  // a listing in progress ends at its next page
+  BeginShutdown();
   {
     std::lock_guard lk(walk_mu_);
     walk_stop_ = true;
@@ -92,6 +92,13 @@ Namespace::~Namespace() {
   }
   walk_cv_.notify_all();
   for (auto& t : walk_threads_) t.join();
+  // Refreshes never started: their waiters (if any are left) are woken.
+  for (auto& [key, fetch] : refresh_queue_) {
+    std::lock_guard lk(fetch->mu);
+    fetch->result = Err(Status::Unavailable("unmounting"));
+    fetch->done = true;
+    fetch->cv.notify_all();
+  }
 }
 
 void Namespace::NoteWalk(const std::string& dir_key) {
@@ -131,6 +138,16 @@ void Namespace::NoteWalk(const std::string& dir_key) {
   QueueBackground(std::move(want));
 }
 
+bool Namespace::StartWalkThreads() {
+  try {
+    while (walk_threads_.size() < std::max<uint64_t>(1, opts_.prefetch_threads))
+      walk_threads_.emplace_back([this] { WalkWorker(); });
+  } catch (const std::system_error& e) {  // run with what started
+    spdlog::debug("namespace: cannot start a background thread: {}", e.what());
+  }
+  return !walk_threads_.empty();
+}
+
 void Namespace::QueueBackground(std::vector<std::string> want) {
   if (want.empty()) return;
   {
@@ -138,21 +155,34 @@ void Namespace::QueueBackground(std::vector<std::string> want) {
     if (walk_stop_) return;
     for (auto& k : want)
       if (walk_queued_.insert(k).second) walk_queue_.push_back(std::move(k));
-    try {
-      while (walk_threads_.size() < std::max<uint64_t>(1, opts_.prefetch_threads))
-        walk_threads_.emplace_back([this] { WalkWorker(); });
-    } catch (const std::system_error& e) {  // a hint only: run with what started
-      spdlog::debug("walk prefetch: cannot start a thread: {}", e.what());
-    }
+    StartWalkThreads();  // a hint only if none starts
   }
   walk_cv_.notify_all();
+}
+
+bool Namespace::QueueRefresh(const std::string& dir_key, std::shared_ptr<Fetch> fetch) {
+  {
+    std::lock_guard lk(walk_mu_);
+    if (walk_stop_ || !StartWalkThreads()) return false;
+    refresh_queue_.emplace_back(dir_key, std::move(fetch));
+  }
+  walk_cv_.notify_one();
+  return true;
 }
 
 void Namespace::WalkWorker() {
   std::unique_lock lk(walk_mu_);
   while (true) {
-    walk_cv_.wait(lk, [&] { return walk_stop_ || !walk_queue_.empty(); });
+    walk_cv_.wait(lk, [&] { return walk_stop_ || !walk_queue_.empty() || !refresh_queue_.empty(); });
     if (walk_stop_) return;
+    if (!refresh_queue_.empty()) {
+      auto [key, fetch] = std::move(refresh_queue_.front());
+      refresh_queue_.pop_front();
+      lk.unlock();
+      Complete(key, fetch);
+      lk.lock();
+      continue;
+    }
     std::string key = std::move(walk_queue_.front());
     walk_queue_.pop_front();
     lk.unlock();
@@ -227,6 +257,7 @@ Result<std::shared_ptr<const DirListing>> Namespace::FetchListing(const std::str
 
 Result<std::shared_ptr<const DirListing>> Namespace::Listing(const std::string& dir_key, bool background) {
   std::shared_ptr<Fetch> fetch;
+  std::shared_ptr<const DirListing> stale_listing;  // what the leader may serve meanwhile
   bool leader = false;
   {
     std::unique_lock lk(listings_mu_);
@@ -261,6 +292,7 @@ Result<std::shared_ptr<const DirListing>> Namespace::Listing(const std::string& 
       fetch = std::make_shared<Fetch>();
       fetches_.emplace(dir_key, fetch);
       leader = true;
+      stale_listing = stale;
     }
   }
   if (!leader) {
@@ -268,6 +300,21 @@ Result<std::shared_ptr<const DirListing>> Namespace::Listing(const std::string& 
     fetch->cv.wait(lk, [&] { return fetch->done; });
     return fetch->result;
   }
+  // The refresh of a stale listing: a lookup waits for it only so long, then
+  // gets the stale listing while the refresh goes on in the background (a
+  // bucket that stopped answering would otherwise hold this lookup for the
+  // whole retry budget, and the unmount with it).
+  if (stale_listing && !background && QueueRefresh(dir_key, fetch)) {
+    std::unique_lock lk(fetch->mu);
+    if (fetch->cv.wait_for(lk, std::chrono::milliseconds(opts_.stale_wait_ms), [&] { return fetch->done; }))
+      return fetch->result;
+    return stale_listing;
+  }
+  return Complete(dir_key, fetch);
+}
+
+Result<std::shared_ptr<const DirListing>> Namespace::Complete(const std::string& dir_key,
+                                                              const std::shared_ptr<Fetch>& fetch) {
   Result<std::shared_ptr<const DirListing>> result = Err(Status::Internal("unset"));
   // A persisted listing from an earlier mount, if still fresh.
   if (store_) {
@@ -291,7 +338,7 @@ Result<std::shared_ptr<const DirListing>> Namespace::Listing(const std::string& 
     if (!old && store_)
       if (auto raw = store_->GetMeta(MetaKey(dir_key))) old = DecodeListing(*raw);
     if (old) {
-      if (!serving_stale_.exchange(true))
+      if (!stopping_.load() && !serving_stale_.exchange(true))
         spdlog::warn("bucket unreachable ({}); serving cached listings and data until it is back",
                      result.error().ToString());
       result = old;

@@ -88,12 +88,18 @@ class Namespace {
     uint64_t ttl_ms = 60000;  // Default: 60 s. Listing/attribute freshness.
     uint64_t prefetch_dirs = 8;     // Default: 8 (metadata.prefetch_dirs); 0: off
     uint64_t prefetch_threads = 4;  // Listings fetched at once by the walk prefetch
+    // How long a lookup waits for the refresh of a stale listing before it
+    // is served the stale one (the refresh goes on in the background).
+    uint64_t stale_wait_ms = 1000;
   };
 
   // `store` may be null (no persistent metadata). Not owned.
   Namespace(Backend* backend, BlockStore* store, Metrics* metrics, Options opts);
   // Stops the walk prefetch (queued listings are dropped, running ones end).
   ~Namespace();
+  // The mount is going away (called with the backend's Cancel): a listing in
+  // progress ends at its next page, and its failure is not an outage.
+  void BeginShutdown() { stopping_.store(true); }
   Namespace(const Namespace&) = delete;
   Namespace& operator=(const Namespace&) = delete;
 
@@ -142,6 +148,10 @@ class Namespace {
   // stale listing of a failed refresh without asking the bucket).
   Result<std::shared_ptr<const DirListing>> Listing(const std::string& dir_key, bool background = false);
   Result<std::shared_ptr<const DirListing>> FetchListing(const std::string& dir_key);
+  // The work of the leader of `fetch`: fetch (or fall back to the stale
+  // listing), publish, wake the waiters.
+  Result<std::shared_ptr<const DirListing>> Complete(const std::string& dir_key,
+                                                     const std::shared_ptr<Fetch>& fetch);
   bool Fresh(int64_t fetched_ms) const;
   // Child `name` of `dir_key` from its listing, fetched at *listing_ms.
   Result<InodeAttr> Child(const std::string& dir_key, std::string_view name, int64_t* listing_ms);
@@ -152,6 +162,11 @@ class Namespace {
   // Queues listings of `dirs` for the background threads (started on first
   // use); takes walk_mu_ only.
   void QueueBackground(std::vector<std::string> dirs);
+  // Queues the refresh `fetch` of `dir_key` for the background threads,
+  // ahead of walk listings; false if none runs (then the caller does it).
+  bool QueueRefresh(const std::string& dir_key, std::shared_ptr<Fetch> fetch);
+  // Under walk_mu_: at least one background thread runs (false if none can).
+  bool StartWalkThreads();
 
   Backend* backend_;
   BlockStore* store_;
@@ -179,6 +194,7 @@ class Namespace {
   std::condition_variable walk_cv_;
   std::unordered_map<std::string, std::string> walk_last_;  // parent -> child last read (bounded)
   std::deque<std::string> walk_queue_;                      // dir keys to list
+  std::deque<std::pair<std::string, std::shared_ptr<Fetch>>> refresh_queue_;  // stale refreshes, first
   std::unordered_set<std::string> walk_queued_;             // queued or being listed
   std::vector<std::thread> walk_threads_;                   // started on first use
   bool walk_stop_ = false;

@@ -245,6 +245,48 @@ TEST_CASE("during an outage a listing refresh never holds lookups: they get the 
   CHECK(found);
 }
 
+TEST_CASE("the first refresh of a stale listing holds a lookup for stale_wait_ms at most") {
+  // The bucket stops answering (before any refresh failed): the lookup that
+  // finds the listing stale gets it after stale_wait_ms, not after the
+  // LIST's retry budget; the refresh goes on in the background.
+  auto mem = std::make_shared<MemoryBackend>();
+  mem->Put("a.bin", "1");
+  FaultInjectingBackend fb(mem);
+  Namespace ns(&fb, nullptr, nullptr, Namespace::Options{.ttl_ms = 1, .stale_wait_ms = 50});
+  REQUIRE(ns.Lookup(Namespace::kRootIno, "a.bin").has_value());
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));  // listing now stale
+  mem->Put("b.bin", "2");
+  std::mutex m;
+  std::condition_variable cv;
+  bool held = false, release = false, gave_up = false;
+  fb.SetBeforeCall([&](FaultInjectingBackend::Op op, const std::string&) {
+    if (op != FaultInjectingBackend::kList) return;
+    std::unique_lock lk(m);
+    if (held) return;
+    held = true;
+    cv.notify_all();
+    // Gives up only if nobody releases it: the lookup waited for this LIST.
+    gave_up = !cv.wait_for(lk, std::chrono::seconds(30), [&] { return release; });
+  });
+  REQUIRE(ns.Lookup(Namespace::kRootIno, "a.bin").has_value());  // stale, while the LIST hangs
+  CHECK(ns.Lookup(Namespace::kRootIno, "b.bin").error().code() == Code::kNotFound);
+  {
+    std::unique_lock lk(m);
+    CHECK(cv.wait_for(lk, std::chrono::seconds(20), [&] { return held; }));  // the refresh, in the background
+    CHECK_FALSE(gave_up);
+    release = true;
+  }
+  cv.notify_all();
+  fb.SetBeforeCall({});
+  bool found = false;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!found && std::chrono::steady_clock::now() < until) {
+    found = ns.Lookup(Namespace::kRootIno, "b.bin").has_value();
+    if (!found) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  CHECK(found);  // the refresh finished in the background
+}
+
 TEST_CASE("after an outage a lasting error of the bucket reaches the lookups instead of the stale listing") {
   Outage o;
   auto& fb = o.fb;

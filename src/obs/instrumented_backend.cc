@@ -86,6 +86,7 @@ class InstrumentedBackend final : public Backend {
     return s;
   }
   std::string Describe() const override { return inner_->Describe(); }
+  void Cancel() override { inner_->Cancel(); }
 
  private:
   struct Timer {

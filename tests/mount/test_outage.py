@@ -11,6 +11,9 @@ while the bucket cannot be asked; a cold read fails with EIO in bounded time,
 never wrong bytes. After it: cold reads succeed again on the same mount (no
 restart), and nothing read during the outage is wrong.
 
+Then unmounting, and SIGTERM, while the bucket does not answer: the daemon
+exits in seconds, not after its retry budget.
+
 The outage lasts IGT_OUTAGE_S seconds (default 6 in the suite;
 scripts/soak.sh runs it with 30).
 """
@@ -21,6 +24,8 @@ sys.dont_write_bytecode = True  # keep tests/mount free of __pycache__
 import errno
 import os
 import random
+import signal
+import subprocess
 import threading
 import time
 
@@ -199,6 +204,79 @@ def main():
         check(st["backend_retries"] > 0 and st["cache_corruptions"] == 0,
               "retries counted, no corruption")
         check(s.unmount(m) == 0, "daemon exited 0")
+        shutdown_during_outage(s, proxy, hot, probes)
+
+
+def shutdown_during_outage(s, proxy, hot, probes):
+    """3) Unmounting, or SIGTERM, while the bucket does not answer ends in
+    seconds. The retry budget here is 10 minutes: before, the daemon held its
+    exit until the listing or read retrying in it gave up."""
+    cfg = faultlib.config(
+        s, name="igt-long-retries.yaml",
+        backend={"max_retries": 100, "retry_base_ms": 500, "retry_deadline_ms": 600_000,
+                 "request_timeout_ms": REQUEST_TIMEOUT_MS, "connect_timeout_ms": CONNECT_TIMEOUT_MS},
+        metadata={"ttl_ms": TTL_MS, "negative_ttl_ms": 500})
+    args = ["--config", str(cfg), "--endpoint", proxy.endpoint, "--region", "us-east-1"]
+    bound_s = 30
+    igt = harness.igtcache_bin()
+
+    # a) `igtcache unmount` while a background refresh of a listing retries.
+    m = s.mount(f"s3://{BUCKET}", args=args)
+    os.listdir(m.mountpoint / "hot")
+    proxy.down()
+    try:
+        time.sleep(TTL_MS / 1000 + 0.3)
+        names = os.listdir(m.mountpoint / "hot")  # stale: the refresh retries in the background
+        check(len(names) == len(hot), f"stale listing while down ({len(names)} names)")
+        retries0 = s.stats(m)["backend_retries"]
+        deadline = time.monotonic() + 20
+        while s.stats(m)["backend_retries"] == retries0 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        check(s.stats(m)["backend_retries"] > retries0, "the refresh is retrying")
+        t0 = time.monotonic()
+        r = subprocess.run([igt, "unmount", str(m.mountpoint), "--timeout", str(bound_s)],
+                           capture_output=True, env=s.igt_env(), timeout=bound_s + 30)
+        took = time.monotonic() - t0
+        check(r.returncode == 0 and m.proc.popen.wait(5) == 0,
+              f"unmount during the outage: daemon exited 0 in {took:.1f}s < {bound_s}s "
+              f"({r.stderr.decode(errors='replace').strip()})")
+        m.unmounted = True
+    finally:
+        proxy.up()
+
+    # b) SIGTERM while a reader waits for an uncached object.
+    m = s.mount(f"s3://{BUCKET}", args=args)
+    key = sorted(probes)[0]
+    os.listdir(m.mountpoint / key.split("/")[0])
+    proxy.down()
+    try:
+        got = {}
+
+        def read():
+            try:
+                got["r"] = try_read(m.mountpoint / key)
+            except OSError as e:  # close() on a mount gone away
+                got["r"] = (None, e.errno)
+
+        t = threading.Thread(target=read, daemon=True)
+        t.start()
+        time.sleep(1.0)  # the read is in its retries
+        check(t.is_alive(), "an uncached read waits while the bucket is down")
+        t0 = time.monotonic()
+        os.kill(m.proc.pid, signal.SIGTERM)
+        try:
+            rc = m.proc.popen.wait(bound_s)
+        except subprocess.TimeoutExpired:
+            rc = None
+        took = time.monotonic() - t0
+        check(rc == 0, f"SIGTERM during the outage: daemon exited {rc} in {took:.1f}s < {bound_s}s")
+        s.unmount(m, quiet=True)  # the mount point, if the daemon left it mounted
+        t.join(bound_s)
+        data, e = got.get("r", (None, -1))
+        check(not t.is_alive() and (data is None or data == probes[key]),
+              f"the waiting reader got {errname(e) if data is None else 'the right bytes'}, never wrong bytes")
+    finally:
+        proxy.up()
 
 
 if __name__ == "__main__":
