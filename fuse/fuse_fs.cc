@@ -264,9 +264,12 @@ struct FuseFs::Impl {
       Add(self->metrics_->read_errors);
       if (WarnAllowed()) spdlog::warn("read '{}' [{}, +{}): {}", h->file.key, off, size, n.error().ToString());
       // A changed object is reported as EIO to the reader (ESTALE confuses
-      // tools into retrying the path forever); the next open sees the new version.
+      // tools into retrying the path forever); the next open sees the new
+      // version (or ENOENT for a deleted object).
       KernelHandoff();
       Reply(req, n.error().code() == Code::kChanged ? Status::IoError("") : n.error());
+      if (n.error().code() == Code::kChanged || n.error().code() == Code::kNotFound)
+        self->NoteChanged(ino, h->file.key);
       return;
     }
     Add(self->metrics_->read_bytes, *n);
@@ -476,36 +479,18 @@ Status FuseFs::Run() {
   fuse_loop_config* cfg = fuse_loop_cfg_create();
   fuse_loop_cfg_set_max_threads(cfg, static_cast<unsigned>(opts_.config.fuse.threads));
   fuse_loop_cfg_set_idle_threads(cfg, static_cast<unsigned>(std::max<uint64_t>(1, opts_.config.fuse.threads / 2)));
-  // libfuse has no callback for the end of the session: a watcher polls it,
-  // so that on_session_end runs while the loop still waits for its workers.
-  std::mutex watch_mu;
-  std::condition_variable watch_cv;
-  bool loop_done = false, ended = false;  // guarded by watch_mu
-  auto end_once = [&] {
-    {
-      std::lock_guard lk(watch_mu);
-      if (ended) return;
-      ended = true;
-    }
-    if (opts_.on_session_end) opts_.on_session_end();
-  };
-  std::thread watcher([&] {
-    std::unique_lock lk(watch_mu);
-    while (!watch_cv.wait_for(lk, std::chrono::milliseconds(100), [&] { return loop_done; })) {
-      if (!fuse_session_exited(se_)) continue;
-      lk.unlock();
-      end_once();
-      return;
-    }
-  });
+  {
+    std::lock_guard lk(watch_mu_);
+    loop_done_ = session_ended_ = false;
+  }
+  std::thread watcher([this] { Watch(); });
   int rc = fuse_session_loop_mt(se_, cfg);
   {
-    std::lock_guard lk(watch_mu);
-    loop_done = true;
+    std::lock_guard lk(watch_mu_);
+    loop_done_ = true;
   }
-  watch_cv.notify_all();
+  watch_cv_.notify_all();
   watcher.join();
-  end_once();
   fuse_loop_cfg_destroy(cfg);
   if (handlers_set_) {
     fuse_remove_signal_handlers(se_);
@@ -518,6 +503,44 @@ Status FuseFs::Run() {
   if (rc != 0 && rc != SIGINT && rc != SIGTERM && rc != SIGHUP)
     return Status::IoError(fmt::format("FUSE loop ended with {}", rc));
   return Status::Ok();
+}
+
+// libfuse has no callback for the end of the session: this polls it, so
+// that on_session_end runs while the loop still waits for its workers. It
+// also sends the entry invalidations NoteChanged queues. Ends with the loop;
+// on_session_end has then run once.
+void FuseFs::Watch() {
+  std::unique_lock lk(watch_mu_);
+  while (true) {
+    watch_cv_.wait_for(lk, std::chrono::milliseconds(100), [&] { return loop_done_ || !inval_entries_.empty(); });
+    auto inval = std::move(inval_entries_);
+    inval_entries_.clear();
+    const bool end = !session_ended_ && (loop_done_ || fuse_session_exited(se_));
+    if (end) session_ended_ = true;
+    const bool done = loop_done_;
+    lk.unlock();
+    for (const auto& [parent, name] : inval) {
+      if (end || done) break;
+      // ENOENT: the kernel no longer has the entry, nothing to drop.
+      int e = fuse_lowlevel_notify_inval_entry(se_, parent, name.c_str(), name.size());
+      if (e != 0 && e != -ENOENT) spdlog::debug("inval_entry {}/{}: {}", parent, name, std::strerror(-e));
+    }
+    if (end && opts_.on_session_end) opts_.on_session_end();
+    if (done) return;
+    lk.lock();
+  }
+}
+
+void FuseFs::NoteChanged(uint64_t ino, const std::string& key) {
+  ns_->NoteChanged(key);
+  auto entry = ns_->EntryOf(ino);
+  if (!entry) return;
+  {
+    std::lock_guard lk(watch_mu_);
+    if (loop_done_) return;
+    inval_entries_.insert(std::move(*entry));
+  }
+  watch_cv_.notify_all();
 }
 
 // The page cache of `ino` for an open of version `etag` (fi->keep_cache,

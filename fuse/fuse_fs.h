@@ -12,11 +12,14 @@
 // they must outlive Run(). Thread-safety: handlers run on libfuse's worker
 // threads; FuseFs state is guarded as noted on each member.
 
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <mutex>
+#include <set>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "igtcache/config.h"
@@ -89,6 +92,15 @@ class FuseFs {
   friend struct Impl;
   void RaiseReadahead();
   void SetReadahead(uint64_t bytes);
+  // A read found the object of inode `ino` changed or deleted in the bucket:
+  // the namespace relists its directory, and the kernel's entry for its name
+  // is dropped, so that the next open looks it up again instead of reaching
+  // this inode until the entry's TTL. Sent by the watcher thread of Run()
+  // (libfuse: notifications from a request handler risk a deadlock).
+  void NoteChanged(uint64_t ino, const std::string& key);
+  // The watcher of Run(): polls for the end of the session, sends entry
+  // invalidations.
+  void Watch();
   Namespace* ns_;
   ReadPipeline* pipeline_;
   Metrics* metrics_;
@@ -104,6 +116,10 @@ class FuseFs {
   std::string ra_path_;
   uint64_t ra_kb_ = 0;
   fuse_session* se_ = nullptr;
+  std::mutex watch_mu_;  // guards the three below
+  std::condition_variable watch_cv_;
+  bool loop_done_ = false, session_ended_ = false;
+  std::set<std::pair<uint64_t, std::string>> inval_entries_;  // (parent ino, name)
   bool mounted_ = false;
   bool handlers_set_ = false;
 

@@ -316,8 +316,15 @@ Result<std::shared_ptr<const DirListing>> Namespace::Listing(const std::string& 
 Result<std::shared_ptr<const DirListing>> Namespace::Complete(const std::string& dir_key,
                                                               const std::shared_ptr<Fetch>& fetch) {
   Result<std::shared_ptr<const DirListing>> result = Err(Status::Internal("unset"));
-  // A persisted listing from an earlier mount, if still fresh.
-  if (store_) {
+  // A persisted listing from an earlier mount, if still fresh. Not once this
+  // mount has its own (then the persisted one is the same or older, e.g. a
+  // listing NoteChanged made stale).
+  bool in_memory = false;
+  {
+    std::lock_guard lk(listings_mu_);
+    in_memory = listings_.contains(dir_key);
+  }
+  if (store_ && !in_memory) {
     if (auto raw = store_->GetMeta(MetaKey(dir_key))) {
       if (auto l = DecodeListing(*raw); l && Fresh(l->fetched_ms)) result = std::shared_ptr<const DirListing>(l);
     }
@@ -370,6 +377,25 @@ std::shared_ptr<const DirListing> Namespace::CachedListing(const std::string& di
   std::lock_guard lk(listings_mu_);
   auto it = listings_.find(dir_key);
   return it == listings_.end() ? nullptr : it->second;
+}
+
+void Namespace::NoteChanged(const std::string& key) {
+  const auto slash = key.rfind('/');
+  const std::string dir = slash == std::string::npos ? "" : key.substr(0, slash);
+  std::lock_guard lk(listings_mu_);
+  auto it = listings_.find(dir);
+  if (it == listings_.end() || !Fresh(it->second->fetched_ms)) return;  // once per change
+  auto stale = std::make_shared<DirListing>(*it->second);
+  stale->fetched_ms = NowMs() - static_cast<int64_t>(opts_.ttl_ms) - 1;
+  it->second = std::move(stale);
+  spdlog::info("'{}' changed in the bucket: listing of '{}/' fetched again on the next lookup", key, dir);
+}
+
+std::optional<std::pair<uint64_t, std::string>> Namespace::EntryOf(uint64_t ino) const {
+  std::lock_guard lk(mu_);
+  auto it = inodes_.find(ino);
+  if (it == inodes_.end() || ino == kRootIno) return std::nullopt;
+  return std::make_pair(it->second.parent, it->second.name);
 }
 
 std::optional<DirEntry> Namespace::CachedEntry(const std::string& key) {

@@ -125,6 +125,13 @@ class Namespace {
   // The entry of object `key` from its parent's in-memory listing, if any.
   std::optional<DirEntry> CachedEntry(const std::string& key);
 
+  // A read found that the bucket no longer has the listed version of `key`
+  // (changed or deleted): its directory's listing is made stale, so the next
+  // lookup lists the directory again instead of waiting out the TTL.
+  void NoteChanged(const std::string& key);
+  // The parent inode and name of inode `ino` (for the kernel's entry cache).
+  std::optional<std::pair<uint64_t, std::string>> EntryOf(uint64_t ino) const;
+
   // Called after a listing is fetched or loaded, with the directory key and
   // its number of entries (the access stream tree's N). Set before use.
   void set_listing_hook(std::function<void(const std::string&, size_t)> h) { listing_hook_ = std::move(h); }

@@ -149,6 +149,39 @@ TEST_CASE("listings persist in the BlockStore: a new Namespace within the TTL do
   std::filesystem::remove_all(dir);
 }
 
+TEST_CASE("a read that finds its object changed makes the next lookup list again, TTL or not") {
+  auto dir = std::filesystem::temp_directory_path() / ("igt-ns-changed-" + std::to_string(getpid()));
+  std::filesystem::remove_all(dir);
+  auto mem = std::make_shared<MemoryBackend>();
+  mem->Put("d/a.bin", "v1");
+  FaultInjectingBackend fb(mem);
+  BlockStoreOptions o;
+  o.dir = dir.string();
+  o.min_free_ratio = 0;
+  auto store = BlockStore::Open(o, nullptr);
+  REQUIRE(store.has_value());
+  Namespace ns(&fb, store->get(), nullptr, Namespace::Options{.ttl_ms = 600000});
+  auto d = ns.Lookup(Namespace::kRootIno, "d");
+  REQUIRE(d.has_value());
+  auto v1 = ns.Lookup(d->ino, "a.bin");
+  REQUIRE(v1.has_value());
+  mem->Put("d/a.bin", "v2-longer");
+  CHECK(ns.Lookup(d->ino, "a.bin")->etag == v1->etag);  // within the TTL: as listed
+  fb.ResetCounts();
+  ns.NoteChanged("d/a.bin");
+  auto v2 = ns.Lookup(d->ino, "a.bin");  // relisted (not from the persisted listing)
+  REQUIRE(v2.has_value());
+  CHECK(fb.counts().lists == 1);
+  CHECK(v2->etag != v1->etag);
+  CHECK(v2->size == 9);
+  CHECK(v2->ino != v1->ino);  // a new version, a new inode
+  auto e = ns.EntryOf(v1->ino);
+  REQUIRE(e.has_value());
+  CHECK(e->first == d->ino);
+  CHECK(e->second == "a.bin");
+  std::filesystem::remove_all(dir);
+}
+
 TEST_CASE("a stale listing is served while the bucket is unreachable") {
   auto mem = std::make_shared<MemoryBackend>();
   mem->Put("a.bin", "1");

@@ -9,7 +9,9 @@ With metadata.ttl_ms = TTL:
   * a file opened before the change keeps reading its version (pinned at
     open): bytes of the old version or EIO, never new bytes;
   * units of the old version are never served again: after a remount on
-    the same cache dir every object reads as its new version.
+    the same cache dir every object reads as its new version;
+  * a read that finds its object changed or deleted makes the next open see
+    the new version (or ENOENT) at once, whatever the TTL.
 """
 
 import sys
@@ -171,6 +173,50 @@ def main():
         check(True, "remount on the same cache dir: every object reads as v2")
         check(not (m.mountpoint / "gone.bin").exists(), "gone.bin absent after the remount")
         check(s.unmount(m) == 0, "daemon exited 0")
+        change_found_by_a_read(s, srv)
+
+
+def change_found_by_a_read(s, srv):
+    """A read that finds its object changed (EIO) or deleted makes the next
+    open see the bucket as it is, without waiting out the TTL (10 minutes
+    here): before, every open until the TTL reached the old version's inode
+    and got EIO on its uncached parts."""
+    ttl_ms = 600_000
+    size = 16 * MiB
+    v1 = {"now/a.bin": content("now-a1", size), "now/gone.bin": content("now-gone1", size)}
+    v2 = content("now-a2", size)
+    faultlib.put_objects(srv, BUCKET, v1)
+    cfg = faultlib.config(s, name="igt-long-ttl.yaml", metadata={"ttl_ms": ttl_ms, "negative_ttl_ms": 500})
+    m = s.mount(f"s3://{BUCKET}", args=["--config", str(cfg), "--endpoint", srv.endpoint,
+                                         "--region", "us-east-1"])
+    mnt = m.mountpoint
+    far = size - 64 * 1024  # far from what the first read brings in (and any readahead)
+    fds = {k: os.open(mnt / k, os.O_RDONLY) for k in v1}
+    for k, fd in fds.items():
+        check(os.pread(fd, 4096, 0) == v1[k][:4096], f"{k}: first 4 KiB read (v1)")
+    faultlib.put_objects(srv, BUCKET, {"now/a.bin": v2})
+    faultlib.delete_object(srv, BUCKET, "now/gone.bin")
+    for k, fd in fds.items():
+        try:
+            b = os.pread(fd, 4096, far)
+            raise harness.TestFailure(f"{k}: the old handle read {'v1' if b == v1[k][far:far + 4096] else 'WRONG'} "
+                                      "bytes at its end: cached before the change, the test cannot see the change")
+        except OSError as e:
+            check(e.errno in (errno.EIO, errno.ENOENT), f"{k}: the old handle's uncached read fails ({errname(e.errno)})")
+        os.close(fd)
+    # The next opens: v2, and ENOENT. Polled: the kernel's entry is dropped
+    # by a notification sent right after the failed read.
+    deadline = time.monotonic() + 10
+    while True:
+        got, e = try_read(mnt / "now/a.bin")
+        gone = not (mnt / "now/gone.bin").exists()
+        if (got == v2 and gone) or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    w = which(got, {"v1": v1["now/a.bin"], "v2": v2}) if got is not None else errname(e)
+    check(got == v2, f"now/a.bin: reopened after the failed read, reads {w} (TTL {ttl_ms // 1000} s)")
+    check(gone, "now/gone.bin: absent after the failed read")
+    check(s.unmount(m) == 0, "daemon exited 0")
 
 
 if __name__ == "__main__":
