@@ -22,8 +22,13 @@ namespace igt {
 std::string NormalizeMountpoint(const std::string& path);
 // True if `mnt` (normalized) is listed in /proc/self/mounts as fuse.igtcache.
 bool IsIgtcacheMount(const std::string& mnt);
-// The mount point of the igtcache mount containing `path`, if any.
+// The mount point of the igtcache mount containing `path`, if any. The
+// path as given: see ResolveSymlinks for one through symlinks.
 std::optional<std::string> FindIgtcacheMount(const std::string& path);
+// `path` normalized with its symlinks resolved, for when it does not name a
+// mount as given (/proc/self/mounts lists real paths). Never stats a mount
+// point, so a hung daemon cannot hang the caller.
+std::string ResolveSymlinks(const std::string& path);
 // Reads and parses MNT/.igtcache.stats; errors name the mount point.
 Result<nlohmann::json> ReadStats(const std::string& mountpoint);
 

@@ -47,6 +47,27 @@ bool IsIgtcacheMount(const std::string& mnt) {
   return false;
 }
 
+std::string ResolveSymlinks(const std::string& path) {
+  // Not fs::canonical(path): it would stat the last component, and if that
+  // is the mount point of a hung daemon, hang. The parent is resolved (it is
+  // outside the mount unless the path is inside it), the last component only
+  // read as a link (lstat, readlink), and a mount point is never stat'ed.
+  fs::path p = NormalizeMountpoint(path);
+  std::error_code ec;
+  for (int hops = 0; hops < 40; ++hops) {  // as the kernel's MAXSYMLINKS
+    if (IsIgtcacheMount(p.string()) || p.filename().empty()) return p.string();
+    const fs::path parent = fs::canonical(p.parent_path(), ec);
+    if (ec) return p.string();
+    const fs::path q = parent / p.filename();
+    if (IsIgtcacheMount(q.string())) return q.string();
+    if (!fs::is_symlink(fs::symlink_status(q, ec)) || ec) return q.string();
+    const fs::path target = fs::read_symlink(q, ec);
+    if (ec) return q.string();
+    p = NormalizeMountpoint((target.is_absolute() ? target : parent / target).string());
+  }
+  return p.string();
+}
+
 std::optional<std::string> FindIgtcacheMount(const std::string& path) {
   fs::path p = NormalizeMountpoint(path);
   while (true) {

@@ -65,7 +65,8 @@ bool Alive(pid_t pid) {
 }  // namespace
 
 int RunUnmount(const UnmountArgs& a) {
-  const std::string mnt = NormalizeMountpoint(a.mountpoint);
+  std::string mnt = NormalizeMountpoint(a.mountpoint);
+  if (!IsIgtcacheMount(mnt)) mnt = ResolveSymlinks(mnt);  // a symlink to the mount point
   if (!IsIgtcacheMount(mnt)) {
     std::fprintf(stderr, "igtcache: error: '%s' is not mounted (no igtcache mount there)\n", a.mountpoint.c_str());
     return kExitError;

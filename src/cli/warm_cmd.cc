@@ -120,10 +120,15 @@ int RunWarm(const WarmArgs& a) {
   std::map<std::string, std::vector<std::string>> by_mount;
   std::vector<std::string> mount_order;
   for (const auto& p : a.paths) {
-    auto m = FindIgtcacheMount(p);
+    std::string path = NormalizeMountpoint(p);
+    auto m = FindIgtcacheMount(path);
+    if (!m) {  // through a symlink?
+      path = ResolveSymlinks(path);
+      m = FindIgtcacheMount(path);
+    }
     if (!m) return fail(kExitUsage, fmt::format("'{}' is not inside an igtcache mount", p));
     if (!by_mount.count(*m)) mount_order.push_back(*m);
-    by_mount[*m].push_back(NormalizeMountpoint(p));
+    by_mount[*m].push_back(path);
   }
 
   int rc = kExitOk;

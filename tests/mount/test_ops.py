@@ -8,7 +8,8 @@
   columns on a terminal (run under `script` to get a pty), --watch prints one
   JSON object per refresh when piped.
 - `igtcache unmount`: returns once the daemon has exited; a second unmount
-  is a clear error."""
+  is a clear error.
+- warm, stats and unmount also take a path through a symlink to the mount."""
 
 import sys
 sys.dont_write_bytecode = True  # keep tests/mount free of __pycache__
@@ -68,6 +69,16 @@ def main():
         check(st["backend_get_bytes"] == before, "reading warmed files fetched nothing new")
         check(st["cache_hit_bytes"] >= 2 * BIG, f"and was served from the cache ({st['cache_hit_bytes']} hit bytes)")
 
+        # Through a symlink to the mount point (/proc/self/mounts lists the
+        # real path): warm, stats and unmount (below) find the mount.
+        link = s.tmp / "link-to-mnt"
+        link.symlink_to(mnt)
+        r = igt("warm", str(link / "small"), env=s.igt_env())
+        check(r.returncode == 0 and "6 files" in r.stdout,
+              f"warm through a symlink to the mount point ({r.stderr.strip() or r.stdout.strip()!r})")
+        r = igt("stats", str(link), env=s.igt_env())
+        check(r.returncode == 0 and "cache_hit_bytes" in json.loads(r.stdout), "stats through the symlink")
+
         r = igt("warm", str(src), env=s.igt_env())
         check(r.returncode == 2 and "not inside an igtcache mount" in r.stderr,
               f"warm outside a mount: exit 2 with a clear error ({r.stderr.strip()!r})")
@@ -105,8 +116,8 @@ def main():
 
         # --- unmount
         pid = m.pid
-        r = igt("unmount", str(mnt), env=s.igt_env())
-        check(r.returncode == 0, f"unmount exited 0 ({r.stderr.strip()!r})")
+        r = igt("unmount", str(link), env=s.igt_env())
+        check(r.returncode == 0, f"unmount through the symlink exited 0 ({r.stderr.strip()!r})")
         check(not harness.is_mounted(mnt), "no longer mounted")
         m.proc.popen.wait(5)  # foreground child: reap it; it has exited already
         check(m.proc.popen.returncode == 0, f"daemon pid {pid} exited 0 by the time unmount returned")
