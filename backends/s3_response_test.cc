@@ -135,6 +135,13 @@ TEST_CASE("ResolveEndpoint: addressing styles", "[endpoint]") {
   CHECK(ResolveEndpoint(o).error().code() == Code::kInvalidArgument);
   o.endpoint = "ftp://x";
   CHECK(ResolveEndpoint(o).error().code() == Code::kInvalidArgument);
+  // No host is said as such (trailing slashes once made it "http:", "needs a scheme").
+  for (const char* no_host : {"http://", "http:///", "https://"}) {
+    o.endpoint = no_host;
+    auto r = ResolveEndpoint(o);
+    REQUIRE(!r);
+    CHECK_THAT(r.error().message(), Catch::Contains("must look like scheme://host"));
+  }
 }
 
 TEST_CASE("ClassifyFailure maps replies to codes and retry verdicts", "[endpoint]") {

@@ -67,7 +67,10 @@ Result<S3Endpoint> ResolveEndpoint(const S3Options& opts) {
   ep.bucket = opts.bucket;
   std::string region = opts.region.empty() ? "us-east-1" : opts.region;
   ep.endpoint = opts.endpoint.empty() ? "https://s3." + region + ".amazonaws.com" : opts.endpoint;
-  while (ep.endpoint.size() > 1 && ep.endpoint.back() == '/') ep.endpoint.pop_back();
+  // Trailing slashes go, but not into the "://" ("http://" has no host, not no scheme).
+  const size_t scheme_end = ep.endpoint.find("://");
+  const size_t keep = scheme_end == std::string::npos ? 1 : scheme_end + 3;
+  while (ep.endpoint.size() > keep && ep.endpoint.back() == '/') ep.endpoint.pop_back();
   std::string_view e = ep.endpoint;
   auto sep = e.find("://");
   if (sep == std::string_view::npos) {
