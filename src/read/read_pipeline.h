@@ -61,7 +61,7 @@ class ReadPipeline {
     // random). Asked only when a unit misses; empty: never. Whatever it
     // answers, a unit some of whose sub-units are cached or in flight is
     // completed in sub-units (the answer changes with the file's label).
-    std::function<bool(const FileVersion& file)> sub_units;
+    std::function<bool(const FileVersion& file)> sub_units = {};
   };
 
   // `store` may be null (no caching). Not owned.
