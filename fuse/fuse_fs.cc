@@ -73,6 +73,8 @@ inline void KernelHandoff() {}
 FuseFs* Self(fuse_req_t req) { return static_cast<FuseFs*>(fuse_req_userdata(req)); }
 
 double TtlSeconds(const Config& c) { return static_cast<double>(c.metadata.ttl_ms) / 1000.0; }
+// How long the kernel keeps an entry taken from a stale listing.
+constexpr double kStaleEntrySeconds = 1.0;
 
 struct stat ToStat(const InodeAttr& a, uint64_t unit_size) {
   struct stat st {};
@@ -156,8 +158,11 @@ struct FuseFs::Impl {
     }
     e.ino = a->ino;
     e.attr = ToStat(*a, self->pipeline_->unit_size());
-    e.attr_timeout = TtlSeconds(self->opts_.config);
-    e.entry_timeout = TtlSeconds(self->opts_.config);
+    // An entry from a stale listing (a refresh under way, the bucket down,
+    // or a read found it out of date) is kept briefly: else the kernel would
+    // hold it, maybe an old version, for a whole TTL.
+    const double ttl = TtlSeconds(self->opts_.config);
+    e.attr_timeout = e.entry_timeout = a->stale ? std::min(ttl, kStaleEntrySeconds) : ttl;
     if (fuse_reply_entry(req, &e) != 0) self->ns_->Forget(a->ino, 1);  // request was interrupted
   }
 
@@ -266,10 +271,12 @@ struct FuseFs::Impl {
       // A changed object is reported as EIO to the reader (ESTALE confuses
       // tools into retrying the path forever); the next open sees the new
       // version (or ENOENT for a deleted object).
+      // Before the reply: once it is sent the reader may close (h is freed)
+      // and open again, which should then see the bucket as it is.
+      if (n.error().code() == Code::kChanged || n.error().code() == Code::kNotFound)
+        self->NoteChanged(ino, h->file.key, h->file.etag);
       KernelHandoff();
       Reply(req, n.error().code() == Code::kChanged ? Status::IoError("") : n.error());
-      if (n.error().code() == Code::kChanged || n.error().code() == Code::kNotFound)
-        self->NoteChanged(ino, h->file.key);
       return;
     }
     Add(self->metrics_->read_bytes, *n);
@@ -483,7 +490,8 @@ Status FuseFs::Run() {
     std::lock_guard lk(watch_mu_);
     loop_done_ = session_ended_ = false;
   }
-  std::thread watcher([this] { Watch(); });
+  std::thread watcher([this] { WatchSession(); });
+  std::thread notifier([this] { SendInvalidations(); });
   int rc = fuse_session_loop_mt(se_, cfg);
   {
     std::lock_guard lk(watch_mu_);
@@ -491,6 +499,7 @@ Status FuseFs::Run() {
   }
   watch_cv_.notify_all();
   watcher.join();
+  notifier.join();
   fuse_loop_cfg_destroy(cfg);
   if (handlers_set_) {
     fuse_remove_signal_handlers(se_);
@@ -506,41 +515,58 @@ Status FuseFs::Run() {
 }
 
 // libfuse has no callback for the end of the session: this polls it, so
-// that on_session_end runs while the loop still waits for its workers. It
-// also sends the entry invalidations NoteChanged queues. Ends with the loop;
-// on_session_end has then run once.
-void FuseFs::Watch() {
+// that on_session_end runs while the loop still waits for its workers.
+// Ends with the loop; on_session_end has then run once.
+void FuseFs::WatchSession() {
   std::unique_lock lk(watch_mu_);
   while (true) {
-    watch_cv_.wait_for(lk, std::chrono::milliseconds(100), [&] { return loop_done_ || !inval_entries_.empty(); });
-    auto inval = std::move(inval_entries_);
-    inval_entries_.clear();
+    watch_cv_.wait_for(lk, std::chrono::milliseconds(100), [&] { return loop_done_; });
     const bool end = !session_ended_ && (loop_done_ || fuse_session_exited(se_));
     if (end) session_ended_ = true;
     const bool done = loop_done_;
     lk.unlock();
-    for (const auto& [parent, name] : inval) {
-      if (end || done) break;
-      // ENOENT: the kernel no longer has the entry, nothing to drop.
-      int e = fuse_lowlevel_notify_inval_entry(se_, parent, name.c_str(), name.size());
-      if (e != 0 && e != -ENOENT) spdlog::debug("inval_entry {}/{}: {}", parent, name, std::strerror(-e));
-    }
     if (end && opts_.on_session_end) opts_.on_session_end();
+    watch_cv_.notify_all();  // the notifier and readers waiting on it stop
     if (done) return;
     lk.lock();
   }
 }
 
-void FuseFs::NoteChanged(uint64_t ino, const std::string& key) {
-  ns_->NoteChanged(key);
+// Sends the entry invalidations NoteChanged queues, on a thread of its own:
+// one can block in the kernel on its directory's lock (a lookup there
+// waiting for a FUSE thread), which must not delay the end of the session.
+void FuseFs::SendInvalidations() {
+  std::unique_lock lk(watch_mu_);
+  while (true) {
+    watch_cv_.wait(lk, [&] { return loop_done_ || !inval_entries_.empty(); });
+    if (loop_done_) return;
+    auto [parent, name] = std::move(inval_entries_.front());
+    inval_entries_.pop_front();
+    if (session_ended_) continue;
+    lk.unlock();
+    // ENOENT: the kernel no longer has the entry, nothing to drop.
+    int e = fuse_lowlevel_notify_inval_entry(se_, parent, name.c_str(), name.size());
+    if (e != 0 && e != -ENOENT) spdlog::debug("inval_entry {}/{}: {}", parent, name, std::strerror(-e));
+    lk.lock();
+    ++inval_sent_;
+    watch_cv_.notify_all();
+  }
+}
+
+void FuseFs::NoteChanged(uint64_t ino, const std::string& key, const std::string& etag) {
+  if (!ns_->NoteChanged(ino, key, etag)) return;
   auto entry = ns_->EntryOf(ino);
   if (!entry) return;
-  {
-    std::lock_guard lk(watch_mu_);
-    if (loop_done_) return;
-    inval_entries_.insert(std::move(*entry));
-  }
+  std::unique_lock lk(watch_mu_);
+  if (loop_done_ || session_ended_) return;
+  if (!invalidated_.insert(ino).second) return;  // once per inode (one version)
+  if (invalidated_.size() > 65536) invalidated_ = {ino};
+  inval_entries_.push_back(std::move(*entry));
+  const uint64_t mine = inval_sent_ + inval_entries_.size();
   watch_cv_.notify_all();
+  // The reader's next open should find the entry gone: wait (bounded) for it.
+  watch_cv_.wait_for(lk, std::chrono::seconds(1),
+                     [&] { return inval_sent_ >= mine || loop_done_ || session_ended_; });
 }
 
 // The page cache of `ino` for an open of version `etag` (fi->keep_cache,

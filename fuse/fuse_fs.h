@@ -16,9 +16,10 @@
 #include <cstdint>
 #include <functional>
 #include <mutex>
-#include <set>
+#include <deque>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -97,10 +98,11 @@ class FuseFs {
   // is dropped, so that the next open looks it up again instead of reaching
   // this inode until the entry's TTL. Sent by the watcher thread of Run()
   // (libfuse: notifications from a request handler risk a deadlock).
-  void NoteChanged(uint64_t ino, const std::string& key);
-  // The watcher of Run(): polls for the end of the session, sends entry
-  // invalidations.
-  void Watch();
+  // Waits (at most 1 s) until the invalidation is sent.
+  void NoteChanged(uint64_t ino, const std::string& key, const std::string& etag);
+  // The two helper threads of Run().
+  void WatchSession();
+  void SendInvalidations();
   Namespace* ns_;
   ReadPipeline* pipeline_;
   Metrics* metrics_;
@@ -116,10 +118,12 @@ class FuseFs {
   std::string ra_path_;
   uint64_t ra_kb_ = 0;
   fuse_session* se_ = nullptr;
-  std::mutex watch_mu_;  // guards the three below
+  std::mutex watch_mu_;  // guards the five below
   std::condition_variable watch_cv_;
   bool loop_done_ = false, session_ended_ = false;
-  std::set<std::pair<uint64_t, std::string>> inval_entries_;  // (parent ino, name)
+  std::deque<std::pair<uint64_t, std::string>> inval_entries_;  // (parent ino, name) to drop
+  uint64_t inval_sent_ = 0;                                     // invalidations sent so far
+  std::unordered_set<uint64_t> invalidated_;                    // inodes already queued (bounded)
   bool mounted_ = false;
   bool handlers_set_ = false;
 

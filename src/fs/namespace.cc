@@ -85,20 +85,23 @@ Namespace::Namespace(Backend* backend, BlockStore* store, Metrics* metrics, Opti
 
 Namespace::~Namespace() {
   BeginShutdown();
+  std::deque<std::pair<std::string, std::shared_ptr<Fetch>>> unstarted;
   {
     std::lock_guard lk(walk_mu_);
     walk_stop_ = true;
     walk_queue_.clear();
+    unstarted.swap(refresh_queue_);
   }
   walk_cv_.notify_all();
-  for (auto& t : walk_threads_) t.join();
-  // Refreshes never started: their waiters (if any are left) are woken.
-  for (auto& [key, fetch] : refresh_queue_) {
+  // Refreshes never started: their waiters are woken (before the join, in
+  // case one is a background thread).
+  for (auto& [key, fetch] : unstarted) {
     std::lock_guard lk(fetch->mu);
     fetch->result = Err(Status::Unavailable("unmounting"));
     fetch->done = true;
     fetch->cv.notify_all();
   }
+  for (auto& t : walk_threads_) t.join();
 }
 
 void Namespace::NoteWalk(const std::string& dir_key) {
@@ -164,6 +167,9 @@ bool Namespace::QueueRefresh(const std::string& dir_key, std::shared_ptr<Fetch> 
   {
     std::lock_guard lk(walk_mu_);
     if (walk_stop_ || !StartWalkThreads()) return false;
+    // Only to an idle thread: else (all held by walks or by refreshes of a
+    // bucket that does not answer) the caller refreshes it itself.
+    if (walk_busy_ + refresh_queue_.size() >= walk_threads_.size()) return false;
     refresh_queue_.emplace_back(dir_key, std::move(fetch));
   }
   walk_cv_.notify_one();
@@ -175,12 +181,14 @@ void Namespace::WalkWorker() {
   while (true) {
     walk_cv_.wait(lk, [&] { return walk_stop_ || !walk_queue_.empty() || !refresh_queue_.empty(); });
     if (walk_stop_) return;
+    ++walk_busy_;
     if (!refresh_queue_.empty()) {
       auto [key, fetch] = std::move(refresh_queue_.front());
       refresh_queue_.pop_front();
       lk.unlock();
       Complete(key, fetch);
       lk.lock();
+      --walk_busy_;
       continue;
     }
     std::string key = std::move(walk_queue_.front());
@@ -189,6 +197,7 @@ void Namespace::WalkWorker() {
     auto r = Listing(key, /*background=*/true);  // single-flight with the walker's own ReadDir
     if (!r) spdlog::debug("walk prefetch of '{}/': {}", key, r.error().ToString());
     lk.lock();
+    --walk_busy_;
     walk_queued_.erase(key);
   }
 }
@@ -258,12 +267,15 @@ Result<std::shared_ptr<const DirListing>> Namespace::FetchListing(const std::str
 Result<std::shared_ptr<const DirListing>> Namespace::Listing(const std::string& dir_key, bool background) {
   std::shared_ptr<Fetch> fetch;
   std::shared_ptr<const DirListing> stale_listing;  // what the leader may serve meanwhile
-  bool leader = false;
+  bool leader = false, changed = false;
   {
     std::unique_lock lk(listings_mu_);
     std::shared_ptr<const DirListing> stale;
+    // A read found this listing out of date: it is not served to lookups
+    // until listed again (except while the bucket is down, below).
+    changed = changed_.contains(dir_key);
     if (auto it = listings_.find(dir_key); it != listings_.end()) {
-      if (Fresh(it->second->fetched_ms)) return it->second;
+      if (!changed && Fresh(it->second->fetched_ms)) return it->second;
       stale = it->second;
       // The bucket failed the last refresh: keep serving the stale listing
       // at once. The retry (at most once per kStaleRetryMs) runs in the
@@ -285,8 +297,10 @@ Result<std::shared_ptr<const DirListing>> Namespace::Listing(const std::string& 
     }
     if (auto it = fetches_.find(dir_key); it != fetches_.end()) {
       // A refresh under way: the listing it replaces is served meanwhile
-      // (only its leader waits, however long the bucket takes).
-      if (stale && !background) return stale;
+      // (only its leader waits, however long the bucket takes), unless a
+      // read found it out of date. A background caller never waits on
+      // another's refresh (it may be queued behind this very thread).
+      if (stale && (!changed || background)) return stale;
       fetch = it->second;
     } else {
       fetch = std::make_shared<Fetch>();
@@ -304,7 +318,9 @@ Result<std::shared_ptr<const DirListing>> Namespace::Listing(const std::string& 
   // gets the stale listing while the refresh goes on in the background (a
   // bucket that stopped answering would otherwise hold this lookup for the
   // whole retry budget, and the unmount with it).
-  if (stale_listing && !background && QueueRefresh(dir_key, fetch)) {
+  // Not with ttl_ms 0 (no stale listing wanted), nor for a listing a read
+  // found out of date.
+  if (stale_listing && !background && !changed && opts_.ttl_ms > 0 && QueueRefresh(dir_key, fetch)) {
     std::unique_lock lk(fetch->mu);
     if (fetch->cv.wait_for(lk, std::chrono::milliseconds(opts_.stale_wait_ms), [&] { return fetch->done; }))
       return fetch->result;
@@ -320,9 +336,11 @@ Result<std::shared_ptr<const DirListing>> Namespace::Complete(const std::string&
   // mount has its own (then the persisted one is the same or older, e.g. a
   // listing NoteChanged made stale).
   bool in_memory = false;
+  uint64_t note = 0;  // the latest NoteChanged before this fetch
   {
     std::lock_guard lk(listings_mu_);
     in_memory = listings_.contains(dir_key);
+    if (auto c = changed_.find(dir_key); c != changed_.end()) note = c->second;
   }
   if (store_ && !in_memory) {
     if (auto raw = store_->GetMeta(MetaKey(dir_key))) {
@@ -360,6 +378,9 @@ Result<std::shared_ptr<const DirListing>> Namespace::Complete(const std::string&
     // the bucket itself and sees the outcome.
     if (stale) retry_after_ms_[dir_key] = NowMs() + kStaleRetryMs;
     else retry_after_ms_.erase(dir_key);
+    // Fetched after the latest note of a change: up to date again. (A note
+    // made during the fetch stays: the LIST may predate that change.)
+    if (auto c = changed_.find(dir_key); fetched && c != changed_.end() && c->second == note) changed_.erase(c);
     fetches_.erase(dir_key);
   }
   if (fetched && serving_stale_.exchange(false)) spdlog::info("bucket reachable again");
@@ -379,16 +400,26 @@ std::shared_ptr<const DirListing> Namespace::CachedListing(const std::string& di
   return it == listings_.end() ? nullptr : it->second;
 }
 
-void Namespace::NoteChanged(const std::string& key) {
+bool Namespace::NoteChanged(uint64_t ino, const std::string& key, const std::string& etag) {
   const auto slash = key.rfind('/');
   const std::string dir = slash == std::string::npos ? "" : key.substr(0, slash);
-  std::lock_guard lk(listings_mu_);
-  auto it = listings_.find(dir);
-  if (it == listings_.end() || !Fresh(it->second->fetched_ms)) return;  // once per change
-  auto stale = std::make_shared<DirListing>(*it->second);
-  stale->fetched_ms = NowMs() - static_cast<int64_t>(opts_.ttl_ms) - 1;
-  it->second = std::move(stale);
-  spdlog::info("'{}' changed in the bucket: listing of '{}/' fetched again on the next lookup", key, dir);
+  const std::string_view name = slash == std::string::npos ? std::string_view(key) : std::string_view(key).substr(slash + 1);
+  bool listed = false, marked = false;
+  {
+    std::lock_guard lk(listings_mu_);
+    auto it = listings_.find(dir);
+    const DirEntry* e = it == listings_.end() ? nullptr : it->second->Find(name);
+    // Once per version: after the relist the listing no longer names it.
+    listed = e && !e->is_dir && e->etag == etag;
+    if (listed && !changed_.contains(dir)) {
+      changed_[dir] = ++changed_seq_;
+      marked = true;
+    }
+  }
+  if (marked) spdlog::info("'{}' changed in the bucket: '{}/' is listed again on the next lookup", key, dir);
+  std::lock_guard lk(mu_);
+  auto n = inodes_.find(ino);
+  return listed || (n != inodes_.end() && n->second.superseded);
 }
 
 std::optional<std::pair<uint64_t, std::string>> Namespace::EntryOf(uint64_t ino) const {
@@ -416,6 +447,10 @@ Result<InodeAttr> Namespace::Child(const std::string& dir_key, std::string_view 
   const DirEntry* e = (*listing)->Find(name);
   if (!e) return Err(Status::NotFound(ChildKey(dir_key, name)));
   InodeAttr a;
+  {
+    std::lock_guard lk(listings_mu_);
+    a.stale = !Fresh((*listing)->fetched_ms) || changed_.contains(dir_key);
+  }
   a.is_dir = e->is_dir;
   a.key = ChildKey(dir_key, name);
   a.size = e->size;
@@ -449,12 +484,15 @@ Result<InodeAttr> Namespace::Lookup(uint64_t parent, std::string_view name) {
       if (!older) {
         n.attr = *child;
         n.attr.ino = n.ino;
+        n.attr.stale = false;  // kept per lookup, not per inode
         n.attr_ms = NowMs();
         n.listing_ms = listing_ms;
         n.superseded = false;  // its version is the name's again
       }
       ++n.nlookup;
-      return n.attr;
+      InodeAttr out = n.attr;
+      out.stale = child->stale || older;
+      return out;
     }
     // Another version of the object: a new inode. The old one keeps the
     // version it had for the handles open on it (the kernel would otherwise
@@ -464,8 +502,10 @@ Result<InodeAttr> Namespace::Lookup(uint64_t parent, std::string_view name) {
   const uint64_t ino = next_ino_++;
   InodeAttr a = *child;
   a.ino = ino;
+  a.stale = false;
   inodes_.emplace(ino, Inode{ino, parent, std::string(name), a, NowMs(), 1, listing_ms});
   by_key_[k] = ino;
+  a.stale = child->stale;
   return a;
 }
 

@@ -78,6 +78,10 @@ struct InodeAttr {
   uint64_t size = 0;
   int64_t mtime_ns = 0;
   std::string etag;
+  // Lookup only: taken from a listing past its TTL (served while a refresh
+  // runs or the bucket is down) or one a read found out of date. The kernel
+  // should keep such an entry briefly, not for the TTL.
+  bool stale = false;
 };
 
 class Namespace {
@@ -125,10 +129,14 @@ class Namespace {
   // The entry of object `key` from its parent's in-memory listing, if any.
   std::optional<DirEntry> CachedEntry(const std::string& key);
 
-  // A read found that the bucket no longer has the listed version of `key`
-  // (changed or deleted): its directory's listing is made stale, so the next
-  // lookup lists the directory again instead of waiting out the TTL.
-  void NoteChanged(const std::string& key);
+  // A read of inode `ino`, version `etag` of `key`, found that the bucket no
+  // longer has that version (changed or deleted). If the directory's listing
+  // still lists it, the listing is marked out of date: lookups in the
+  // directory wait for it to be listed again (no stale listing served, no
+  // TTL waited out); later notes of the same version do not mark it again.
+  // True if the kernel's entry for the name should be dropped: the listing
+  // (marked) still names this version, or the name leads to another inode.
+  bool NoteChanged(uint64_t ino, const std::string& key, const std::string& etag);
   // The parent inode and name of inode `ino` (for the kernel's entry cache).
   std::optional<std::pair<uint64_t, std::string>> EntryOf(uint64_t ino) const;
 
@@ -186,7 +194,7 @@ class Namespace {
   std::unordered_map<std::string, uint64_t> by_key_;  // attr.key + (dir ? "/" : "")
   uint64_t next_ino_ = 2;
 
-  std::mutex listings_mu_;  // guards listings_, fetches_, retry_after_ms_, refresh_due_
+  std::mutex listings_mu_;  // guards listings_, fetches_, retry_after_ms_, refresh_due_, changed_*
   std::unordered_map<std::string, std::shared_ptr<const DirListing>> listings_;
   std::unordered_map<std::string, std::shared_ptr<Fetch>> fetches_;
   // Directories whose refresh failed (bucket unreachable): their stale
@@ -194,6 +202,10 @@ class Namespace {
   std::unordered_map<std::string, int64_t> retry_after_ms_;
   // Directories whose retry is queued for the background threads.
   std::unordered_set<std::string> refresh_due_;
+  // Directories a read found out of date (NoteChanged), with the note's
+  // number: cleared by a listing fetched after the latest note.
+  std::unordered_map<std::string, uint64_t> changed_;
+  uint64_t changed_seq_ = 0;
   std::atomic<bool> serving_stale_{false};  // for one warning per outage
 
   // Walk prefetch. walk_mu_ is never held together with mu_ or listings_mu_.
@@ -205,6 +217,7 @@ class Namespace {
   std::unordered_set<std::string> walk_queued_;             // queued or being listed
   std::vector<std::thread> walk_threads_;                   // started on first use
   bool walk_stop_ = false;
+  size_t walk_busy_ = 0;  // background threads working on an item
   std::atomic<bool> stopping_{false};  // set by the destructor: FetchListing stops between pages
 };
 

@@ -168,13 +168,20 @@ TEST_CASE("a read that finds its object changed makes the next lookup list again
   mem->Put("d/a.bin", "v2-longer");
   CHECK(ns.Lookup(d->ino, "a.bin")->etag == v1->etag);  // within the TTL: as listed
   fb.ResetCounts();
-  ns.NoteChanged("d/a.bin");
+  CHECK(ns.NoteChanged(v1->ino, "d/a.bin", v1->etag));  // marked: drop the kernel's entry
+  CHECK(ns.NoteChanged(v1->ino, "d/a.bin", v1->etag));  // still listed (marked once: one relist)
   auto v2 = ns.Lookup(d->ino, "a.bin");  // relisted (not from the persisted listing)
   REQUIRE(v2.has_value());
   CHECK(fb.counts().lists == 1);
   CHECK(v2->etag != v1->etag);
   CHECK(v2->size == 9);
+  CHECK_FALSE(v2->stale);
   CHECK(v2->ino != v1->ino);  // a new version, a new inode
+  // More failed reads of the old version: no relist (the listing names v2),
+  // but the name leads elsewhere now, so the kernel's entry may go.
+  CHECK(ns.NoteChanged(v1->ino, "d/a.bin", v1->etag));
+  CHECK(ns.Lookup(d->ino, "a.bin")->ino == v2->ino);
+  CHECK(fb.counts().lists == 1);
   auto e = ns.EntryOf(v1->ino);
   REQUIRE(e.has_value());
   CHECK(e->first == d->ino);
@@ -196,6 +203,8 @@ TEST_CASE("a stale listing is served while the bucket is unreachable") {
   const auto t0 = std::chrono::steady_clock::now();
   auto again = ns.Lookup(Namespace::kRootIno, "a.bin");
   REQUIRE(again.has_value());  // stale listing, not EIO
+  CHECK(again->stale);
+  CHECK_FALSE(a->stale);
   CHECK(ns.Lookup(Namespace::kRootIno, "b.bin").error().code() == Code::kNotFound);
   const uint64_t lists = fb.counts().lists;
   for (int i = 0; i < 20; ++i) REQUIRE(ns.Lookup(Namespace::kRootIno, "a.bin").has_value());
@@ -301,7 +310,9 @@ TEST_CASE("the first refresh of a stale listing holds a lookup for stale_wait_ms
     // Gives up only if nobody releases it: the lookup waited for this LIST.
     gave_up = !cv.wait_for(lk, std::chrono::seconds(30), [&] { return release; });
   });
-  REQUIRE(ns.Lookup(Namespace::kRootIno, "a.bin").has_value());  // stale, while the LIST hangs
+  auto a = ns.Lookup(Namespace::kRootIno, "a.bin");  // stale, while the LIST hangs
+  REQUIRE(a.has_value());
+  CHECK(a->stale);  // the kernel keeps it briefly
   CHECK(ns.Lookup(Namespace::kRootIno, "b.bin").error().code() == Code::kNotFound);
   {
     std::unique_lock lk(m);
