@@ -26,8 +26,8 @@ bool IsIgtcacheMount(const std::string& mnt);
 // path as given: see ResolveSymlinks for one through symlinks.
 std::optional<std::string> FindIgtcacheMount(const std::string& path);
 // `path` normalized with its symlinks resolved, for when it does not name a
-// mount as given (/proc/self/mounts lists real paths). Never stats a mount
-// point, so a hung daemon cannot hang the caller.
+// mount as given (/proc/self/mounts lists real paths). Stats no mount point
+// it can tell is one (a hung daemon would hang the caller).
 std::string ResolveSymlinks(const std::string& path);
 // Reads and parses MNT/.igtcache.stats; errors name the mount point.
 Result<nlohmann::json> ReadStats(const std::string& mountpoint);

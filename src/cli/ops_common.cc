@@ -49,13 +49,17 @@ bool IsIgtcacheMount(const std::string& mnt) {
 
 std::string ResolveSymlinks(const std::string& path) {
   // Not fs::canonical(path): it would stat the last component, and if that
-  // is the mount point of a hung daemon, hang. The parent is resolved (it is
-  // outside the mount unless the path is inside it), the last component only
-  // read as a link (lstat, readlink), and a mount point is never stat'ed.
+  // is the mount point of a hung daemon, hang. The parent is resolved unless
+  // it is inside a mount (as given), the last component only read as a link
+  // (lstat, readlink), and a mount point is never stat'ed. (A mount reached
+  // through a symlink in the parent is stat'ed: its real path is not known
+  // before.)
   fs::path p = NormalizeMountpoint(path);
   std::error_code ec;
   for (int hops = 0; hops < 40; ++hops) {  // as the kernel's MAXSYMLINKS
     if (IsIgtcacheMount(p.string()) || p.filename().empty()) return p.string();
+    // A parent inside a mount: resolving it would stat that mount's root.
+    if (FindIgtcacheMount(p.parent_path().string())) return p.string();
     const fs::path parent = fs::canonical(p.parent_path(), ec);
     if (ec) return p.string();
     const fs::path q = parent / p.filename();
