@@ -105,15 +105,20 @@ TEST_CASE("a new version of an object gets a new inode, the old one keeps its ow
   CHECK(c.error().code() == Code::kNotFound);
 }
 
+// Options of a BlockStore in an empty directory of its own.
+BlockStoreOptions FreshStore(const std::string& name) {
+  BlockStoreOptions o;
+  o.dir = (std::filesystem::temp_directory_path() / (name + "-" + std::to_string(getpid()))).string();
+  std::filesystem::remove_all(o.dir);
+  o.min_free_ratio = 0;
+  return o;
+}
+
 TEST_CASE("listings persist in the BlockStore: a new Namespace within the TTL does not relist") {
-  auto dir = std::filesystem::temp_directory_path() / ("igt-ns-test-" + std::to_string(getpid()));
-  std::filesystem::remove_all(dir);
+  const BlockStoreOptions o = FreshStore("igt-ns-test");
   auto mem = std::make_shared<MemoryBackend>();
   mem->Put("x/y", "1");
   FaultInjectingBackend fb(mem);
-  BlockStoreOptions o;
-  o.dir = dir.string();
-  o.min_free_ratio = 0;
   {
     auto store = BlockStore::Open(o, nullptr);
     REQUIRE(store.has_value());
@@ -146,18 +151,14 @@ TEST_CASE("listings persist in the BlockStore: a new Namespace within the TTL do
     CHECK_FALSE(ns.Lookup(Namespace::kRootIno, "old").has_value());
     CHECK(fb.counts().lists == 1);
   }
-  std::filesystem::remove_all(dir);
+  std::filesystem::remove_all(o.dir);
 }
 
 TEST_CASE("a read that finds its object changed makes the next lookup list again, TTL or not") {
-  auto dir = std::filesystem::temp_directory_path() / ("igt-ns-changed-" + std::to_string(getpid()));
-  std::filesystem::remove_all(dir);
+  const BlockStoreOptions o = FreshStore("igt-ns-changed");
   auto mem = std::make_shared<MemoryBackend>();
   mem->Put("d/a.bin", "v1");
   FaultInjectingBackend fb(mem);
-  BlockStoreOptions o;
-  o.dir = dir.string();
-  o.min_free_ratio = 0;
   auto store = BlockStore::Open(o, nullptr);
   REQUIRE(store.has_value());
   Namespace ns(&fb, store->get(), nullptr, Namespace::Options{.ttl_ms = 600000});
@@ -186,7 +187,7 @@ TEST_CASE("a read that finds its object changed makes the next lookup list again
   REQUIRE(e.has_value());
   CHECK(e->first == d->ino);
   CHECK(e->second == "a.bin");
-  std::filesystem::remove_all(dir);
+  std::filesystem::remove_all(o.dir);
 }
 
 TEST_CASE("a stale listing is served while the bucket is unreachable") {
