@@ -106,7 +106,7 @@ TEST_CASE("a new version of an object gets a new inode, the old one keeps its ow
 }
 
 // Options of a BlockStore in an empty directory of its own.
-BlockStoreOptions FreshStore(const std::string& name) {
+static BlockStoreOptions FreshStore(const std::string& name) {
   BlockStoreOptions o;
   o.dir = (std::filesystem::temp_directory_path() / (name + "-" + std::to_string(getpid()))).string();
   std::filesystem::remove_all(o.dir);
