@@ -309,6 +309,8 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
     rpo.sub_unit_size = cfg.cache.sub_unit_bytes;
     rpo.sub_units = [live](const FileVersion& f) { return live->SubUnitBytes(f.key) != 0; };
   }
+  // The policy file's never-cache prefixes are read through, not stored.
+  if (live) rpo.admit = [live](const FileVersion& f) { return live->Admit(f.key); };
   ReadPipeline pipeline(backend->get(), store->get(), &metrics, std::move(rpo));
   // Prefetch plans run in the background under cache.prefetch_budget_bytes.
   std::unique_ptr<Prefetcher> prefetcher;

@@ -80,6 +80,7 @@ std::vector<LivePrefetch> LiveEngine::OnRead(uint64_t now_us, uint32_t pid, cons
   versions_[key] = {etag, size};
   auto plan = engine_->OnRead(NowUs(), pid, key, offset, length, size);
   for (auto& r : plan) {
+    if (!engine_->Admit(r.path)) continue;  // never cached: nothing to fetch ahead (as the simulator)
     auto v = versions_.find(r.path);
     if (v != versions_.end()) {
       out.push_back({std::move(r.path), v->second.first, v->second.second, r.first_unit, r.last_unit, r.fill, r.fill_bytes, r.background});
@@ -94,6 +95,11 @@ std::vector<LivePrefetch> LiveEngine::OnRead(uint64_t now_us, uint32_t pid, cons
 uint64_t LiveEngine::SubUnitBytes(const std::string& key) const {
   std::lock_guard lk(mu_);
   return engine_->SubUnitBytes(key);
+}
+
+bool LiveEngine::Admit(const std::string& key) const {
+  std::lock_guard lk(mu_);
+  return engine_->Admit(key);
 }
 
 uint64_t LiveEngine::CachedBytes(const std::string& key) const {

@@ -69,6 +69,9 @@ class LiveEngine : public std::enable_shared_from_this<LiveEngine> {
   uint64_t SubUnitBytes(const std::string& key) const;
   // PolicyEngine::CachedBytes.
   uint64_t CachedBytes(const std::string& key) const;
+  // PolicyEngine::Admit: false under a never-cache prefix
+  // (ReadPipeline::Options::admit).
+  bool Admit(const std::string& key) const;
 
   // SIGHUP: swap in a new policy file; the cache and its units stay.
   Status Reload(PolicyFile pf);

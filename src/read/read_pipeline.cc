@@ -183,12 +183,13 @@ Status ReadPipeline::FetchRuns(const FileVersion& file, std::vector<Need>& needs
   };
   // Inserts a fetched run's pieces and ends their flights (waiters see r.st).
   Status first_error;
+  const bool keep = store_ && (!opts_.admit || opts_.admit(file));
   auto complete = [&](Run& r) {
     for (size_t k = r.i; k < r.j; ++k) {
       const char* unit_data = nullptr;
       if (r.st.ok()) {
         unit_data = r.buf.get() + (needs[k].off - r.off);
-        if (store_)
+        if (keep)
           (void)store_->Put(UnitKey{file.key, file.etag, needs[k].index}, {unit_data, needs[k].len},
                             /*prefetched=*/!demand);
       }
@@ -360,6 +361,7 @@ Result<size_t> ReadPipeline::Read(const FileVersion& file, uint64_t offset, size
 
 Status ReadPipeline::Fetch(const FileVersion& file, uint64_t first_unit, uint64_t last_unit) {
   if (file.size == 0) return Status::Ok();
+  if (opts_.admit && !opts_.admit(file)) return Status::Ok();  // not to be kept: nothing to fetch
   const uint64_t U = opts_.unit_size;
   last_unit = std::min(last_unit, (file.size - 1) / U);
   // A unit some of whose sub-units are cached or being fetched gets its

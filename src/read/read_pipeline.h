@@ -62,6 +62,10 @@ class ReadPipeline {
     // answers, a unit some of whose sub-units are cached or in flight is
     // completed in sub-units (the answer changes with the file's label).
     std::function<bool(const FileVersion& file)> sub_units = {};
+    // Whether what is fetched for `file` is stored in the cache (a policy's
+    // never-cache prefix answers false: its reads are served from the
+    // backend, and prefetches of it do nothing). Empty: always.
+    std::function<bool(const FileVersion& file)> admit = {};
   };
 
   // `store` may be null (no caching). Not owned.

@@ -190,6 +190,29 @@ TEST_CASE("Fetch warms units without returning data") {
   CHECK(f.fb->counts().reads == 0);
 }
 
+TEST_CASE("a file not admitted is read through: served, never stored, never prefetched") {
+  Fixture f(true);
+  f.mem->Put("tmp/x", Pattern(300 << 10, 3));
+  f.mem->Put("keep/y", Pattern(100 << 10, 4));
+  f.pipe = std::make_unique<ReadPipeline>(
+      f.fb.get(), f.store.get(), &f.metrics,
+      ReadPipeline::Options{.unit_size = 64 << 10, .max_request_bytes = 256 << 10,
+                            .admit = [](const FileVersion& v) { return !v.key.starts_with("tmp/"); }});
+  std::vector<char> out(300 << 10);
+  for (int i = 0; i < 2; ++i) {  // each read goes to the backend
+    auto n = f.pipe->Read(f.Version("tmp/x"), 0, out.size(), out.data());
+    REQUIRE(n.has_value());
+    CHECK(std::string(out.data(), *n) == f.mem->Get("tmp/x"));
+  }
+  CHECK(f.store->unit_count() == 0);
+  f.fb->ResetCounts();
+  REQUIRE(f.pipe->Fetch(f.Version("tmp/x"), 0, 4).ok());
+  CHECK(f.fb->counts().reads == 0);
+  CHECK(f.store->unit_count() == 0);
+  REQUIRE(f.pipe->Read(f.Version("keep/y"), 0, out.size(), out.data()).has_value());
+  CHECK(f.store->unit_count() == 2);  // the others are kept
+}
+
 TEST_CASE("looked_up runs once per read, with the read's misses in flight: a plan run there joins them") {
   Fixture f(true, 64 << 10, 256 << 10);
   const std::string data = Pattern(256 << 10, 12);  // 4 units

@@ -340,8 +340,40 @@ def lru_sighup_part(s):
     harness.check(s.unmount(m) == 0, "daemon exited 0")
 
 
+def never_cache_part(s):
+    """A never_cache prefix of the policy file is read through on the live
+    mount: served from the source every time, nothing of it stored (before,
+    only the simulator honoured it: the mount cached it like anything else)."""
+    src = s.mkdir("src_never")
+    (src / "tmp").mkdir()
+    (src / "keep").mkdir()
+    tmp = {f"t{i}.bin": random.Random(i).randbytes(600_000) for i in range(4)}
+    for n, b in tmp.items():
+        (src / "tmp" / n).write_bytes(b)
+    (src / "keep" / "k.bin").write_bytes(b"k" * 600_000)
+    pol = s.write_config("never.yaml", 'profile: training\noverrides:\n  - {prefix: "tmp/", never_cache: true}\n')
+    cfg = s.write_config("never_cfg.yaml", f"policy:\n  file: {pol}\n")
+    m = s.mount(f"file://{src}", args=["--config", str(cfg)])
+    flags = direct_flags(m.mountpoint / "tmp" / "t0.bin")
+    before = s.stats(m)["backend_get_bytes"]
+    for rnd in range(2):
+        for n, b in sorted(tmp.items()):
+            got = read_whole(m.mountpoint / "tmp" / n, flags)
+            harness.check(got == hashlib.sha256(b).hexdigest(), f"never_cache: tmp/{n} read {rnd + 1} is byte-identical")
+    st = s.stats(m)
+    fetched = st["backend_get_bytes"] - before
+    harness.check(st["cache_units"] == 0 and fetched >= 2 * sum(map(len, tmp.values())),
+                  f"never_cache: nothing of tmp/ stored, each read from the source "
+                  f"(cache_units {st['cache_units']}, backend bytes {fetched})")
+    read_whole(m.mountpoint / "keep" / "k.bin", flags)
+    st = s.stats(m)
+    harness.check(st["cache_units"] > 0, f"never_cache: other paths are cached ({st['cache_units']} units)")
+    harness.check(s.unmount(m) == 0, "daemon exited 0")
+
+
 def main():
     with harness.Session("policies_live") as s:
+        never_cache_part(s)
         lru_sighup_part(s)
         streams_part(s)
         scan_part(s)
