@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <unordered_set>
 
 namespace igt::engine {
 
@@ -131,6 +132,9 @@ struct PolicyEngine::Group {
   std::unique_ptr<EvictionPolicy> module;
   std::string module_name;
   uint64_t bytes = 0, units = 0;
+  // Its units (keys of units_, whose addresses are stable): a relabel or a
+  // reload hands them to a new module without a walk over every unit.
+  std::unordered_set<const std::string*> unit_ids;
   // Demand: bytes read through this stream; rate is their EWMA per second.
   uint64_t read_bytes = 0, hit_bytes = 0, period_read_bytes = 0;
   uint64_t touched_bytes = 0;  // bytes of the units the reads touched
@@ -303,9 +307,12 @@ std::vector<ListedFile> PolicyEngine::SubtreeFiles(const std::string& dir) const
   return out;
 }
 
-void PolicyEngine::SetLabel(Group* g, int label) {
-  g->label = label;
+void PolicyEngine::SetLabel(Group* g, int label, bool rebuild) {
   const ModuleSpec& spec = opts_.policy_file.patterns[label].eviction;
+  const ModuleSpec& was = opts_.policy_file.patterns[g->label].eviction;
+  const bool same = !rebuild && g->module && spec.name == was.name && spec.params == was.params;
+  g->label = label;
+  if (same) return;  // the same module: it keeps its state (counts, order)
   auto m = MakeEvictionPolicy(spec.name, spec.params);
   if (!m) m = MakeEvictionPolicy("lru");  // specs were validated at Init
   g->module = std::move(*m);
@@ -315,8 +322,9 @@ void PolicyEngine::SetLabel(Group* g, int label) {
   if (g->units == 0) return;
   // Hand the stream's units to the new module (a rare event: labels change
   // with hysteresis).
-  for (auto& [id, u] : units_) {
-    if (u.g != g) continue;
+  for (const std::string* idp : g->unit_ids) {
+    const std::string& id = *idp;
+    const Unit& u = units_.at(id);
     const FileRec& f = files_[*u.path];
     g->module->OnInsertUnit(id, u.bytes, 0, UnitMeta{.position = (f.rank << 32) | u.index, .prefetched = u.prefetched_unread, .now_us = now_us_});
     if (u.consumed) g->module->OnAccessAt(id, now_us_);
@@ -753,7 +761,7 @@ void PolicyEngine::OnInsert(const std::string& id, std::string_view path, uint64
     g->read_cached_bytes += bytes;
     g->consumed_cached_bytes += bytes;
   }
-  units_.emplace(id, u);
+  g->unit_ids.insert(&units_.emplace(id, u).first->first);
   g->module->OnInsertUnit(id, bytes, 0, UnitMeta{.position = (f.rank << 32) | unit_index, .prefetched = prefetched, .now_us = now_us_});
   g->module_us = now_us_;
   g->bytes += bytes;
@@ -785,7 +793,7 @@ void PolicyEngine::OnHit(const std::string& id, uint64_t bytes, uint64_t now_us)
   // file was still unlabelled) moves to that stream when it is read, so its
   // hits, space and eviction follow the stream that reads it.
   if (auto fit = files_.find(*u.path); fit != files_.end() && fit->second.group && fit->second.group != u.g)
-    MoveUnit(id, u, fit->second);
+    MoveUnit(it->first, u, fit->second);  // the key in units_: Group::unit_ids holds its address
   Group* g = u.g;
   if (bytes == 0) bytes = u.bytes;  // the whole unit
   g->hit_bytes += bytes;
@@ -824,6 +832,8 @@ void PolicyEngine::MoveUnit(const std::string& id, Unit& u, const FileRec& f) {
   }
   u.read_stamp = 0;  // not read in the new stream's epoch yet
   u.g = to;
+  from->unit_ids.erase(&id);
+  to->unit_ids.insert(&id);
   to->module->OnInsertUnit(id, u.bytes, 0,
                           UnitMeta{(f.rank << 32) | u.index, u.prefetched_unread, now_us_, *u.path, u.index});
   to->module_us = now_us_;
@@ -864,6 +874,7 @@ void PolicyEngine::OnRemove(const std::string& id) {
   if (u.read_stamp == g->epoch + 1) g->read_cached_bytes -= std::min(g->read_cached_bytes, u.bytes);
   if (u.consumed) g->consumed_cached_bytes -= std::min(g->consumed_cached_bytes, u.bytes);
   if (mode_igt_) NoteGhost(g, id, u.bytes);
+  g->unit_ids.erase(&it->first);
   units_.erase(it);
 }
 
@@ -1042,7 +1053,7 @@ Status PolicyEngine::SetPolicyFile(PolicyFile pf) {
     const ModuleSpec& was = old.patterns[g->label].eviction;
     const ModuleSpec& now = opts_.policy_file.patterns[label].eviction;
     if (label == g->label && was.name == now.name && was.params == now.params) continue;
-    SetLabel(g.get(), label);
+    SetLabel(g.get(), label, /*rebuild=*/true);
   }
   ++reloads_;
   return Status::Ok();

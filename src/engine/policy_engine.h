@@ -163,7 +163,9 @@ class PolicyEngine {
   Group* GroupFor(std::string_view path, uint64_t now_us, int* prefetch_label, int* file_label,
                   int* dir_label);
   Group* GetGroup(const std::string& key, int label, const PathOverride* ov);
-  void SetLabel(Group* g, int label);
+  // Relabels `g`; its eviction module is rebuilt (its units handed over)
+  // only if the label's module differs, or `rebuild` (a reload).
+  void SetLabel(Group* g, int label, bool rebuild = false);
   const PathOverride* OverrideFor(std::string_view path) const;
   double Value(const Group* g) const;      // seconds saved / s / cached byte
   double ByteValue(const Group* g) const;  // byte hits / s / cached byte
