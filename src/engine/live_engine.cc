@@ -81,13 +81,15 @@ std::vector<LivePrefetch> LiveEngine::OnRead(uint64_t now_us, uint32_t pid, cons
   auto plan = engine_->OnRead(NowUs(), pid, key, offset, length, size);
   for (auto& r : plan) {
     if (!engine_->Admit(r.path)) continue;  // never cached: nothing to fetch ahead (as the simulator)
-    auto v = versions_.find(r.path);
-    if (v != versions_.end()) {
-      out.push_back({std::move(r.path), v->second.first, v->second.second, r.first_unit, r.last_unit, r.fill, r.fill_bytes, r.background});
-    } else if (version_) {
-      if (auto known = version_(r.path))  // a file of the scan or epoch not read yet
-        out.push_back({std::move(r.path), known->first, known->second, r.first_unit, r.last_unit, r.fill, r.fill_bytes, r.background});
-    }
+    // The version: this read's for its own file; for another, the mount's
+    // current metadata first (a version some read saw may have been
+    // overwritten since: its GETs would fail), else what a read saw.
+    std::optional<std::pair<std::string, uint64_t>> v;
+    if (r.path == key) v.emplace(etag, size);
+    if (!v && version_) v = version_(r.path);
+    if (!v)
+      if (auto seen = versions_.find(r.path); seen != versions_.end()) v = seen->second;
+    if (v) out.push_back({std::move(r.path), v->first, v->second, r.first_unit, r.last_unit, r.fill, r.fill_bytes, r.background});
   }
   return out;
 }
