@@ -347,6 +347,10 @@ Result<size_t> ReadPipeline::Read(const FileVersion& file, uint64_t offset, size
     }
   };
   Status st = FetchRuns(file, needs, /*demand=*/true);
+  // Our own fetches failed: the read fails now, not after the fetches it
+  // joined (another reader's, a prefetch) have spent their retry budget.
+  // Those flights belong to their leaders, who complete them.
+  if (!st.ok()) return Err(st);
   std::vector<Need> failed;
   collect(needs, st, &failed);
   if (st.ok() && !failed.empty()) {

@@ -6,6 +6,7 @@
 #include <functional>
 #include <filesystem>
 #include <random>
+#include <future>
 #include <thread>
 
 #include "backends/fault_backend.h"
@@ -441,6 +442,47 @@ JoinedRead ReadJoiningPrefetch(ReadPipeline& pipe, FaultInjectingBackend& fb, co
   return {fetched, std::move(n)};
 }
 }  // namespace
+
+TEST_CASE("a reader whose own fetch fails returns at once, not after a prefetch it joined") {
+  // During an outage a joined prefetch may take the whole retry budget; the
+  // read has failed already and must not wait for it.
+  Fixture f(true);
+  const std::string data = Pattern(256 << 10, 43);
+  f.mem->Put("w", data);
+  auto v = f.Version("w");
+  std::mutex mu;
+  std::condition_variable cv;
+  bool held = false, release = false;
+  f.fb->SetBeforeCall([&](auto, const std::string&) {  // holds the first GET (the prefetch's) only
+    std::unique_lock lk(mu);
+    if (held) return;
+    held = true;
+    cv.notify_all();
+    cv.wait(lk, [&] { return release; });
+  });
+  std::thread prefetch([&] { (void)f.pipe->Fetch(v, 1, 1); });
+  {
+    std::unique_lock lk(mu);
+    cv.wait(lk, [&] { return held; });
+  }
+  f.fb->FailNext(1, Code::kPermissionDenied, FaultInjectingBackend::kRead);  // the reader's own GET
+  std::vector<char> out(128 << 10);
+  auto reader = std::async(std::launch::async, [&] {  // units 1 (joined) and 2 (its own)
+    return f.pipe->Read(v, (64 << 10) + 100, out.size(), out.data());
+  });
+  const bool early = reader.wait_for(std::chrono::seconds(20)) == std::future_status::ready;
+  {
+    std::lock_guard lk(mu);
+    release = true;
+  }
+  cv.notify_all();
+  prefetch.join();
+  f.fb->SetBeforeCall({});
+  CHECK(early);
+  auto n = reader.get();
+  REQUIRE_FALSE(n.has_value());
+  CHECK(n.error().code() == Code::kPermissionDenied);
+}
 
 TEST_CASE("a reader that joins a prefetch in flight is seen by the store as a read") {
   // Else the policy engine never learns that a prefetched unit was read: it
