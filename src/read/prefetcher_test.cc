@@ -243,9 +243,10 @@ TEST_CASE("prefetcher: a partial fill fetches no more than its limit, and a new 
   Prefetcher::Options o{3, 4 * kUnit, 2};
   Prefetcher p(fx.pipe.get(), fx.store.get(), o);
   const auto v = fx.Version();
-  auto wait_idle = [&] {
+  auto wait_idle = [&] {  // and the budget is all given back (also after a failed job)
     for (int i = 0; i < 30000 && (p.stats().filling != 0 || p.stats().held_bytes != 0); ++i)
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    CHECK(p.stats().held_bytes == 0);
   };
   CHECK(p.Fill(v, 5 * kUnit));
   wait_idle();
@@ -271,9 +272,10 @@ TEST_CASE("prefetcher: after a fill's GET fails, the file is not filled again fo
   Prefetcher p(&pipe, fx.store.get(), o);
   const auto v = fx.Version();
   fb->SetFailureProbability(1.0, Code::kUnavailable, 1);
-  auto wait_idle = [&] {
+  auto wait_idle = [&] {  // and the budget is all given back (also after a failed job)
     for (int i = 0; i < 30000 && (p.stats().filling != 0 || p.stats().held_bytes != 0); ++i)
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    CHECK(p.stats().held_bytes == 0);
   };
   REQUIRE(p.Fill(v, 8 * kUnit));
   wait_idle();
