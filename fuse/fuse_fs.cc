@@ -583,7 +583,7 @@ void FuseFs::OpenVersion(uint64_t ino, const std::string& etag, fuse_file_info* 
     fi->direct_io = 1;
     fi->keep_cache = 0;
   } else {
-    fi->keep_cache = pc.etag == etag ? 1 : 0;
+    fi->keep_cache = pc.etag == etag && !etag.empty() ? 1 : 0;  // no ETag: no telling versions apart
     pc.etag = etag;
   }
   ++pc.open[etag];

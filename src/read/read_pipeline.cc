@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <atomic>
 #include <future>
 #include <new>
 #include <optional>
@@ -114,6 +115,18 @@ void ReadPipeline::AddNeedLocked(const FileVersion& file, uint64_t index, uint64
   }
 }
 
+bool ReadPipeline::Keep(const FileVersion& file) const {
+  // No version (an S3-compatible server that lists no ETag): its units could
+  // not be told from another version's, and no GET could be checked.
+  if (file.etag.empty()) {
+    static std::atomic<bool> warned{false};
+    if (!warned.exchange(true))
+      spdlog::warn("'{}' has no ETag in its listing: such objects are read through, never cached", file.key);
+    return false;
+  }
+  return !opts_.admit || opts_.admit(file);
+}
+
 Status ReadPipeline::FetchRuns(const FileVersion& file, std::vector<Need>& needs, bool demand) {
   const uint64_t max_run = std::max(opts_.max_request_bytes, opts_.unit_size);
   // A unit may have been inserted by a fetch that finished between our store
@@ -183,7 +196,7 @@ Status ReadPipeline::FetchRuns(const FileVersion& file, std::vector<Need>& needs
   };
   // Inserts a fetched run's pieces and ends their flights (waiters see r.st).
   Status first_error;
-  const bool keep = store_ && (!opts_.admit || opts_.admit(file));
+  const bool keep = store_ && Keep(file);
   auto complete = [&](Run& r) {
     for (size_t k = r.i; k < r.j; ++k) {
       const char* unit_data = nullptr;
@@ -365,7 +378,7 @@ Result<size_t> ReadPipeline::Read(const FileVersion& file, uint64_t offset, size
 
 Status ReadPipeline::Fetch(const FileVersion& file, uint64_t first_unit, uint64_t last_unit) {
   if (file.size == 0) return Status::Ok();
-  if (opts_.admit && !opts_.admit(file)) return Status::Ok();  // not to be kept: nothing to fetch
+  if (!Keep(file)) return Status::Ok();  // not to be kept: nothing to fetch
   const uint64_t U = opts_.unit_size;
   last_unit = std::min(last_unit, (file.size - 1) / U);
   // A unit some of whose sub-units are cached or being fetched gets its

@@ -98,6 +98,9 @@ class ReadPipeline {
   // flights. `demand`: a reader waits for them (the runs' GETs issued at
   // once); else a prefetch (one GET per run, in turn).
   Status FetchRuns(const FileVersion& file, std::vector<Need>& lead, bool demand);
+  // Whether what is fetched for `file` goes to the store: it has a version
+  // (ETag) and Options::admit agrees.
+  bool Keep(const FileVersion& file) const;
   std::string FlightKey(const FileVersion& f, uint64_t index) const;
   // Takes store unit `index`'s flight out of the table, before it is marked
   // done: whoever looks after that starts a new one (a reader retrying a

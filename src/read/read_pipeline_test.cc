@@ -212,6 +212,14 @@ TEST_CASE("a file not admitted is read through: served, never stored, never pref
   CHECK(f.store->unit_count() == 0);
   REQUIRE(f.pipe->Read(f.Version("keep/y"), 0, out.size(), out.data()).has_value());
   CHECK(f.store->unit_count() == 2);  // the others are kept
+  // An object listed without an ETag has no version to key its units by.
+  f.mem->Put("keep/z", Pattern(100 << 10, 5));
+  FileVersion no_etag = f.Version("keep/z");
+  no_etag.etag = "";
+  auto n = f.pipe->Read(no_etag, 0, 100 << 10, out.data());
+  REQUIRE(n.has_value());
+  CHECK(std::string(out.data(), *n) == f.mem->Get("keep/z"));
+  CHECK(f.store->unit_count() == 2);
 }
 
 TEST_CASE("looked_up runs once per read, with the read's misses in flight: a plan run there joins them") {
