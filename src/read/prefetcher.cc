@@ -112,7 +112,7 @@ bool Prefetcher::Fill(const FileVersion& file, uint64_t max_bytes) {
       it->allowed = limit == UINT64_MAX ? limit : limit - std::min(limit, it->inflight);
     } else {
       if (fills_.size() >= kMaxFills) return false;
-      fills_.push_back(FillState{file, 0, limit, 0});
+      fills_.push_back(FillState{file, 0, limit, 0, next_fill_id_++});
       ++stats_.fills;
     }
   }
@@ -173,7 +173,7 @@ bool Prefetcher::NextFillJobLocked(Job* job) {
       ++last;
     const uint64_t bytes = JobBytes(f.file, f.next, last, unit);
     if (held_bytes_ + bytes > opts_.budget_bytes) return false;  // wait for room
-    *job = Job{f.file, f.next, last, bytes, true, true};
+    *job = Job{f.file, f.next, last, bytes, true, true, f.id};
     for (uint64_t u = f.next; u <= last; ++u) units_.insert(UnitTag(f.file, u));
     held_bytes_ += bytes;
     stats_.peak_held_bytes = std::max(stats_.peak_held_bytes, held_bytes_);
@@ -205,6 +205,7 @@ void Prefetcher::Worker() {
       if (job.background && !job.fill) bg_held_bytes_ -= job.bytes;
       if (job.fill) {
         auto f = FindFillLocked(job.file);
+        if (f != fills_.end() && f->id != job.fill_id) f = fills_.end();  // a later fill of the file
         if (f != fills_.end()) f->inflight -= std::min(f->inflight, job.bytes);
         // A failed fill stops (the reader's own misses still fetch), and
         // the file is not filled again for a while.

@@ -88,12 +88,16 @@ class Prefetcher {
     FileVersion file;
     uint64_t first, last, bytes;
     bool fill = false, background = false;  // a fill is background too
+    uint64_t fill_id = 0;  // FillState::id of a fill's job
   };
   struct FillState {
     FileVersion file;
     uint64_t next = 0;  // first unit not looked at yet
     uint64_t allowed = 0;   // bytes it may still start (UINT64_MAX: no limit)
     uint64_t inflight = 0;  // bytes of its jobs being fetched
+    // Which fill: a job that ends after its fill was dropped (a failure) and
+    // the file filled again must not count against the new one.
+    uint64_t id = 0;
   };
   void Worker();
   // Under mu_: the next job to run, readahead first, then background jobs
@@ -114,6 +118,7 @@ class Prefetcher {
   std::deque<Job> queue_;     // readahead
   std::deque<Job> bg_queue_;  // background
   std::deque<FillState> fills_;
+  uint64_t next_fill_id_ = 1;
   // key + etag of files whose last fill job failed -> until when Fill
   // refuses them (bounded: cleared past kMaxFills * 64 entries).
   std::unordered_map<std::string, std::chrono::steady_clock::time_point> fill_failed_;
