@@ -794,5 +794,20 @@ TEST_CASE("SetPolicyFile swaps modules and keeps every cached unit", "[engine][r
   CHECK(h.engine->policy_reloads() == 1);
 }
 
+TEST_CASE("a new version of a file: its old units stay cached but no longer count as the file's") {
+  Harness h("igt", 64);
+  for (uint64_t u = 0; u < 4; ++u) h.Read("ckpt/latest.pt", u, 8, false);
+  CHECK(h.engine->CachedBytes("ckpt/latest.pt") == 4 * kUnit);
+  h.engine->NewVersion("ckpt/latest.pt");
+  CHECK(h.engine->CachedBytes("ckpt/latest.pt") == 0);  // the new version: nothing cached yet
+  CHECK(h.engine->cached_units() == 4);                 // the old units still take space
+  h.engine->OnInsert("v2#0", "ckpt/latest.pt", 0, kUnit, false, h.now_us);
+  CHECK(h.engine->CachedBytes("ckpt/latest.pt") == kUnit);
+  // Evicting the old units leaves the new version's count alone.
+  for (uint64_t u = 0; u < 4; ++u) h.engine->OnRemove("ckpt/latest.pt#" + std::to_string(u));
+  CHECK(h.engine->CachedBytes("ckpt/latest.pt") == kUnit);
+  h.engine->NewVersion("never/seen");  // unknown: nothing happens
+}
+
 }  // namespace
 }  // namespace igt::engine

@@ -77,7 +77,12 @@ std::vector<LivePrefetch> LiveEngine::OnRead(uint64_t now_us, uint32_t pid, cons
   std::vector<LivePrefetch> out;
   std::lock_guard lk(mu_);
   if (versions_.size() >= kMaxVersions) versions_.clear();
-  versions_[key] = {etag, size};
+  auto [seen, first] = versions_.try_emplace(key, Seen{etag, size, ""});
+  if (!first && seen->second.etag != etag && seen->second.retired != etag) {
+    // A new version: the units cached until now are the old one's.
+    engine_->NewVersion(key);
+    seen->second = Seen{etag, size, std::move(seen->second.etag)};
+  }
   auto plan = engine_->OnRead(NowUs(), pid, key, offset, length, size);
   for (auto& r : plan) {
     if (!engine_->Admit(r.path)) continue;  // never cached: nothing to fetch ahead (as the simulator)
@@ -88,7 +93,7 @@ std::vector<LivePrefetch> LiveEngine::OnRead(uint64_t now_us, uint32_t pid, cons
     if (r.path == key) v.emplace(etag, size);
     if (!v && version_) v = version_(r.path);
     if (!v)
-      if (auto seen = versions_.find(r.path); seen != versions_.end()) v = seen->second;
+      if (auto seen = versions_.find(r.path); seen != versions_.end()) v.emplace(seen->second.etag, seen->second.size);
     if (v) out.push_back({std::move(r.path), v->first, v->second, r.first_unit, r.last_unit, r.fill, r.fill_bytes, r.background});
   }
   return out;

@@ -91,7 +91,12 @@ class LiveEngine : public std::enable_shared_from_this<LiveEngine> {
   const VersionFn version_;
   // Object versions seen by reads (for prefetching files of the plan),
   // bounded: cleared at kMaxVersions entries.
-  std::unordered_map<std::string, std::pair<std::string, uint64_t>> versions_;
+  struct Seen {
+    std::string etag;     // the version reads see now
+    uint64_t size = 0;
+    std::string retired;  // the one it replaced: reads of it (a handle still open) change nothing
+  };
+  std::unordered_map<std::string, Seen> versions_;
 };
 
 }  // namespace igt::engine

@@ -121,6 +121,7 @@ struct PolicyEngine::Unit {
   bool in_share = false;       // counted in prefetched_unread_bytes_
   bool consumed = false;       // read at least once since insert
   uint64_t read_stamp = 0;     // g->epoch + 1 when read in that epoch
+  bool old_version = false;    // of a version before the file's current one (NewVersion)
 };
 
 struct PolicyEngine::Group {
@@ -853,7 +854,7 @@ void PolicyEngine::OnRemove(const std::string& id) {
   cached_disk_bytes_ -= u.disk_bytes;
   g->evicted_bytes += u.bytes;
   auto fit = files_.find(*u.path);
-  if (fit != files_.end()) {
+  if (fit != files_.end() && !u.old_version) {
     if (fit->second.cached_units > 0) --fit->second.cached_units;
     fit->second.cached_bytes -= std::min(fit->second.cached_bytes, u.bytes);
   }
@@ -1057,6 +1058,18 @@ Status PolicyEngine::SetPolicyFile(PolicyFile pf) {
   }
   ++reloads_;
   return Status::Ok();
+}
+
+void PolicyEngine::NewVersion(std::string_view path) {
+  auto fit = files_.find(std::string(path));
+  if (fit == files_.end()) return;
+  FileRec& f = fit->second;
+  if (f.cached_units > 0)  // a rare event: a walk over the units is fine
+    for (auto& [id, u] : units_)
+      if (u.path == &fit->first) u.old_version = true;
+  f.cached_units = 0;
+  f.cached_bytes = 0;
+  f.fill_whole_us = 0;  // the new version may be filled at once
 }
 
 bool PolicyEngine::Contains(const std::string& id) const { return units_.count(id) != 0; }

@@ -117,6 +117,11 @@ class PolicyEngine {
   uint64_t SubUnitBytes(std::string_view path) const;
   // Bytes of `path` cached now (units and sub-units); 0 if never seen.
   uint64_t CachedBytes(std::string_view path) const;
+  // `path` has a new version (the mount read another ETag than before): the
+  // units cached until now are of the old one. They stay (and are evicted
+  // as any unit) but no longer count as the file's cached bytes, so fills,
+  // warm-ups and epoch plans see the new version as not cached.
+  void NewVersion(std::string_view path);
 
   // False for units under a never-cache prefix (do not insert them).
   bool Admit(std::string_view path) const;
