@@ -725,6 +725,7 @@ TEST_CASE("policy YAML: every profile parses, errors name the key", "[engine][ya
       {"overrides: [{prefix: a/, pin: maybe}]\n", "overrides[0].pin"},
       {"overrides: [{prefix: a/, pin: true, never_cache: true}]\n", "overrides[0].never_cache"},
       {"overrides: [{prefix: a/, colour: red}]\n", "overrides[0].colour"},
+      {"overrides: [{prefix: a/, pin: true}, {prefix: b/}, {prefix: /a/, quota: 1G}]\n", "overrides[2].prefix"},
       // A list or mapping where a single value belongs names the key too.
       {"profile: [a]\n", "profile"},
       {"patterns: {random: {eviction: {name: [x]}}}\n", "patterns.random.eviction.name"},

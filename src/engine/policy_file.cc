@@ -213,6 +213,11 @@ Result<PolicyFile> ParseImpl(const Ctx& c, const YAML::Node& root) {
       }
       if (ov.pin && ov.never_cache)
         return Err(c.Bad(where + ".never_cache", "cannot be combined with pin"));
+      // Two entries for one prefix: which one applies would be arbitrary.
+      for (size_t k = 0; k < f.overrides.size(); ++k)
+        if (f.overrides[k].prefix == ov.prefix)
+          return Err(c.Bad(where + ".prefix", "'" + ov.prefix + "' is already overrides[" + std::to_string(k) +
+                                                  "].prefix (one entry per prefix)"));
       f.overrides.push_back(std::move(ov));
     }
   }
