@@ -493,6 +493,26 @@ overrides:
   CHECK(h.ratio() == 1.0);
 }
 
+TEST_CASE("an override added by a reload takes the units cached already under its prefix", "[engine][reload]") {
+  Harness h("igt", 50);
+  for (int i = 0; i < 40; ++i) h.Read("data/hot/f" + std::to_string(i), 0, 1, false);
+  auto stream_bytes = [&](const std::string& key) {
+    for (const auto& st : h.engine->Stats().streams)
+      if (st.key == key) return st.cached_bytes;
+    return uint64_t(0);
+  };
+  CHECK(stream_bytes("data/") == 0);
+  auto pf = ParsePolicyFile("profile: training\noverrides:\n  - {prefix: \"data/\", pin: true}\n", "t.yaml");
+  REQUIRE(pf.has_value());
+  REQUIRE(h.engine->SetPolicyFile(*pf).ok());
+  // Before, they stayed in their stream (not keyed data/), outside the pin,
+  // until each was read again.
+  CHECK(stream_bytes("data/") == 40 * kUnit);
+  CHECK(h.engine->cached_units() == 40);
+  for (int i = 0; i < 40; ++i) h.Read("data/hot/f" + std::to_string(i), 0, 1, true);
+  CHECK(h.ratio() == 1.0);
+}
+
 TEST_CASE("quota: under pressure a prefix above its quota gives space first", "[engine]") {
   auto pf = ParsePolicyFile(R"(
 overrides:

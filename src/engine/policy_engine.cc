@@ -1056,6 +1056,26 @@ Status PolicyEngine::SetPolicyFile(PolicyFile pf) {
     if (label == g->label && was.name == now.name && was.params == now.params) continue;
     SetLabel(g.get(), label, /*rebuild=*/true);
   }
+  // Files under an override (one this file adds or widens) join its stream
+  // now, and their cached units with them: a new pin or quota applies to
+  // what is cached, not only to what is read again. (Readahead units not read
+  // yet stay in the window stream, as on an insert.)
+  bool moved = false;
+  for (auto& [path, f] : files_) {
+    const PathOverride* ov = OverrideFor(path);
+    if (!ov || (f.group && f.group->ov == ov)) continue;
+    const std::string key = ov->prefix.empty() ? std::string("=") : ov->prefix;
+    auto it = groups_.find(key);
+    Group* g = it != groups_.end() ? it->second.get()
+                                   : GetGroup(key, ov->pattern >= 0 ? ov->pattern : (f.group ? f.group->label : kUnknown), ov);
+    JoinGroup(f, &path, g);
+    moved = true;
+  }
+  if (moved)
+    for (auto& [id, u] : units_) {
+      const FileRec& f = files_.at(*u.path);
+      if (!u.g->window && f.group && f.group != u.g && f.group->ov) MoveUnit(id, u, f);
+    }
   ++reloads_;
   return Status::Ok();
 }
