@@ -513,6 +513,23 @@ TEST_CASE("an override added by a reload takes the units cached already under it
   CHECK(h.ratio() == 1.0);
 }
 
+TEST_CASE("a reload whose new override stream lists thousands of files moves every cached file", "[engine][reload]") {
+  // Making the override's stream adds its listing's files to the engine's
+  // file table: that must not happen while the reload walks the table.
+  std::vector<ListedFile> data;
+  for (int i = 0; i < 5000; ++i) data.push_back({"data/f_" + std::to_string(i) + ".bin", kUnit});
+  ListingFn listing = [&](std::string_view dir) { return dir == "data/" ? &data : nullptr; };
+  Harness h("igt", 100, *PolicyProfile("training"), listing);
+  for (int i = 0; i < 40; ++i) h.Read("data/f_" + std::to_string(i) + ".bin", 0, 1, false);
+  auto pf = ParsePolicyFile("profile: training\noverrides:\n  - {prefix: \"data/\", pin: true}\n", "t.yaml");
+  REQUIRE(pf.has_value());
+  REQUIRE(h.engine->SetPolicyFile(*pf).ok());
+  uint64_t in_data = 0;
+  for (const auto& st : h.engine->Stats().streams)
+    if (st.key == "data/") in_data = st.cached_bytes;
+  CHECK(in_data == 40 * kUnit);
+}
+
 TEST_CASE("quota: under pressure a prefix above its quota gives space first", "[engine]") {
   auto pf = ParsePolicyFile(R"(
 overrides:

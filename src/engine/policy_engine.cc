@@ -323,7 +323,17 @@ void PolicyEngine::SetLabel(Group* g, int label, bool rebuild) {
   if (g->units == 0) return;
   // Hand the stream's units to the new module (a rare event: labels change
   // with hysteresis).
+  // In scan order (the set's own order follows addresses: runs would differ).
+  std::vector<std::pair<uint64_t, const std::string*>> order;
+  order.reserve(g->unit_ids.size());
   for (const std::string* idp : g->unit_ids) {
+    const Unit& u = units_.at(*idp);
+    order.emplace_back((files_.at(*u.path).rank << 32) | u.index, idp);
+  }
+  std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) {
+    return a.first != b.first ? a.first < b.first : *a.second < *b.second;
+  });
+  for (const auto& [pos, idp] : order) {
     const std::string& id = *idp;
     const Unit& u = units_.at(id);
     const FileRec& f = files_[*u.path];
@@ -1060,17 +1070,23 @@ Status PolicyEngine::SetPolicyFile(PolicyFile pf) {
   // now, and their cached units with them: a new pin or quota applies to
   // what is cached, not only to what is read again. (Readahead units not read
   // yet stay in the window stream, as on an insert.)
-  bool moved = false;
+  // The overrides' streams are made first: a new one may add the files of
+  // its listing to files_, which must not happen while walking it.
+  std::vector<std::pair<FileRec*, const std::string*>> joining;
+  std::unordered_map<const PathOverride*, Group*> ov_groups;
   for (auto& [path, f] : files_) {
     const PathOverride* ov = OverrideFor(path);
     if (!ov || (f.group && f.group->ov == ov)) continue;
+    joining.emplace_back(&f, &path);
+    ov_groups.emplace(ov, nullptr);
+  }
+  for (auto& [ov, g] : ov_groups) {
     const std::string key = ov->prefix.empty() ? std::string("=") : ov->prefix;
     auto it = groups_.find(key);
-    Group* g = it != groups_.end() ? it->second.get()
-                                   : GetGroup(key, ov->pattern >= 0 ? ov->pattern : (f.group ? f.group->label : kUnknown), ov);
-    JoinGroup(f, &path, g);
-    moved = true;
+    g = it != groups_.end() ? it->second.get() : GetGroup(key, ov->pattern >= 0 ? ov->pattern : kUnknown, ov);
   }
+  for (auto [f, path] : joining) JoinGroup(*f, path, ov_groups.at(OverrideFor(*path)));
+  const bool moved = !joining.empty();
   if (moved)
     for (auto& [id, u] : units_) {
       const FileRec& f = files_.at(*u.path);
