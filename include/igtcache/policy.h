@@ -36,6 +36,8 @@ struct UnitMeta {
   // What the unit takes on disk, as counted against the cache limit (the
   // BlockStore: header and data in whole blocks); 0 = `bytes`.
   uint64_t disk_bytes = 0;
+  // The object version (ETag) the unit is of, when the caller knows it.
+  std::string_view etag;
 };
 
 // Module parameters from the policy YAML (`{name: lfu, params: {...}}`),

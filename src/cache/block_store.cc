@@ -710,7 +710,7 @@ Status DiskBlockStore::Put(const UnitKey& key, std::string_view data, bool prefe
       KeepOpenLocked(id, e, std::move(*written), /*read=*/false);
       policy_->OnInsertUnit(id, n, 0,
                             UnitMeta{.prefetched = prefetched, .now_us = now, .object = key.object,
-                                     .unit_index = key.index, .disk_bytes = disk});
+                                     .unit_index = key.index, .disk_bytes = disk, .etag = key.etag});
       used_bytes_ += disk;
     } else if (!s.ok()) {
       busy_.erase(b);
@@ -802,7 +802,7 @@ Status DiskBlockStore::Reconcile() {
     for (auto& s : survivors) {
       policy_->OnInsertUnit(s.id, s.rec.data_len, std::max<uint64_t>(1, s.rec.last_access_us),
                             UnitMeta{.object = s.rec.key.object, .unit_index = s.rec.key.index,
-                                     .disk_bytes = s.disk_bytes});
+                                     .disk_bytes = s.disk_bytes, .etag = s.rec.key.etag});
       used_bytes_ += s.disk_bytes;
       index_[s.id] = Entry{std::move(s.rec.key), s.rec.data_len, s.disk_bytes, s.rec.last_access_us,
                            s.rec.access_count, next_gen_++};

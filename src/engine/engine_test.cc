@@ -832,19 +832,26 @@ TEST_CASE("SetPolicyFile swaps modules and keeps every cached unit", "[engine][r
   CHECK(h.engine->policy_reloads() == 1);
 }
 
-TEST_CASE("a new version of a file: its old units stay cached but no longer count as the file's") {
+TEST_CASE("a new version of a file: only units of its current version count as cached", "[engine]") {
   Harness h("igt", 64);
-  for (uint64_t u = 0; u < 4; ++u) h.Read("ckpt/latest.pt", u, 8, false);
-  CHECK(h.engine->CachedBytes("ckpt/latest.pt") == 4 * kUnit);
-  h.engine->NewVersion("ckpt/latest.pt");
-  CHECK(h.engine->CachedBytes("ckpt/latest.pt") == 0);  // the new version: nothing cached yet
-  CHECK(h.engine->cached_units() == 4);                 // the old units still take space
-  h.engine->OnInsert("v2#0", "ckpt/latest.pt", 0, kUnit, false, h.now_us);
-  CHECK(h.engine->CachedBytes("ckpt/latest.pt") == kUnit);
-  // Evicting the old units leaves the new version's count alone.
-  for (uint64_t u = 0; u < 4; ++u) h.engine->OnRemove("ckpt/latest.pt#" + std::to_string(u));
-  CHECK(h.engine->CachedBytes("ckpt/latest.pt") == kUnit);
-  h.engine->NewVersion("never/seen");  // unknown: nothing happens
+  const std::string p = "ckpt/latest.pt";
+  auto insert = [&](const std::string& id, uint64_t u, const char* etag, bool prefetched = false) {
+    h.engine->OnInsert(id, p, u, kUnit, prefetched, h.now_us, 0, etag);
+  };
+  for (uint64_t u = 0; u < 4; ++u) insert("v1#" + std::to_string(u), u, "e1");
+  CHECK(h.engine->CachedBytes(p) == 4 * kUnit);  // the first version seen is the current one
+  insert("v2#0", 0, "e2", /*prefetched=*/true);   // a plan fetched the new version before any read of it
+  CHECK(h.engine->CachedBytes(p) == 4 * kUnit);
+  h.engine->NewVersion(p, "e2");                   // read, and listed: e2 is current
+  CHECK(h.engine->CachedBytes(p) == kUnit);        // its prefetched unit counts, e1's do not
+  CHECK(h.engine->cached_units() == 5);            // the old units still take space
+  insert("v1#4", 4, "e1");                         // a late unit of the old version
+  CHECK(h.engine->CachedBytes(p) == kUnit);
+  for (uint64_t u = 0; u < 5; ++u) h.engine->OnRemove("v1#" + std::to_string(u));
+  CHECK(h.engine->CachedBytes(p) == kUnit);        // evicting them leaves e2's count alone
+  h.engine->NewVersion(p, "e2");                   // again: nothing changes
+  CHECK(h.engine->CachedBytes(p) == kUnit);
+  h.engine->NewVersion("never/seen", "x");         // unknown file: nothing happens
 }
 
 }  // namespace

@@ -26,7 +26,7 @@ class LiveEngine::Adapter final : public EvictionPolicy {
     // looked up by whole-unit number: a reader's own miss of such a unit
     // counted as a prefetch, and sub-units a prefetch fetched did not.)
     e_->engine_->OnInsert(id, meta.object, meta.unit_index, bytes, meta.prefetched, e_->NowUs(),
-                          meta.disk_bytes);
+                          meta.disk_bytes, meta.etag);
   }
   void OnAccess(const std::string& id) override {
     std::lock_guard lk(e_->mu_);
@@ -77,11 +77,14 @@ std::vector<LivePrefetch> LiveEngine::OnRead(uint64_t now_us, uint32_t pid, cons
   std::vector<LivePrefetch> out;
   std::lock_guard lk(mu_);
   if (versions_.size() >= kMaxVersions) versions_.clear();
-  auto [seen, first] = versions_.try_emplace(key, Seen{etag, size, ""});
-  if (!first && seen->second.etag != etag && seen->second.retired != etag) {
-    // A new version: the units cached until now are the old one's.
-    engine_->NewVersion(key);
-    seen->second = Seen{etag, size, std::move(seen->second.etag)};
+  auto [seen, first] = versions_.try_emplace(key, Seen{etag, size});
+  if (first || seen->second.etag != etag) {
+    // Another version than the last read's: if it is the current one (the
+    // listed version; a handle may still read an old one), only its units
+    // count as the file's cached bytes from now on.
+    seen->second = Seen{etag, size};
+    if (version_)
+      if (auto cur = version_(key); cur && cur->first == etag) engine_->NewVersion(key, etag);
   }
   auto plan = engine_->OnRead(NowUs(), pid, key, offset, length, size);
   for (auto& r : plan) {

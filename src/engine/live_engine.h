@@ -92,9 +92,8 @@ class LiveEngine : public std::enable_shared_from_this<LiveEngine> {
   // Object versions seen by reads (for prefetching files of the plan),
   // bounded: cleared at kMaxVersions entries.
   struct Seen {
-    std::string etag;     // the version reads see now
+    std::string etag;  // the version the last read saw
     uint64_t size = 0;
-    std::string retired;  // the one it replaced: reads of it (a handle still open) change nothing
   };
   std::unordered_map<std::string, Seen> versions_;
 };

@@ -86,6 +86,7 @@ std::vector<std::string> EnginePolicyNames() {
 
 struct PolicyEngine::FileRec {
   uint64_t size = 0;
+  uint64_t version = 0;       // hash of the current ETag (NewVersion, else the first known)
   uint64_t rank = 0;          // first-seen order: the scan position of its units
   Group* group = nullptr;     // retention stream at the last read
   uint64_t epoch_read = 0;    // group->epoch + 1 when read in that epoch
@@ -121,7 +122,8 @@ struct PolicyEngine::Unit {
   bool in_share = false;       // counted in prefetched_unread_bytes_
   bool consumed = false;       // read at least once since insert
   uint64_t read_stamp = 0;     // g->epoch + 1 when read in that epoch
-  bool old_version = false;    // of a version before the file's current one (NewVersion)
+  bool old_version = false;    // not of the file's current version (FileRec::etag)
+  uint64_t version = 0;        // hash of the unit's ETag (0: not known)
 };
 
 struct PolicyEngine::Group {
@@ -734,7 +736,7 @@ void PolicyEngine::NoteGhost(Group* g, const std::string& id, uint64_t bytes) {
 }
 
 void PolicyEngine::OnInsert(const std::string& id, std::string_view path, uint64_t unit_index, uint64_t bytes,
-                            bool prefetched, uint64_t now_us, uint64_t disk_bytes) {
+                            bool prefetched, uint64_t now_us, uint64_t disk_bytes, std::string_view etag) {
   now_us_ = std::max(now_us_, now_us);
   if (units_.count(id)) OnRemove(id);
   if (IsSubUnit(unit_index)) unit_index = SubUnitOffset(unit_index) / opts_.unit_bytes;
@@ -765,6 +767,9 @@ void PolicyEngine::OnInsert(const std::string& id, std::string_view path, uint64
   u.index = unit_index;
   u.bytes = bytes;
   u.disk_bytes = disk_bytes ? disk_bytes : bytes;
+  u.version = etag.empty() ? 0 : std::hash<std::string_view>{}(etag) | 1;
+  if (u.version && !f.version) f.version = u.version;
+  u.old_version = u.version && u.version != f.version;
   u.prefetched_unread = prefetched;
   if (!prefetched) {
     u.consumed = true;
@@ -779,8 +784,10 @@ void PolicyEngine::OnInsert(const std::string& id, std::string_view path, uint64
   ++g->units;
   cached_bytes_ += bytes;
   cached_disk_bytes_ += u.disk_bytes;
-  ++f.cached_units;
-  f.cached_bytes += bytes;
+  if (!u.old_version) {
+    ++f.cached_units;
+    f.cached_bytes += bytes;
+  }
   if (prefetched) {
     if (f.fill_planned || f.warm_planned) {
       // A fill or warm-up takes free space only: not held against the readahead share.
@@ -1096,16 +1103,25 @@ Status PolicyEngine::SetPolicyFile(PolicyFile pf) {
   return Status::Ok();
 }
 
-void PolicyEngine::NewVersion(std::string_view path) {
+void PolicyEngine::NewVersion(std::string_view path, std::string_view etag) {
+  if (etag.empty()) return;
   auto fit = files_.find(std::string(path));
   if (fit == files_.end()) return;
   FileRec& f = fit->second;
-  if (f.cached_units > 0)  // a rare event: a walk over the units is fine
-    for (auto& [id, u] : units_)
-      if (u.path == &fit->first) u.old_version = true;
+  const uint64_t v = std::hash<std::string_view>{}(etag) | 1;
+  if (f.version == v) return;
+  f.version = v;
   f.cached_units = 0;
   f.cached_bytes = 0;
   f.fill_whole_us = 0;  // the new version may be filled at once
+  // A rare event (an object overwritten and read again): a walk is fine.
+  for (auto& [id, u] : units_) {
+    if (u.path != &fit->first) continue;
+    u.old_version = u.version != v;
+    if (u.old_version) continue;
+    ++f.cached_units;
+    f.cached_bytes += u.bytes;
+  }
 }
 
 bool PolicyEngine::Contains(const std::string& id) const { return units_.count(id) != 0; }

@@ -117,11 +117,12 @@ class PolicyEngine {
   uint64_t SubUnitBytes(std::string_view path) const;
   // Bytes of `path` cached now (units and sub-units); 0 if never seen.
   uint64_t CachedBytes(std::string_view path) const;
-  // `path` has a new version (the mount read another ETag than before): the
-  // units cached until now are of the old one. They stay (and are evicted
-  // as any unit) but no longer count as the file's cached bytes, so fills,
-  // warm-ups and epoch plans see the new version as not cached.
-  void NewVersion(std::string_view path);
+  // `etag` is the current version of `path` (the mount read it, and it is
+  // the one listed). Only units of that version count as the file's cached
+  // bytes: fills, warm-ups and epoch plans see an overwritten file's old
+  // units as not its own (they stay, and are evicted as any unit). Units
+  // inserted with another version than the current one do not count either.
+  void NewVersion(std::string_view path, std::string_view etag);
 
   // False for units under a never-cache prefix (do not insert them).
   bool Admit(std::string_view path) const;
@@ -131,8 +132,10 @@ class PolicyEngine {
   // (block_store.h): the unit holding it gives its scan position.
   // `disk_bytes`: what it takes against capacity_bytes (the BlockStore counts
   // header and whole blocks); 0 = `bytes`. Only the free-space checks use it.
+  // `etag`: the unit's object version, if known; units of a version other
+  // than the file's current one (NewVersion) do not count as its cached bytes.
   void OnInsert(const std::string& id, std::string_view path, uint64_t unit_index, uint64_t bytes,
-                bool prefetched, uint64_t now_us, uint64_t disk_bytes = 0);
+                bool prefetched, uint64_t now_us, uint64_t disk_bytes = 0, std::string_view etag = {});
   // A cached unit was read (`bytes` of it; 0 = the whole unit).
   void OnHit(const std::string& id, uint64_t bytes, uint64_t now_us);
   // A unit left the cache for any reason.
