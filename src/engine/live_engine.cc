@@ -97,7 +97,7 @@ std::vector<LivePrefetch> LiveEngine::OnRead(uint64_t now_us, uint32_t pid, cons
     if (!v && version_) v = version_(r.path);
     if (!v)
       if (auto seen = versions_.find(r.path); seen != versions_.end()) v.emplace(seen->second.etag, seen->second.size);
-    if (v) out.push_back({std::move(r.path), v->first, v->second, r.first_unit, r.last_unit, r.fill, r.fill_bytes, r.background});
+    if (v && !v->first.empty()) out.push_back({std::move(r.path), v->first, v->second, r.first_unit, r.last_unit, r.fill, r.fill_bytes, r.background});
   }
   return out;
 }

@@ -269,7 +269,7 @@ Result<size_t> ReadPipeline::Read(const FileVersion& file, uint64_t offset, size
   // Copies [from, to) from store unit `index` holding the object's bytes from
   // `base` on; false on a miss.
   auto hit = [&](uint64_t index, uint64_t base, uint64_t from, uint64_t to) {
-    if (!store_) return false;
+    if (!store_ || file.etag.empty()) return false;  // no version: never served from the cache (Keep)
     auto n = store_->Read(UnitKey{file.key, file.etag, index}, from - base, to - from, out + (from - offset));
     if (!n || *n != to - from) return false;
     if (metrics_) {
