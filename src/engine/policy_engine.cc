@@ -1079,12 +1079,17 @@ Status PolicyEngine::SetPolicyFile(PolicyFile pf) {
   // yet stay in the window stream, as on an insert.)
   // The overrides' streams are made first: a new one may add the files of
   // its listing to files_, which must not happen while walking it.
-  std::vector<std::pair<FileRec*, const std::string*>> joining;
+  struct Joining {
+    FileRec* f;
+    const std::string* path;
+    const PathOverride* ov;
+  };
+  std::vector<Joining> joining;
   std::unordered_map<const PathOverride*, Group*> ov_groups;
   for (auto& [path, f] : files_) {
     const PathOverride* ov = OverrideFor(path);
     if (!ov || (f.group && f.group->ov == ov)) continue;
-    joining.emplace_back(&f, &path);
+    joining.push_back({&f, &path, ov});
     ov_groups.emplace(ov, nullptr);
   }
   for (auto& [ov, g] : ov_groups) {
@@ -1092,7 +1097,7 @@ Status PolicyEngine::SetPolicyFile(PolicyFile pf) {
     auto it = groups_.find(key);
     g = it != groups_.end() ? it->second.get() : GetGroup(key, ov->pattern >= 0 ? ov->pattern : kUnknown, ov);
   }
-  for (auto [f, path] : joining) JoinGroup(*f, path, ov_groups.at(OverrideFor(*path)));
+  for (const auto& j : joining) JoinGroup(*j.f, j.path, ov_groups.at(j.ov));
   const bool moved = !joining.empty();
   if (moved)
     for (auto& [id, u] : units_) {

@@ -234,6 +234,59 @@ struct Outage {
   }
 };
 
+// Holds the first LIST of `fb` until Release(). Bounded: a LIST nobody
+// releases gives up after 30 s and records it (a lookup waited for it), so a
+// bug fails the test instead of hanging it.
+class ListGate {
+ public:
+  explicit ListGate(FaultInjectingBackend& fb) : fb_(fb) {
+    fb_.SetBeforeCall([this](FaultInjectingBackend::Op op, const std::string&) {
+      if (op != FaultInjectingBackend::kList) return;
+      std::unique_lock lk(m_);
+      if (held_) return;  // only the first LIST is held
+      held_ = true;
+      cv_.notify_all();
+      gave_up_ = !cv_.wait_for(lk, std::chrono::seconds(30), [&] { return release_; });
+    });
+  }
+  ~ListGate() { Release(); }
+  bool held() {
+    std::lock_guard lk(m_);
+    return held_;
+  }
+  bool WaitHeld(std::chrono::seconds s) {
+    std::unique_lock lk(m_);
+    return cv_.wait_for(lk, s, [&] { return held_; });
+  }
+  // Lets the LIST go and removes the hook; false if it had given up.
+  bool Release() {
+    bool ok;
+    {
+      std::lock_guard lk(m_);
+      ok = !gave_up_;
+      release_ = true;
+    }
+    cv_.notify_all();
+    fb_.SetBeforeCall({});
+    return ok;
+  }
+
+ private:
+  FaultInjectingBackend& fb_;
+  std::mutex m_;
+  std::condition_variable cv_;
+  bool held_ = false, release_ = false, gave_up_ = false;
+};
+
+// Looks `name` up in the root until it is found (true) or `until` passes.
+static bool EventuallyFound(Namespace& ns, const char* name, std::chrono::steady_clock::time_point until) {
+  while (!ns.Lookup(Namespace::kRootIno, name).has_value()) {
+    if (std::chrono::steady_clock::now() >= until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return true;
+}
+
 TEST_CASE("during an outage a listing refresh never holds lookups: they get the stale listing") {
   // A bucket that accepts connections and never answers holds a LIST for
   // the whole retry budget (tens of seconds). Lookups must not wait for it.
@@ -242,50 +295,20 @@ TEST_CASE("during an outage a listing refresh never holds lookups: they get the 
   auto& fb = o.fb;
   auto& ns = o.ns;
   mem->Put("b.bin", "2");
-  // From now on a LIST hangs until released (bounded, so a bug fails the
-  // test instead of hanging it).
-  std::mutex m;
-  std::condition_variable cv;
-  bool held = false, release = false, gave_up = false;
-  fb.SetBeforeCall([&](FaultInjectingBackend::Op op, const std::string&) {
-    if (op != FaultInjectingBackend::kList) return;
-    std::unique_lock lk(m);
-    if (held) return;  // only the first LIST hangs
-    held = true;
-    cv.notify_all();
-    // Gives up only if nobody releases it: a lookup waited for this LIST.
-    gave_up = !cv.wait_for(lk, std::chrono::seconds(30), [&] { return release; });
-  });
+  ListGate gate(fb);  // from now on the first LIST hangs until released
   // Until the retry is due and while it hangs, lookups return at once.
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   while (true) {
     REQUIRE(ns.Lookup(Namespace::kRootIno, "a.bin").has_value());
-    {
-      std::lock_guard lk(m);
-      if (held || std::chrono::steady_clock::now() > until) break;
-    }
+    if (gate.held() || std::chrono::steady_clock::now() > until) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  {
-    std::lock_guard lk(m);
-    REQUIRE(held);  // the retry was made, in the background
-  }
+  REQUIRE(gate.held());  // the retry was made, in the background
   for (int i = 0; i < 10; ++i) REQUIRE(ns.Lookup(Namespace::kRootIno, "a.bin").has_value());
   CHECK(ns.Lookup(Namespace::kRootIno, "b.bin").error().code() == Code::kNotFound);  // still stale
-  {
-    std::lock_guard lk(m);
-    CHECK_FALSE(gave_up);
-    release = true;
-  }
-  cv.notify_all();
+  CHECK(gate.Release());  // no lookup waited for the LIST
   // The bucket answers again: the background retry brings the new listing.
-  fb.SetBeforeCall({});
-  bool found = false;
-  while (!found && std::chrono::steady_clock::now() < until + std::chrono::seconds(10)) {
-    found = ns.Lookup(Namespace::kRootIno, "b.bin").has_value();
-    if (!found) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  CHECK(found);
+  CHECK(EventuallyFound(ns, "b.bin", until + std::chrono::seconds(10)));
 }
 
 TEST_CASE("the first refresh of a stale listing holds a lookup for stale_wait_ms at most") {
@@ -299,37 +322,15 @@ TEST_CASE("the first refresh of a stale listing holds a lookup for stale_wait_ms
   REQUIRE(ns.Lookup(Namespace::kRootIno, "a.bin").has_value());
   std::this_thread::sleep_for(std::chrono::milliseconds(5));  // listing now stale
   mem->Put("b.bin", "2");
-  std::mutex m;
-  std::condition_variable cv;
-  bool held = false, release = false, gave_up = false;
-  fb.SetBeforeCall([&](FaultInjectingBackend::Op op, const std::string&) {
-    if (op != FaultInjectingBackend::kList) return;
-    std::unique_lock lk(m);
-    if (held) return;
-    held = true;
-    cv.notify_all();
-    // Gives up only if nobody releases it: the lookup waited for this LIST.
-    gave_up = !cv.wait_for(lk, std::chrono::seconds(30), [&] { return release; });
-  });
+  ListGate gate(fb);
   auto a = ns.Lookup(Namespace::kRootIno, "a.bin");  // stale, while the LIST hangs
   REQUIRE(a.has_value());
   CHECK(a->stale);  // the kernel keeps it briefly
   CHECK(ns.Lookup(Namespace::kRootIno, "b.bin").error().code() == Code::kNotFound);
-  {
-    std::unique_lock lk(m);
-    CHECK(cv.wait_for(lk, std::chrono::seconds(20), [&] { return held; }));  // the refresh, in the background
-    CHECK_FALSE(gave_up);
-    release = true;
-  }
-  cv.notify_all();
-  fb.SetBeforeCall({});
-  bool found = false;
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (!found && std::chrono::steady_clock::now() < until) {
-    found = ns.Lookup(Namespace::kRootIno, "b.bin").has_value();
-    if (!found) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  CHECK(found);  // the refresh finished in the background
+  CHECK(gate.WaitHeld(std::chrono::seconds(20)));  // the refresh, in the background
+  CHECK(gate.Release());                           // the lookup did not wait for it
+  // The refresh finished in the background.
+  CHECK(EventuallyFound(ns, "b.bin", std::chrono::steady_clock::now() + std::chrono::seconds(20)));
 }
 
 TEST_CASE("after an outage a lasting error of the bucket reaches the lookups instead of the stale listing") {
