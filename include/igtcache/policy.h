@@ -31,13 +31,13 @@ struct UnitMeta {
   uint64_t now_us = 0;  // the caller's clock at the insert (0 = unknown)
   // The unit's object key and unit number, when the caller knows them (the
   // BlockStore passes them; the policy engine needs them to find the stream).
-  std::string_view object;
+  std::string_view object = {};
   uint64_t unit_index = 0;
   // What the unit takes on disk, as counted against the cache limit (the
   // BlockStore: header and data in whole blocks); 0 = `bytes`.
   uint64_t disk_bytes = 0;
   // The object version (ETag) the unit is of, when the caller knows it.
-  std::string_view etag;
+  std::string_view etag = {};
 };
 
 // Module parameters from the policy YAML (`{name: lfu, params: {...}}`),

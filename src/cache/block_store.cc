@@ -234,10 +234,10 @@ class DiskBlockStore final : public BlockStore {
     // The unit file's header once a read verified it (kMaxCachedHeaderBytes at
     // most): later reads skip reading and parsing it again. A header never
     // changes for a gen; the chunk checksums it holds still verify the data.
-    std::shared_ptr<const UnitHeader> header;
+    std::shared_ptr<const UnitHeader> header = {};
     // Kept open after a read (kMaxOpenUnitFiles), with its place in open_lru_.
-    std::shared_ptr<OpenUnitFile> file;
-    std::list<std::string>::iterator lru_pos;
+    std::shared_ptr<OpenUnitFile> file = {};
+    std::list<std::string>::iterator lru_pos = {};
   };
   struct Busy {
     bool deleting = false;   // false: a Put is writing it

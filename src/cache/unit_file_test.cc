@@ -134,7 +134,7 @@ TEST_CASE("disk use of a unit file, and the bound warm plans with", "[unit_file]
   CHECK(UnitDiskBytes(0, 0) == 0);
   // The bound holds for any key and etag (the longest etag included), and is
   // within a block of the real thing.
-  for (const std::string etag : {std::string("e"), std::string(kMaxEtagBytes, 'x')}) {
+  for (const std::string& etag : {std::string("e"), std::string(kMaxEtagBytes, 'x')}) {
     for (uint64_t n : {1ull, 100ull, 4095ull, 4096ull, 10240ull, 65535ull, 65536ull, 110000ull, 1ull << 20,
                        (3ull << 20) + 7}) {
       INFO("etag " << etag.size() << " bytes, data " << n);
