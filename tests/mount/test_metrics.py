@@ -82,8 +82,15 @@ def main():
     with harness.Session("metrics") as s:
         src = s.mkdir("src")
         total = make_dataset(src)
-        port = harness.free_port()
-        m = s.mount(f"file://{src}", args=["--metrics-addr", f"127.0.0.1:{port}", "--cache-size", "256M"])
+        for attempt in range(3):  # the free port can be taken between probe and bind
+            port = harness.free_port()
+            try:
+                m = s.mount(f"file://{src}", args=["--metrics-addr", f"127.0.0.1:{port}", "--cache-size", "256M"])
+                break
+            except harness.MountError as e:
+                if "metrics address" not in e.stderr or attempt == 2:
+                    raise
+                log(f"  port {port} was taken before the daemon bound it; another port")
 
         s0 = scrape(port)
         names = {k[0].removesuffix("_bucket").removesuffix("_count").removesuffix("_sum") for k in s0}
