@@ -1115,7 +1115,12 @@ void PolicyEngine::NewVersion(std::string_view path, std::string_view etag) {
   FileRec& f = fit->second;
   const uint64_t v = std::hash<std::string_view>{}(etag) | 1;
   if (f.version == v) return;
+  const bool unknown = f.version == 0;
   f.version = v;
+  // No version known yet and nothing cached: no unit to mark (the common
+  // case, a file a plan named before its first insert; a walk here would
+  // make a scan of N new files cost N x units).
+  if (unknown && f.cached_units == 0) return;
   f.cached_units = 0;
   f.cached_bytes = 0;
   f.fill_whole_us = 0;  // the new version may be filled at once
