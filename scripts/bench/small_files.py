@@ -1,0 +1,166 @@
+"""Many small files through one mount: time per file and daemon memory per
+file (run by scripts/bench_small_files.sh; never by the test suite). Needs
+root (drops the page cache).
+
+A local directory of N small files (1,000 per directory, an image-folder
+layout) is mounted as the bucket (`file://`) with an empty cache large enough
+for all of it. One process lists it (`find`), then reads every file whole in
+a shuffled order with 4 threads, twice (epoch 1 cold, epoch 2 from the
+cache), the page cache dropped before each pass. The baseline is the same
+reads of the source directory itself, in the same run. Recorded per binary:
+seconds per pass, the daemon's CPU seconds, and its RSS after start-up, after
+the listing and after each epoch (from /proc/<pid>/status).
+
+Every process is started through tests/mount/harness.py's Session and stopped
+by pid; every mount is unmounted, temp dirs removed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import random
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.dont_write_bytecode = True
+sys.path.insert(0, str(ROOT / "tests" / "mount"))
+sys.path.insert(0, str(ROOT / "scripts" / "bench"))
+
+import harness  # noqa: E402
+from e2e_systems import cpu_model, drop_caches, replace_section  # noqa: E402
+
+READERS = 4
+PER_DIR = 1000
+
+
+def make_files(root: Path, n: int, size: int) -> list[str]:
+    rels = []
+    payload = bytes(range(256)) * (size // 256 + 1)
+    for i in range(n):
+        d = root / f"class_{i // PER_DIR:04d}"
+        if i % PER_DIR == 0:
+            d.mkdir()
+        rel = f"class_{i // PER_DIR:04d}/img_{i:07d}.jpg"
+        with open(root / rel, "wb") as f:
+            f.write(payload[i % 256:i % 256 + size])
+        rels.append(rel)
+    return rels
+
+
+def read_pass(base: Path, rels: list[str]) -> tuple[float, int]:
+    drop_caches()
+    t0 = time.monotonic()
+
+    def part(k: int) -> int:
+        got = 0
+        for rel in rels[k::READERS]:
+            with open(base / rel, "rb") as f:
+                got += len(f.read())
+        return got
+
+    with ThreadPoolExecutor(READERS) as ex:
+        got = sum(ex.map(part, range(READERS)))
+    return time.monotonic() - t0, got
+
+
+def rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
+def cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run_mount(s: harness.Session, label: str, binary: str, src: Path, rels: list[str], total: int) -> dict:
+    os.environ["IGTCACHE_BIN"] = binary
+    m = s.mount(f"file://{src}", cache_dir=s.mkdir(f"cache-{label}"), args=["--cache-size", "8G"])
+    pid = m.pid
+    r = {"label": label, "binary": binary, "rss_start": rss_kib(pid)}
+    drop_caches()
+    t0 = time.monotonic()
+    subprocess.run(["find", str(m.mountpoint), "-type", "f"], check=True, stdout=subprocess.DEVNULL)
+    r["list_s"] = time.monotonic() - t0
+    r["rss_listed"] = rss_kib(pid)
+    for ep in (1, 2):
+        c0 = cpu_s(pid)
+        dt, got = read_pass(m.mountpoint, rels)
+        if got != total:
+            raise RuntimeError(f"{label} epoch {ep}: read {got} bytes, expected {total}")
+        r[f"ep{ep}_s"], r[f"ep{ep}_cpu"], r[f"rss_ep{ep}"] = dt, cpu_s(pid) - c0, rss_kib(pid)
+        harness.log(f"  {label} epoch {ep}: {dt:.1f} s, daemon cpu {r[f'ep{ep}_cpu']:.1f} s, rss {r[f'rss_ep{ep}']} KiB")
+    st = s.stats(m)
+    r["gets"], r["units"] = st["backend_get_requests"], st["cache_units"]
+    s.unmount(m)
+    return r
+
+
+def render(n: int, size: int, base: dict, runs: list[dict], when: str, head: str) -> str:
+    L = [f"## Many small files (`scripts/bench_small_files.sh`)", ""]
+    L.append(f"Produced by `scripts/bench_small_files.sh --files {n} --size {size}` on {when} (checkout `{head}`). "
+             f"Machine: {os.cpu_count()} CPUs ({cpu_model()}); a shared machine, single runs: noisy.")
+    L.append("")
+    L.append(f"{n} files of {size} B in directories of {PER_DIR} on the local disk, mounted as `file://` with an empty "
+             f"8 GiB cache. `find` lists the mount, then {READERS} threads read every file whole in one shuffled "
+             "order, twice; the page cache is dropped before each pass. The baseline reads the source directory "
+             "itself the same way in the same run. RSS is the daemon's VmRSS.")
+    L.append("")
+    L.append("| run | list s | epoch 1 s | epoch 2 s | epoch 1 / source | epoch 2 / source | daemon CPU ep 1 / ep 2 s "
+             "| RSS start / listed / ep 1 / ep 2 MiB | RSS per file after ep 2 |")
+    L.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    L.append(f"| source directory (baseline) | - | {base['ep1_s']:.1f} | {base['ep2_s']:.1f} | 1.00 | 1.00 | - | - | - |")
+    for r in runs:
+        per_file = (r["rss_ep2"] - r["rss_start"]) * 1024 / n
+        L.append(f"| {r['label']} | {r['list_s']:.1f} | {r['ep1_s']:.1f} | {r['ep2_s']:.1f} | "
+                 f"{r['ep1_s'] / base['ep1_s']:.1f} | {r['ep2_s'] / base['ep2_s']:.1f} | "
+                 f"{r['ep1_cpu']:.1f} / {r['ep2_cpu']:.1f} | "
+                 f"{r['rss_start'] / 1024:.0f} / {r['rss_listed'] / 1024:.0f} / {r['rss_ep1'] / 1024:.0f} / "
+                 f"{r['rss_ep2'] / 1024:.0f} | {per_file:.0f} B |")
+    L.append("")
+    L.append("Backend GETs and cached units at the end: " +
+             "; ".join(f"{r['label']}: {r['gets']} GETs, {r['units']} units" for r in runs) + ".")
+    return "\n".join(L)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--files", type=int, default=100000)
+    ap.add_argument("--size", type=int, default=2048, help="bytes per file")
+    ap.add_argument("--compare", action="append", default=[], metavar="LABEL=BINARY",
+                    help="also run another igtcache binary (e.g. an older build), same data, same run")
+    ap.add_argument("--doc", action="store_true", help="write the section of docs/BENCHMARKS.md")
+    a = ap.parse_args()
+    binaries = [("igtcache", harness.igtcache_bin())] + [tuple(c.split("=", 1)) for c in a.compare]
+    head = subprocess.run(["git", "-C", str(ROOT), "log", "--oneline", "-1"], capture_output=True,
+                          text=True).stdout.strip()[:80]
+    with harness.Session("bench-small-files") as s:
+        src = s.mkdir("src")
+        t0 = time.monotonic()
+        rels = make_files(src, a.files, a.size)
+        harness.log(f"  made {a.files} files in {time.monotonic() - t0:.0f} s")
+        random.Random(7).shuffle(rels)
+        total = a.files * a.size
+        base = {}
+        for ep in (1, 2):
+            base[f"ep{ep}_s"], got = read_pass(src, rels)
+            if got != total:
+                raise RuntimeError(f"source: read {got} bytes, expected {total}")
+        runs = [run_mount(s, label, binary, src, rels, total) for label, binary in binaries]
+    text = render(a.files, a.size, base, runs, datetime.datetime.now().strftime("%Y-%m-%d %H:%M"), head)
+    print(text)
+    if a.doc:
+        replace_section(ROOT / "docs" / "BENCHMARKS.md", "<!-- small-files:begin -->", "<!-- small-files:end -->", text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
