@@ -30,6 +30,7 @@
 #include "src/config/stream_settings.h"
 #include "src/fs/namespace.h"
 #include "src/engine/live_engine.h"
+#include "src/engine/listing_cache.h"
 #include "src/read/prefetcher.h"
 #include "src/stream/access_stream_tree.h"
 #include "src/stream/trace.h"
@@ -201,12 +202,7 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
   // Namespace built below; reads, the only callers, start after it exists,
   // and ns_view is cleared before it goes away.
   std::atomic<Namespace*> ns_view{nullptr};
-  struct ListingCache {  // the last listing converted (used under the engine's lock)
-    std::string dir;
-    std::shared_ptr<const DirListing> src;
-    std::vector<ListedFile> files;
-  };
-  auto lcache = std::make_shared<ListingCache>();
+  auto lcache = std::make_shared<engine::ListingCache>();  // used under the engine's lock
   engine::ListingFn listing_fn = [&ns_view, lcache](std::string_view dir) -> const std::vector<ListedFile>* {
     Namespace* n = ns_view.load();
     if (!n) return nullptr;
@@ -214,17 +210,16 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
     if (!key.empty() && key.back() == '/') key.pop_back();
     auto l = n->CachedListing(key);
     if (!l) return nullptr;
-    if (lcache->src != l || lcache->dir != key) {
-      lcache->files.clear();
+    return lcache->Get(key, l, [&] {
+      std::vector<ListedFile> files;
+      files.reserve(l->entries.size());
       for (const auto& e : l->entries) {
         std::string path = key.empty() ? e.name : key + "/" + e.name;
         if (e.is_dir) path += '/';
-        lcache->files.push_back({std::move(path), e.is_dir ? 0 : e.size, e.is_dir});
+        files.push_back({std::move(path), e.is_dir ? 0 : e.size, e.is_dir});
       }
-      lcache->src = l;
-      lcache->dir = key;
-    }
-    return &lcache->files;
+      return files;
+    });
   };
   engine::LiveEngine::VersionFn version_fn =
       [&ns_view](const std::string& key) -> std::optional<std::pair<std::string, uint64_t>> {

@@ -17,6 +17,7 @@
 
 #include "src/engine/policy_engine.h"
 #include "src/engine/policy_file.h"
+#include "src/engine/listing_cache.h"
 #include "src/stream/access_stream_tree.h"
 
 namespace igt::engine {
@@ -852,6 +853,40 @@ TEST_CASE("a new version of a file: only units of its current version count as c
   h.engine->NewVersion(p, "e2");                   // again: nothing changes
   CHECK(h.engine->CachedBytes(p) == kUnit);
   h.engine->NewVersion("never/seen", "x");         // unknown file: nothing happens
+}
+
+}  // namespace
+}  // namespace igt::engine
+
+namespace igt::engine {
+namespace {
+
+TEST_CASE("listing cache: two directories read in turn are converted once each", "[engine]") {
+  ListingCache c;
+  auto a = std::make_shared<int>(1), b = std::make_shared<int>(2);
+  auto conv = [](const std::string& d, size_t n) {
+    return [d, n] {
+      std::vector<ListedFile> v;
+      for (size_t i = 0; i < n; ++i) v.push_back({d + "/f" + std::to_string(i), 1, false});
+      return v;
+    };
+  };
+  for (int i = 0; i < 100; ++i) {
+    CHECK(c.Get("a", a, conv("a", 3))->front().path == "a/f0");
+    CHECK(c.Get("b", b, conv("b", 3))->front().path == "b/f0");
+  }
+  CHECK(c.conversions() == 2);
+  // A refreshed listing (another source) is converted again and replaces the old one.
+  auto a2 = std::make_shared<int>(3);
+  CHECK(c.Get("a", a2, conv("a", 4))->size() == 4);
+  CHECK(c.conversions() == 3);
+  CHECK(c.kept() == 2);
+  // Bounded: by listings, and by entries (the one asked for always stays).
+  for (size_t i = 0; i < 2 * ListingCache::kMaxListings; ++i)
+    c.Get("d" + std::to_string(i), std::make_shared<int>(0), conv("d", 1));
+  CHECK(c.kept() == ListingCache::kMaxListings);
+  CHECK(c.Get("big", a, conv("big", ListingCache::kMaxEntries + 1))->size() == ListingCache::kMaxEntries + 1);
+  CHECK(c.kept() == 1);
 }
 
 }  // namespace
