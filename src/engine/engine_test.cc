@@ -531,6 +531,33 @@ TEST_CASE("a reload whose new override stream lists thousands of files moves eve
   CHECK(in_data == 40 * kUnit);
 }
 
+TEST_CASE("files leaving a stream leave its items: counts stay exact through removals and compaction", "[engine][reload]") {
+  Harness h("igt", 500);
+  for (int i = 0; i < 200; ++i) h.Read("data/hot/f" + std::to_string(i), 0, 1, false);
+  auto items = [&](const std::string& key) {
+    for (const auto& st : h.engine->Stats().streams)
+      if (st.key == key) return st.items;
+    return uint64_t(0);
+  };
+  auto all_items = [&] {
+    uint64_t n = 0;
+    for (const auto& st : h.engine->Stats().streams) n += st.items;
+    return n;
+  };
+  CHECK(items("data/hot/") > 100);
+  CHECK(all_items() == 200);  // each file an item of one stream
+  auto pf = ParsePolicyFile("profile: training\noverrides:\n  - {prefix: \"data/\", pin: true}\n", "t.yaml");
+  REQUIRE(pf.has_value());
+  REQUIRE(h.engine->SetPolicyFile(*pf).ok());
+  // Over 100 removals from data/hot/: more than half its items, so it compacts.
+  CHECK(items("data/hot/") == 0);
+  CHECK(items("data/") == 200);
+  CHECK(all_items() == 200);
+  for (int i = 0; i < 200; ++i) h.Read("data/hot/f" + std::to_string(i), 0, 1, true);
+  CHECK(h.ratio() == 1.0);
+  CHECK(items("data/") == 200);
+}
+
 TEST_CASE("quota: under pressure a prefix above its quota gives space first", "[engine]") {
   auto pf = ParsePolicyFile(R"(
 overrides:

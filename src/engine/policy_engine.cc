@@ -89,6 +89,7 @@ struct PolicyEngine::FileRec {
   uint64_t version = 0;       // hash of the current ETag (NewVersion, else the first known)
   uint64_t rank = 0;          // first-seen order: the scan position of its units
   Group* group = nullptr;     // retention stream at the last read
+  size_t item_pos = 0;        // its place in group->items
   uint64_t epoch_read = 0;    // group->epoch + 1 when read in that epoch
   uint32_t cached_units = 0;  // units and sub-units
   uint64_t cached_bytes = 0;
@@ -150,8 +151,12 @@ struct PolicyEngine::Group {
   uint64_t module_us = 0;      // the latest clock the module was given (its weights' "now")
   // Known items (files) and their bytes: the stream's working set.
   uint64_t ws_bytes = 0;
+  // Null where a file left (JoinGroup): a removal is O(1) and positions do
+  // not move; compacted when most are null.
   std::vector<const std::string*> items;
+  size_t dead_items = 0;
   size_t item_cursor = 0;
+  size_t live_items() const { return items.size() - dead_items; }
   // Epochs (random streams).
   uint64_t epoch = 0, epoch_read_count = 0, repeats_in_epoch = 0;
   bool epoch_ok = true;
@@ -405,11 +410,14 @@ void PolicyEngine::JoinGroup(FileRec& f, const std::string* key, Group* g) {
     // Before, a file whose stream changed stayed an item of the old one and
     // joined the new one again on every switch back (duplicate items and a
     // working set counted twice).
+    // A find and an erase here cost O(items) per move: a reload moving a
+    // million files out of one stream took O(items^2).
     auto& v = old->items;
-    if (auto it = std::find(v.begin(), v.end(), key); it != v.end()) {
-      if (size_t(it - v.begin()) < old->item_cursor) --old->item_cursor;
-      v.erase(it);
+    if (f.item_pos < v.size() && v[f.item_pos] == key) {
+      v[f.item_pos] = nullptr;
+      ++old->dead_items;
       old->ws_bytes -= std::min(old->ws_bytes, f.size);
+      if (old->dead_items > 64 && 2 * old->dead_items > v.size()) CompactItems(old);
     }
     // Its read in the old stream's epoch is not a read in the new one's
     // (with equal epoch numbers it would count as read without being
@@ -418,17 +426,32 @@ void PolicyEngine::JoinGroup(FileRec& f, const std::string* key, Group* g) {
   }
   f.epoch_read = 0;
   f.group = g;
+  f.item_pos = g->items.size();
   g->items.push_back(key);
   g->ws_bytes += f.size;
+}
+
+void PolicyEngine::CompactItems(Group* g) {
+  size_t out = 0, cursor = 0;
+  for (size_t i = 0; i < g->items.size(); ++i) {
+    if (i == g->item_cursor) cursor = out;
+    const std::string* k = g->items[i];
+    if (!k) continue;
+    files_.find(*k)->second.item_pos = out;
+    g->items[out++] = k;
+  }
+  g->item_cursor = g->item_cursor >= g->items.size() ? out : cursor;
+  g->items.resize(out);
+  g->dead_items = 0;
 }
 
 void PolicyEngine::NewVisit(Group* g, FileRec* f, const std::string* fkey) {
   // Epochs are rounds over a set of items: a stream of one file (the block
   // stream of a weights file faulted at random) has none, and counting each
   // revisit as a new epoch would only churn the eviction module.
-  if (g->label != kRandom || g->items.size() < 2) return;
+  if (g->label != kRandom || g->live_items() < 2) return;
   if (f->epoch_read == g->epoch + 1) {
-    if (g->epoch_read_count >= kEpochFullRatio * std::max<size_t>(1, g->items.size())) {
+    if (g->epoch_read_count >= kEpochFullRatio * std::max<size_t>(1, g->live_items())) {
       // Most items were read and one comes round again: a new epoch.
       ++g->epoch;
       g->epoch_read_count = 0;
@@ -462,6 +485,10 @@ std::vector<ListedFile> PolicyEngine::UnreadItems(Group* g, size_t n) {
   avail -= std::min(avail, g->epoch_inflight_bytes);
   while (out.size() < n && g->item_cursor < g->items.size()) {
     const std::string* key = g->items[g->item_cursor];
+    if (!key) {  // left the stream
+      ++g->item_cursor;
+      continue;
+    }
     const FileRec& f = files_[*key];
     const bool eligible = f.group == g && f.epoch_read != g->epoch + 1 && f.cached_units == 0 &&
                           f.size <= kEpochItemMaxUnits * opts_.unit_bytes &&
@@ -981,6 +1008,7 @@ void PolicyEngine::Allocate(uint64_t now_us) {
     Group* g = it->second.get();
     if (g->units == 0 && g->rate == 0 && g->key.size() > 0 && g->key[0] == '?' && g != victim_group_) {
       for (const std::string* k : g->items) {
+        if (!k) continue;
         auto f = files_.find(*k);
         if (f != files_.end() && f->second.group == g) f->second.group = nullptr;
       }
@@ -1161,7 +1189,7 @@ EngineStats PolicyEngine::Stats() const {
     st.prefetch_wasted_bytes = g->wasted_bytes;
     st.evicted_bytes = g->evicted_bytes;
     st.epoch = g->epoch;
-    st.items = g->items.size();
+    st.items = g->live_items();
     st.item_bytes = g->ws_bytes;
     st.value = g->value;
     s.streams.push_back(std::move(st));

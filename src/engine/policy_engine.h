@@ -181,6 +181,7 @@ class PolicyEngine {
   // Makes `g` the stream of file `key`: it leaves its old stream's items and
   // working set (a file is an item of one stream at a time).
   void JoinGroup(FileRec& f, const std::string* key, Group* g);
+  void CompactItems(Group* g);  // drops the null items, keeping order and the cursor
   std::vector<ListedFile> UnreadItems(Group* g, size_t n);
   // Files of `dir` and of its direct subdirectories, by path, at most
   // kMaxSubtreeFiles (from listing_, which may not know some directories).
