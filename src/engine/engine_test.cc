@@ -880,6 +880,20 @@ TEST_CASE("a new version of a file: only units of its current version count as c
   h.engine->NewVersion(p, "e2");                   // again: nothing changes
   CHECK(h.engine->CachedBytes(p) == kUnit);
   h.engine->NewVersion("never/seen", "x");         // unknown file: nothing happens
+  // A version change counts only the file's own units (its list survives
+  // the removals above), and leaves other files alone.
+  h.engine->OnInsert("o#0", "ckpt/other.pt", 0, kUnit, false, h.now_us, 0, "e1");
+  insert("v2#1", 1, "e2");
+  insert("v1#0", 0, "e1");
+  h.engine->NewVersion(p, "e1");                   // back to e1 (a rollback)
+  CHECK(h.engine->CachedBytes(p) == kUnit);
+  h.engine->NewVersion(p, "e2");
+  CHECK(h.engine->CachedBytes(p) == 2 * kUnit);
+  h.engine->OnRemove("v2#0");
+  h.engine->NewVersion(p, "e1");
+  h.engine->NewVersion(p, "e2");
+  CHECK(h.engine->CachedBytes(p) == kUnit);
+  CHECK(h.engine->CachedBytes("ckpt/other.pt") == kUnit);
 }
 
 }  // namespace

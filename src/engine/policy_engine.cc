@@ -90,6 +90,7 @@ struct PolicyEngine::FileRec {
   uint64_t rank = 0;          // first-seen order: the scan position of its units
   Group* group = nullptr;     // retention stream at the last read
   size_t item_pos = 0;        // its place in group->items
+  Unit* units = nullptr;      // its cached units (Unit::file_next), for NewVersion
   uint64_t epoch_read = 0;    // group->epoch + 1 when read in that epoch
   uint32_t cached_units = 0;  // units and sub-units
   uint64_t cached_bytes = 0;
@@ -125,6 +126,8 @@ struct PolicyEngine::Unit {
   uint64_t read_stamp = 0;     // g->epoch + 1 when read in that epoch
   bool old_version = false;    // not of the file's current version (FileRec::etag)
   uint64_t version = 0;        // hash of the unit's ETag (0: not known)
+  Unit* file_prev = nullptr;   // the file's other cached units (FileRec::units)
+  Unit* file_next = nullptr;
 };
 
 struct PolicyEngine::Group {
@@ -804,7 +807,12 @@ void PolicyEngine::OnInsert(const std::string& id, std::string_view path, uint64
     g->read_cached_bytes += bytes;
     g->consumed_cached_bytes += bytes;
   }
-  g->unit_ids.insert(&units_.emplace(id, u).first->first);
+  auto uit = units_.emplace(id, u).first;
+  g->unit_ids.insert(&uit->first);
+  Unit& nu = uit->second;  // a node of units_: its address is stable
+  nu.file_next = f.units;
+  if (f.units) f.units->file_prev = &nu;
+  f.units = &nu;
   g->module->OnInsertUnit(id, bytes, 0, UnitMeta{.position = (f.rank << 32) | unit_index, .prefetched = prefetched, .now_us = now_us_});
   g->module_us = now_us_;
   g->bytes += bytes;
@@ -902,6 +910,9 @@ void PolicyEngine::OnRemove(const std::string& id) {
     if (fit->second.cached_units > 0) --fit->second.cached_units;
     fit->second.cached_bytes -= std::min(fit->second.cached_bytes, u.bytes);
   }
+  if (u.file_prev) u.file_prev->file_next = u.file_next;
+  else if (fit != files_.end() && fit->second.units == &u) fit->second.units = u.file_next;
+  if (u.file_next) u.file_next->file_prev = u.file_prev;
   if (u.prefetched_unread) {
     if (u.in_share) prefetched_unread_bytes_ -= std::min(prefetched_unread_bytes_, u.bytes);
     prefetch_wasted_bytes_ += u.bytes;
@@ -1152,13 +1163,13 @@ void PolicyEngine::NewVersion(std::string_view path, std::string_view etag) {
   f.cached_units = 0;
   f.cached_bytes = 0;
   f.fill_whole_us = 0;  // the new version may be filled at once
-  // A rare event (an object overwritten and read again): a walk is fine.
-  for (auto& [id, u] : units_) {
-    if (u.path != &fit->first) continue;
-    u.old_version = u.version != v;
-    if (u.old_version) continue;
+  // Only this file's units (a walk of every cached unit here made a
+  // re-uploaded data set cost files x units).
+  for (Unit* u = f.units; u; u = u->file_next) {
+    u->old_version = u->version != v;
+    if (u->old_version) continue;
     ++f.cached_units;
-    f.cached_bytes += u.bytes;
+    f.cached_bytes += u->bytes;
   }
 }
 
