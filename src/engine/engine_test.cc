@@ -652,6 +652,38 @@ TEST_CASE("an override without a pattern keeps its stream's label on reads of un
   }
 }
 
+TEST_CASE("an override over two subtrees of different labels read in turn switches label at most every 10 s", "[engine]") {
+  // Each switch rebuilds the stream's eviction module over all its units.
+  // The whole mount's prefix ("") has no node of its own to take a label
+  // from: the stream took the label of each path read.
+  auto pf = ParsePolicyFile("overrides:\n  - {prefix: \"\", quota: 1G}\n", "t.yaml");
+  REQUIRE(pf.has_value());
+  Harness h("igt", 4096, *pf);
+  // mix/s/: a directory of 100 files scanned in order; mix/r/: 400 files read at random.
+  auto scan_file = [](uint64_t i) { return "mix/s/part_" + std::to_string(1000 + i % 100) + ".bin"; };
+  for (uint64_t i = 0; i < 100; ++i) h.Read(scan_file(i), 0, 1, false);
+  std::mt19937 rng(5);
+  auto random_file = [&] { return "mix/r/f" + std::to_string(rng() % 400) + ".jpg"; };
+  for (int i = 0; i < 400; ++i) h.Read(random_file(), 0, 1, false);
+  int switches = 0;
+  std::string label = StreamJson(h, "=")["pattern"];
+  std::set<std::string> seen{label};
+  auto note = [&] {
+    const std::string now = StreamJson(h, "=")["pattern"];
+    if (now != label) ++switches;
+    label = now;
+    seen.insert(now);
+  };
+  for (uint64_t i = 100; i < 300; ++i) {  // 400 reads, 0.4 s of the harness's clock
+    h.Read(scan_file(i), 0, 1, false);
+    note();
+    h.Read(random_file(), 0, 1, false);
+    note();
+  }
+  INFO("labels seen: " << seen.size());
+  CHECK(switches <= 1);
+}
+
 TEST_CASE("a whole fill the prefetcher did not finish is proposed again after 10 s", "[engine]") {
   Harness h("igt", 256);
   std::mt19937 rng(5);

@@ -43,6 +43,9 @@ constexpr double kWindowValue = 1e30;
 // own (two subtrees read in turn look "random" over 2 children): the
 // streams below it are used instead.
 constexpr uint64_t kMinRetentionChildren = 16;
+// An override stream whose prefix has no label of its own takes the label of
+// the paths read, changing it at most this often (GroupFor).
+constexpr uint64_t kPathRelabelUs = 10'000'000;
 // The stream that holds readahead units until they are read (not a path: no
 // key of the tree starts with '(').
 constexpr std::string_view kWindowStream = "(readahead)";
@@ -133,6 +136,7 @@ struct PolicyEngine::Unit {
 struct PolicyEngine::Group {
   std::string key;
   int label = kUnknown;
+  uint64_t label_us = 0;  // when the label last changed (SetLabel)
   bool forced = false;
   bool window = false;  // the (readahead) stream
   const PathOverride* ov = nullptr;
@@ -300,11 +304,14 @@ std::vector<ListedFile> PolicyEngine::SubtreeFiles(const std::string& dir) const
   std::vector<ListedFile> out;
   std::vector<std::string> subdirs;
   if (const auto* l = listing_(dir)) {
+    // Capped here too: a flat directory of millions of files made every
+    // new stream over it copy, sort and enter all of them.
     for (const auto& lf : *l) {
-      if (lf.is_dir)
-        subdirs.push_back(lf.path);
-      else
+      if (lf.is_dir) {
+        if (subdirs.size() < kMaxSubtreeFiles) subdirs.push_back(lf.path);
+      } else if (out.size() < kMaxSubtreeFiles) {
         out.push_back(lf);
+      }
     }
   }
   // Each call may reuse the buffer the previous one returned: copy first.
@@ -322,6 +329,7 @@ void PolicyEngine::SetLabel(Group* g, int label, bool rebuild) {
   const ModuleSpec& spec = opts_.policy_file.patterns[label].eviction;
   const ModuleSpec& was = opts_.policy_file.patterns[g->label].eviction;
   const bool same = !rebuild && g->module && spec.name == was.name && spec.params == was.params;
+  if (g->label != label) g->label_us = now_us_;
   g->label = label;
   if (same) return;  // the same module: it keeps its state (counts, order)
   auto m = MakeEvictionPolicy(spec.name, spec.params);
@@ -397,9 +405,18 @@ PolicyEngine::Group* PolicyEngine::GroupFor(std::string_view path, uint64_t now_
       // One stream for the whole prefix: the prefix's own label when the
       // tree has one, else the path's; a read of a path not labelled yet
       // keeps the label the stream has (each change rebuilds its module).
+      // Taken from the path, the label changes at most once per
+      // kPathRelabelUs: two subtrees of different labels read in turn
+      // (under "", which has no node) switched it, and rebuilt the module
+      // over all the stream's units, on every read.
       l = ov->prefix.empty() ? kUnknown : labelled(ov->prefix);
-      if (l == kUnknown) l = top_label;
-      if (auto it = groups_.find(key); l == kUnknown && it != groups_.end()) l = it->second->label;
+      if (l == kUnknown) {
+        auto it = groups_.find(key);
+        const Group* cur = it != groups_.end() ? it->second.get() : nullptr;
+        l = top_label;
+        if (cur && (l == kUnknown || (cur->label != kUnknown && now_us < cur->label_us + kPathRelabelUs)))
+          l = cur->label;
+      }
     }
     return GetGroup(key, l, ov);
   }
@@ -758,7 +775,11 @@ void PolicyEngine::NoteGhost(Group* g, const std::string& id, uint64_t bytes) {
     g->ghost.emplace_back(id, bytes);
     g->ghost_bytes += bytes;
   }
-  while (g->ghost_bytes > std::max<uint64_t>(opts_.capacity_bytes, opts_.unit_bytes) && !g->ghost.empty()) {
+  // Bounded in bytes (the cache's capacity) and in ids: with small units
+  // the capacity alone let one stream remember millions of ids.
+  while ((g->ghost_bytes > std::max<uint64_t>(opts_.capacity_bytes, opts_.unit_bytes) ||
+          g->ghost.size() > kMaxGhostIds) &&
+         !g->ghost.empty()) {
     g->ghost_bytes -= g->ghost.front().second;
     g->ghost_set.erase(g->ghost.front().first);
     g->ghost.pop_front();
