@@ -17,7 +17,9 @@ const std::vector<ListedFile>* ListingCache::Get(const std::string& dir, std::sh
   ++conversions_;
   slots_.push_front(Slot{dir, std::move(src), convert()});
   entries_ += slots_.front().files.size();
-  while (slots_.size() > 1 && (slots_.size() > kMaxListings || entries_ > kMaxEntries)) {
+  // The two most recent always stay: two scans in two directories larger
+  // than kMaxEntries would otherwise convert each on every read.
+  while (slots_.size() > 2 && (slots_.size() > kMaxListings || entries_ > kMaxEntries)) {
     entries_ -= slots_.back().files.size();
     slots_.pop_back();
   }

@@ -7,8 +7,8 @@
 // converted listing kept, two scans in two directories (two jobs, or workers
 // split by class directory) converted a whole listing on every read, under
 // the engine's lock: O(entries) per read. Now up to kMaxListings listings and
-// kMaxEntries entries in all are kept, least recently used dropped first
-// (the one just asked for always stays). A listing is converted again only
+// kMaxEntries entries in all are kept, least recently used dropped first;
+// the two most recent always stay, whatever their size. A listing is converted again only
 // when its source changed (a refresh) or it was dropped.
 //
 // Thread-safety: none (the caller's lock: the engine's). Ownership: keeps the

@@ -44,7 +44,9 @@ constexpr double kWindowValue = 1e30;
 // streams below it are used instead.
 constexpr uint64_t kMinRetentionChildren = 16;
 // An override stream whose prefix has no label of its own takes the label of
-// the paths read, changing it at most this often (GroupFor).
+// the paths read: a new one after this many reads in a row found it, and at
+// most this often (GroupFor).
+constexpr uint64_t kPathRelabelReads = 16;
 constexpr uint64_t kPathRelabelUs = 10'000'000;
 // The stream that holds readahead units until they are read (not a path: no
 // key of the tree starts with '(').
@@ -137,6 +139,10 @@ struct PolicyEngine::Group {
   std::string key;
   int label = kUnknown;
   uint64_t label_us = 0;  // when the label last changed (SetLabel)
+  // Path labels (override streams, GroupFor): the other label the latest
+  // reads found, and how many in a row.
+  int relabel_to = kUnknown;
+  uint64_t relabel_streak = 0;
   bool forced = false;
   bool window = false;  // the (readahead) stream
   const PathOverride* ov = nullptr;
@@ -405,17 +411,28 @@ PolicyEngine::Group* PolicyEngine::GroupFor(std::string_view path, uint64_t now_
       // One stream for the whole prefix: the prefix's own label when the
       // tree has one, else the path's; a read of a path not labelled yet
       // keeps the label the stream has (each change rebuilds its module).
-      // Taken from the path, the label changes at most once per
-      // kPathRelabelUs: two subtrees of different labels read in turn
-      // (under "", which has no node) switched it, and rebuilt the module
-      // over all the stream's units, on every read.
+      // Taken from the path, a new label needs kPathRelabelReads reads in a
+      // row and kPathRelabelUs since the last change: two subtrees of
+      // different labels read in turn (under "", which has no node)
+      // switched it, and rebuilt the module over all the stream's units, on
+      // every read.
       l = ov->prefix.empty() ? kUnknown : labelled(ov->prefix);
       if (l == kUnknown) {
         auto it = groups_.find(key);
-        const Group* cur = it != groups_.end() ? it->second.get() : nullptr;
+        Group* cur = it != groups_.end() ? it->second.get() : nullptr;
         l = top_label;
-        if (cur && (l == kUnknown || (cur->label != kUnknown && now_us < cur->label_us + kPathRelabelUs)))
-          l = cur->label;
+        if (cur && cur->label != kUnknown && l != cur->label) {
+          // A label other than the stream's: taken only after
+          // kPathRelabelReads reads in a row found it, and at most once per
+          // kPathRelabelUs (a stray read must not flip the stream).
+          cur->relabel_streak = l == kUnknown ? 0 : (l == cur->relabel_to ? cur->relabel_streak + 1 : 1);
+          cur->relabel_to = l;
+          if (l == kUnknown || cur->relabel_streak < kPathRelabelReads || now_us < cur->label_us + kPathRelabelUs)
+            l = cur->label;
+        } else if (cur) {
+          cur->relabel_streak = 0;
+          if (l == kUnknown) l = cur->label;
+        }
       }
     }
     return GetGroup(key, l, ov);
@@ -652,7 +669,9 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
 void PolicyEngine::Warm(Group* g, std::vector<PrefetchRange>& plan) {
   if (!listing_ || g->key.empty() || g->key.back() != '/' || g->warm_passes >= kWarmPasses) return;
   const auto* l = &g->subtree;  // the files of the directory and its subdirectories
-  if (l->empty()) return;
+  // Empty, or capped (kMaxSubtreeFiles): then the files it knows are not the
+  // whole directory, and "the directory fits in free space" cannot be told.
+  if (l->empty() || l->size() >= kMaxSubtreeFiles) return;
   const uint64_t free_bytes = FreeBytes();
   if (!g->warming) {
     // Begin only if the directory's files not cached yet fit in the free
@@ -775,10 +794,11 @@ void PolicyEngine::NoteGhost(Group* g, const std::string& id, uint64_t bytes) {
     g->ghost.emplace_back(id, bytes);
     g->ghost_bytes += bytes;
   }
-  // Bounded in bytes (the cache's capacity) and in ids: with small units
-  // the capacity alone let one stream remember millions of ids.
+  // Bounded in bytes (the cache's capacity) and in ids (as many as full
+  // units fit in it): with small units the capacity alone let one stream
+  // remember millions of ids.
   while ((g->ghost_bytes > std::max<uint64_t>(opts_.capacity_bytes, opts_.unit_bytes) ||
-          g->ghost.size() > kMaxGhostIds) &&
+          g->ghost.size() > std::max<uint64_t>(kMinGhostIds, opts_.capacity_bytes / opts_.unit_bytes)) &&
          !g->ghost.empty()) {
     g->ghost_bytes -= g->ghost.front().second;
     g->ghost_set.erase(g->ghost.front().first);

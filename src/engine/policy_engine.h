@@ -188,7 +188,7 @@ class PolicyEngine {
   std::vector<ListedFile> SubtreeFiles(const std::string& dir) const;
   static constexpr size_t kMaxSubtreeFiles = 1 << 17;
   static constexpr size_t kMaxReadDirs = 1 << 12;
-  static constexpr size_t kMaxGhostIds = 1 << 16;  // per stream (NoteGhost)
+  static constexpr size_t kMinGhostIds = 1 << 16;  // per stream, at least (NoteGhost)
   std::vector<ListedFile> NextFiles(std::string_view path, size_t n);
   // Directory warm-up: a stream over a directory read at random or skewed
   // whose files all fit in free space proposes its uncached files, a few per
