@@ -81,9 +81,10 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def run_mount(s: harness.Session, label: str, binary: str, src: Path, rels: list[str], total: int) -> dict:
+def run_mount(s: harness.Session, label: str, binary: str, src: Path, rels: list[str], total: int,
+              cache_size: str) -> dict:
     os.environ["IGTCACHE_BIN"] = binary
-    m = s.mount(f"file://{src}", cache_dir=s.mkdir(f"cache-{label}"), args=["--cache-size", "8G"])
+    m = s.mount(f"file://{src}", cache_dir=s.mkdir(f"cache-{label}"), args=["--cache-size", cache_size])
     pid = m.pid
     r = {"label": label, "binary": binary, "rss_start": rss_kib(pid)}
     drop_caches()
@@ -104,13 +105,14 @@ def run_mount(s: harness.Session, label: str, binary: str, src: Path, rels: list
     return r
 
 
-def render(n: int, size: int, base: dict, runs: list[dict], when: str, head: str) -> str:
+def render(n: int, size: int, cache_size: str, base: dict, runs: list[dict], when: str, head: str) -> str:
     L = [f"## Many small files (`scripts/bench_small_files.sh`)", ""]
-    L.append(f"Produced by `scripts/bench_small_files.sh --files {n} --size {size}` on {when} (checkout `{head}`). "
+    L.append(f"Produced by `scripts/bench_small_files.sh --files {n} --size {size} --cache-size {cache_size}` on {when} "
+             f"(checkout `{head}`). "
              f"Machine: {os.cpu_count()} CPUs ({cpu_model()}); a shared machine, single runs: noisy.")
     L.append("")
     L.append(f"{n} files of {size} B in directories of {PER_DIR} on the local disk, mounted as `file://` with an empty "
-             f"8 GiB cache. `find` lists the mount, then {READERS} threads read every file whole in one shuffled "
+             f"cache of {cache_size}. `find` lists the mount, then {READERS} threads read every file whole in one shuffled "
              "order, twice; the page cache is dropped before each pass. The baseline reads the source directory "
              "itself the same way in the same run. RSS is the daemon's VmRSS.")
     L.append("")
@@ -137,6 +139,7 @@ def main() -> int:
     ap.add_argument("--size", type=int, default=2048, help="bytes per file")
     ap.add_argument("--compare", action="append", default=[], metavar="LABEL=BINARY",
                     help="also run another igtcache binary (e.g. an older build), same data, same run")
+    ap.add_argument("--cache-size", default="8G", help="the mount's --cache-size (default 8G: everything fits)")
     ap.add_argument("--doc", action="store_true", help="write the section of docs/BENCHMARKS.md")
     a = ap.parse_args()
     binaries = [("igtcache", harness.igtcache_bin())] + [tuple(c.split("=", 1)) for c in a.compare]
@@ -154,8 +157,8 @@ def main() -> int:
             base[f"ep{ep}_s"], got = read_pass(src, rels)
             if got != total:
                 raise RuntimeError(f"source: read {got} bytes, expected {total}")
-        runs = [run_mount(s, label, binary, src, rels, total) for label, binary in binaries]
-    text = render(a.files, a.size, base, runs, datetime.datetime.now().strftime("%Y-%m-%d %H:%M"), head)
+        runs = [run_mount(s, label, binary, src, rels, total, a.cache_size) for label, binary in binaries]
+    text = render(a.files, a.size, a.cache_size, base, runs, datetime.datetime.now().strftime("%Y-%m-%d %H:%M"), head)
     print(text)
     if a.doc:
         replace_section(ROOT / "docs" / "BENCHMARKS.md", "<!-- small-files:begin -->", "<!-- small-files:end -->", text)
