@@ -82,9 +82,10 @@ def cpu_s(pid: int) -> float:
 
 
 def run_mount(s: harness.Session, label: str, binary: str, src: Path, rels: list[str], total: int,
-              cache_size: str) -> dict:
+              cache_size: str, extra: list[str]) -> dict:
     os.environ["IGTCACHE_BIN"] = binary
-    m = s.mount(f"file://{src}", cache_dir=s.mkdir(f"cache-{label}"), args=["--cache-size", cache_size])
+    m = s.mount(f"file://{src}", cache_dir=s.mkdir(f"cache-{len(s.mounts)}"),
+                args=["--cache-size", cache_size] + extra)
     pid = m.pid
     r = {"label": label, "binary": binary, "rss_start": rss_kib(pid)}
     drop_caches()
@@ -101,13 +102,16 @@ def run_mount(s: harness.Session, label: str, binary: str, src: Path, rels: list
         harness.log(f"  {label} epoch {ep}: {dt:.1f} s, daemon cpu {r[f'ep{ep}_cpu']:.1f} s, rss {r[f'rss_ep{ep}']} KiB")
     st = s.stats(m)
     r["gets"], r["units"] = st["backend_get_requests"], st["cache_units"]
+    hits, misses = st["cache_hit_units"], st["cache_miss_units"]
+    r["hit_ratio"] = hits / (hits + misses) if hits + misses else 0.0
     s.unmount(m)
     return r
 
 
 def render(n: int, size: int, cache_size: str, base: dict, runs: list[dict], when: str, head: str) -> str:
-    L = [f"## Many small files (`scripts/bench_small_files.sh`)", ""]
-    L.append(f"Produced by `scripts/bench_small_files.sh --files {n} --size {size} --cache-size {cache_size}` on {when} "
+    title = "Many small files" if cache_size == "8G" else f"Many small files, cache {cache_size}"
+    L = [f"## {title} (`scripts/bench_small_files.sh`)", ""]
+    L.append(f"Produced by `scripts/bench_small_files.sh --files {n} --size {size} --cache-size {cache_size} ...` on {when} "
              f"(checkout `{head}`). "
              f"Machine: {os.cpu_count()} CPUs ({cpu_model()}); a shared machine, single runs: noisy.")
     L.append("")
@@ -128,8 +132,9 @@ def render(n: int, size: int, cache_size: str, base: dict, runs: list[dict], whe
                  f"{r['rss_start'] / 1024:.0f} / {r['rss_listed'] / 1024:.0f} / {r['rss_ep1'] / 1024:.0f} / "
                  f"{r['rss_ep2'] / 1024:.0f} | {per_file:.0f} B |")
     L.append("")
-    L.append("Backend GETs and cached units at the end: " +
-             "; ".join(f"{r['label']}: {r['gets']} GETs, {r['units']} units" for r in runs) + ".")
+    L.append("Backend GETs, cached units and unit hit ratio over both epochs (`igtcache stats`): " +
+             "; ".join(f"{r['label']}: {r['gets']} GETs, {r['units']} units, hit ratio {r['hit_ratio']:.2f}"
+                       for r in runs) + ".")
     return "\n".join(L)
 
 
@@ -140,9 +145,13 @@ def main() -> int:
     ap.add_argument("--compare", action="append", default=[], metavar="LABEL=BINARY",
                     help="also run another igtcache binary (e.g. an older build), same data, same run")
     ap.add_argument("--cache-size", default="8G", help="the mount's --cache-size (default 8G: everything fits)")
+    ap.add_argument("--lru", action="store_true", help="also run the build with cache.eviction: lru (no policy engine)")
     ap.add_argument("--doc", action="store_true", help="write the section of docs/BENCHMARKS.md")
+    ap.add_argument("--section", default="small-files", help="the marked section --doc writes")
     a = ap.parse_args()
-    binaries = [("igtcache", harness.igtcache_bin())] + [tuple(c.split("=", 1)) for c in a.compare]
+    binaries = [("igtcache", harness.igtcache_bin(), False)] + [(*c.split("=", 1), False) for c in a.compare]
+    if a.lru:
+        binaries.append(("igtcache, cache.eviction lru", harness.igtcache_bin(), True))
     head = subprocess.run(["git", "-C", str(ROOT), "log", "--oneline", "-1"], capture_output=True,
                           text=True).stdout.strip()[:80]
     with harness.Session("bench-small-files") as s:
@@ -157,11 +166,13 @@ def main() -> int:
             base[f"ep{ep}_s"], got = read_pass(src, rels)
             if got != total:
                 raise RuntimeError(f"source: read {got} bytes, expected {total}")
-        runs = [run_mount(s, label, binary, src, rels, total, a.cache_size) for label, binary in binaries]
+        lru_cfg = s.write_config("lru.yaml", "cache:\n  eviction: lru\n")
+        runs = [run_mount(s, label, binary, src, rels, total, a.cache_size, ["--config", str(lru_cfg)] if lru else [])
+                for label, binary, lru in binaries]
     text = render(a.files, a.size, a.cache_size, base, runs, datetime.datetime.now().strftime("%Y-%m-%d %H:%M"), head)
     print(text)
     if a.doc:
-        replace_section(ROOT / "docs" / "BENCHMARKS.md", "<!-- small-files:begin -->", "<!-- small-files:end -->", text)
+        replace_section(ROOT / "docs" / "BENCHMARKS.md", f"<!-- {a.section}:begin -->", f"<!-- {a.section}:end -->", text)
     return 0
 
 
