@@ -5,7 +5,7 @@ root (drops the page cache).
 A local directory of N small files (1,000 per directory, an image-folder
 layout) is mounted as the bucket (`file://`) with an empty cache large enough
 for all of it. One process lists it (`find`), then reads every file whole in
-a shuffled order with 4 threads, twice (epoch 1 cold, epoch 2 from the
+a new shuffled order each time with 4 threads, twice (epoch 1 cold, epoch 2 from the
 cache), the page cache dropped before each pass. The baseline is the same
 reads of the source directory itself, in the same run. Recorded per binary:
 seconds per pass, the daemon's CPU seconds, and its RSS after start-up, after
@@ -81,7 +81,7 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def run_mount(s: harness.Session, label: str, binary: str, src: Path, rels: list[str], total: int,
+def run_mount(s: harness.Session, label: str, binary: str, src: Path, orders: list[list[str]], total: int,
               cache_size: str, extra: list[str]) -> dict:
     os.environ["IGTCACHE_BIN"] = binary
     m = s.mount(f"file://{src}", cache_dir=s.mkdir(f"cache-{len(s.mounts)}"),
@@ -95,7 +95,7 @@ def run_mount(s: harness.Session, label: str, binary: str, src: Path, rels: list
     r["rss_listed"] = rss_kib(pid)
     for ep in (1, 2):
         c0 = cpu_s(pid)
-        dt, got = read_pass(m.mountpoint, rels)
+        dt, got = read_pass(m.mountpoint, orders[ep - 1])
         if got != total:
             raise RuntimeError(f"{label} epoch {ep}: read {got} bytes, expected {total}")
         r[f"ep{ep}_s"], r[f"ep{ep}_cpu"], r[f"rss_ep{ep}"] = dt, cpu_s(pid) - c0, rss_kib(pid)
@@ -116,8 +116,8 @@ def render(n: int, size: int, cache_size: str, base: dict, runs: list[dict], whe
              f"Machine: {os.cpu_count()} CPUs ({cpu_model()}); a shared machine, single runs: noisy.")
     L.append("")
     L.append(f"{n} files of {size} B in directories of {PER_DIR} on the local disk, mounted as `file://` with an empty "
-             f"cache of {cache_size}. `find` lists the mount, then {READERS} threads read every file whole in one shuffled "
-             "order, twice; the page cache is dropped before each pass. The baseline reads the source directory "
+             f"cache of {cache_size}. `find` lists the mount, then {READERS} threads read every file whole in a shuffled "
+             "order, twice, a new order each epoch (seeded: the same for every run), as a DataLoader with shuffle does; the page cache is dropped before each pass. The baseline reads the source directory "
              "itself the same way in the same run. RSS is the daemon's VmRSS.")
     L.append("")
     L.append("| run | list s | epoch 1 s | epoch 2 s | epoch 1 / source | epoch 2 / source | daemon CPU ep 1 / ep 2 s "
@@ -159,15 +159,18 @@ def main() -> int:
         t0 = time.monotonic()
         rels = make_files(src, a.files, a.size)
         harness.log(f"  made {a.files} files in {time.monotonic() - t0:.0f} s")
-        random.Random(7).shuffle(rels)
+        orders = []
+        for seed in (7, 8):  # one order per epoch, the same for every run
+            orders.append(rels[:])
+            random.Random(seed).shuffle(orders[-1])
         total = a.files * a.size
         base = {}
         for ep in (1, 2):
-            base[f"ep{ep}_s"], got = read_pass(src, rels)
+            base[f"ep{ep}_s"], got = read_pass(src, orders[ep - 1])
             if got != total:
                 raise RuntimeError(f"source: read {got} bytes, expected {total}")
         lru_cfg = s.write_config("lru.yaml", "cache:\n  eviction: lru\n")
-        runs = [run_mount(s, label, binary, src, rels, total, a.cache_size, ["--config", str(lru_cfg)] if lru else [])
+        runs = [run_mount(s, label, binary, src, orders, total, a.cache_size, ["--config", str(lru_cfg)] if lru else [])
                 for label, binary, lru in binaries]
     text = render(a.files, a.size, a.cache_size, base, runs, datetime.datetime.now().strftime("%Y-%m-%d %H:%M"), head)
     print(text)
