@@ -5,9 +5,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <numeric>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -159,6 +161,30 @@ TEST_CASE("bench: cost of Record, of one re-test, and memory per node", "[.bench
                 "20000 re-tests |\n", Percentile(v, 0.5), Percentile(v, 0.99));
     std::printf("| (the above directory is labelled) | %s | | |\n",
                 std::string(LabelName(tree.Find("imagenet/train/")->label)).c_str());
+  }
+  {
+    // Find on a skewed stream: the engine looks streams up on every read.
+    // Zipf(1.1) reads over a directory of 10,000 files.
+    AccessStreamTree tree;
+    tree.NoteListing("emb/rows/", 10000);
+    std::vector<double> cdf(10000);
+    double sum = 0;
+    for (int i = 0; i < 10000; ++i) cdf[i] = (sum += 1.0 / std::pow(i + 1, 1.1));
+    std::mt19937 rng(2);
+    std::uniform_real_distribution<double> u(0, sum);
+    uint64_t t = 0;
+    for (int i = 0; i < 20000; ++i) {
+      const int k = int(std::lower_bound(cdf.begin(), cdf.end(), u(rng)) - cdf.begin());
+      char p[64];
+      std::snprintf(p, sizeof p, "emb/rows/r%05d.bin", k);
+      tree.Record(++t, 1, p, 0, 4096, 4096);
+    }
+    const auto info = tree.Find("emb/rows/");
+    REQUIRE(info);
+    record_bench("Find: a skewed directory stream (Zipf 1.1 over 10,000 files)", [&](size_t) {
+      (void)tree.Find("emb/rows/");
+    }, 100000);
+    std::printf("| (the above directory is labelled) | %s | | |\n", std::string(LabelName(info->label)).c_str());
   }
   for (int n : {300000}) {
     // A flat directory larger than the cache of this machine: every Record
