@@ -61,12 +61,12 @@ struct Harness {
       engine->OnRemove(*v);
     }
   }
-  // One read of unit `idx` of `path` (a file of `units` units), whole unit.
   void InsertPlan(const std::vector<PrefetchRange>& plan) {
     for (const auto& r : plan)
       for (uint64_t u = r.first_unit; u <= r.last_unit; ++u)
         if (!engine->Contains(r.path + "#" + std::to_string(u))) Insert(r.path, u, true);
   }
+  // One read of unit `idx` of `path` (a file of `units` units), whole unit.
   void Read(const std::string& path, uint64_t idx, uint64_t units, bool count, uint32_t pid = 1) {
     now_us += 1000;
     ++read_count;

@@ -36,6 +36,9 @@ constexpr uint64_t kEpochItemMaxUnits = 4;
 // pass that finds none to propose.
 constexpr size_t kWarmPerRead = 8;
 constexpr uint32_t kWarmPasses = 16;
+// A warm-up that proposed nothing for this long gives up the space it holds
+// (Allocate).
+constexpr uint64_t kWarmStallUs = 10'000'000;
 // "Protected" value of a sequential stream holding only its readahead
 // window (prefetched, unread units): it gives space only when nothing else can.
 constexpr double kWindowValue = 1e30;
@@ -186,6 +189,8 @@ struct PolicyEngine::Group {
   uint32_t warm_passes = 0;
   uint64_t warm_pass_proposed = 0;
   bool warming = false;
+  uint64_t warm_progress_us = 0;  // when the warm-up began or last proposed a file
+  std::string parent;             // the parent directory of a directory stream (WarmPromised)
   // SubtreeFiles of the directory when the stream was created (its items,
   // by path in files_, with their listed sizes), and their bytes.
   struct SubtreeFile {
@@ -280,6 +285,7 @@ PolicyEngine::Group* PolicyEngine::GetGroup(const std::string& key, int label, c
   }
   auto g = std::make_unique<Group>();
   g->key = key;
+  if (!key.empty() && key.back() == '/') g->parent = ParentDir(std::string_view(key).substr(0, key.size() - 1));
   g->ov = ov;
   g->forced = ov && ov->pattern >= 0;
   Group* raw = g.get();
@@ -668,10 +674,8 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
 
 uint64_t PolicyEngine::WarmPromised(const Group* g) const {
   uint64_t n = 0;
-  const std::string parent = ParentDir(std::string_view(g->key).substr(0, g->key.size() - 1));
   for (const Group* w : warming_)
-    if (w != g && ParentDir(std::string_view(w->key).substr(0, w->key.size() - 1)) == parent)
-      n += w->subtree_bytes - std::min(w->subtree_bytes, w->bytes);
+    if (w != g && w->parent == g->parent) n += w->subtree_bytes - std::min(w->subtree_bytes, w->bytes);
   return n;
 }
 
@@ -699,6 +703,7 @@ void PolicyEngine::Warm(Group* g, std::vector<PrefetchRange>& plan) {
     // space now: then prefetching them evicts nothing.
     if (g->subtree_bytes - std::min(g->subtree_bytes, g->bytes) > free_bytes) return;
     g->warming = true;
+    g->warm_progress_us = now_us_;
     warming_.push_back(g);
   }
   uint64_t room = free_bytes;
@@ -731,6 +736,7 @@ void PolicyEngine::Warm(Group* g, std::vector<PrefetchRange>& plan) {
     room -= lf.size;
     ++n;
     ++g->warm_pass_proposed;
+    g->warm_progress_us = now_us_;
   }
 }
 
@@ -1069,6 +1075,17 @@ void PolicyEngine::MaybeAllocate(uint64_t now_us) {
 
 void PolicyEngine::Allocate(uint64_t now_us) {
   const double dt = std::max(1e-3, double(now_us - std::min(now_us, last_alloc_us_)) / 1e6);
+  // A warm-up holds its space only while it goes on: its stream still
+  // random or skewed and admitted, read in this period, and proposing files
+  // within kWarmStallUs (two sibling warm-ups could each wait for room the
+  // other holds). It begins again, if it still fits, on a later read.
+  for (Group* g : std::vector<Group*>(warming_)) {
+    if ((g->label != kRandom && g->label != kSkewed) || (g->ov && g->ov->never_cache) || g->period_reads == 0 ||
+        now_us > g->warm_progress_us + kWarmStallUs) {
+      g->warming = false;
+      StopWarm(g);
+    }
+  }
   for (auto& [k, g] : groups_) {
     const double inst = double(g->period_read_bytes) / dt;
     g->rate = allocations_ == 0 ? inst : 0.5 * g->rate + 0.5 * inst;
@@ -1096,16 +1113,8 @@ void PolicyEngine::Allocate(uint64_t now_us) {
     }
   }
   idle_groups_.clear();
-  for (const auto& [k, g] : groups_) {
-    if (!Idle(g.get())) continue;
-    idle_groups_.push_back(g.get());
-    // A stopped stream's warm-up holds no space; it begins again, if it
-    // still fits, when the stream is read again.
-    if (g->warming && g->warm_passes < kWarmPasses) {
-      g->warming = false;
-      StopWarm(g.get());
-    }
-  }
+  for (const auto& [k, g] : groups_)
+    if (Idle(g.get())) idle_groups_.push_back(g.get());
   last_alloc_us_ = now_us;
   ++allocations_;
 }

@@ -548,7 +548,7 @@ void AccessStreamTree::RunTestLocked(Node* n, uint64_t now_us) {
     pids[i] = e.pid;
   }
   DetectInput in;
-  in.fit_zipf = false;  // fitted when reported (InfoLocked), off the read path
+  in.fit_zipf = false;  // fitted only for a skewed result that is shown (StreamState::Show)
   std::shared_lock<std::shared_mutex> dir_lk;
   if (n->dir) {
     dir_lk = std::shared_lock(n->dir->mu);
