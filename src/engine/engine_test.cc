@@ -759,6 +759,39 @@ TEST_CASE("an override over two subtrees of different labels read in turn switch
   CHECK(StreamJson(h, "=")["pattern"] != settled);
 }
 
+TEST_CASE("a warm-up whose stream is no longer read gives its space back to its siblings", "[engine]") {
+  // a/ and b/ of 100 one-unit files each, a cache of 150 units: each fits,
+  // not both. a/ is read slowly (under kBusyReads a second: never "idle")
+  // and its prefetches are dropped, so its warm-up stays under way; then
+  // only b/ is read.
+  std::map<std::string, std::vector<ListedFile>> dirs;
+  std::vector<ListedFile> top;
+  for (const char* d : {"a/", "b/"}) {
+    top.push_back({d, 0, true});
+    for (int i = 0; i < 100; ++i) dirs[d].push_back({std::string(d) + "f" + std::to_string(100 + i), kUnit});
+  }
+  ListingFn listing = [&](std::string_view dir) -> const std::vector<ListedFile>* {
+    if (dir.empty()) return &top;
+    auto it = dirs.find(std::string(dir));
+    return it == dirs.end() ? nullptr : &it->second;
+  };
+  Harness h("igt", 150, *PolicyProfile("training"), listing);
+  h.tree.NoteListing("", 2);
+  for (const auto& [dir, l] : dirs) h.tree.NoteListing(dir, l.size());
+  std::mt19937 rng(4);
+  for (int i = 0; i < 60; ++i) {
+    h.now_us += 200'000;  // 5 reads a second
+    h.Read(dirs["a/"][rng() % 100].path, 0, 1, false);
+  }
+  REQUIRE(StreamJson(h, "a/")["pattern"] == "random");
+  REQUIRE(StreamJson(h, "a/")["warming"] == true);
+  h.run_prefetch = true;
+  for (int i = 0; i < 3000; ++i) h.Read(dirs["b/"][rng() % 100].path, 0, 1, false);
+  // Before, a/ held 100 units of free space for good, and b/ never warmed.
+  CHECK(StreamJson(h, "a/")["warming"] == false);
+  CHECK(StreamJson(h, "b/")["cached_units"] == 100);
+}
+
 TEST_CASE("a whole fill the prefetcher did not finish is proposed again after 10 s", "[engine]") {
   Harness h("igt", 256);
   std::mt19937 rng(5);

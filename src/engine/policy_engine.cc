@@ -1285,6 +1285,7 @@ EngineStats PolicyEngine::Stats() const {
     st.evicted_bytes = g->evicted_bytes;
     st.epoch = g->epoch;
     st.items = g->live_items();
+    st.warming = std::find(warming_.begin(), warming_.end(), g.get()) != warming_.end();
     st.item_bytes = g->ws_bytes;
     st.value = g->value;
     s.streams.push_back(std::move(st));
@@ -1313,7 +1314,7 @@ nlohmann::json ToJson(const EngineStats& s) {
                    {"prefetch_bytes", st.prefetch_bytes}, {"prefetch_hit_bytes", st.prefetch_hit_bytes},
                    {"prefetch_wasted_bytes", st.prefetch_wasted_bytes}, {"evicted_bytes", st.evicted_bytes},
                    {"epoch", st.epoch}, {"items", st.items}, {"item_bytes", st.item_bytes},
-                   {"value", st.value}});
+                   {"value", st.value}, {"warming", st.warming}});
   }
   return j;
 }

@@ -85,6 +85,7 @@ struct StreamStats {
   uint64_t epoch = 0;     // random streams: epochs seen
   uint64_t items = 0, item_bytes = 0;  // files of the stream (its working set) and their size
   double value = 0;       // marginal byte hits / s / cached byte at the last allocation
+  bool warming = false;   // a directory warm-up holds free space for it (POLICIES.md)
 };
 
 struct EngineStats {
