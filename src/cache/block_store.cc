@@ -70,6 +70,8 @@ size_t HeaderMemBytes(const UnitHeader& h) { return sizeof(UnitHeader) + h.etag.
 // quarter of RLIMIT_NOFILE (`igtcache mount` raises its soft limit to the
 // hard one at start-up).
 constexpr size_t kMaxOpenUnitFiles = 4096;
+// Access-state records built per hold of the store's lock (WriteAccessState).
+constexpr size_t kFlushChunk = 1024;
 
 // An open unit file; closed when the last holder lets go (an evicted
 // unit's file is closed once the reads using it are done).
@@ -306,9 +308,13 @@ class DiskBlockStore final : public BlockStore {
   }
   // Persists dirty access state if the flush interval has passed (or `force`).
   void FlushAccessState(bool force = true);
-  // Moves due dirty access state into `batch`; true if it did. Requires mu_.
-  bool CollectDirtyLocked(rocksdb::WriteBatch& batch, bool force);
-  void WriteAccessState(rocksdb::WriteBatch& batch);
+  // Takes the dirty ids into `ids` if a flush is due (or `force`); true if
+  // it did. Requires mu_.
+  bool TakeDirtyLocked(std::unordered_set<std::string>& ids, bool force);
+  // Persists the access state of `ids`, taking mu_ for kFlushChunk of them
+  // at a time: tens of thousands of units touched since the last flush held
+  // every hit and insert back for the whole batch. Not under mu_.
+  void WriteAccessState(const std::unordered_set<std::string>& ids);
   // Writes the unit file (temp file + rename) and returns it open for reading.
   Result<std::shared_ptr<OpenUnitFile>> WriteUnit(const std::string& id, std::string_view header,
                                                   std::string_view data);
@@ -440,28 +446,36 @@ void DiskBlockStore::Remove(const UnitKey& key) {
   DeleteDetached(v, /*count_as_eviction=*/false);
 }
 
-bool DiskBlockStore::CollectDirtyLocked(rocksdb::WriteBatch& batch, bool force) {
+bool DiskBlockStore::TakeDirtyLocked(std::unordered_set<std::string>& ids, bool force) {
   const uint64_t now = hooks_.now_us();
   if (dirty_.empty() || (!force && now - last_flush_us_ < hooks_.access_flush_interval_us)) return false;
   last_flush_us_ = now;
-  for (const auto& id : dirty_) {
-    auto it = index_.find(id);
-    if (it != index_.end()) batch.Put(std::string(kUnitKeyPrefix) + id, EncodeUnitRecord(RecordOf(id, it->second)));
-  }
-  dirty_.clear();
+  ids.clear();
+  ids.swap(dirty_);
   return true;
 }
 
 void DiskBlockStore::FlushAccessState(bool force) {
-  rocksdb::WriteBatch batch;
+  std::unordered_set<std::string> ids;
   {
     std::lock_guard lk(mu_);
-    if (!CollectDirtyLocked(batch, force)) return;
+    if (!TakeDirtyLocked(ids, force)) return;
   }
-  WriteAccessState(batch);
+  WriteAccessState(ids);
 }
 
-void DiskBlockStore::WriteAccessState(rocksdb::WriteBatch& batch) {
+void DiskBlockStore::WriteAccessState(const std::unordered_set<std::string>& ids) {
+  rocksdb::WriteBatch batch;
+  std::vector<std::pair<const std::string*, UnitRecord>> recs;
+  for (auto it = ids.begin(); it != ids.end();) {
+    recs.clear();
+    {
+      std::lock_guard lk(mu_);
+      for (size_t n = 0; n < kFlushChunk && it != ids.end(); ++n, ++it)
+        if (auto e = index_.find(*it); e != index_.end()) recs.emplace_back(&*it, RecordOf(*it, e->second));
+    }
+    for (const auto& [id, rec] : recs) batch.Put(std::string(kUnitKeyPrefix) + *id, EncodeUnitRecord(rec));
+  }
   // Outside mu_: if a unit is evicted meanwhile, this may re-write its record
   // after the delete; the next start-up drops a record without a file.
   auto s = DbWrite([&] { return db_->Write(rocksdb::WriteOptions(), &batch); });
@@ -536,7 +550,7 @@ std::optional<size_t> DiskBlockStore::Read(const UnitKey& key, uint64_t offset, 
     }
     return std::nullopt;
   }
-  rocksdb::WriteBatch batch;
+  std::unordered_set<std::string> flush_ids;
   bool flush = false;
   {
     std::lock_guard lk(mu_);
@@ -546,9 +560,9 @@ std::optional<size_t> DiskBlockStore::Read(const UnitKey& key, uint64_t offset, 
       if (new_header) KeepHeaderLocked(it->second, std::move(header));
       if (new_file) KeepOpenLocked(id, it->second, std::move(file), /*read=*/true);
     }
-    flush = CollectDirtyLocked(batch, /*force=*/false);
+    flush = TakeDirtyLocked(flush_ids, /*force=*/false);
   }
-  if (flush) WriteAccessState(batch);
+  if (flush) WriteAccessState(flush_ids);
   return *n;
 }
 

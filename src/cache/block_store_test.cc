@@ -521,6 +521,28 @@ TEST_CASE("access state is persisted lazily, a crash loses recency, never units"
   }
 }
 
+TEST_CASE("the access state of thousands of units is persisted in chunks, all of it", "[block_store]") {
+  Fixture f;
+  constexpr int kN = 2500;  // over two chunks of the flush (kFlushChunk = 1024)
+  f.opts.max_bytes = kN * Disk(Key(0), 100);
+  {
+    auto s = f.Open();
+    for (int i = 0; i < kN; ++i) REQUIRE(s->Put(Key(i), DataOf(Key(i), 100)).ok());
+    char b[10];
+    for (int i = kN - 1; i >= 0; --i) REQUIRE(s->Read(Key(i), 0, 10, b));  // Key(kN - 1) now least recent
+  }  // closing flushes the access state
+  auto s = f.Open();
+  REQUIRE(s->unit_count() == kN);
+  // Evicted in access order: a unit whose access state was lost would go
+  // first (its insert time is older than every read).
+  for (int j = 0; j < 5; ++j) {
+    REQUIRE(s->Put(Key(10000 + j), DataOf(Key(10000 + j), 100)).ok());
+    CHECK_FALSE(s->Contains(Key(kN - 1 - j)));
+  }
+  CHECK(s->unit_count() == kN);
+  CHECK(s->Contains(Key(0)));
+}
+
 TEST_CASE("start-up reconciles index and files", "[block_store]") {
   Fixture f;
   std::string stray_unit, stray_tmp;
