@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <iostream>
 #include <cmath>
 #include <numeric>
@@ -1076,6 +1077,35 @@ TEST_CASE("listing cache: two directories read in turn are converted once each",
   }
   CHECK(c.conversions() == before + 2);
   CHECK(c.kept() == 2);
+}
+
+}  // namespace
+}  // namespace igt::engine
+
+namespace igt::engine {
+namespace {
+
+TEST_CASE("bench: one eviction with many streams", "[.bench]") {
+  // Directories of 20 one-unit files read at random: a stream each. The
+  // cache is full; each new file's insert evicts one unit (PickVictim).
+  for (int n_dirs : {10, 100, 1000, 5000}) {
+    Harness h("igt", uint64_t(n_dirs) * 10);
+    std::mt19937 rng(1);
+    auto file = [&](int d, int i) { return "d" + std::to_string(d) + "/f" + std::to_string(i); };
+    for (int r = 0; r < n_dirs * 40; ++r) {
+      const int d = int(rng() % n_dirs);
+      h.Read(file(d, int(rng() % 20)), 0, 1, false);
+    }
+    const int kReads = 20000;
+    const auto a = std::chrono::steady_clock::now();
+    for (int r = 0; r < kReads; ++r) {
+      const int d = int(rng() % n_dirs);
+      h.Read(file(d, int(rng() % 20)), 0, 1, false);
+    }
+    const double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - a).count() / kReads;
+    std::printf("| %d streams | %.0f ns per read (tree, engine, eviction) | %zu streams reported |\n", n_dirs, ns,
+                h.engine->Stats().streams.size());
+  }
 }
 
 }  // namespace

@@ -223,8 +223,14 @@ Result<std::unique_ptr<PolicyEngine>> PolicyEngine::Create(EngineOptions opts, s
   return e;
 }
 
+void PolicyEngine::NoteQuotas() {
+  has_quota_ = false;
+  for (const auto& o : opts_.policy_file.overrides) has_quota_ |= o.quota_bytes > 0;
+}
+
 Status PolicyEngine::Init() {
   if (opts_.unit_bytes == 0) return Status::InvalidArgument("unit size must be > 0");
+  NoteQuotas();
   const std::string& p = opts_.policy;
   if (p == "igt") {
     if (!tree_) return Status::InvalidArgument("policy igt needs an access stream tree");
@@ -1123,10 +1129,11 @@ std::optional<std::string> PolicyEngine::PickVictim(uint64_t now_us) {
   now_us_ = std::max(now_us_, now_us);
   if (!mode_igt_) return groups_["*"]->module->PickVictim();
   MaybeAllocate(now_us_);
-  // 1. A prefix over its quota gives first.
+  // 1. A prefix over its quota gives first (no walk without quotas).
   Group* best = nullptr;
   uint64_t worst_over = 0;
   for (auto& [k, g] : groups_) {
+    if (!has_quota_) break;
     if (g->units == 0 || !g->ov || g->ov->quota_bytes == 0) continue;
     if (g->bytes > g->ov->quota_bytes && g->bytes - g->ov->quota_bytes > worst_over) {
       worst_over = g->bytes - g->ov->quota_bytes;
@@ -1179,6 +1186,7 @@ Status PolicyEngine::SetPolicyFile(PolicyFile pf) {
   }
   const PolicyFile old = std::move(opts_.policy_file);  // old overrides stay valid in the loop
   opts_.policy_file = std::move(pf);
+  NoteQuotas();
   prefetch_ = std::move(pre);
   for (auto& [key, g] : groups_) {
     if (g->window) continue;  // its own module (fifo), not the file's

@@ -198,7 +198,8 @@ class PolicyEngine {
   // Uncached bytes of the other streams warming up (warming_) over
   // directories beside g's (the same parent): space promised to them.
   uint64_t WarmPromised(const Group* g) const;
-  void StopWarm(Group* g);  // no longer holds space (done, idle or dropped)
+  void StopWarm(Group* g);
+  void NoteQuotas();  // no longer holds space (done, idle or dropped)
   uint64_t SubUnitBytesOf(const FileRec& f) const;
   uint64_t FreeBytes() const;                 // capacity not taken by cached units (data bytes, estimated)
   uint64_t UnitsOf(uint64_t size) const;      // units a file of `size` bytes spans
@@ -238,6 +239,7 @@ class PolicyEngine {
   uint64_t last_alloc_us_ = 0;
   uint64_t allocations_ = 0, switches_ = 0, reloads_ = 0;
   Group* victim_group_ = nullptr;  // current giver of space (hysteresis)
+  bool has_quota_ = false;  // an override sets a quota (NoteQuotas, at Init and reload)
   std::vector<const Group*> idle_groups_;  // Idle at the last Allocate (IdleBytes)
   std::vector<Group*> warming_;            // warm-ups under way (Warm)
 };
