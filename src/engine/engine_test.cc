@@ -550,14 +550,22 @@ overrides:
   CHECK(h.ratio() == 1.0);
 }
 
+// A stream's cached bytes or items; 0 when there is no such stream.
+uint64_t StreamCachedBytes(Harness& h, const std::string& key) {
+  for (const auto& st : h.engine->Stats().streams)
+    if (st.key == key) return st.cached_bytes;
+  return 0;
+}
+uint64_t StreamItems(Harness& h, const std::string& key) {
+  for (const auto& st : h.engine->Stats().streams)
+    if (st.key == key) return st.items;
+  return 0;
+}
+
 TEST_CASE("an override added by a reload takes the units cached already under its prefix", "[engine][reload]") {
   Harness h("igt", 50);
   for (int i = 0; i < 40; ++i) h.Read("data/hot/f" + std::to_string(i), 0, 1, false);
-  auto stream_bytes = [&](const std::string& key) {
-    for (const auto& st : h.engine->Stats().streams)
-      if (st.key == key) return st.cached_bytes;
-    return uint64_t(0);
-  };
+  auto stream_bytes = [&](const std::string& key) { return StreamCachedBytes(h, key); };
   CHECK(stream_bytes("data/") == 0);
   auto pf = ParsePolicyFile("profile: training\noverrides:\n  - {prefix: \"data/\", pin: true}\n", "t.yaml");
   REQUIRE(pf.has_value());
@@ -581,20 +589,13 @@ TEST_CASE("a reload whose new override stream lists thousands of files moves eve
   auto pf = ParsePolicyFile("profile: training\noverrides:\n  - {prefix: \"data/\", pin: true}\n", "t.yaml");
   REQUIRE(pf.has_value());
   REQUIRE(h.engine->SetPolicyFile(*pf).ok());
-  uint64_t in_data = 0;
-  for (const auto& st : h.engine->Stats().streams)
-    if (st.key == "data/") in_data = st.cached_bytes;
-  CHECK(in_data == 40 * kUnit);
+  CHECK(StreamCachedBytes(h, "data/") == 40 * kUnit);
 }
 
 TEST_CASE("files leaving a stream leave its items: counts stay exact through removals and compaction", "[engine][reload]") {
   Harness h("igt", 500);
   for (int i = 0; i < 200; ++i) h.Read("data/hot/f" + std::to_string(i), 0, 1, false);
-  auto items = [&](const std::string& key) {
-    for (const auto& st : h.engine->Stats().streams)
-      if (st.key == key) return st.items;
-    return uint64_t(0);
-  };
+  auto items = [&](const std::string& key) { return StreamItems(h, key); };
   auto all_items = [&] {
     uint64_t n = 0;
     for (const auto& st : h.engine->Stats().streams) n += st.items;
