@@ -1132,12 +1132,13 @@ std::optional<std::string> PolicyEngine::PickVictim(uint64_t now_us) {
   // 1. A prefix over its quota gives first (no walk without quotas).
   Group* best = nullptr;
   uint64_t worst_over = 0;
-  for (auto& [k, g] : groups_) {
-    if (!has_quota_) break;
-    if (g->units == 0 || !g->ov || g->ov->quota_bytes == 0) continue;
-    if (g->bytes > g->ov->quota_bytes && g->bytes - g->ov->quota_bytes > worst_over) {
-      worst_over = g->bytes - g->ov->quota_bytes;
-      best = g.get();
+  if (has_quota_) {
+    for (auto& [k, g] : groups_) {
+      if (g->units == 0 || !g->ov || g->ov->quota_bytes == 0) continue;
+      if (g->bytes > g->ov->quota_bytes && g->bytes - g->ov->quota_bytes > worst_over) {
+        worst_over = g->bytes - g->ov->quota_bytes;
+        best = g.get();
+      }
     }
   }
   if (!best) {

@@ -198,8 +198,8 @@ class PolicyEngine {
   // Uncached bytes of the other streams warming up (warming_) over
   // directories beside g's (the same parent): space promised to them.
   uint64_t WarmPromised(const Group* g) const;
-  void StopWarm(Group* g);
-  void NoteQuotas();  // no longer holds space (done, idle or dropped)
+  void StopWarm(Group* g);  // no longer holds space (done, idle or dropped)
+  void NoteQuotas();        // has_quota_ from the policy file
   uint64_t SubUnitBytesOf(const FileRec& f) const;
   uint64_t FreeBytes() const;                 // capacity not taken by cached units (data bytes, estimated)
   uint64_t UnitsOf(uint64_t size) const;      // units a file of `size` bytes spans

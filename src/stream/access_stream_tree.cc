@@ -52,14 +52,6 @@ struct StreamState {
   bool ever_labelled = false;
   uint64_t cut_samples = 0;  // `samples` at the last change point (RunTestLocked)
   DetectResult shown;  // the test behind `label` (latest test while never labelled)
-  // Skewed: the Zipf exponent fitted to `shown`, once per test (a fit is
-  // ~25 bisection steps over harmonic sums: tens of microseconds, too much
-  // for every Find on a read path).
-  double shown_zipf_s = 0;
-  void Show(const DetectResult& r) {
-    shown = r;
-    shown_zipf_s = r.label == Label::kSkewed ? FitZipfByCollisions(r.collision_prob, r.n_children) : 0.0;
-  }
 
   const RingEntry& oldest(size_t i) const {  // i-th oldest valid entry
     const size_t sz = ring.size();
@@ -548,7 +540,10 @@ void AccessStreamTree::RunTestLocked(Node* n, uint64_t now_us) {
     pids[i] = e.pid;
   }
   DetectInput in;
-  in.fit_zipf = false;  // fitted only for a skewed result that is shown (StreamState::Show)
+  // The Zipf exponent of a skewed result is fitted here, once per test (~25
+  // bisection steps over harmonic sums: tens of microseconds), not by every
+  // Find on the read path.
+  in.fit_zipf = true;
   std::shared_lock<std::shared_mutex> dir_lk;
   if (n->dir) {
     dir_lk = std::shared_lock(n->dir->mu);
@@ -590,10 +585,10 @@ void AccessStreamTree::RunTestLocked(Node* n, uint64_t now_us) {
   s.last_test_us = now_us;
   // Hysteresis (see StreamConfig::hysteresis_tests).
   if (r.label == s.label) {
-    s.Show(r);
+    s.shown = r;
     s.pending_votes = 0;
   } else if (!s.ever_labelled) {
-    s.Show(r);
+    s.shown = r;
     if (r.label != Label::kUnknown) {
       s.label = r.label;
       s.ever_labelled = true;
@@ -607,7 +602,7 @@ void AccessStreamTree::RunTestLocked(Node* n, uint64_t now_us) {
     }
     if (s.pending_votes >= cfg_.hysteresis_tests) {
       s.label = r.label;
-      s.Show(r);
+      s.shown = r;
       s.pending_votes = 0;
     }
   }
@@ -722,7 +717,7 @@ StreamInfo AccessStreamTree::InfoLocked(const Node* n, std::string path) const {
     i.samples = s->samples;
     i.statistic = s->shown.statistic;
     i.p_value = s->shown.p_value;
-    i.zipf_s = s->label == Label::kSkewed ? s->shown_zipf_s : 0.0;
+    i.zipf_s = s->label == Label::kSkewed ? s->shown.zipf_s : 0.0;
     i.test = s->shown.test;
     i.window_samples = s->count;
   }

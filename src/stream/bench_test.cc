@@ -247,7 +247,7 @@ TEST_CASE("bench: cost of Record, of one re-test, and memory per node", "[.bench
       REQUIRE(r.label != Label::kSequential);
       v.push_back(std::max(0.0, std::chrono::duration<double, std::nano>(b - a).count() - overhead));
     }
-    std::printf("| Detect() alone, same window, fit_zipf = false (as the tree calls it) | %.0f ns | %.0f ns | "
+    std::printf("| Detect() alone, same window, without the Zipf fit (the tree fits skewed results only, once per test) | %.0f ns | %.0f ns | "
                 "20000 calls |\n", Percentile(v, 0.5), Percentile(v, 0.99));
   }
   {
