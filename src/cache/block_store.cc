@@ -36,6 +36,7 @@
 #include <mutex>
 #include <random>
 #include <set>
+#include <thread>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
@@ -72,6 +73,26 @@ size_t HeaderMemBytes(const UnitHeader& h) { return sizeof(UnitHeader) + h.etag.
 constexpr size_t kMaxOpenUnitFiles = 4096;
 // Access-state records built per hold of the store's lock (WriteAccessState).
 constexpr size_t kFlushChunk = 1024;
+// Threads that check unit headers and list unit files at start-up. The work
+// is one small random read per unit on a cold disk: a million units took 71 s
+// on one thread (scripts/bench_restart.sh, docs/BENCHMARKS.md).
+constexpr unsigned kStartupIoThreads = 16;
+
+// Runs fn(i) for every i in [0, n) on up to `threads` threads.
+template <class Fn>
+void ParallelFor(size_t n, unsigned threads, const Fn& fn) {
+  constexpr size_t kBatch = 64;
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t b; (b = next.fetch_add(kBatch)) < n;)
+      for (size_t i = b; i < std::min(n, b + kBatch); ++i) fn(i);
+  };
+  std::vector<std::thread> pool;
+  const size_t extra = std::min<size_t>(threads, (n + kBatch - 1) / kBatch);
+  for (size_t t = 1; t < extra; ++t) pool.emplace_back(work);
+  work();
+  for (auto& t : pool) t.join();
+}
 
 // An open unit file; closed when the last holder lets go (an evicted
 // unit's file is closed once the reads using it are done).
@@ -744,40 +765,26 @@ Status DiskBlockStore::Put(const UnitKey& key, std::string_view data, bool prefe
 }
 
 Status DiskBlockStore::Reconcile() {
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  auto secs = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); };
   struct Survivor {
     std::string id;
     UnitRecord rec;
-    uint64_t disk_bytes;
+    uint64_t disk_bytes = 0;
+    bool good = false;
   };
   std::vector<Survivor> survivors;
-  std::unordered_set<std::string> kept_paths;
   rocksdb::WriteBatch drop;
   size_t dropped = 0;
   {
     std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
     for (it->Seek(kUnitKeyPrefix); it->Valid() && it->key().starts_with(kUnitKeyPrefix); it->Next()) {
-      const std::string id = it->key().ToString().substr(kUnitKeyPrefix.size());
+      std::string id = it->key().ToString().substr(kUnitKeyPrefix.size());
       auto rec = DecodeUnitRecord(std::string_view(it->value().data(), it->value().size()));
-      bool good = rec && id.size() == 32 && UnitId(rec->key) == id && rec->rel_path == UnitRelPath(id);
-      uint64_t disk = 0;
-      if (good) {
-        // Header check only: the data is verified chunk by chunk on read.
-        const std::string path = PathOf(id);
-        int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-        good = fd >= 0;
-        if (good) {
-          struct stat st {};
-          auto h = ReadUnitHeader(fd);
-          good = h && CheckUnitHeaderMatches(*h, rec->key).ok() && h->data_len == rec->data_len &&
-                 ::fstat(fd, &st) == 0 && uint64_t(st.st_size) == h->header_len + h->data_len;
-          if (good) disk = UnitDiskBytes(h->header_len, h->data_len);
-          ::close(fd);
-          if (!good) ::unlink(path.c_str());
-        }
-      }
-      if (good) {
-        kept_paths.insert(rec->rel_path);
-        survivors.push_back({id, std::move(*rec), disk});
+      if (rec && id.size() == 32 && UnitId(rec->key) == id && rec->rel_path == UnitRelPath(id)) {
+        std::string().swap(rec->rel_path);  // checked; PathOf(id) rebuilds it
+        survivors.push_back({std::move(id), std::move(*rec)});
       } else {
         drop.Delete(it->key());
         ++dropped;
@@ -785,46 +792,108 @@ Status DiskBlockStore::Reconcile() {
     }
     if (auto s = FromRocks(it->status(), fmt::format("reading cache index {}/index", opts_.dir)); !s.ok()) return s;
   }
+  // Header check only: the data is verified chunk by chunk on read. One
+  // small read per unit, so on several threads.
+  ParallelFor(survivors.size(), kStartupIoThreads, [&](size_t i) {
+    Survivor& sv = survivors[i];
+    const std::string path = PathOf(sv.id);
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    struct stat st {};
+    auto h = ReadUnitHeader(fd);
+    sv.good = h && CheckUnitHeaderMatches(*h, sv.rec.key).ok() && h->data_len == sv.rec.data_len &&
+              ::fstat(fd, &st) == 0 && uint64_t(st.st_size) == h->header_len + h->data_len;
+    if (sv.good) sv.disk_bytes = UnitDiskBytes(h->header_len, h->data_len);
+    ::close(fd);
+    if (!sv.good) ::unlink(path.c_str());
+  });
+  std::erase_if(survivors, [&](const Survivor& sv) {
+    if (!sv.good) {
+      drop.Delete(std::string(kUnitKeyPrefix) + sv.id);
+      ++dropped;
+    }
+    return !sv.good;
+  });
   if (dropped > 0) {
     spdlog::warn("igtcache: dropped {} cache index entries without a valid unit file in {}", dropped, opts_.dir);
     if (auto s = FromRocks(db_->Write(rocksdb::WriteOptions(), &drop), "cache index: drop"); !s.ok()) return s;
   }
 
-  // Delete unit files nobody indexes (including files in the wrong place).
-  size_t strays = 0;
-  std::error_code ec;
-  const std::filesystem::path units = opts_.dir + "/units";
-  for (auto it = std::filesystem::recursive_directory_iterator(units, ec);
-       !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
-    if (it->is_directory()) continue;
-    const std::string rel = "units/" + std::filesystem::relative(it->path(), units).string();
-    if (!kept_paths.contains(rel)) {
-      std::error_code rec;
-      std::filesystem::remove(it->path(), rec);
-      ++strays;
+  const auto t1 = Clock::now();
+  // Delete unit files nobody indexes, or in the wrong place: a kept file is
+  // units/ab/cd/<id> with <id> a survivor starting "abcd". (`kept` views
+  // the survivors' ids: it must not outlive this block's order of them.)
+  std::atomic<size_t> strays{0};
+  {
+    std::unordered_set<std::string_view> kept;
+    kept.reserve(survivors.size());
+    for (const auto& sv : survivors) kept.insert(sv.id);
+    const std::filesystem::path units = opts_.dir + "/units";
+    std::vector<std::filesystem::path> tops;  // units/ab, listed on several threads
+    std::error_code ec;
+    for (auto it = std::filesystem::directory_iterator(units, ec);
+         !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
+      std::error_code tec;
+      if (it->is_directory(tec)) {
+        tops.push_back(it->path());
+      } else {
+        std::filesystem::remove(it->path(), tec);
+        ++strays;
+      }
     }
+    if (ec) return Status::IoError(fmt::format("cannot list {}: {}", units.string(), ec.message()));
+    std::vector<std::string> list_errors(tops.size());
+    ParallelFor(tops.size(), kStartupIoThreads, [&](size_t i) {
+      const std::string ab = tops[i].filename().string();
+      std::error_code lec;
+      for (auto it = std::filesystem::recursive_directory_iterator(tops[i], lec);
+           !lec && it != std::filesystem::recursive_directory_iterator(); it.increment(lec)) {
+        std::error_code tec;
+        if (it->is_directory(tec)) continue;
+        const std::string name = it->path().filename().string();
+        const std::string cd = it->path().parent_path().filename().string();
+        const bool ok = it.depth() == 1 && name.size() == 32 && name.compare(0, 2, ab) == 0 &&
+                        name.compare(2, 2, cd) == 0 && kept.contains(name);
+        if (!ok) {
+          std::filesystem::remove(it->path(), tec);
+          ++strays;
+        }
+      }
+      if (lec) list_errors[i] = fmt::format("cannot list {}: {}", tops[i].string(), lec.message());
+    });
+    for (const auto& e : list_errors)
+      if (!e.empty()) return Status::IoError(e);
   }
-  if (ec) return Status::IoError(fmt::format("cannot list {}: {}", units.string(), ec.message()));
-  if (strays > 0) spdlog::info("igtcache: deleted {} unindexed unit files in {}", strays, opts_.dir);
+  if (strays > 0) spdlog::info("igtcache: deleted {} unindexed unit files in {}", strays.load(), opts_.dir);
 
+  const auto t2 = Clock::now();
   // Oldest first, so the policy sees them in access order (O(1) inserts).
-  std::stable_sort(survivors.begin(), survivors.end(),
-                   [](const Survivor& a, const Survivor& b) { return a.rec.last_access_us < b.rec.last_access_us; });
+  // An order of indices: sorting the records themselves took a second copy
+  // of them (stable_sort's buffer), ~200 MB at a million units.
+  std::vector<std::pair<uint64_t, uint32_t>> order;  // (last access, survivor)
+  order.reserve(survivors.size());
+  for (size_t i = 0; i < survivors.size(); ++i) order.emplace_back(survivors[i].rec.last_access_us, uint32_t(i));
+  std::sort(order.begin(), order.end());
   std::vector<Victim> victims;
   {
     std::lock_guard lk(mu_);
-    for (auto& s : survivors) {
+    index_.reserve(survivors.size());
+    for (auto [_, i] : order) {
+      Survivor& s = survivors[i];
       policy_->OnInsertUnit(s.id, s.rec.data_len, std::max<uint64_t>(1, s.rec.last_access_us),
                             UnitMeta{.object = s.rec.key.object, .unit_index = s.rec.key.index,
                                      .disk_bytes = s.disk_bytes, .etag = s.rec.key.etag});
       used_bytes_ += s.disk_bytes;
-      index_[s.id] = Entry{std::move(s.rec.key), s.rec.data_len, s.disk_bytes, s.rec.last_access_us,
-                           s.rec.access_count, next_gen_++};
+      index_[std::move(s.id)] = Entry{std::move(s.rec.key), s.rec.data_len, s.disk_bytes, s.rec.last_access_us,
+                                      s.rec.access_count, next_gen_++};
     }
     // A smaller max_bytes than last time: evict down now.
     EvictLocked([&](uint64_t) { return used_bytes_ <= opts_.max_bytes; }, victims);
   }
   DeleteDetached(victims, /*count_as_eviction=*/true);
+  const auto t3 = Clock::now();
+  spdlog::info("igtcache: cache {}: {} units checked in {:.1f} s, unit files listed in {:.1f} s, loaded in {:.1f} s",
+               opts_.dir, survivors.size(), secs(t0, t1), secs(t1, t2), secs(t2, t3));
   return Status::Ok();
 }
 

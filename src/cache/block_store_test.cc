@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -560,6 +561,14 @@ TEST_CASE("start-up reconciles index and files", "[block_store]") {
   std::ofstream(stray_tmp) << "partial";
   const std::string misplaced = f.opts.dir + "/units/zz-not-a-unit";
   std::ofstream(misplaced) << "?";
+  // A kept unit's name in the wrong fan-out directory, and a file too deep.
+  const std::string id3 = UnitId(Key(3));
+  const std::string wrong_dir = f.opts.dir + "/units/" + (id3[0] == '0' ? "11" : "00") + "/" + id3.substr(2, 2) + "/" + id3;
+  fs::create_directories(fs::path(wrong_dir).parent_path());
+  fs::copy_file(f.UnitPath(Key(3)), wrong_dir);
+  const std::string too_deep = fs::path(f.UnitPath(Key(3))).parent_path().string() + "/sub/" + id3;
+  fs::create_directories(fs::path(too_deep).parent_path());
+  fs::copy_file(f.UnitPath(Key(3)), too_deep);
 
   auto s = f.Open();
   CHECK(s->unit_count() == 1);
@@ -574,8 +583,43 @@ TEST_CASE("start-up reconciles index and files", "[block_store]") {
   CHECK_FALSE(fs::exists(stray_unit));
   CHECK_FALSE(fs::exists(stray_tmp));
   CHECK_FALSE(fs::exists(misplaced));
+  CHECK_FALSE(fs::exists(wrong_dir));
+  CHECK_FALSE(fs::exists(too_deep));
+  CHECK(fs::exists(f.UnitPath(Key(3))));
   CHECK(ReadAll(*s, Key(3), 5000) == DataOf(Key(3), 5000));
   CHECK(f.metrics.cache_corruptions == 0);  // start-up drops are not reads
+}
+
+// Start-up checks units on several threads in batches: every unit of many
+// batches is checked, each damaged one dropped, each good one kept.
+TEST_CASE("start-up checks every unit of a large cache", "[block_store]") {
+  Fixture f;
+  constexpr int kUnits = 1500;
+  {
+    auto s = f.Open();
+    for (int i = 0; i < kUnits; ++i) REQUIRE(s->Put(Key(i), DataOf(Key(i), 700)).ok());
+  }
+  std::set<int> damaged;
+  for (int i = 3; i < kUnits; i += 97) {
+    damaged.insert(i);
+    if (i % 2)
+      fs::resize_file(f.UnitPath(Key(i)), 10);
+    else
+      fs::remove(f.UnitPath(Key(i)));
+  }
+  auto s = f.Open();
+  CHECK(s->unit_count() == kUnits - damaged.size());
+  uint64_t want_bytes = 0;
+  for (int i = 0; i < kUnits; ++i)
+    if (!damaged.count(i)) want_bytes += Disk(Key(i), 700);
+  CHECK(s->used_bytes() == want_bytes);
+  for (int i = 0; i < kUnits; ++i) {
+    INFO("unit " << i);
+    CHECK(s->Contains(Key(i)) == !damaged.count(i));
+    CHECK(fs::exists(f.UnitPath(Key(i))) == !damaged.count(i));
+  }
+  CHECK(ReadAll(*s, Key(kUnits - 1), 700) == DataOf(Key(kUnits - 1), 700));
+  CHECK(f.metrics.cache_corruptions == 0);
 }
 
 TEST_CASE("max_bytes is enforced by evicting LRU victims", "[block_store]") {
