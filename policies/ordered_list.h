@@ -29,19 +29,19 @@ class OrderedUnitList {
   // `stamp` means "now": after every unit tracked so far.
   void Insert(const std::string& id, uint64_t bytes, uint64_t stamp) {
     Erase(id);
+    auto m = map_.try_emplace(id).first;
     if (stamp == 0 || list_.empty() || stamp >= list_.back().stamp) {
       if (stamp == 0) stamp = max_stamp_;
       max_stamp_ = std::max(max_stamp_, stamp);
-      list_.push_back(Node{id, bytes, stamp});
-      map_.emplace(id, std::prev(list_.end()));
+      list_.push_back(Node{&m->first, bytes, stamp});
+      m->second = std::prev(list_.end());
       return;
     }
     // Out of order: find the first node with a larger stamp (ties keep
     // arrival order) and insert before it.
     auto it = list_.begin();
     while (it != list_.end() && it->stamp <= stamp) ++it;
-    auto pos = list_.insert(it, Node{id, bytes, stamp});
-    map_.emplace(id, pos);
+    m->second = list_.insert(it, Node{&m->first, bytes, stamp});
   }
 
   // Moves `id` to the back (most recently used); no-op if unknown.
@@ -61,14 +61,14 @@ class OrderedUnitList {
 
   std::optional<std::string> Front() const {
     if (list_.empty()) return std::nullopt;
-    return list_.front().id;
+    return *list_.front().id;
   }
 
   size_t size() const { return map_.size(); }
 
  private:
   struct Node {
-    std::string id;
+    const std::string* id;  // the key in map_ (stable): one copy of each id
     uint64_t bytes;
     uint64_t stamp;  // persisted last-access time (us) or max_stamp_ at insert
   };

@@ -133,7 +133,7 @@ def run_mount(s: harness.Session, label: str, binary: str, src: Path, orders: li
 
 
 def render(n: int, size: int, cache_size: str, base: dict, runs: list[dict], when: str, head: str) -> str:
-    title = "Many small files" if cache_size == "8G" else f"Many small files, cache {cache_size}"
+    title = f"Many small files ({n:,})" + ("" if cache_size == "8G" else f", cache {cache_size}")
     L = [f"## {title} (`scripts/bench_small_files.sh`)", ""]
     L.append(f"Produced by `scripts/bench_small_files.sh --files {n} --size {size} --cache-size {cache_size} ...` on {when} "
              f"(checkout `{head}`). "
