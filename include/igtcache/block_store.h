@@ -107,4 +107,12 @@ class BlockStore {
   virtual void DeleteMeta(std::string_view key) = 0;
 };
 
+// A unit's index means bytes [index*unit_size, ...): a cache filled with
+// one unit size would serve wrong bytes under another. The size is recorded
+// (meta record "c/unit_size_bytes") on first use. InvalidArgument if the
+// store records another size; Corruption if it holds units but no readable
+// record (a lost or unreadable record must not be taken for a fresh cache);
+// the write's error if recording fails.
+Status CheckUnitSize(BlockStore& store, uint64_t unit_size_bytes);
+
 }  // namespace igt

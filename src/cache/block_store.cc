@@ -1013,4 +1013,19 @@ Result<std::unique_ptr<BlockStore>> BlockStore::Open(const BlockStoreOptions& op
   return cache::OpenDiskBlockStore(opts, metrics, {});
 }
 
+Status CheckUnitSize(BlockStore& store, uint64_t unit_size_bytes) {
+  constexpr std::string_view kKey = "c/unit_size_bytes";
+  const std::string unit = std::to_string(unit_size_bytes);
+  auto have = store.GetMeta(kKey);
+  if (have && *have == unit) return Status::Ok();
+  if (have) {
+    return Status::InvalidArgument(fmt::format("holds units of {} bytes", *have));
+  }
+  if (store.unit_count() > 0) {
+    return Status::Corruption(fmt::format("holds {} units but no readable record of their unit size",
+                                          store.unit_count()));
+  }
+  return store.PutMeta(kKey, unit);
+}
+
 }  // namespace igt

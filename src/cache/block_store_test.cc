@@ -622,6 +622,33 @@ TEST_CASE("start-up checks every unit of a large cache", "[block_store]") {
   CHECK(f.metrics.cache_corruptions == 0);
 }
 
+// The unit size is recorded on first use and checked on every later one; a
+// cache holding units without a record (lost or unreadable) is refused, not
+// taken for a fresh one whose size could be recorded anew.
+TEST_CASE("the unit size a cache holds is recorded, checked, and never guessed", "[block_store]") {
+  Fixture f;
+  {
+    auto s = f.Open();
+    REQUIRE(CheckUnitSize(*s, 1 << 20).ok());
+    REQUIRE(s->Put(Key(1), DataOf(Key(1), 300)).ok());
+  }
+  {
+    auto s = f.Open();
+    CHECK(CheckUnitSize(*s, 1 << 20).ok());
+    auto other = CheckUnitSize(*s, 2 << 20);
+    CHECK(other.code() == Code::kInvalidArgument);
+    CHECK_THAT(other.message(), Catch::Contains("1048576"));
+    s->DeleteMeta("c/unit_size_bytes");  // as if the record were lost
+    auto lost = CheckUnitSize(*s, 2 << 20);
+    CHECK(lost.code() == Code::kCorruption);
+    CHECK_THAT(lost.message(), Catch::Contains("1 units"));
+    CHECK_FALSE(s->GetMeta("c/unit_size_bytes").has_value());  // nothing recorded
+    s->Remove(Key(1));
+    CHECK(CheckUnitSize(*s, 2 << 20).ok());  // empty: a fresh cache
+    CHECK(s->GetMeta("c/unit_size_bytes") == std::to_string(2 << 20));
+  }
+}
+
 TEST_CASE("max_bytes is enforced by evicting LRU victims", "[block_store]") {
   Fixture f;
   f.opts.max_bytes = 4 * Disk(Key(0), 10000);  // 4 units of 10000 bytes (3 blocks each)

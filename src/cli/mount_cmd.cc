@@ -41,10 +41,6 @@
 namespace igt {
 namespace {
 
-// Meta record (BlockStore::PutMeta) of the unit size a cache dir holds.
-// Listings use "l/..." (src/fs/namespace.cc).
-constexpr std::string_view kUnitSizeMetaKey = "c/unit_size_bytes";
-
 // SIGHUP: reload the policy file (policy.file) without touching the cache.
 // The handler only raises this flag; the maintenance thread does the work.
 std::atomic<bool> g_reload_policy{false};
@@ -266,27 +262,21 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
                  : fmt::format("cache dir '{}': {}", cfg.cache.dir, m));
     return kExitError;
   }
-  // A unit's index means bytes [index*unit, ...): a cache dir filled with
-  // one unit size would serve wrong bytes under another. Record the size on
-  // first use and refuse a different one.
-  {
-    const std::string unit = std::to_string(cfg.cache.unit_size_bytes);
-    auto have = (*store)->GetMeta(kUnitSizeMetaKey);
-    if (have && *have != unit) {
-      rep.Fail(fmt::format("config key 'cache.unit_size_bytes': {} bytes, but cache dir '{}' holds units of {} "
-                           "bytes; use another cache.dir (or delete that one) to change the unit size",
-                           unit, cfg.cache.dir, *have));
-      return kExitUsage;
+  // The unit size the cache dir's units were cut with (recorded on first use).
+  if (auto s = CheckUnitSize(**store, cfg.cache.unit_size_bytes); !s.ok()) {
+    const bool other_size = s.code() == Code::kInvalidArgument;
+    if (other_size) {
+      rep.Fail(fmt::format("config key 'cache.unit_size_bytes' is {} bytes, but cache dir '{}' {}; use another "
+                           "cache.dir (or delete that one) to change the unit size",
+                           cfg.cache.unit_size_bytes, cfg.cache.dir, s.message()));
+    } else if (s.code() == Code::kCorruption) {
+      rep.Fail(fmt::format("cache dir '{}' {}; its units cannot be read safely: delete that cache dir (or use "
+                           "another cache.dir)", cfg.cache.dir, s.message()));
+    } else {
+      rep.Fail(fmt::format("cache dir '{}': cannot record the unit size in its index: {}", cfg.cache.dir,
+                           s.message()));
     }
-    // Not recorded, units could be cached under no size, and a later mount
-    // with another size would serve them at wrong offsets: refuse instead.
-    if (!have) {
-      if (auto s = (*store)->PutMeta(kUnitSizeMetaKey, unit); !s.ok()) {
-        rep.Fail(fmt::format("cache dir '{}': cannot record the unit size in its index: {}", cfg.cache.dir,
-                             s.message()));
-        return kExitError;
-      }
-    }
+    return other_size ? kExitUsage : kExitError;
   }
   if (auto s = SetUpLogging(cfg, foreground, cfg.cache.dir); !s.ok()) {
     rep.Fail(s.message());
