@@ -23,6 +23,11 @@ namespace {
 
 class KeepPolicy final : public EvictionPolicy {
  public:
+  KeepPolicy() = default;
+  // The lists point at map_'s keys: a copy would point at another map's.
+  KeepPolicy(const KeepPolicy&) = delete;
+  KeepPolicy& operator=(const KeepPolicy&) = delete;
+
   std::string_view name() const override { return "keep"; }
   void OnInsert(const std::string& id, uint64_t bytes, uint64_t last_access_us) override {
     Put(id, /*read=*/true);
@@ -72,8 +77,12 @@ class KeepPolicy final : public EvictionPolicy {
     OnRemove(id);
     auto& l = read ? read_ : unread_;
     auto it = map_.try_emplace(id).first;
-    l.push_back(&it->first);
-    it->second = {read, std::prev(l.end())};
+    try {
+      it->second = {read, l.insert(l.end(), &it->first)};
+    } catch (...) {
+      map_.erase(it);  // no entry without its node
+      throw;
+    }
   }
   List read_;    // back = newest = first victim
   List unread_;  // back = newest

@@ -25,23 +25,32 @@ namespace igt::policies {
 
 class OrderedUnitList {
  public:
+  OrderedUnitList() = default;
+  // The list points at map_'s keys: a copy would point at another map's.
+  OrderedUnitList(const OrderedUnitList&) = delete;
+  OrderedUnitList& operator=(const OrderedUnitList&) = delete;
+
   // Inserts `id` (or re-inserts it, replacing size and position). A zero
   // `stamp` means "now": after every unit tracked so far.
   void Insert(const std::string& id, uint64_t bytes, uint64_t stamp) {
     Erase(id);
     auto m = map_.try_emplace(id).first;
-    if (stamp == 0 || list_.empty() || stamp >= list_.back().stamp) {
-      if (stamp == 0) stamp = max_stamp_;
-      max_stamp_ = std::max(max_stamp_, stamp);
-      list_.push_back(Node{&m->first, bytes, stamp});
-      m->second = std::prev(list_.end());
-      return;
+    try {
+      if (stamp == 0 || list_.empty() || stamp >= list_.back().stamp) {
+        if (stamp == 0) stamp = max_stamp_;
+        max_stamp_ = std::max(max_stamp_, stamp);
+        m->second = list_.insert(list_.end(), Node{&m->first, bytes, stamp});
+        return;
+      }
+      // Out of order: find the first node with a larger stamp (ties keep
+      // arrival order) and insert before it.
+      auto it = list_.begin();
+      while (it != list_.end() && it->stamp <= stamp) ++it;
+      m->second = list_.insert(it, Node{&m->first, bytes, stamp});
+    } catch (...) {
+      map_.erase(m);  // no entry without its node
+      throw;
     }
-    // Out of order: find the first node with a larger stamp (ties keep
-    // arrival order) and insert before it.
-    auto it = list_.begin();
-    while (it != list_.end() && it->stamp <= stamp) ++it;
-    m->second = list_.insert(it, Node{&m->first, bytes, stamp});
   }
 
   // Moves `id` to the back (most recently used); no-op if unknown.

@@ -103,7 +103,11 @@ class BlockStore {
   // Small metadata records (directory listings, attributes) kept in the same
   // RocksDB under their own key space, so a remount starts warm.
   virtual Status PutMeta(std::string_view key, std::string_view value) = 0;
+  // nullopt when absent, or when it cannot be read (logged once).
   virtual std::optional<std::string> GetMeta(std::string_view key) = 0;
+  // The same, telling the two apart: nullopt when absent, an error when it
+  // cannot be read.
+  virtual Result<std::optional<std::string>> LookupMeta(std::string_view key) = 0;
   virtual void DeleteMeta(std::string_view key) = 0;
 };
 
@@ -112,7 +116,7 @@ class BlockStore {
 // (meta record "c/unit_size_bytes") on first use. InvalidArgument if the
 // store records another size; Corruption if it holds units but no readable
 // record (a lost or unreadable record must not be taken for a fresh cache);
-// the write's error if recording fails.
+// the read's or the write's error if reading or recording fails.
 Status CheckUnitSize(BlockStore& store, uint64_t unit_size_bytes);
 
 }  // namespace igt

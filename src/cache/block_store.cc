@@ -78,7 +78,9 @@ constexpr size_t kFlushChunk = 1024;
 // on one thread (scripts/bench_restart.sh, docs/BENCHMARKS.md).
 constexpr unsigned kStartupIoThreads = 16;
 
-// Runs fn(i) for every i in [0, n) on up to `threads` threads.
+// Runs fn(i) for every i in [0, n) on up to `threads` threads. If a thread
+// cannot be started, the ones running (and the caller) do its share. `fn`
+// must not throw.
 template <class Fn>
 void ParallelFor(size_t n, unsigned threads, const Fn& fn) {
   constexpr size_t kBatch = 64;
@@ -88,10 +90,19 @@ void ParallelFor(size_t n, unsigned threads, const Fn& fn) {
       for (size_t i = b; i < std::min(n, b + kBatch); ++i) fn(i);
   };
   std::vector<std::thread> pool;
+  struct Join {
+    std::vector<std::thread>& pool;
+    ~Join() {
+      for (auto& t : pool) t.join();
+    }
+  } join{pool};
   const size_t extra = std::min<size_t>(threads, (n + kBatch - 1) / kBatch);
-  for (size_t t = 1; t < extra; ++t) pool.emplace_back(work);
+  try {
+    for (size_t t = 1; t < extra; ++t) pool.emplace_back(work);
+  } catch (const std::system_error&) {
+    // EAGAIN under a thread limit: fewer threads.
+  }
   work();
-  for (auto& t : pool) t.join();
 }
 
 // An open unit file; closed when the last holder lets go (an evicted
@@ -233,12 +244,18 @@ class DiskBlockStore final : public BlockStore {
                      fmt::format("cache index {}/index: put meta", opts_.dir));
   }
   std::optional<std::string> GetMeta(std::string_view key) override {
+    auto v = LookupMeta(key);
+    if (v) return *v;
+    WarnOnce("meta-get", v.error().message());
+    return std::nullopt;
+  }
+  Result<std::optional<std::string>> LookupMeta(std::string_view key) override {
     const std::string k = std::string(kMetaKeyPrefix) + std::string(key);
     std::string v;
     auto s = db_->Get(rocksdb::ReadOptions(), k, &v);
-    if (s.ok()) return v;
-    if (!s.IsNotFound()) WarnOnce("meta-get", fmt::format("cache index {}/index: get meta: {}", opts_.dir, s.ToString()));
-    return std::nullopt;
+    if (s.ok()) return std::optional<std::string>(std::move(v));
+    if (s.IsNotFound()) return std::optional<std::string>();
+    return Err(FromRocks(s, fmt::format("cache index {}/index: get meta", opts_.dir)));
   }
   void DeleteMeta(std::string_view key) override {
     const std::string k = std::string(kMetaKeyPrefix) + std::string(key);
@@ -794,19 +811,34 @@ Status DiskBlockStore::Reconcile() {
   }
   // Header check only: the data is verified chunk by chunk on read. One
   // small read per unit, so on several threads.
+  // A unit whose file is gone, or whose header or size is wrong, is dropped.
+  // Any other failure to open a unit file (EACCES, EMFILE, ...) fails the
+  // start-up instead: it says nothing about the unit, and dropping it would
+  // also delete its file below.
+  std::vector<int> open_errno(survivors.size(), 0);
   ParallelFor(survivors.size(), kStartupIoThreads, [&](size_t i) {
     Survivor& sv = survivors[i];
     const std::string path = PathOf(sv.id);
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return;
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) {
+      if (errno != ENOENT && errno != ELOOP) open_errno[i] = errno;
+      return;
+    }
     struct stat st {};
     auto h = ReadUnitHeader(fd);
     sv.good = h && CheckUnitHeaderMatches(*h, sv.rec.key).ok() && h->data_len == sv.rec.data_len &&
-              ::fstat(fd, &st) == 0 && uint64_t(st.st_size) == h->header_len + h->data_len;
+              ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && uint64_t(st.st_size) == h->header_len + h->data_len;
     if (sv.good) sv.disk_bytes = UnitDiskBytes(h->header_len, h->data_len);
     ::close(fd);
     if (!sv.good) ::unlink(path.c_str());
   });
+  for (size_t i = 0; i < survivors.size(); ++i) {
+    if (open_errno[i] != 0) {
+      return Status(CodeForErrno(open_errno[i]), fmt::format("cannot open cache unit {}: {}", PathOf(survivors[i].id),
+                                                             ErrnoText(open_errno[i])));
+    }
+  }
+  const size_t checked = survivors.size() + dropped;  // records read
   std::erase_if(survivors, [&](const Survivor& sv) {
     if (!sv.good) {
       drop.Delete(std::string(kUnitKeyPrefix) + sv.id);
@@ -834,7 +866,8 @@ Status DiskBlockStore::Reconcile() {
     for (auto it = std::filesystem::directory_iterator(units, ec);
          !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
       std::error_code tec;
-      if (it->is_directory(tec)) {
+      // A symlink is a stray: the link is removed, never what it points to.
+      if (!it->is_symlink(tec) && it->is_directory(tec)) {
         tops.push_back(it->path());
       } else {
         std::filesystem::remove(it->path(), tec);
@@ -849,10 +882,10 @@ Status DiskBlockStore::Reconcile() {
       for (auto it = std::filesystem::recursive_directory_iterator(tops[i], lec);
            !lec && it != std::filesystem::recursive_directory_iterator(); it.increment(lec)) {
         std::error_code tec;
-        if (it->is_directory(tec)) continue;
+        if (!it->is_symlink(tec) && it->is_directory(tec)) continue;  // not followed into if a symlink
         const std::string name = it->path().filename().string();
         const std::string cd = it->path().parent_path().filename().string();
-        const bool ok = it.depth() == 1 && name.size() == 32 && name.compare(0, 2, ab) == 0 &&
+        const bool ok = it.depth() == 1 && !it->is_symlink(tec) && name.size() == 32 && name.compare(0, 2, ab) == 0 &&
                         name.compare(2, 2, cd) == 0 && kept.contains(name);
         if (!ok) {
           std::filesystem::remove(it->path(), tec);
@@ -892,8 +925,9 @@ Status DiskBlockStore::Reconcile() {
   }
   DeleteDetached(victims, /*count_as_eviction=*/true);
   const auto t3 = Clock::now();
-  spdlog::info("igtcache: cache {}: {} units checked in {:.1f} s, unit files listed in {:.1f} s, loaded in {:.1f} s",
-               opts_.dir, survivors.size(), secs(t0, t1), secs(t1, t2), secs(t2, t3));
+  spdlog::info("igtcache: cache {}: {} units checked in {:.1f} s ({} kept), unit files listed in {:.1f} s, loaded in "
+               "{:.1f} s ({} evicted to fit the limit)",
+               opts_.dir, checked, secs(t0, t1), survivors.size(), secs(t1, t2), secs(t2, t3), victims.size());
   return Status::Ok();
 }
 
@@ -1016,16 +1050,24 @@ Result<std::unique_ptr<BlockStore>> BlockStore::Open(const BlockStoreOptions& op
 Status CheckUnitSize(BlockStore& store, uint64_t unit_size_bytes) {
   constexpr std::string_view kKey = "c/unit_size_bytes";
   const std::string unit = std::to_string(unit_size_bytes);
-  auto have = store.GetMeta(kKey);
+  auto read = store.LookupMeta(kKey);
+  if (!read) {
+    return Status(read.error().code(), fmt::format("cannot read the unit size recorded in its index: {}",
+                                                   read.error().message()));
+  }
+  const std::optional<std::string>& have = *read;
   if (have && *have == unit) return Status::Ok();
   if (have) {
     return Status::InvalidArgument(fmt::format("holds units of {} bytes", *have));
   }
   if (store.unit_count() > 0) {
-    return Status::Corruption(fmt::format("holds {} units but no readable record of their unit size",
-                                          store.unit_count()));
+    return Status::Corruption(fmt::format("it holds {} units but no record of their unit size, so they cannot be "
+                                          "read safely", store.unit_count()));
   }
-  return store.PutMeta(kKey, unit);
+  if (auto s = store.PutMeta(kKey, unit); !s.ok()) {
+    return Status(s.code(), fmt::format("cannot record the unit size in its index: {}", s.message()));
+  }
+  return Status::Ok();
 }
 
 }  // namespace igt

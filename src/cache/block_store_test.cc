@@ -569,6 +569,20 @@ TEST_CASE("start-up reconciles index and files", "[block_store]") {
   const std::string too_deep = fs::path(f.UnitPath(Key(3))).parent_path().string() + "/sub/" + id3;
   fs::create_directories(fs::path(too_deep).parent_path());
   fs::copy_file(f.UnitPath(Key(3)), too_deep);
+  const std::string wrong_cd = f.opts.dir + "/units/" + id3.substr(0, 2) + "/" + (id3[2] == '0' ? "11" : "00") + "/" + id3;
+  fs::create_directories(fs::path(wrong_cd).parent_path());
+  fs::copy_file(f.UnitPath(Key(3)), wrong_cd);
+  const std::string too_shallow = f.opts.dir + "/units/" + id3.substr(0, 2) + "/" + id3;
+  fs::copy_file(f.UnitPath(Key(3)), too_shallow);
+  // Symlinks in units/ are strays: the links go, never what they point to.
+  const std::string outside = f.opts.dir + "-outside";
+  fs::create_directories(outside + "/sub");
+  std::ofstream(outside + "/keep.txt") << "not the cache's";
+  std::ofstream(outside + "/sub/" + id3) << "not the cache's either";
+  const std::string top_link = f.opts.dir + "/units/zz";
+  fs::create_directory_symlink(outside, top_link);
+  const std::string inner_link = fs::path(f.UnitPath(Key(3))).parent_path().string() + "/link";
+  fs::create_directory_symlink(outside, inner_link);
 
   auto s = f.Open();
   CHECK(s->unit_count() == 1);
@@ -585,6 +599,13 @@ TEST_CASE("start-up reconciles index and files", "[block_store]") {
   CHECK_FALSE(fs::exists(misplaced));
   CHECK_FALSE(fs::exists(wrong_dir));
   CHECK_FALSE(fs::exists(too_deep));
+  CHECK_FALSE(fs::exists(wrong_cd));
+  CHECK_FALSE(fs::exists(too_shallow));
+  CHECK_FALSE(fs::is_symlink(top_link));
+  CHECK_FALSE(fs::is_symlink(inner_link));
+  CHECK(fs::exists(outside + "/keep.txt"));
+  CHECK(fs::exists(outside + "/sub/" + id3));
+  fs::remove_all(outside);
   CHECK(fs::exists(f.UnitPath(Key(3))));
   CHECK(ReadAll(*s, Key(3), 5000) == DataOf(Key(3), 5000));
   CHECK(f.metrics.cache_corruptions == 0);  // start-up drops are not reads

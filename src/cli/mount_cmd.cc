@@ -264,19 +264,15 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
   }
   // The unit size the cache dir's units were cut with (recorded on first use).
   if (auto s = CheckUnitSize(**store, cfg.cache.unit_size_bytes); !s.ok()) {
-    const bool other_size = s.code() == Code::kInvalidArgument;
-    if (other_size) {
+    if (s.code() == Code::kInvalidArgument) {
       rep.Fail(fmt::format("config key 'cache.unit_size_bytes' is {} bytes, but cache dir '{}' {}; use another "
                            "cache.dir (or delete that one) to change the unit size",
                            cfg.cache.unit_size_bytes, cfg.cache.dir, s.message()));
-    } else if (s.code() == Code::kCorruption) {
-      rep.Fail(fmt::format("cache dir '{}' {}; its units cannot be read safely: delete that cache dir (or use "
-                           "another cache.dir)", cfg.cache.dir, s.message()));
-    } else {
-      rep.Fail(fmt::format("cache dir '{}': cannot record the unit size in its index: {}", cfg.cache.dir,
-                           s.message()));
+      return kExitUsage;
     }
-    return other_size ? kExitUsage : kExitError;
+    rep.Fail(fmt::format("cache dir '{}': {}{}", cfg.cache.dir, s.message(),
+                         s.code() == Code::kCorruption ? "; delete that cache dir (or use another cache.dir)" : ""));
+    return kExitError;
   }
   if (auto s = SetUpLogging(cfg, foreground, cfg.cache.dir); !s.ok()) {
     rep.Fail(s.message());

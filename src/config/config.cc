@@ -77,7 +77,9 @@ const std::vector<Key>& Schema() {
        nullptr, SET_RATIO(cache.min_free_ratio)},
       {"cache.unit_size_bytes", Type::kSize, "1M",
        "Cache unit: large objects are cached in blocks of this size; smaller objects whole. "
-       "Larger units mean fewer requests, more read amplification for random access.",
+       "Larger units mean fewer requests, more read amplification for random access. A cache dir records "
+       "the size on first use; a mount with another size, or over units with no record of their size, is "
+       "refused (units cut with one size would serve wrong bytes under another).",
        nullptr, SET_SIZE(cache.unit_size_bytes)},
       {"cache.sub_unit_bytes", Type::kSize, "64K",
        "Policy engine `igt` only: a miss in a file whose reads are labelled random or skewed "
