@@ -73,10 +73,11 @@ size_t HeaderMemBytes(const UnitHeader& h) { return sizeof(UnitHeader) + h.etag.
 constexpr size_t kMaxOpenUnitFiles = 4096;
 // Access-state records built per hold of the store's lock (WriteAccessState).
 constexpr size_t kFlushChunk = 1024;
-// Threads that check unit headers and list unit files at start-up. The work
-// is one small random read per unit on a cold disk: a million units took 71 s
-// on one thread (scripts/bench_restart.sh, docs/BENCHMARKS.md).
-constexpr unsigned kStartupIoThreads = 16;
+// Threads for disk work over many unit files at once: the start-up's header
+// checks and listing, and a large batch of unlinks. One small random I/O per
+// unit on a cold disk: a million header checks took 71 s on one thread
+// (docs/BENCHMARKS.md, "Many small files (1,000,000), restart").
+constexpr unsigned kIoThreads = 16;
 
 // Runs fn(i) for every i in [0, n) on up to `threads` threads. If a thread
 // cannot be started, the ones running (and the caller) do its share. `fn`
@@ -438,12 +439,18 @@ class DiskBlockStore final : public BlockStore {
 
 void DiskBlockStore::DeleteDetached(const std::vector<Victim>& victims, bool count_as_eviction) {
   if (victims.empty()) return;
+  // Many victims (a start-up over a smaller limit evicts all the excess at
+  // once: 98k unlinks took 7.4 s on one thread) are unlinked on several
+  // threads; up to 64 on this one.
+  ParallelFor(victims.size(), kIoThreads, [&](size_t i) {
+    const std::string path = PathOf(victims[i].id);
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+      const int err = errno;
+      WarnOnce("unlink", fmt::format("igtcache: cannot delete cache unit {}: {}", path, ErrnoText(err)));
+    }
+  });
   rocksdb::WriteBatch batch;
   for (const auto& v : victims) {
-    const std::string path = PathOf(v.id);
-    if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
-      WarnOnce("unlink", fmt::format("igtcache: cannot delete cache unit {}: {}", path, ErrnoText(errno)));
-    }
     batch.Delete(std::string(kUnitKeyPrefix) + v.id);
     if (count_as_eviction) {
       Add(metrics_->evictions);
@@ -816,7 +823,7 @@ Status DiskBlockStore::Reconcile() {
   // start-up instead: it says nothing about the unit, and dropping it would
   // also delete its file below.
   std::vector<int> open_errno(survivors.size(), 0);
-  ParallelFor(survivors.size(), kStartupIoThreads, [&](size_t i) {
+  ParallelFor(survivors.size(), kIoThreads, [&](size_t i) {
     Survivor& sv = survivors[i];
     const std::string path = PathOf(sv.id);
     int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
@@ -876,7 +883,7 @@ Status DiskBlockStore::Reconcile() {
     }
     if (ec) return Status::IoError(fmt::format("cannot list {}: {}", units.string(), ec.message()));
     std::vector<std::string> list_errors(tops.size());
-    ParallelFor(tops.size(), kStartupIoThreads, [&](size_t i) {
+    ParallelFor(tops.size(), kIoThreads, [&](size_t i) {
       const std::string ab = tops[i].filename().string();
       std::error_code lec;
       for (auto it = std::filesystem::recursive_directory_iterator(tops[i], lec);

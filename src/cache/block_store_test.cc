@@ -751,6 +751,29 @@ TEST_CASE("a smaller max_bytes at open evicts down", "[block_store]") {
   for (int i = 7; i < 10; ++i) CHECK(s->Contains(Key(i)));
 }
 
+// Many victims at once are unlinked on several threads: every evicted unit's
+// file and record go, every kept one stays (and survives another restart).
+TEST_CASE("a much smaller max_bytes at open evicts hundreds of units, files and records", "[block_store]") {
+  Fixture f;
+  constexpr int kUnits = 700;
+  {
+    auto s = f.Open();
+    for (int i = 0; i < kUnits; ++i) REQUIRE(s->Put(Key(i), DataOf(Key(i), 1000)).ok());
+  }
+  f.opts.max_bytes = 20 * Disk(Key(0), 1000);
+  for (int round = 0; round < 2; ++round) {
+    auto s = f.Open();
+    CHECK(s->unit_count() == 20);
+    CHECK(f.metrics.evictions == kUnits - 20);  // all in the first round
+    for (int i = 0; i < kUnits; ++i) {
+      INFO("unit " << i << ", round " << round);
+      CHECK(s->Contains(Key(i)) == (i >= kUnits - 20));
+      CHECK(fs::exists(f.UnitPath(Key(i))) == (i >= kUnits - 20));
+    }
+  }
+  CHECK(ReadAll(*f.Open(), Key(kUnits - 1), 1000) == DataOf(Key(kUnits - 1), 1000));
+}
+
 TEST_CASE("min_free_ratio keeps free space on the volume", "[block_store]") {
   Fixture f;
   SECTION("fake volume: evicts to keep the ratio") {
