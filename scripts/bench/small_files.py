@@ -138,7 +138,9 @@ def render(n: int, size: int, cache_size: str, base: dict, runs: list[dict], whe
            restart_size: str | None) -> str:
     title = f"Many small files ({n:,})" + ("" if cache_size == "8G" else f", cache {cache_size}")
     L = [f"## {title} (`scripts/bench_small_files.sh`)", ""]
-    L.append(f"Produced by `scripts/bench_small_files.sh --files {n} --size {size} --cache-size {cache_size} ...` on {when} "
+    flags = (" --restart" + (f" --restart-cache-size {restart_size}" if restart_size else "")
+             if any("remount_s" in r for r in runs) else "")
+    L.append(f"Produced by `scripts/bench_small_files.sh --files {n} --size {size} --cache-size {cache_size}{flags} ...` on {when} "
              f"(checkout `{head}`). "
              f"Machine: {os.cpu_count()} CPUs ({cpu_model()}); a shared machine, single runs: noisy.")
     L.append("")
