@@ -816,10 +816,10 @@ Status DiskBlockStore::Reconcile() {
     }
     if (auto s = FromRocks(it->status(), fmt::format("reading cache index {}/index", opts_.dir)); !s.ok()) return s;
   }
-  // Header check only: the data is verified chunk by chunk on read. One
-  // small read per unit, so on several threads.
-  // A unit whose file is gone, or whose header or size is wrong, is dropped.
-  // Any other failure to open a unit file (EACCES, EMFILE, ...) fails the
+  // Header check only (the data is verified chunk by chunk on read): one
+  // small read per unit, so on several threads. A unit whose file is gone,
+  // is not a regular file, or has a wrong header or size is dropped. Any
+  // other failure to open a unit file (EACCES, EMFILE, ...) fails the
   // start-up instead: it says nothing about the unit, and dropping it would
   // also delete its file below.
   std::vector<int> open_errno(survivors.size(), 0);
