@@ -138,8 +138,8 @@ def render(n: int, size: int, cache_size: str, base: dict, runs: list[dict], whe
            restart_size: str | None) -> str:
     title = f"Many small files ({n:,})" + ("" if cache_size == "8G" else f", cache {cache_size}")
     L = [f"## {title} (`scripts/bench_small_files.sh`)", ""]
-    flags = (" --restart" + (f" --restart-cache-size {restart_size}" if restart_size else "")
-             if any("remount_s" in r for r in runs) else "")
+    restarted = all("remount_s" in r for r in runs)
+    flags = (" --restart" + (f" --restart-cache-size {restart_size}" if restart_size else "")) if restarted else ""
     L.append(f"Produced by `scripts/bench_small_files.sh --files {n} --size {size} --cache-size {cache_size}{flags} ...` on {when} "
              f"(checkout `{head}`). "
              f"Machine: {os.cpu_count()} CPUs ({cpu_model()}); a shared machine, single runs: noisy.")
@@ -161,7 +161,7 @@ def render(n: int, size: int, cache_size: str, base: dict, runs: list[dict], whe
                  f"{r['rss_start'] / 1024:.0f} / {r['rss_listed'] / 1024:.0f} / {r['rss_ep1'] / 1024:.0f} / "
                  f"{r['rss_ep2'] / 1024:.0f} | {per_file:.0f} B |")
     L.append("")
-    if all("remount_s" in r for r in runs):
+    if restarted:
         smaller = (f" with `--cache-size {restart_size}`, so start-up first evicts what does not fit"
                    if restart_size and restart_size != cache_size else "")
         L.append("Restart (`--restart`): each run's cache dir, now holding every file, is mounted again with the page "

@@ -874,7 +874,7 @@ Status DiskBlockStore::Reconcile() {
          !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
       std::error_code tec;
       // A symlink is a stray: the link is removed, never what it points to.
-      if (!it->is_symlink(tec) && it->is_directory(tec)) {
+      if (it->symlink_status(tec).type() == std::filesystem::file_type::directory) {
         tops.push_back(it->path());
       } else {
         std::filesystem::remove(it->path(), tec);
@@ -889,11 +889,12 @@ Status DiskBlockStore::Reconcile() {
       for (auto it = std::filesystem::recursive_directory_iterator(tops[i], lec);
            !lec && it != std::filesystem::recursive_directory_iterator(); it.increment(lec)) {
         std::error_code tec;
-        if (!it->is_symlink(tec) && it->is_directory(tec)) continue;  // not followed into if a symlink
+        const auto type = it->symlink_status(tec).type();  // a symlink is never followed
+        if (type == std::filesystem::file_type::directory) continue;
         const std::string name = it->path().filename().string();
         const std::string cd = it->path().parent_path().filename().string();
-        const bool ok = it.depth() == 1 && !it->is_symlink(tec) && name.size() == 32 && name.compare(0, 2, ab) == 0 &&
-                        name.compare(2, 2, cd) == 0 && kept.contains(name);
+        const bool ok = it.depth() == 1 && type == std::filesystem::file_type::regular && name.size() == 32 &&
+                        name.compare(0, 2, ab) == 0 && name.compare(2, 2, cd) == 0 && kept.contains(name);
         if (!ok) {
           std::filesystem::remove(it->path(), tec);
           ++strays;
