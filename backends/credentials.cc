@@ -84,25 +84,34 @@ Result<Credentials> ParseCredentialsIni(std::string_view text, const std::string
 }
 
 Result<Credentials> ResolveCredentials(const std::string& profile_arg) {
-  // The environment comes first (both variables must be set), then the file.
-  std::string id = Env("AWS_ACCESS_KEY_ID"), secret = Env("AWS_SECRET_ACCESS_KEY");
-  if (!id.empty() && !secret.empty()) return Credentials{id, secret, Env("AWS_SESSION_TOKEN")};
+  // A profile named by the caller (--profile, backend.profile) is read from
+  // the file even when AWS_* keys are set, as the AWS CLI does: asking for a
+  // profile and silently signing with other keys would act under the wrong
+  // identity. Otherwise the environment comes first (both variables must be
+  // set), then the file ($AWS_PROFILE, else "default").
+  if (profile_arg.empty()) {
+    std::string id = Env("AWS_ACCESS_KEY_ID"), secret = Env("AWS_SECRET_ACCESS_KEY");
+    if (!id.empty() && !secret.empty()) return Credentials{id, secret, Env("AWS_SESSION_TOKEN")};
+  }
   std::string profile = profile_arg;
   if (profile.empty()) profile = Env("AWS_PROFILE");
   if (profile.empty()) profile = "default";
+  // Ends in " and " (cut off where it ends a message).
+  const std::string why_not_env = profile_arg.empty()
+                                      ? "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY are not set and "
+                                      : "profile [" + profile_arg + "] was asked for (the AWS_* keys are not used) and ";
   std::string path = CredentialsPath();
   std::ifstream in(path);
   if (!in) {
     return Err(Status::NotFound(
-        "no AWS credentials: AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY are not set and "
-        "credentials file " + path + " cannot be read (profile [" + profile + "])"));
+        "no AWS credentials: " + why_not_env + "credentials file " + path + " cannot be read (profile [" +
+        profile + "])"));
   }
   std::stringstream ss;
   ss << in.rdbuf();
   auto c = ParseCredentialsIni(ss.str(), profile, path);
   if (!c) {
-    return Err(Status(c.error().code(),
-                      c.error().message() + "; AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY are not set"));
+    return Err(Status(c.error().code(), c.error().message() + "; " + why_not_env.substr(0, why_not_env.size() - 5)));
   }
   return c;
 }

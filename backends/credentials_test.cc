@@ -94,7 +94,21 @@ TEST_CASE("ResolveCredentials: environment first, then the file", "[credentials]
     CHECK(c->access_key == "AKIDENV");
     CHECK(c->secret_key == "secretenv");
     CHECK(c->session_token == "envtok");
-    CHECK(igt::ResolveCredentials("work")->access_key == "AKIDENV");
+  }
+  SECTION("an explicit profile is read from the file even when the AWS_* keys are set") {
+    ScopedEnv id("AWS_ACCESS_KEY_ID", std::string("AKIDENV"));
+    ScopedEnv secret("AWS_SECRET_ACCESS_KEY", std::string("secretenv"));
+    auto c = igt::ResolveCredentials("work");
+    REQUIRE(c);
+    CHECK(c->access_key == "AKIDWORK");
+    CHECK(c->session_token == "tok123");
+    auto missing = igt::ResolveCredentials("nope");
+    REQUIRE(!missing);
+    CHECK_THAT(missing.error().message(), Catch::Contains("profile [nope] was asked for"));
+    CHECK_THAT(missing.error().message(), !Catch::Contains("secretenv"));
+    // $AWS_PROFILE is not an explicit choice: the keys still win over it.
+    ScopedEnv p("AWS_PROFILE", std::string("work"));
+    CHECK(igt::ResolveCredentials("")->access_key == "AKIDENV");
   }
   SECTION("file, default profile") {
     ScopedEnv id("AWS_ACCESS_KEY_ID", std::nullopt);
@@ -139,4 +153,18 @@ TEST_CASE("ResolveCredentials: environment first, then the file", "[credentials]
     CHECK_THAT(c.error().message(), Catch::Contains("AWS_ACCESS_KEY_ID"));
   }
   ::unlink(tmpl);
+}
+
+TEST_CASE("RegionFromEnv: $AWS_REGION, else $AWS_DEFAULT_REGION, else us-east-1", "[credentials]") {
+  ScopedEnv r("AWS_REGION", std::nullopt);
+  ScopedEnv d("AWS_DEFAULT_REGION", std::nullopt);
+  CHECK(igt::RegionFromEnv() == "us-east-1");
+  {
+    ScopedEnv d2("AWS_DEFAULT_REGION", std::string("ap-south-1"));
+    CHECK(igt::RegionFromEnv() == "ap-south-1");
+    ScopedEnv r2("AWS_REGION", std::string("eu-west-1"));
+    CHECK(igt::RegionFromEnv() == "eu-west-1");
+  }
+  ScopedEnv empty("AWS_REGION", std::string(""));
+  CHECK(igt::RegionFromEnv() == "us-east-1");
 }

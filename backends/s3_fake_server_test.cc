@@ -329,6 +329,16 @@ TEST_CASE("S3 fake: Stat and List", "[s3fake]") {
   CHECK(line == "GET /bkt?continuation-token=prev%20token&delimiter=%2F&encoding-type=url&"
                 "list-type=2&max-keys=5&prefix=pre%2Fd%2F HTTP/1.1");
 
+  // A server that hands back the token it was sent would be listed forever.
+  s.Push(FakeServer::Reply(200, {}, R"(<ListBucketResult><IsTruncated>true</IsTruncated>
+    <NextContinuationToken>same</NextContinuationToken></ListBucketResult>)"));
+  igt::ListRequest again;
+  again.continuation_token = "same";
+  auto loop = (*b)->List(again);
+  REQUIRE(!loop);
+  CHECK(loop.error().code() == Code::kCorruption);
+  CHECK_THAT(loop.error().message(), Catch::Contains("continuation token"));
+
   s.Push(FakeServer::Reply(200, {}, "<ListBucketResult><Contents>"));  // malformed, then fixed
   s.Push(FakeServer::Reply(200, {}, "<ListBucketResult><IsTruncated>false</IsTruncated></ListBucketResult>"));
   p = (*b)->List({});
@@ -433,4 +443,73 @@ TEST_CASE("S3 fake: an S3 error document with status 200 is retried, never data"
   CHECK(*n == 10);
   CHECK(std::string(buf, 10) == kTen);
   CHECK(m.backend_retries == 2);
+}
+
+TEST_CASE("S3 fake: expired credentials are read again once, and used if they changed", "[s3fake]") {
+  FakeServer s;
+  igt::Metrics m;
+  auto o = Opts(s, &m);
+  int reads = 0;
+  igt::Credentials next = {"AKIDNEW", "secret-new", "token-new"};
+  o.refresh_credentials = [&]() -> igt::Result<igt::Credentials> {
+    ++reads;
+    return next;
+  };
+  auto b = igt::MakeS3Backend(o);
+  REQUIRE(b);
+  char buf[10];
+  const std::string expired = "<Error><Code>ExpiredToken</Code><Message>The provided token has expired.</Message></Error>";
+
+  // Refused, read again, retried with the new ones: the read succeeds.
+  s.Push(FakeServer::Reply(400, {}, expired));
+  s.Push(FakeServer::Reply(206, kOkHeaders, kTen));
+  auto n = (*b)->Read("k", 0, 10, "e1", buf);
+  REQUIRE(n);
+  CHECK(*n == 10);
+  CHECK(reads == 1);
+  auto reqs = s.requests();
+  REQUIRE(reqs.size() == 2);
+  CHECK_THAT(Head(reqs[0], "authorization"), Catch::Contains("Credential=AKIDTEST/"));
+  CHECK_THAT(Head(reqs[1], "authorization"), Catch::Contains("Credential=AKIDNEW/"));
+  CHECK(Head(reqs[1], "x-amz-security-token") == "token-new");
+  CHECK(m.backend_retries == 0);
+
+  // Refused again, and reading them again gives the same ones: a clear
+  // error, one request, no loop.
+  s.Push(FakeServer::Reply(403, {}, "<Error><Code>InvalidAccessKeyId</Code><Message>no such key</Message></Error>"));
+  auto same = (*b)->Read("k", 0, 10, "e1", buf);
+  REQUIRE(!same);
+  CHECK(same.error().code() == Code::kPermissionDenied);
+  CHECK_THAT(same.error().message(), Catch::Contains("expired or were revoked"));
+  CHECK_THAT(same.error().message(), !Catch::Contains("secret-new"));
+  CHECK(reads == 2);
+  CHECK(s.requests().size() == 3);
+
+  // Reading them fails: the refusal is the error.
+  o.refresh_credentials = [&]() -> igt::Result<igt::Credentials> {
+    ++reads;
+    return igt::Err(igt::Status::NotFound("no AWS credentials: gone"));
+  };
+  auto b2 = igt::MakeS3Backend(o);
+  REQUIRE(b2);
+  s.Push(FakeServer::Reply(400, {}, expired));
+  auto fail = (*b2)->Read("k", 0, 10, "e1", buf);
+  REQUIRE(!fail);
+  CHECK(fail.error().code() == Code::kPermissionDenied);
+  CHECK(reads == 3);
+
+  // Other 4xx never read the credentials again.
+  s.Push(FakeServer::Reply(403, {}, "<Error><Code>AccessDenied</Code><Message>Access Denied</Message></Error>"));
+  CHECK((*b)->Read("k", 0, 10, "e1", buf).error().code() == Code::kPermissionDenied);
+  CHECK(reads == 3);
+
+  // A HEAD's 403 has no body to say why: the credentials are read again too.
+  next = {"AKIDTHIRD", "secret-third", ""};
+  s.Push("HTTP/1.1 403 Forbidden\r\nConnection: close\r\nContent-Length: 0\r\n\r\n");
+  s.Push("HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 10\r\nETag: \"e1\"\r\n\r\n");
+  auto st = (*b)->Stat("k");
+  REQUIRE(st);
+  CHECK(st->size == 10);
+  CHECK(reads == 4);
+  CHECK_THAT(Head(s.requests().back(), "authorization"), Catch::Contains("Credential=AKIDTHIRD/"));
 }

@@ -117,6 +117,11 @@ TEST_CASE("ResolveEndpoint: addressing styles", "[endpoint]") {
   o.endpoint = "http://[::1]:4568";
   CHECK(ResolveEndpoint(o)->path_style);
 
+  // A host name without a dot (a compose service) has no bucket subdomains.
+  o.endpoint = "http://minio:9000";
+  CHECK(ResolveEndpoint(o)->path_style);
+  CHECK(ResolveEndpoint(o)->host == "minio:9000");
+
   o.endpoint = "https://storage.example.com";
   CHECK(!ResolveEndpoint(o)->path_style);
   o.addressing = "path";

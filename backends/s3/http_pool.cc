@@ -171,6 +171,9 @@ HttpResponse HttpPool::Perform(const HttpRequest& req) {
 
   long stall_s = std::max(1, (opts_.request_timeout_ms + 999) / 1000);
   curl_easy_setopt(h, CURLOPT_URL, req.url.c_str());
+  // The path goes out as signed: curl would otherwise squash "/./" and
+  // "/../" segments of a key, and request (or sign) another one.
+  curl_easy_setopt(h, CURLOPT_PATH_AS_IS, 1L);
   curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
   curl_easy_setopt(h, CURLOPT_HTTP_VERSION, static_cast<long>(CURL_HTTP_VERSION_1_1));

@@ -103,6 +103,9 @@ Result<S3Endpoint> ResolveEndpoint(const S3Options& opts) {
   in_addr a4{};
   bool ip_or_local = hostname == "localhost" || (!hostname.empty() && hostname.front() == '[') ||
                      inet_pton(AF_INET, hostname.c_str(), &a4) == 1;
+  // A name without a dot (a compose service, a host-file alias) has no
+  // subdomains for virtual-hosted buckets.
+  const bool single_label = hostname.find('.') == std::string::npos;
   if (opts.addressing == "path") {
     ep.path_style = true;
   } else if (opts.addressing == "virtual") {
@@ -112,7 +115,7 @@ Result<S3Endpoint> ResolveEndpoint(const S3Options& opts) {
     }
     ep.path_style = false;
   } else if (opts.addressing == "auto" || opts.addressing.empty()) {
-    ep.path_style = ip_or_local || opts.bucket.find('.') != std::string::npos;
+    ep.path_style = ip_or_local || single_label || opts.bucket.find('.') != std::string::npos;
   } else {
     return Err(Status::InvalidArgument("addressing '" + opts.addressing +
                                        "' is not one of auto, path, virtual"));
@@ -162,11 +165,20 @@ Outcome ClassifyFailure(const HttpResponse& r, const S3Endpoint& ep, std::string
     return {Status::IoError("S3 " + std::string(what) + " failed at " + ep.endpoint + " (" + detail + ")"),
             true};
   }
+  // Temporary credentials that ran out, or keys since rotated away: the
+  // caller may read the credentials again (S3Options::refresh_credentials).
+  if (e.code == "ExpiredToken" || e.code == "InvalidToken" || e.code == "TokenRefreshRequired" ||
+      e.code == "InvalidAccessKeyId") {
+    return {Status::PermissionDenied("S3 refused the credentials for " + bucket + " at " + ep.endpoint + " (" +
+                                     detail + "): they expired or were revoked. A mount reads the credentials file again when this "
+                                     "happens; credentials from the environment need a new mount"),
+            false, true};
+  }
   if (s == 403) {
     return {Status::PermissionDenied("access denied to " + bucket + " at " + ep.endpoint + " for " +
                                      std::string(what) + " (" + detail +
                                      "); check the credentials and the bucket policy"),
-            false};
+            false, /*credentials_refused=*/e.code.empty()};  // a HEAD's 403 has no body to tell why
   }
   if (s == 404) {
     if (e.code == "NoSuchBucket") {
@@ -198,6 +210,7 @@ class S3Backend final : public Backend {
   S3Backend(S3Options opts, S3Endpoint ep, HttpPoolOptions pool_opts)
       : opts_(std::move(opts)), ep_(std::move(ep)), pool_(std::move(pool_opts)) {
     anonymous_ = opts_.no_sign_request || opts_.credentials.access_key.empty();
+    credentials_ = opts_.credentials;
   }
 
   Result<ListPage> List(const ListRequest& req) override {
@@ -220,6 +233,13 @@ class S3Backend final : public Backend {
     for (auto& p : r->prefixes) {
       if (!p.starts_with(opts_.prefix) || p.size() == opts_.prefix.size()) continue;
       page.prefixes.push_back(p.substr(opts_.prefix.size()));
+    }
+    // A server handing back the token it was given would have the caller
+    // list the same page forever.
+    if (!r->next_token.empty() && r->next_token == req.continuation_token) {
+      return Err(Status::Corruption("listing of " + Quote(full_prefix) + " at " + ep_.endpoint +
+                                    ": the server returned the continuation token it was sent (a listing that "
+                                    "would never end)"));
     }
     page.next_token = std::move(r->next_token);
     return page;
@@ -390,7 +410,8 @@ class S3Backend final : public Backend {
       in.headers = req.headers;
       in.region = opts_.region.empty() ? "us-east-1" : opts_.region;
       in.amz_date = FormatAmzDate(std::chrono::system_clock::now());
-      req.headers = SignRequest(in, opts_.credentials);
+      std::lock_guard lk(cred_mu_);
+      req.headers = SignRequest(in, credentials_);
     }
     req.headers.emplace_back("Host", ep_.host);
     return req;
@@ -419,11 +440,20 @@ class S3Backend final : public Backend {
   template <class F>
   Status WithRetries(F&& attempt) {
     const auto start = std::chrono::steady_clock::now();
+    bool refreshed = false;
     for (int n = 0;; ++n) {
       if (pool_.cancelled())
         return Status::Unavailable(std::string(HttpPool::kCancelledMessage) + " (S3 endpoint " + ep_.endpoint + ")");
+      const uint64_t gen = CredentialsGeneration();
       Outcome o = attempt();
       if (o.status.ok()) return Status::Ok();
+      if (o.credentials_refused && !refreshed && !anonymous_) {
+        refreshed = true;
+        if (RefreshCredentials(gen)) {
+          --n;  // not a retry of a failure of the backend
+          continue;
+        }
+      }
       bool give_up = !o.retry || n >= opts_.max_retries || pool_.cancelled();
       int64_t sleep_ms = 0;
       if (!give_up) {
@@ -450,6 +480,33 @@ class S3Backend final : public Backend {
     }
   }
 
+  uint64_t CredentialsGeneration() {
+    std::lock_guard lk(cred_mu_);
+    return cred_gen_;
+  }
+  // After S3 refused the credentials a request was signed with (generation
+  // `gen`): true if newer ones are in place, because another request
+  // already read them or because opts_.refresh_credentials gives new ones
+  // now. One reader at a time; the others then see the new generation.
+  bool RefreshCredentials(uint64_t gen) {
+    std::lock_guard lk(cred_mu_);
+    if (cred_gen_ != gen) return true;
+    if (!opts_.refresh_credentials) return false;
+    auto c = opts_.refresh_credentials();
+    if (!c) {
+      spdlog::warn("s3: credentials refused by {} and cannot be read again: {}", ep_.endpoint, c.error().message());
+      return false;
+    }
+    if (c->access_key == credentials_.access_key && c->secret_key == credentials_.secret_key &&
+        c->session_token == credentials_.session_token) {
+      return false;
+    }
+    credentials_ = std::move(*c);
+    ++cred_gen_;
+    spdlog::info("s3: credentials refused by {}; read them again and retrying with the new ones", ep_.endpoint);
+    return true;
+  }
+
   static int64_t Jitter(int64_t cap) {
     thread_local std::mt19937_64 rng{std::random_device{}()};
     return std::uniform_int_distribution<int64_t>(0, cap)(rng);
@@ -458,6 +515,9 @@ class S3Backend final : public Backend {
   const S3Options opts_;
   const S3Endpoint ep_;
   bool anonymous_ = false;
+  std::mutex cred_mu_;        // guards credentials_, cred_gen_
+  Credentials credentials_;   // what requests are signed with (RefreshCredentials)
+  uint64_t cred_gen_ = 0;
   HttpPool pool_;
   std::mutex cancel_mu_;  // only for the wait between retries
   std::condition_variable cancel_cv_;
@@ -467,6 +527,12 @@ class S3Backend final : public Backend {
 }  // namespace igt::s3
 
 namespace igt {
+
+std::string RegionFromEnv() {
+  for (const char* name : {"AWS_REGION", "AWS_DEFAULT_REGION"})
+    if (const char* v = std::getenv(name); v && *v) return v;
+  return "us-east-1";
+}
 
 Result<std::unique_ptr<Backend>> MakeS3Backend(const S3Options& in) {
   S3Options opts = in;

@@ -28,8 +28,10 @@ struct S3Endpoint {
 };
 
 // Endpoint "" -> https://s3.<region>.amazonaws.com. Addressing "auto" picks
-// path-style for IP-literal or "localhost" hosts and for buckets with dots
-// (TLS wildcard certificates do not cover them), else virtual-hosted.
+// path-style for IP-literal hosts and host names without a dot ("localhost",
+// a compose service such as "minio": "bucket.minio" would not resolve) and
+// for buckets with dots (TLS wildcard certificates do not cover them), else
+// virtual-hosted, as the AWS CLI does for an endpoint URL.
 Result<S3Endpoint> ResolveEndpoint(const S3Options& opts);
 
 // S3 bucket naming rules (3-63 chars, [a-z0-9.-], starts/ends alnum, no "..",
@@ -40,6 +42,9 @@ std::string BucketNameProblem(std::string_view bucket);
 struct Outcome {
   Status status;       // ok -> success
   bool retry = false;  // worth another attempt
+  // S3 refused the credentials as expired or unknown: worth one attempt
+  // with refreshed ones (S3Options::refresh_credentials), if they changed.
+  bool credentials_refused = false;
 };
 
 // Maps a failed exchange (transport error or a non-success status) to a

@@ -113,7 +113,7 @@ Result<std::unique_ptr<Backend>> BuildBackend(const SourceUrl& url, const Config
   o.endpoint = c.backend.endpoint;
   if (o.endpoint.empty())
     if (const char* e = std::getenv("AWS_ENDPOINT_URL"); e && *e) o.endpoint = e;
-  o.region = c.backend.region;
+  o.region = c.backend.region.empty() ? RegionFromEnv() : c.backend.region;
   o.addressing = c.backend.addressing;
   o.no_sign_request = c.backend.no_sign_request;
   o.connect_timeout_ms = static_cast<int>(c.backend.connect_timeout_ms);
@@ -130,6 +130,7 @@ Result<std::unique_ptr<Backend>> BuildBackend(const SourceUrl& url, const Config
           fmt::format("no credentials for {}: {} (or set backend.no_sign_request for a public "
                       "bucket)", "s3://" + url.bucket, cred.error().message())));
     o.credentials = *cred;
+    o.refresh_credentials = [profile = c.backend.profile] { return ResolveCredentials(profile); };
   }
   return MakeS3Backend(o);
 }

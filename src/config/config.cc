@@ -115,15 +115,17 @@ const std::vector<Key>& Schema() {
       {"backend.endpoint", Type::kString, "",
        "S3 endpoint URL (http://host:port). Empty: $AWS_ENDPOINT_URL, else AWS for the region.",
        nullptr, SET_STR(backend.endpoint)},
-      {"backend.region", Type::kString, "us-east-1", "S3 region used for signing.", nullptr,
+      {"backend.region", Type::kString, "",
+       "S3 region used for signing. Empty: $AWS_REGION, else $AWS_DEFAULT_REGION, else us-east-1.", nullptr,
        SET_STR(backend.region)},
       {"backend.addressing", Type::kEnum, "auto",
        "path: http://endpoint/bucket/key; virtual: http://bucket.endpoint/key; auto: path for "
-       "IP-address and localhost endpoints, virtual otherwise (as the AWS CLI does).",
+       "IP-address endpoints, host names without a dot (localhost, a compose service) and buckets "
+       "with dots, virtual otherwise (as the AWS CLI does).",
        "auto|path|virtual", SET_STR(backend.addressing)},
       {"backend.profile", Type::kString, "",
-       "Profile in ~/.aws/credentials when the AWS_* variables are not set. Empty: $AWS_PROFILE "
-       "or 'default'.",
+       "Profile in ~/.aws/credentials ($AWS_SHARED_CREDENTIALS_FILE), used even when the AWS_* "
+       "keys are set. Empty: the AWS_* keys, else $AWS_PROFILE or 'default'.",
        nullptr, SET_STR(backend.profile)},
       {"backend.no_sign_request", Type::kBool, "false",
        "Send unsigned requests (public buckets); no credentials needed.", nullptr,
