@@ -17,6 +17,7 @@ struct ParamSpec {
   const char* key;
   double default_value;
   double min, max;
+  bool integer = true;  // a count or a seed: 2.5 is refused, not cut to 2
 };
 
 // Resolves `given` against `specs` (defaults for absent keys). An unknown key

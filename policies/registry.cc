@@ -24,6 +24,9 @@ Result<std::vector<double>> ResolveParams(std::string_view module, const PolicyP
           return Err(Status::InvalidArgument(std::string(module) + ".params." + k + ": " +
                                              std::to_string(v) + " is out of range [" +
                                              std::to_string(s.min) + ", " + std::to_string(s.max) + "]"));
+        if (s.integer && v != std::floor(v))
+          return Err(Status::InvalidArgument(std::string(module) + ".params." + k + ": " + std::to_string(v) +
+                                             " is not a whole number"));
         out[i] = v;
         found = true;
       }
@@ -67,7 +70,7 @@ constexpr std::array kEviction{
     }},
     EvictionEntry{"lfu", [](const PolicyParams& p) -> Result<std::unique_ptr<EvictionPolicy>> {
       // half_life_ms: 0 = plain LFU (the baseline); > 0 = frequency with ageing.
-      auto r = policies::ResolveParams("lfu", p, {{"half_life_ms", 0, 0, 1e12}});
+      auto r = policies::ResolveParams("lfu", p, {{"half_life_ms", 0, 0, 1e12, /*integer=*/false}});
       if (!r) return Err(r.error());
       return policies::MakeLfuPolicy((*r)[0]);
     }},

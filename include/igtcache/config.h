@@ -77,9 +77,12 @@ Result<Config> LoadConfig(const std::string& path);
 // Checks ranges and enums across fields; names the bad key.
 Status Validate(const Config& c);
 
-// Whether cache.eviction runs the policy engine (and loads policy.file):
-// everything but the plain store policies lru and fifo.
+// Whether cache.eviction runs the policy engine: everything but the plain
+// store policies lru and fifo.
 bool UsesPolicyEngine(const Config& c);
+// Whether policy.file applies: cache.eviction igt only (the baselines run on
+// the engine without the policy file's modules, overrides or profiles).
+bool UsesPolicyFile(const Config& c);
 
 // Sets one key ("cache.max_bytes") from a string, as a command-line override.
 Status SetConfigValue(Config& c, const std::string& key, const std::string& value);

@@ -187,12 +187,15 @@ int main(int argc, char** argv) {
       return igt::kExitUsage;
     }
     // The policy file too, as a mount with the policy engine loads it.
-    if (igt::UsesPolicyEngine(*c)) {
+    if (igt::UsesPolicyFile(*c)) {
       if (auto pf = igt::engine::LoadPolicyFile(c->policy.file); !pf) {
         std::fprintf(stderr, "igtcache: error: %s: config key 'policy.file': %s\n", config_check.c_str(),
                      pf.error().message().c_str());
         return igt::kExitUsage;
       }
+    } else if (!c->policy.file.empty()) {
+      std::fprintf(stderr, "igtcache: warning: %s: config key 'policy.file' is not used: it applies to "
+                   "cache.eviction igt, not '%s'\n", config_check.c_str(), c->cache.eviction.c_str());
     }
     std::cout << config_check << ": valid\n";
     return igt::kExitOk;

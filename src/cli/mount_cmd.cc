@@ -227,8 +227,9 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
     return std::make_pair(e->etag, e->size);
   };
   std::shared_ptr<engine::LiveEngine> live;
-  if (!UsesPolicyEngine(cfg) && !cfg.policy.file.empty())
-    spdlog::warn("config key 'policy.file' ('{}') is not used: cache.eviction '{}' has no policy modules",
+  if (!UsesPolicyFile(cfg) && !cfg.policy.file.empty())
+    spdlog::warn("config key 'policy.file' ('{}') is not used: it applies to cache.eviction igt, not '{}' "
+                 "(its overrides, pins and quotas are not applied either)",
                  cfg.policy.file, cfg.cache.eviction);
   if (UsesPolicyEngine(cfg)) {
     engine::EngineOptions eo;
@@ -236,12 +237,14 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
     eo.unit_bytes = cfg.cache.unit_size_bytes;
     eo.sub_unit_bytes = cfg.cache.sub_unit_bytes;
     eo.capacity_bytes = cfg.cache.max_bytes;
-    auto pf = engine::LoadPolicyFile(cfg.policy.file);
-    if (!pf) {
-      rep.Fail(fmt::format("config key 'policy.file': {}", pf.error().message()));
-      return kExitUsage;
+    if (UsesPolicyFile(cfg)) {
+      auto pf = engine::LoadPolicyFile(cfg.policy.file);
+      if (!pf) {
+        rep.Fail(fmt::format("config key 'policy.file': {}", pf.error().message()));
+        return kExitUsage;
+      }
+      eo.policy_file = std::move(*pf);
     }
-    eo.policy_file = std::move(*pf);
     auto le = engine::LiveEngine::Create(std::move(eo), &tree, listing_fn, version_fn);
     if (!le) {
       rep.Fail(fmt::format("config key 'cache.eviction': {}", le.error().message()));
@@ -418,7 +421,7 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
     while (!maint_cv.wait_for(lk, std::chrono::seconds(1), [&] { return maint_stop; })) {
       tree.Maintain(now_us());
       if (!g_reload_policy.exchange(false)) continue;
-      if (!live) {
+      if (!live || !UsesPolicyFile(cfg)) {
         spdlog::warn("policy: SIGHUP ignored: cache.eviction '{}' uses no policy file", cfg.cache.eviction);
       } else {
         auto pf = engine::LoadPolicyFile(cfg.policy.file);
@@ -514,6 +517,8 @@ int RunMount(const MountArgs& a) {
   cfg->cache.dir = fs::absolute(cfg->cache.dir, ec).lexically_normal().string();
   if (!cfg->logging.file.empty())
     cfg->logging.file = fs::absolute(cfg->logging.file, ec).string();
+  if (!cfg->policy.file.empty())  // read again on SIGHUP, after the daemon left this dir
+    cfg->policy.file = fs::absolute(cfg->policy.file, ec).string();
 
   if (a.foreground) {
     Reporter rep(-1);

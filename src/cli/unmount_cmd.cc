@@ -72,13 +72,29 @@ int RunUnmount(const UnmountArgs& a) {
     return kExitError;
   }
   pid_t pid = 0;
-  if (auto j = ReadStats(mnt)) pid = static_cast<pid_t>(j->value("pid", int64_t{0}));
+  std::string no_pid;  // why the daemon's pid is unknown
+  if (auto j = ReadStats(mnt)) {
+    pid = static_cast<pid_t>(j->value("pid", int64_t{0}));
+    if (pid <= 0) no_pid = "its stats name no pid";
+  } else {
+    no_pid = j.error().message();
+  }
   auto [rc, err] = Run({"fusermount3", a.lazy ? "-uz" : "-u", mnt});
   if (rc != 0) {
     std::string why = err.empty() ? fmt::format("fusermount3 exited {}", rc) : err;
     if (err.find("busy") != std::string::npos)
       why += " (files open or a process has its working directory there; close them, or use --lazy)";
     std::fprintf(stderr, "igtcache: error: cannot unmount '%s': %s\n", a.mountpoint.c_str(), why.c_str());
+    return kExitError;
+  }
+  if (!no_pid.empty()) {
+    // E.g. root unmounting another user's mount without allow_other: FUSE
+    // denies root the stats file. Unmounted, but whether the daemon has
+    // flushed and released the cache dir is unknown: not a plain success.
+    std::fprintf(stderr,
+                 "igtcache: warning: unmounted '%s', but cannot wait for its daemon to exit (%s); its cache dir "
+                 "stays locked until it does\n",
+                 a.mountpoint.c_str(), no_pid.c_str());
     return kExitError;
   }
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(a.timeout_s);

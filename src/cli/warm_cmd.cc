@@ -175,10 +175,16 @@ int RunWarm(const WarmArgs& a) {
     std::vector<std::string> read_errors;  // guarded by err_mu
     const auto t0 = std::chrono::steady_clock::now();
     std::vector<std::thread> workers;
-    for (int w = 0; w < std::min<int>(jobs, static_cast<int>(todo.size())); ++w) {
+    const int n_workers = std::min<int>(jobs, static_cast<int>(todo.size()));
+    std::atomic<int> running{n_workers};  // the progress loop stops when none is left
+    for (int w = 0; w < n_workers; ++w) {
       workers.emplace_back([&] {
+        struct Done {
+          std::atomic<int>& n;
+          ~Done() { n.fetch_sub(1); }
+        } done{running};
         void* raw = nullptr;
-        if (posix_memalign(&raw, kDirectAlign, kChunk) != 0) return;
+        if (posix_memalign(&raw, kDirectAlign, kChunk) != 0) return;  // the others read its share
         std::unique_ptr<char, decltype(&std::free)> buf(static_cast<char*>(raw), &std::free);
         for (size_t i; (i = next.fetch_add(1)) < todo.size();) {
           std::string e = WarmFile(todo[i], buf.get(), prog);
@@ -221,7 +227,7 @@ int RunWarm(const WarmArgs& a) {
     };
     if (a.progress) {
       auto next_show = std::chrono::steady_clock::now() + period;
-      while (prog.files_done.load() < todo.size()) {
+      while (prog.files_done.load() < todo.size() && running.load() > 0) {
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
         if (std::chrono::steady_clock::now() >= next_show) {
           show(false);
@@ -230,6 +236,12 @@ int RunWarm(const WarmArgs& a) {
       }
     }
     for (auto& t : workers) t.join();
+    if (const size_t left = todo.size() - std::min<size_t>(prog.files_done.load(), todo.size()); left > 0) {
+      // Every worker failed to get its read buffer.
+      prog.errors.fetch_add(left);
+      read_errors.push_back(fmt::format("{} files not read: no reader could allocate its {} buffer", left,
+                                        FormatSize(kChunk)));
+    }
     if (a.progress && tty) show(true);
     const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
@@ -237,9 +249,10 @@ int RunWarm(const WarmArgs& a) {
     if (!read_errors.empty()) rc = kExitError;
     auto after = ReadStats(mnt);
     std::printf("warm: read %zu files, %s in %.1f s (%s/s)%s; cache now %s of %s\n",
-                todo.size() - read_errors.size(), FormatSize(prog.bytes_done.load()).c_str(), el,
+                todo.size() - std::min<size_t>(prog.errors.load(), todo.size()),
+                FormatSize(prog.bytes_done.load()).c_str(), el,
                 FormatSize(el > 0 ? static_cast<uint64_t>(static_cast<double>(prog.bytes_done.load()) / el) : 0).c_str(),
-                read_errors.empty() ? "" : fmt::format(", {} failed", read_errors.size()).c_str(),
+                read_errors.empty() ? "" : fmt::format(", {} failed", prog.errors.load()).c_str(),
                 after ? FormatSize(after->value("cache_used_bytes", uint64_t{0})).c_str() : "?",
                 FormatSize(limit).c_str());
     if (!skipped.empty()) {

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <fmt/format.h>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <sstream>
@@ -149,7 +150,8 @@ const std::vector<Key>& Schema() {
       {"backend.max_connections", Type::kInt, "32", "Pooled, reused HTTP connections.", nullptr,
        SET_U64(backend.max_connections)},
       {"backend.max_request_bytes", Type::kSize, "8M",
-       "Adjacent cache misses are coalesced into one ranged GET of at most this size.", nullptr,
+       "Adjacent cache misses are coalesced into one ranged GET of at most this size (at least "
+       "cache.unit_size_bytes, at most 1G).", nullptr,
        SET_SIZE(backend.max_request_bytes)},
       {"fuse.threads", Type::kInt, "16", "FUSE worker threads (max idle threads of the loop).",
        nullptr, SET_U64(fuse.threads)},
@@ -175,7 +177,8 @@ const std::vector<Key>& Schema() {
        SET_BOOL(fuse.allow_other)},
       {"policy.file", Type::kString, "",
        "Policy file (YAML): per-pattern prefetch/eviction modules, per-path overrides, "
-       "profiles; see docs/POLICIES.md. Empty: built-in defaults. Reloaded on SIGHUP.",
+       "profiles; see docs/POLICIES.md. Empty: built-in defaults. Reloaded on SIGHUP. Used with "
+       "cache.eviction igt only (the baselines ignore it, with a warning).",
        nullptr, SET_STR(policy.file)},
       {"logging.level", Type::kEnum, "info", "Log level.", "trace|debug|info|warn|error|off",
        SET_STR(logging.level)},
@@ -266,6 +269,9 @@ Status Walk(const YAML::Node& node, const std::string& prefix, Config& c, const 
     for (const auto& k : Schema())
       if (std::string(k.key).rfind(key + ".", 0) == 0) is_section = true;
     if (v.IsMap()) {
+      if (!is_section && FindKey(key))
+        return Status::InvalidArgument(
+            fmt::format("{}: config key '{}' must be a single value, not a mapping", origin, key));
       if (!is_section)
         return Status::InvalidArgument(fmt::format("{}: unknown config key '{}'", origin, key));
       if (auto s = Walk(v, key, c, origin); !s.ok()) return s;
@@ -303,7 +309,7 @@ Result<uint64_t> ParseSize(const std::string& in) {
     return Err(Status::InvalidArgument("'" + in + "' is not a size (examples: 10G, 512M, 4096)"));
   for (auto& ch : suf) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
   if (!suf.empty() && suf.back() == 'B') suf.pop_back();
-  if (!suf.empty() && suf.back() == 'I') suf.pop_back();
+  if (suf.size() == 2 && suf.back() == 'I') suf.pop_back();  // KiB, MiB: not a bare "i" or "iB"
   uint64_t mult = 1;
   if (suf == "") mult = 1;
   else if (suf == "K") mult = 1ull << 10;
@@ -372,7 +378,15 @@ Result<Config> LoadConfig(const std::string& path) {
         fmt::format("cannot read config file '{}': {}", path, std::strerror(errno))));
   std::stringstream ss;
   ss << in.rdbuf();
-  return ParseConfig(ss.str(), path);
+  auto c = ParseConfig(ss.str(), path);
+  if (!c) return c;
+  // Paths in the file are relative to the file, not to whoever runs the
+  // mount: an fstab mount runs from /, and a SIGHUP reload after the daemon
+  // left its working directory.
+  const std::filesystem::path base = std::filesystem::path(path).parent_path();
+  for (std::string* p : {&c->cache.dir, &c->logging.file, &c->policy.file})
+    if (!p->empty() && std::filesystem::path(*p).is_relative()) *p = (base / *p).lexically_normal().string();
+  return c;
 }
 
 Status Validate(const Config& c) {
@@ -421,6 +435,8 @@ Status Validate(const Config& c) {
     if (v > 365 * kDayMs) return bad(key, fmt::format("{} is more than a year ({} ms)", v, 365 * kDayMs));
   if (c.backend.max_request_bytes < c.cache.unit_size_bytes)
     return bad("backend.max_request_bytes", "must be at least cache.unit_size_bytes");
+  // Each GET's bytes are held in memory (and twice this is checked below).
+  if (c.backend.max_request_bytes > (1ull << 30)) return bad("backend.max_request_bytes", "must be at most 1G");
   // A prefetch job is one GET of up to max_request_bytes, and background
   // work (fills, epoch items, warm-ups) holds at most half the budget: a
   // smaller budget would queue such jobs for good.
@@ -452,6 +468,7 @@ Status Validate(const Config& c) {
 }
 
 bool UsesPolicyEngine(const Config& c) { return c.cache.eviction != "lru" && c.cache.eviction != "fifo"; }
+bool UsesPolicyFile(const Config& c) { return c.cache.eviction == "igt"; }
 
 Result<stream::StreamConfig> StreamConfigFrom(const Config& c) {
   stream::StreamConfig s;
@@ -477,7 +494,9 @@ std::string ConfigMarkdown() {
       "igtcache reads a YAML file given with `--config FILE`. Every key is optional; unknown "
       "keys and bad values are rejected with an error naming the key. Sizes accept `10G`, "
       "`512M`, `4K` or a byte count (powers of 1024). Command-line flags (`--cache-dir`, "
-      "`--cache-size`, `--endpoint`, `--region`, ...) override the file.\n\n"
+      "`--cache-size`, `--endpoint`, `--region`, ...) override the file. Relative paths in the "
+      "file (`cache.dir`, `logging.file`, `policy.file`) are relative to the file's directory; "
+      "on the command line, to the working directory.\n\n"
       "| key | type | default | meaning |\n|---|---|---|---|\n";
   for (const auto& d : ConfigSchemaDocs())
     s += fmt::format("| `{}` | {} | `{}` | {} |\n", d.key, d.type,

@@ -1,5 +1,10 @@
 #include <catch2/catch.hpp>
 
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
+
 #include "igtcache/config.h"
 #include "src/config/stream_settings.h"
 
@@ -17,6 +22,12 @@ TEST_CASE("sizes parse with binary suffixes") {
   CHECK_FALSE(ParseSize("-1G").has_value());
   CHECK_FALSE(ParseSize(".").has_value());
   CHECK_FALSE(ParseSize(".K").has_value());
+  CHECK(*ParseSize("4kib") == 4096);
+  CHECK(*ParseSize("2MB") == 2ull << 20);
+  CHECK(*ParseSize("7B") == 7);
+  CHECK_FALSE(ParseSize("10i").has_value());  // a bare binary marker is not a unit
+  CHECK_FALSE(ParseSize("500iB").has_value());
+  CHECK_FALSE(ParseSize("1Ki2").has_value());
 }
 
 TEST_CASE("defaults are valid and the example yaml reproduces them") {
@@ -75,6 +86,7 @@ TEST_CASE("errors name the bad key") {
   CHECK(ParseConfig("cache:\n  prefetch_budget_bytes: 8M\nbackend:\n  max_request_bytes: 4M\n", "t.yaml").has_value());
   auto nested = ParseConfig("cache:\n  max_bytes:\n    a: 1\n", "t.yaml");
   REQUIRE_FALSE(nested.has_value());
+  CHECK_THAT(nested.error().message(), Catch::Contains("'cache.max_bytes' must be a single value"));
   auto top = ParseConfig("- a\n- b\n", "t.yaml");
   REQUIRE_FALSE(top.has_value());
   // Times that would wrap where they are used (int ms in libcurl and the
@@ -84,7 +96,7 @@ TEST_CASE("errors name the bad key") {
                         "backend:\n  connect_timeout_ms: 2147483648\n", "metadata:\n  ttl_ms: 18446744073709551615\n",
                         "backend:\n  endpoint: \"http://\"\n", "backend:\n  endpoint: \"https://:9000\"\n",
                         "backend:\n  endpoint: \"http://h:1/?x\"\n", "metrics:\n  addr: 127.0.0.1:99999\n",
-                        "cache: 5\n", "cache: [1, 2]\n"}) {
+                        "cache: 5\n", "cache: [1, 2]\n", "backend:\n  max_request_bytes: 8388608T\n"}) {
     auto r = ParseConfig(y, "t.yaml");
     REQUIRE_FALSE(r.has_value());
     const std::string key = std::string(y).substr(0, std::string(y).find(':'));
@@ -115,4 +127,24 @@ TEST_CASE("stream.* keys reach the access stream tree's settings") {
   auto big = ParseConfig("stream:\n  window: 99999999999\n", "t.yaml");
   REQUIRE_FALSE(big.has_value());
   CHECK_THAT(big.error().message(), Catch::Contains("stream.window"));
+}
+
+TEST_CASE("relative paths in a config file are relative to the file") {
+  char tmpl[] = "/tmp/igt-cfg-XXXXXX";
+  REQUIRE(::mkdtemp(tmpl) != nullptr);
+  const std::string dir = tmpl;
+  {
+    std::ofstream(dir + "/c.yaml") << "cache:\n  dir: cachedir\nlogging:\n  file: ../log/x.log\n"
+                                      "policy:\n  file: p.yaml\n";
+  }
+  auto c = LoadConfig(dir + "/c.yaml");
+  REQUIRE(c.has_value());
+  CHECK(c->cache.dir == dir + "/cachedir");
+  CHECK(c->policy.file == dir + "/p.yaml");
+  CHECK(c->logging.file == "/tmp/log/x.log");
+  {
+    std::ofstream(dir + "/abs.yaml") << "policy:\n  file: /etc/igt/p.yaml\n";
+  }
+  CHECK(LoadConfig(dir + "/abs.yaml")->policy.file == "/etc/igt/p.yaml");
+  std::filesystem::remove_all(dir);
 }

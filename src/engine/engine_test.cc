@@ -544,10 +544,30 @@ overrides:
   Harness h("igt", 50, *pf);
   CHECK_FALSE(h.engine->Admit("tmp/x"));
   CHECK(h.engine->Admit("hot/x"));
+  // Whole path components: "tmp/" is not "tmp2/" or "tmp.log".
+  CHECK(h.engine->Admit("tmp2/x"));
+  CHECK(h.engine->Admit("tmp.log"));
   for (int i = 0; i < 40; ++i) h.Read("hot/f" + std::to_string(i), 0, 1, false);
   for (int i = 0; i < 500; ++i) h.Read("scan/big.bin", i, 500, false);
   for (int i = 0; i < 40; ++i) h.Read("hot/f" + std::to_string(i), 0, 1, true);
   CHECK(h.ratio() == 1.0);
+}
+
+TEST_CASE("an override prefix covers whole path components, with or without its slash", "[engine]") {
+  PathOverride dir{.prefix = "data"}, dir_slash{.prefix = "data/"}, file{.prefix = "data/x.bin"}, all{};
+  for (const auto* o : {&dir, &dir_slash}) {
+    CHECK(o->Covers("data/x"));
+    CHECK(o->Covers("data/a/b"));
+    CHECK_FALSE(o->Covers("database/x"));
+    CHECK_FALSE(o->Covers("data.csv"));
+    CHECK_FALSE(o->Covers("dat"));
+    CHECK_FALSE(o->Covers("x/data/y"));
+  }
+  CHECK(dir.Covers("data"));  // a file named like the prefix
+  CHECK_FALSE(dir_slash.Covers("data"));
+  CHECK(file.Covers("data/x.bin"));
+  CHECK_FALSE(file.Covers("data/x.bin2"));
+  CHECK(all.Covers("anything/at/all"));
 }
 
 // A stream's cached bytes or items; 0 when there is no such stream.
@@ -924,6 +944,10 @@ TEST_CASE("policy YAML: every profile parses, errors name the key", "[engine][ya
       {"patterns: {sequential: {prefetch: {name: adaptive-readahead, params: {max_units: 0}}}}\n", "max_units"},
       {"patterns: {unknown: {prefech: none}}\n", "patterns.unknown.prefech"},
       {"allocation: {period_ms: 0}\n", "allocation.period_ms"},
+      {"allocation: {period_ms: 010}\n", "allocation.period_ms"},   // not octal 8
+      {"allocation: {period_ms: 0x3E8}\n", "allocation.period_ms"},
+      {"allocation: {period_ms: 99999999999}\n", "allocation.period_ms"},
+      {"patterns: {sequential: {prefetch: {name: readahead, params: {units: 2.5}}}}\n", "readahead.params.units"},
       {"allocation: {hysterisis: 0.2}\n", "allocation.hysterisis"},
       {"overrides: {prefix: a}\n", "overrides"},
       {"overrides: [{pattern: random}]\n", "overrides[0].prefix"},
@@ -933,6 +957,7 @@ TEST_CASE("policy YAML: every profile parses, errors name the key", "[engine][ya
       {"overrides: [{prefix: a/, pin: true, never_cache: true}]\n", "overrides[0].never_cache"},
       {"overrides: [{prefix: a/, colour: red}]\n", "overrides[0].colour"},
       {"overrides: [{prefix: a/, pin: true}, {prefix: b/}, {prefix: /a/, quota: 1G}]\n", "overrides[2].prefix"},
+      {"overrides: [{prefix: a/, pin: true}, {prefix: a, quota: 1G}]\n", "overrides[1].prefix"},
       // A list or mapping where a single value belongs names the key too.
       {"profile: [a]\n", "profile"},
       {"patterns: {random: {eviction: {name: [x]}}}\n", "patterns.random.eviction.name"},
@@ -949,6 +974,14 @@ TEST_CASE("policy YAML: every profile parses, errors name the key", "[engine][ya
     CHECK(f.error().message().find(c.key) != std::string::npos);
     CHECK(f.error().message().find("x.yaml") != std::string::npos);
   }
+  // Keys left with no value (their entries commented out) count as absent.
+  auto empty = ParsePolicyFile("profile: serving\npatterns:\n  random:\nallocation:\noverrides:\n", "x.yaml");
+  REQUIRE(empty.has_value());
+  CHECK(empty->overrides.empty());
+  CHECK(empty->profile == "serving");
+  auto period = ParsePolicyFile("allocation: {period_ms: 2500}\n", "x.yaml");
+  REQUIRE(period.has_value());
+  CHECK(period->allocation_period_ms == 2500);
   // Broken YAML names the file and line.
   auto bad = ParsePolicyFile("patterns: [\n", "y.yaml");
   REQUIRE_FALSE(bad.has_value());

@@ -271,7 +271,7 @@ Status PolicyEngine::Init() {
 const PathOverride* PolicyEngine::OverrideFor(std::string_view path) const {
   const PathOverride* best = nullptr;
   for (const auto& o : opts_.policy_file.overrides)
-    if (path.substr(0, o.prefix.size()) == o.prefix && (!best || o.prefix.size() > best->prefix.size()))
+    if (o.Covers(path) && (!best || o.prefix.size() > best->prefix.size()))
       best = &o;
   return best;
 }
@@ -429,6 +429,7 @@ PolicyEngine::Group* PolicyEngine::GroupFor(std::string_view path, uint64_t now_
       // switched it, and rebuilt the module over all the stream's units, on
       // every read.
       l = ov->prefix.empty() ? kUnknown : labelled(ov->prefix);
+      if (l == kUnknown && !ov->prefix.empty() && ov->prefix.back() != '/') l = labelled(ov->prefix + "/");  // a dir
       if (l == kUnknown) {
         auto it = groups_.find(key);
         Group* cur = it != groups_.end() ? it->second.get() : nullptr;

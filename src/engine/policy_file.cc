@@ -67,8 +67,9 @@ Status PolicyFile::Validate(const std::string& origin) const {
     if (auto e = MakeEvictionPolicy(patterns[i].eviction.name, patterns[i].eviction.params); !e)
       return Status::InvalidArgument(base + ".eviction: " + e.error().message());
   }
-  if (allocation_period_ms == 0)
-    return Status::InvalidArgument(origin + ": allocation.period_ms: must be > 0");
+  if (allocation_period_ms == 0 || allocation_period_ms > kMaxAllocationPeriodMs)
+    return Status::InvalidArgument(origin + ": allocation.period_ms: must be from 1 to " +
+                                   std::to_string(kMaxAllocationPeriodMs));
   if (!(hysteresis >= 0 && hysteresis < 10))
     return Status::InvalidArgument(origin + ": allocation.hysteresis: must be in [0, 10)");
   return Status::Ok();
@@ -130,6 +131,10 @@ Status ParseModule(const Ctx& c, const YAML::Node& n, const std::string& where, 
   return Status::Ok();
 }
 
+// A key given with no value (every entry under it commented out) counts as
+// absent, as in the config file.
+bool Present(const YAML::Node& n) { return n && !n.IsNull(); }
+
 bool AsBool(const YAML::Node& n, bool& out) {
   try {
     out = n.as<bool>();
@@ -144,7 +149,7 @@ Result<PolicyFile> ParseImpl(const Ctx& c, const YAML::Node& root) {
   if (!root || root.IsNull()) return PolicyProfile("training");
   if (auto s = CheckKeys(c, root, "", {"profile", "patterns", "allocation", "overrides"}); !s.ok())
     return Err(s);
-  if (auto p = root["profile"]) {
+  if (auto p = root["profile"]; Present(p)) {
     std::string name;
     if (auto s = Scalar(c, p, "profile", name); !s.ok()) return Err(s);
     auto prof = PolicyProfile(name);
@@ -153,28 +158,35 @@ Result<PolicyFile> ParseImpl(const Ctx& c, const YAML::Node& root) {
   } else {
     f = *PolicyProfile("training");
   }
-  if (auto pats = root["patterns"]) {
+  if (auto pats = root["patterns"]; Present(pats)) {
     if (auto s = CheckKeys(c, pats, "patterns", {"unknown", "sequential", "random", "skewed"}); !s.ok())
       return Err(s);
     for (size_t i = 0; i < kPatternNames.size(); ++i) {
       auto pn = pats[kPatternNames[i]];
-      if (!pn) continue;
+      if (!Present(pn)) continue;
       const std::string where = std::string("patterns.") + kPatternNames[i];
       if (auto s = CheckKeys(c, pn, where, {"prefetch", "eviction"}); !s.ok()) return Err(s);
-      if (pn["prefetch"])
+      if (Present(pn["prefetch"]))
         if (auto s = ParseModule(c, pn["prefetch"], where + ".prefetch", f.patterns[i].prefetch); !s.ok())
           return Err(s);
-      if (pn["eviction"])
+      if (Present(pn["eviction"]))
         if (auto s = ParseModule(c, pn["eviction"], where + ".eviction", f.patterns[i].eviction); !s.ok())
           return Err(s);
     }
   }
-  if (auto a = root["allocation"]) {
+  if (auto a = root["allocation"]; Present(a)) {
     if (auto s = CheckKeys(c, a, "allocation", {"period_ms", "hysteresis"}); !s.ok()) return Err(s);
-    try {
-      if (a["period_ms"]) f.allocation_period_ms = a["period_ms"].as<uint64_t>();
-    } catch (const YAML::Exception&) {
-      return Err(c.Bad("allocation.period_ms", "must be a positive integer"));
+    if (auto pm = a["period_ms"]) {
+      // Decimal digits only: yaml-cpp would read 010 as octal 8 and 0x3E8 as
+      // 1000. At most an hour, so the engine's clock arithmetic cannot wrap.
+      std::string v;
+      if (auto s = Scalar(c, pm, "allocation.period_ms", v); !s.ok()) return Err(s);
+      const bool digits = !v.empty() && v.size() <= 10 && v.find_first_not_of("0123456789") == std::string::npos &&
+                          (v.size() == 1 || v[0] != '0');
+      if (!digits || std::stoull(v) > kMaxAllocationPeriodMs)
+        return Err(c.Bad("allocation.period_ms", "'" + v + "' must be a whole number of ms from 1 to " +
+                                                     std::to_string(kMaxAllocationPeriodMs)));
+      f.allocation_period_ms = std::stoull(v);
     }
     try {
       if (a["hysteresis"]) f.hysteresis = a["hysteresis"].as<double>();
@@ -182,8 +194,9 @@ Result<PolicyFile> ParseImpl(const Ctx& c, const YAML::Node& root) {
       return Err(c.Bad("allocation.hysteresis", "must be a number"));
     }
   }
-  if (auto o = root["overrides"]) {
+  if (auto o = root["overrides"]; Present(o)) {
     if (!o.IsSequence()) return Err(c.Bad("overrides", "must be a list"));
+    auto strip_slash = [](std::string_view p) { return p.ends_with('/') ? p.substr(0, p.size() - 1) : p; };
     for (size_t i = 0; i < o.size(); ++i) {
       const std::string where = "overrides[" + std::to_string(i) + "]";
       const YAML::Node n = o[i];
@@ -215,7 +228,7 @@ Result<PolicyFile> ParseImpl(const Ctx& c, const YAML::Node& root) {
         return Err(c.Bad(where + ".never_cache", "cannot be combined with pin"));
       // Two entries for one prefix: which one applies would be arbitrary.
       for (size_t k = 0; k < f.overrides.size(); ++k)
-        if (f.overrides[k].prefix == ov.prefix)
+        if (strip_slash(f.overrides[k].prefix) == strip_slash(ov.prefix))
           return Err(c.Bad(where + ".prefix", "'" + ov.prefix + "' is already overrides[" + std::to_string(k) +
                                                   "].prefix (one entry per prefix)"));
       f.overrides.push_back(std::move(ov));

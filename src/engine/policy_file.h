@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "igtcache/policy.h"
@@ -46,12 +47,25 @@ enum PatternIndex : size_t { kUnknownIdx = 0, kSequentialIdx = 1, kRandomIdx = 2
 inline constexpr std::array<const char*, 4> kPatternNames = {"unknown", "sequential", "random", "skewed"};
 
 struct PathOverride {
-  std::string prefix;          // object-key prefix ("models/"; "" = everything)
+  // A path relative to the mount root ("models/"; "" = everything), matched
+  // by whole components (Covers).
+  std::string prefix;
   int pattern = -1;            // forced label (PatternIndex), -1 = detected
   bool pin = false;            // never evicted while anything else can be
   bool never_cache = false;    // units under it are not admitted
   uint64_t quota_bytes = 0;    // 0 = no quota; above it the prefix is evicted first
+
+  // Whether `path` (relative to the mount root) is under the prefix: "data/"
+  // and "data" cover "data/x" and the file "data", never "database/x" or
+  // "data.csv". A plain string prefix would pin or refuse those too.
+  bool Covers(std::string_view path) const {
+    if (prefix.empty()) return true;
+    if (!path.starts_with(prefix)) return false;
+    return prefix.back() == '/' || path.size() == prefix.size() || path[prefix.size()] == '/';
+  }
 };
+
+inline constexpr uint64_t kMaxAllocationPeriodMs = 3'600'000;  // an hour
 
 struct PolicyFile {
   std::string profile = "training";

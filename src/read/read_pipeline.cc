@@ -131,8 +131,9 @@ Status ReadPipeline::FetchRuns(const FileVersion& file, std::vector<Need>& needs
   const uint64_t max_run = std::max(opts_.max_request_bytes, opts_.unit_size);
   // A unit may have been inserted by a fetch that finished between our store
   // lookup and our becoming its leader (Put happens before the flight ends):
-  // look again so each unit is fetched once.
-  if (store_) {
+  // look again so each unit is fetched once. (Not for a file read through:
+  // its cached units are not to be served, Read's `hit`.)
+  if (store_ && Keep(file)) {
     for (auto& n : needs) {
       if (!n.leader) continue;
       const UnitKey key{file.key, file.etag, n.index};
@@ -267,9 +268,14 @@ Result<size_t> ReadPipeline::Read(const FileVersion& file, uint64_t offset, size
   const uint64_t first = offset / U, last = (end - 1) / U;
 
   // Copies [from, to) from store unit `index` holding the object's bytes from
-  // `base` on; false on a miss.
+  // `base` on; false on a miss. A file not admitted (no version, or under a
+  // never_cache prefix, perhaps one a reload just added over cached units)
+  // is read through: its cached units are never served, and age out.
+  std::optional<bool> keep;
   auto hit = [&](uint64_t index, uint64_t base, uint64_t from, uint64_t to) {
-    if (!store_ || file.etag.empty()) return false;  // no version: never served from the cache (Keep)
+    if (!store_) return false;
+    if (!keep) keep = Keep(file);
+    if (!*keep) return false;
     auto n = store_->Read(UnitKey{file.key, file.etag, index}, from - base, to - from, out + (from - offset));
     if (!n || *n != to - from) return false;
     if (metrics_) {

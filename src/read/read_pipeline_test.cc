@@ -222,6 +222,27 @@ TEST_CASE("a file not admitted is read through: served, never stored, never pref
   CHECK(f.store->unit_count() == 2);
 }
 
+TEST_CASE("units cached before their file stopped being admitted are not served (a never_cache reload)") {
+  Fixture f(true);
+  f.mem->Put("data/x", Pattern(128 << 10, 6));
+  auto admitted = std::make_shared<std::atomic<bool>>(true);
+  f.pipe = std::make_unique<ReadPipeline>(
+      f.fb.get(), f.store.get(), &f.metrics,
+      ReadPipeline::Options{.unit_size = 64 << 10, .max_request_bytes = 256 << 10,
+                            .admit = [admitted](const FileVersion&) { return admitted->load(); }});
+  std::vector<char> out(128 << 10);
+  REQUIRE(f.pipe->Read(f.Version("data/x"), 0, out.size(), out.data()).has_value());
+  CHECK(f.store->unit_count() == 2);
+  f.fb->ResetCounts();
+  REQUIRE(f.pipe->Read(f.Version("data/x"), 0, out.size(), out.data()).has_value());
+  CHECK(f.fb->counts().reads == 0);  // a hit while admitted
+  admitted->store(false);
+  auto n = f.pipe->Read(f.Version("data/x"), 0, out.size(), out.data());
+  REQUIRE(n.has_value());
+  CHECK(std::string(out.data(), *n) == f.mem->Get("data/x"));
+  CHECK(f.fb->counts().reads > 0);  // read through, not from the cached units
+}
+
 TEST_CASE("looked_up runs once per read, with the read's misses in flight: a plan run there joins them") {
   Fixture f(true, 64 << 10, 256 << 10);
   const std::string data = Pattern(256 << 10, 12);  // 4 units
