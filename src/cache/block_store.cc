@@ -28,6 +28,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <exception>
 #include <functional>
 #include <list>
 #include <cerrno>
@@ -80,30 +81,43 @@ constexpr size_t kFlushChunk = 1024;
 constexpr unsigned kIoThreads = 16;
 
 // Runs fn(i) for every i in [0, n) on up to `threads` threads. If a thread
-// cannot be started, the ones running (and the caller) do its share. `fn`
-// must not throw.
+// cannot be started, the ones running (and the caller) do its share. The
+// first exception `fn` throws (bad_alloc) stops the other calls and is
+// rethrown here once every thread is joined, never on a worker (terminate).
 template <class Fn>
 void ParallelFor(size_t n, unsigned threads, const Fn& fn) {
   constexpr size_t kBatch = 64;
   std::atomic<size_t> next{0};
+  std::mutex error_mu;
+  std::exception_ptr error;  // guarded by error_mu
   auto work = [&] {
-    for (size_t b; (b = next.fetch_add(kBatch)) < n;)
-      for (size_t i = b; i < std::min(n, b + kBatch); ++i) fn(i);
-  };
-  std::vector<std::thread> pool;
-  struct Join {
-    std::vector<std::thread>& pool;
-    ~Join() {
-      for (auto& t : pool) t.join();
+    try {
+      for (size_t b; (b = next.fetch_add(kBatch)) < n;)
+        for (size_t i = b; i < std::min(n, b + kBatch); ++i) fn(i);
+    } catch (...) {
+      next = n;  // the others stop at their next batch
+      std::lock_guard lk(error_mu);
+      if (!error) error = std::current_exception();
     }
-  } join{pool};
-  const size_t extra = std::min<size_t>(threads, (n + kBatch - 1) / kBatch);
-  try {
-    for (size_t t = 1; t < extra; ++t) pool.emplace_back(work);
-  } catch (const std::system_error&) {
-    // EAGAIN under a thread limit: fewer threads.
+  };
+  {
+    std::vector<std::thread> pool;
+    struct Join {
+      std::vector<std::thread>& pool;
+      ~Join() {
+        for (auto& t : pool) t.join();
+      }
+    } join{pool};
+    const size_t extra = std::min<size_t>(threads, (n + kBatch - 1) / kBatch);
+    try {
+      pool.reserve(extra);
+      for (size_t t = 1; t < extra; ++t) pool.emplace_back(work);
+    } catch (...) {
+      // EAGAIN under a thread limit, or no memory: fewer threads.
+    }
+    work();
   }
-  work();
+  if (error) std::rethrow_exception(error);
 }
 
 // An open unit file; closed when the last holder lets go (an evicted
@@ -319,11 +333,21 @@ class DiskBlockStore final : public BlockStore {
   template <class Fits>
   uint64_t EvictLocked(Fits fits, std::vector<Victim>& out) {
     uint64_t freed = 0;
+    size_t strays = 0;  // victims the index does not hold
     while (!fits(freed)) {
       auto v = policy_->PickVictim();
       if (!v) break;
-      if (!index_.contains(*v)) {  // cannot happen (INVARIANT); do not loop forever
+      if (!index_.contains(*v)) {
+        // Cannot happen (INVARIANT). If a policy kept naming ids it does not
+        // drop, this loop would spin holding mu_ and block every read: give
+        // up after as many as the index holds (plus a few), and say so.
         policy_->OnRemove(*v);
+        if (++strays > index_.size() + 16) {
+          WarnOnce("evict-stray", fmt::format("igtcache: cache {}: the eviction policy names units the index "
+                                              "does not hold ({}); evicting nothing more this time",
+                                              opts_.dir, *v));
+          break;
+        }
         continue;
       }
       out.push_back(DetachLocked(*v));
@@ -439,6 +463,16 @@ class DiskBlockStore final : public BlockStore {
 
 void DiskBlockStore::DeleteDetached(const std::vector<Victim>& victims, bool count_as_eviction) {
   if (victims.empty()) return;
+  // Whatever happens below, the ids leave busy_: a unit left "deleting"
+  // would turn every later Put of it into a no-op.
+  struct Unbusy {
+    DiskBlockStore* store;
+    const std::vector<Victim>& victims;
+    ~Unbusy() {
+      std::lock_guard lk(store->mu_);
+      for (const auto& v : victims) store->busy_.erase(v.id);
+    }
+  } unbusy{this, victims};
   // Many victims (a start-up over a smaller limit evicts all the excess at
   // once: 98k unlinks took 7.4 s on one thread) are unlinked on several
   // threads; up to 64 on this one.
@@ -462,8 +496,6 @@ void DiskBlockStore::DeleteDetached(const std::vector<Victim>& victims, bool cou
     // A stale record whose file is gone is dropped by the next start-up.
     WarnOnce("index-delete", fmt::format("igtcache: cache index {}/index: delete: {}", opts_.dir, s.ToString()));
   }
-  std::lock_guard lk(mu_);
-  for (const auto& v : victims) busy_.erase(v.id);
 }
 
 void DiskBlockStore::Drop(const std::string& id, uint64_t gen) {
@@ -527,6 +559,10 @@ void DiskBlockStore::WriteAccessState(const std::unordered_set<std::string>& ids
   if (!s.ok()) {
     WarnOnce("index-access", fmt::format("igtcache: cache index {}/index: saving access state: {}", opts_.dir,
                                          s.ToString()));
+    // Not saved: the units still cached stay dirty for the next flush.
+    std::lock_guard lk(mu_);
+    for (const auto& id : ids)
+      if (index_.contains(id)) dirty_.insert(id);
   }
 }
 
@@ -855,7 +891,10 @@ Status DiskBlockStore::Reconcile() {
   });
   if (dropped > 0) {
     spdlog::warn("igtcache: dropped {} cache index entries without a valid unit file in {}", dropped, opts_.dir);
-    if (auto s = FromRocks(db_->Write(rocksdb::WriteOptions(), &drop), "cache index: drop"); !s.ok()) return s;
+    // Not fatal (a full volume): the records stay stale on disk, are not
+    // loaded, and the next start-up drops them again.
+    if (auto s = FromRocks(db_->Write(rocksdb::WriteOptions(), &drop), "cache index: drop"); !s.ok())
+      spdlog::warn("igtcache: cache index {}/index: cannot delete the dropped entries: {}", opts_.dir, s.ToString());
   }
 
   const auto t1 = Clock::now();

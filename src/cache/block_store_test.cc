@@ -219,6 +219,33 @@ TEST_CASE("unsafe or unusable cache dirs are refused with a clear error", "[bloc
     CHECK(s.error().code() == Code::kPermissionDenied);
     CHECK_THAT(s.error().message(), Catch::Contains("world-writable") && Catch::Contains(o.dir));
   }
+  SECTION("group-writable") {
+    o.dir = t.path + "/gw";
+    REQUIRE(::mkdir(o.dir.c_str(), 0700) == 0);
+    REQUIRE(::chmod(o.dir.c_str(), 0770) == 0);
+    auto s = BlockStore::Open(o, nullptr);
+    REQUIRE_FALSE(s.has_value());
+    CHECK(s.error().code() == Code::kPermissionDenied);
+    CHECK_THAT(s.error().message(), Catch::Contains("group-writable") && Catch::Contains(o.dir));
+  }
+  SECTION("a symlinked subdir or LOCK is not followed") {
+    o.dir = t.path + "/links";
+    const std::string outside = t.path + "/outside";
+    REQUIRE(::mkdir(o.dir.c_str(), 0700) == 0);
+    REQUIRE(::mkdir(outside.c_str(), 0700) == 0);
+    std::ofstream(outside + "/precious") << "keep me";
+    REQUIRE(::symlink((outside + "/precious").c_str(), (o.dir + "/LOCK").c_str()) == 0);
+    auto s = BlockStore::Open(o, nullptr);
+    REQUIRE_FALSE(s.has_value());
+    std::ifstream in(outside + "/precious");
+    std::string got((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    CHECK(got == "keep me");  // not truncated to a pid
+    REQUIRE(::unlink((o.dir + "/LOCK").c_str()) == 0);
+    REQUIRE(::symlink(outside.c_str(), (o.dir + "/tmp").c_str()) == 0);
+    auto s2 = BlockStore::Open(o, nullptr);
+    REQUIRE_FALSE(s2.has_value());
+    CHECK_THAT(s2.error().message(), Catch::Contains("not a directory"));
+  }
   SECTION("owned by another user") {
     o.dir = t.path + "/other";
     REQUIRE(::mkdir(o.dir.c_str(), 0700) == 0);

@@ -61,10 +61,13 @@ Status EnsureCacheDir(const std::string& dir) {
         fmt::format("cache dir {} is owned by uid {}, not by this user (uid {}); refusing to use it", dir,
                     st.st_uid, ::geteuid()));
   }
-  if (st.st_mode & S_IWOTH) {
+  // Writable by others (world or group): they could swap units/ for a tree
+  // of their own, and unit checksums are not keyed, so planted units would
+  // be served as the bucket's bytes.
+  if (st.st_mode & (S_IWOTH | S_IWGRP)) {
     return Status::PermissionDenied(fmt::format(
-        "cache dir {} is world-writable (mode {:o}); refusing to use it (chmod 700 it or pick another dir)", dir,
-        st.st_mode & 07777));
+        "cache dir {} is {}-writable (mode {:o}); refusing to use it (chmod 700 it or pick another dir)", dir,
+        (st.st_mode & S_IWOTH) ? "world" : "group", st.st_mode & 07777));
   }
   if (::access(dir.c_str(), R_OK | W_OK | X_OK) != 0) {
     return Status::PermissionDenied(fmt::format("cache dir {} is not writable: {}", dir, ErrnoText(errno)));
@@ -75,7 +78,7 @@ Status EnsureCacheDir(const std::string& dir) {
 Status EnsurePrivateSubdir(const std::string& path) {
   if (auto s = MakeDirIfMissing(path); !s.ok()) return s;
   struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) {
+  if (::lstat(path.c_str(), &st) != 0) {  // a symlink is not followed: not a directory of ours
     return Status::IoError(fmt::format("cannot access {}: {}", path, ErrnoText(errno)));
   }
   if (!S_ISDIR(st.st_mode)) return Status::InvalidArgument(fmt::format("{} is not a directory", path));
@@ -87,7 +90,7 @@ Status EnsurePrivateSubdir(const std::string& path) {
 
 Result<int> LockCacheDir(const std::string& dir) {
   const std::string path = dir + "/LOCK";
-  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, kFileMode);
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, kFileMode);  // never truncate a link's target
   if (fd < 0) {
     const int err = errno;
     return Err(Status(err == EACCES ? Code::kPermissionDenied : Code::kIoError,

@@ -229,7 +229,7 @@ Result<UnitHeader> ReadUnitHeader(int fd) {
 
 Result<size_t> ReadUnitRange(int fd, const UnitHeader& h, uint64_t offset, size_t len, char* out) {
   if (offset >= h.data_len || len == 0) return size_t{0};
-  const uint64_t end = std::min<uint64_t>(h.data_len, offset + len);
+  const uint64_t end = offset + std::min<uint64_t>(len, h.data_len - offset);  // offset + len may wrap
   const uint64_t c0 = offset / h.chunk_size;
   const uint64_t c1 = (end - 1) / h.chunk_size;  // inclusive
   const uint64_t span_start = c0 * h.chunk_size;

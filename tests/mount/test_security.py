@@ -97,6 +97,7 @@ def main():
         log(f"  (info) files with group/other bits (inside the 0700 dir): {others[:5]}")
 
         for label, prep in (("world-writable", lambda p: os.chmod(p, 0o777)),
+                            ("group-writable", lambda p: os.chmod(p, 0o770)),
                             ("owned by another user", lambda p: os.chown(p, 65534, 65534))):
             d = s.tmp / f"cache-{label.split()[0]}"
             d.mkdir(mode=0o700)
