@@ -76,6 +76,17 @@ double TtlSeconds(const Config& c) { return static_cast<double>(c.metadata.ttl_m
 // How long the kernel keeps an entry taken from a stale listing.
 constexpr double kStaleEntrySeconds = 1.0;
 
+// How long the kernel may keep an entry or attributes: what is left of the
+// TTL of the listing they came from (a whole TTL from now would let a change
+// stay hidden for up to two), briefly if that listing is stale.
+double TimeoutSeconds(const Config& c, const InodeAttr& a) {
+  const double ttl = TtlSeconds(c);
+  if (a.stale) return std::min(ttl, kStaleEntrySeconds);
+  if (a.listing_ms == 0) return ttl;
+  const double age = static_cast<double>(NowMs() - a.listing_ms) / 1000.0;
+  return std::clamp(ttl - age, 0.0, ttl);
+}
+
 struct stat ToStat(const InodeAttr& a, uint64_t unit_size) {
   struct stat st {};
   st.st_ino = a.ino;
@@ -86,8 +97,10 @@ struct stat ToStat(const InodeAttr& a, uint64_t unit_size) {
   st.st_size = static_cast<off_t>(a.size);
   st.st_blocks = static_cast<blkcnt_t>((a.size + 511) / 512);
   st.st_blksize = static_cast<blksize_t>(std::min<uint64_t>(unit_size, 1 << 20));
-  st.st_mtim.tv_sec = a.mtime_ns / 1000000000;
-  st.st_mtim.tv_nsec = a.mtime_ns % 1000000000;
+  // Floor division: a time before 1970 still has 0 <= tv_nsec < 1e9.
+  const int64_t sec = a.mtime_ns / 1000000000 - (a.mtime_ns % 1000000000 < 0 ? 1 : 0);
+  st.st_mtim.tv_sec = sec;
+  st.st_mtim.tv_nsec = a.mtime_ns - sec * 1000000000;
   st.st_ctim = st.st_mtim;
   st.st_atim = st.st_mtim;
   return st;
@@ -161,8 +174,7 @@ struct FuseFs::Impl {
     // An entry from a stale listing (a refresh under way, the bucket down,
     // or a read found it out of date) is kept briefly: else the kernel would
     // hold it, maybe an old version, for a whole TTL.
-    const double ttl = TtlSeconds(self->opts_.config);
-    e.attr_timeout = e.entry_timeout = a->stale ? std::min(ttl, kStaleEntrySeconds) : ttl;
+    e.attr_timeout = e.entry_timeout = TimeoutSeconds(self->opts_.config, *a);
     if (fuse_reply_entry(req, &e) != 0) self->ns_->Forget(a->ino, 1);  // request was interrupted
   }
 
@@ -194,7 +206,7 @@ struct FuseFs::Impl {
     auto a = self->ns_->GetAttr(ino);
     if (!a) return Reply(req, a.error());
     auto st = ToStat(*a, self->pipeline_->unit_size());
-    fuse_reply_attr(req, &st, TtlSeconds(self->opts_.config));
+    fuse_reply_attr(req, &st, TimeoutSeconds(self->opts_.config, *a));
   }
 
   static void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) noexcept {
@@ -297,7 +309,10 @@ struct FuseFs::Impl {
     if (!l) return Reply(req, l.error());
     auto h = std::make_unique<Handle>(Handle{Handle::Kind::kDir, {}, *l, {}});
     fi->fh = reinterpret_cast<uint64_t>(h.get());
-    fi->cache_readdir = 1;
+    // No kernel readdir cache: it is one per directory, shared by every
+    // handle, while offsets here index this handle's own snapshot; a scan
+    // resumed over another handle's newer listing would skip or repeat
+    // names. Readdir is answered from memory anyway.
     KernelHandoff();
     if (fuse_reply_open(req, fi) == 0) h.release();
   }
@@ -344,11 +359,13 @@ struct FuseFs::Impl {
     struct statvfs sv {};
     sv.f_bsize = 4096;
     sv.f_frsize = 4096;
-    sv.f_blocks = 1ull << 40;  // a bucket has no fixed size: report a large, empty volume
-    sv.f_bfree = 0;
-    sv.f_bavail = 0;
+    // A bucket has no fixed size: a large, empty volume (as mountpoint-s3
+    // and gcsfuse report), not a full one that trips disk-full alarms.
+    sv.f_blocks = 1ull << 40;
+    sv.f_bfree = sv.f_blocks;
+    sv.f_bavail = sv.f_blocks;
     sv.f_files = 1ull << 32;
-    sv.f_ffree = 0;
+    sv.f_ffree = sv.f_files;
     sv.f_namemax = 255;
     fuse_reply_statfs(req, &sv);
   }

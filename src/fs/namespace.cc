@@ -222,6 +222,7 @@ size_t Namespace::inode_count() const {
 Result<std::shared_ptr<const DirListing>> Namespace::FetchListing(const std::string& dir_key) {
   auto listing = std::make_shared<DirListing>();
   listing->fetched_ms = NowMs();
+  listing->seq = listing_seq_.fetch_add(1) + 1;
   std::map<std::string, DirEntry> merged;  // sorted, dirs shadow same-named files
   ListRequest req;
   req.prefix = dir_key.empty() ? "" : dir_key + "/";
@@ -257,6 +258,7 @@ Result<std::shared_ptr<const DirListing>> Namespace::FetchListing(const std::str
                  dir_key, skipped);
   listing->entries.reserve(merged.size());
   for (auto& [_, e] : merged) listing->entries.push_back(std::move(e));
+  merged.clear();  // before the encoding below: a huge directory held both at once
   if (store_) {
     if (auto s = store_->PutMeta(MetaKey(dir_key), EncodeListing(*listing)); !s.ok())
       spdlog::debug("listing of '{}' not persisted: {}", dir_key, s.ToString());
@@ -440,10 +442,10 @@ std::optional<DirEntry> Namespace::CachedEntry(const std::string& key) {
   return *e;
 }
 
-Result<InodeAttr> Namespace::Child(const std::string& dir_key, std::string_view name, int64_t* listing_ms) {
+Result<InodeAttr> Namespace::Child(const std::string& dir_key, std::string_view name, uint64_t* listing_seq) {
   auto listing = Listing(dir_key);
   if (!listing) return Err(listing.error());
-  *listing_ms = (*listing)->fetched_ms;
+  *listing_seq = (*listing)->seq;
   const DirEntry* e = (*listing)->Find(name);
   if (!e) return Err(Status::NotFound(ChildKey(dir_key, name)));
   InodeAttr a;
@@ -456,7 +458,13 @@ Result<InodeAttr> Namespace::Child(const std::string& dir_key, std::string_view 
   a.size = e->size;
   a.mtime_ns = e->is_dir ? (*listing)->fetched_ms * 1000000 : e->mtime_ns;
   a.etag = e->etag;
+  a.listing_ms = (*listing)->fetched_ms;
   return a;
+}
+
+bool SameVersion(const InodeAttr& a, const InodeAttr& b) {
+  if (!a.etag.empty() || !b.etag.empty()) return a.etag == b.etag;
+  return a.size == b.size && a.mtime_ns == b.mtime_ns;
 }
 
 Result<InodeAttr> Namespace::Lookup(uint64_t parent, std::string_view name) {
@@ -469,8 +477,8 @@ Result<InodeAttr> Namespace::Lookup(uint64_t parent, std::string_view name) {
     if (!it->second.attr.is_dir) return Err(Status::InvalidArgument("not a directory"));
     dir_key = it->second.attr.key;
   }
-  int64_t listing_ms = 0;
-  auto child = Child(dir_key, name, &listing_ms);
+  uint64_t listing_seq = 0;
+  auto child = Child(dir_key, name, &listing_seq);
   if (!child) return Err(child.error());
   std::lock_guard lk(mu_);
   std::string k = child->key + (child->is_dir ? "/" : "");
@@ -479,14 +487,14 @@ Result<InodeAttr> Namespace::Lookup(uint64_t parent, std::string_view name) {
     Inode& n = inodes_.at(it->second);
     // An older listing than the inode's (a lookup that got the listing a
     // refresh was replacing) must not move the name back to an older version.
-    const bool older = listing_ms < n.listing_ms;
-    if (older || child->is_dir || n.attr.etag == child->etag) {
+    const bool older = listing_seq < n.listing_seq;
+    if (older || child->is_dir || SameVersion(n.attr, *child)) {
       if (!older) {
         n.attr = *child;
         n.attr.ino = n.ino;
         n.attr.stale = false;  // kept per lookup, not per inode
-        n.attr_ms = NowMs();
-        n.listing_ms = listing_ms;
+        n.attr_ms = child->listing_ms;
+        n.listing_seq = listing_seq;
         n.superseded = false;  // its version is the name's again
       }
       ++n.nlookup;
@@ -503,7 +511,7 @@ Result<InodeAttr> Namespace::Lookup(uint64_t parent, std::string_view name) {
   InodeAttr a = *child;
   a.ino = ino;
   a.stale = false;
-  inodes_.emplace(ino, Inode{ino, parent, std::string(name), a, NowMs(), 1, listing_ms});
+  inodes_.emplace(ino, Inode{ino, parent, std::string(name), a, child->listing_ms, 1, listing_seq});
   by_key_[k] = ino;
   a.stale = child->stale;
   return a;
@@ -540,29 +548,33 @@ Result<InodeAttr> Namespace::GetAttr(uint64_t ino) {
     name = it->second.name;
   }
   // Stale: refresh from the parent's listing (one LIST per directory, not a HEAD per file).
-  int64_t listing_ms = 0;
-  auto child = Child(parent_key, name, &listing_ms);
+  uint64_t listing_seq = 0;
+  auto child = Child(parent_key, name, &listing_seq);
   std::lock_guard lk(mu_);
   auto it = inodes_.find(ino);
   if (it == inodes_.end()) return Err(Status::NotFound("stale inode"));
-  if (!child) {
-    if (child.error().code() == Code::kNotFound) return Err(child.error());
-    return it->second.attr;  // backend trouble: keep serving what we know
+  Inode& n = it->second;
+  if (!child && child.error().code() != Code::kNotFound) return n.attr;  // backend trouble: keep serving what we know
+  if (child && listing_seq < n.listing_seq) return n.attr;  // an older listing than the inode's
+  if (!child || child->is_dir != n.attr.is_dir || (!child->is_dir && !SameVersion(n.attr, *child))) {
+    // Deleted, replaced by a directory (or a file by a directory), or
+    // another version. A file inode keeps its own version's attributes for
+    // the handles open on it, as an unlinked file does (fstat, lseek to the
+    // end); the name leads elsewhere, or nowhere, at its next lookup.
+    if (n.attr.is_dir) return Err(child ? Status::NotFound("replaced") : child.error());
+    n.superseded = true;
+    return n.attr;
   }
-  if (listing_ms < it->second.listing_ms) return it->second.attr;  // an older listing than the inode's
-  if (child->is_dir != it->second.attr.is_dir) return Err(Status::NotFound("replaced"));
-  if (!child->is_dir && child->etag != it->second.attr.etag) {
-    // Another version: this inode keeps its own (see Lookup); the kernel
-    // reaches the new one by a lookup of the name once its entry expires.
-    it->second.superseded = true;
-    return it->second.attr;
-  }
-  it->second.attr.size = child->size;
-  it->second.attr.mtime_ns = child->mtime_ns;
-  it->second.attr.etag = child->etag;
-  it->second.attr_ms = NowMs();
-  it->second.listing_ms = listing_ms;
-  return it->second.attr;
+  n.attr.size = child->size;
+  n.attr.mtime_ns = child->mtime_ns;
+  n.attr.etag = child->etag;
+  n.attr.listing_ms = child->listing_ms;
+  n.attr.stale = child->stale;
+  n.attr_ms = child->listing_ms;
+  n.listing_seq = listing_seq;
+  InodeAttr out = n.attr;
+  n.attr.stale = false;  // kept per reply, not per inode
+  return out;
 }
 
 Result<std::shared_ptr<const DirListing>> Namespace::ReadDir(uint64_t ino) {

@@ -68,6 +68,9 @@ struct DirEntry {
 struct DirListing {
   std::vector<DirEntry> entries;  // sorted by name, unique
   int64_t fetched_ms = 0;         // wall clock, ms since the epoch
+  // Fetch order in this process (0: loaded from disk): which of two
+  // listings is newer, also when the wall clock steps back.
+  uint64_t seq = 0;
   const DirEntry* Find(std::string_view name) const;
 };
 
@@ -78,11 +81,19 @@ struct InodeAttr {
   uint64_t size = 0;
   int64_t mtime_ns = 0;
   std::string etag;
-  // Lookup only: taken from a listing past its TTL (served while a refresh
-  // runs or the bucket is down) or one a read found out of date. The kernel
-  // should keep such an entry briefly, not for the TTL.
+  // Taken from a listing past its TTL (served while a refresh runs or the
+  // bucket is down) or one a read found out of date. The kernel should keep
+  // such an entry briefly, not for the TTL.
   bool stale = false;
+  // fetched_ms of the listing these came from (0: none, the root): the
+  // kernel may keep them for what is left of that listing's TTL, not for a
+  // whole TTL from now.
+  int64_t listing_ms = 0;
 };
+
+// Whether two attributes of one file name the same version: the ETag, or
+// for a server that lists none, the size and the modification time.
+bool SameVersion(const InodeAttr& a, const InodeAttr& b);
 
 class Namespace {
  public:
@@ -150,9 +161,9 @@ class Namespace {
     uint64_t parent;
     std::string name;
     InodeAttr attr;
-    int64_t attr_ms;   // when attr was taken from a listing
+    int64_t attr_ms;   // fetched_ms of the listing attr came from (its freshness)
     uint64_t nlookup;
-    int64_t listing_ms = 0;  // fetched_ms of the listing attr came from
+    uint64_t listing_seq = 0;  // DirListing::seq of that listing
     // A file inode whose name now leads to another version (another inode):
     // its attributes stay those of its own version.
     bool superseded = false;
@@ -168,8 +179,8 @@ class Namespace {
   Result<std::shared_ptr<const DirListing>> Complete(const std::string& dir_key,
                                                      const std::shared_ptr<Fetch>& fetch);
   bool Fresh(int64_t fetched_ms) const;
-  // Child `name` of `dir_key` from its listing, fetched at *listing_ms.
-  Result<InodeAttr> Child(const std::string& dir_key, std::string_view name, int64_t* listing_ms);
+  // Child `name` of `dir_key` from its listing, whose seq goes to *listing_seq.
+  Result<InodeAttr> Child(const std::string& dir_key, std::string_view name, uint64_t* listing_seq);
   // After ReadDir of `dir_key`: detects a walk over its parent's children and
   // queues the next siblings' listings.
   void NoteWalk(const std::string& dir_key);
@@ -207,6 +218,7 @@ class Namespace {
   std::unordered_map<std::string, uint64_t> changed_;
   uint64_t changed_seq_ = 0;
   std::atomic<bool> serving_stale_{false};  // for one warning per outage
+  std::atomic<uint64_t> listing_seq_{0};    // the last DirListing::seq given
 
   // Walk prefetch. walk_mu_ is never held together with mu_ or listings_mu_.
   std::mutex walk_mu_;

@@ -99,10 +99,33 @@ TEST_CASE("a new version of an object gets a new inode, the old one keeps its ow
   CHECK(ns.inode_count() == 2);
   CHECK(ns.Lookup(Namespace::kRootIno, "a")->ino == b->ino);
   CHECK(ns.GetAttr(b->ino)->size == 2);
+  // Deleted: a handle still open on it keeps its attributes (fstat, lseek
+  // to the end), as on an unlinked file; the name is gone.
   mem->Delete("a");
   auto c = ns.GetAttr(b->ino);
-  REQUIRE_FALSE(c.has_value());
-  CHECK(c.error().code() == Code::kNotFound);
+  REQUIRE(c.has_value());
+  CHECK(c->size == 2);
+  auto gone = ns.Lookup(Namespace::kRootIno, "a");
+  REQUIRE_FALSE(gone.has_value());
+  CHECK(gone.error().code() == Code::kNotFound);
+}
+
+TEST_CASE("without ETags, a version is told by its size and modification time") {
+  InodeAttr a;
+  a.size = 5;
+  a.mtime_ns = 100;
+  InodeAttr b = a;
+  CHECK(SameVersion(a, b));
+  b.size = 4;
+  CHECK_FALSE(SameVersion(a, b));
+  b = a;
+  b.mtime_ns = 200;
+  CHECK_FALSE(SameVersion(a, b));
+  a.etag = b.etag = "e";
+  CHECK(SameVersion(a, b));  // the ETag decides when there is one
+  b.etag = "f";
+  b.mtime_ns = a.mtime_ns;
+  CHECK_FALSE(SameVersion(a, b));
 }
 
 // Options of a BlockStore in an empty directory of its own.

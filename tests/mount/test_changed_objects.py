@@ -76,6 +76,9 @@ def main():
         # A reader of shared.bin that stays open across the change (all of
         # v1 is cached: it goes on reading v1).
         fd_old = os.open(mnt / "shared.bin", os.O_RDONLY)
+        # A handle on gone.bin, deleted below: fstat keeps working, as on an
+        # unlinked file (before, it failed with ENOENT once the TTL ran out).
+        fd_gone = os.open(mnt / "gone.bin", os.O_RDONLY)
 
         faultlib.put_objects(srv, BUCKET, v2)
         faultlib.delete_object(srv, BUCKET, "gone.bin")
@@ -117,6 +120,10 @@ def main():
         # old handle must not shrink what the old handle reads (before, the
         # old handle's inode took v2's size and its reads past 1000 bytes
         # were a silent EOF).
+        st_gone = os.fstat(fd_gone)
+        check(st_gone.st_size == len(v1["gone.bin"]),
+              f"gone.bin: a handle opened before the delete still fstats ({st_gone.st_size} bytes)")
+        os.close(fd_gone)
         st_path = os.stat(mnt / "shrink.bin")
         st_fd = os.fstat(fd_shrink)
         check(st_path.st_size == 1000, f"shrink.bin: the path stats as v2 ({st_path.st_size} bytes)")
