@@ -37,13 +37,14 @@ int RunSimCmd(igt::sim::SimOptions o, const std::string& cache_size, const std::
       return igt::kExitUsage;
     }
     o.unit_bytes = *us;
+    o.unit_bytes_set = true;
   }
   auto j = igt::sim::RunSim(o);
   if (!j) {
     std::fprintf(stderr, "igtcache: error: %s\n", j.error().message().c_str());
     return j.error().code() == igt::Code::kInvalidArgument ? igt::kExitUsage : igt::kExitError;
   }
-  std::cout << j->dump(2) << "\n";
+  std::cout << j->dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   return igt::kExitOk;
 }
 
@@ -63,7 +64,7 @@ int RunClassify(const std::string& trace, const std::string& config_path) {
     std::fprintf(stderr, "igtcache: error: %s\n", j.error().message().c_str());
     return j.error().code() == igt::Code::kInvalidArgument ? igt::kExitUsage : igt::kExitError;
   }
-  std::cout << j->dump(2) << "\n";
+  std::cout << j->dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";  // paths: any bytes
   return igt::kExitOk;
 }
 

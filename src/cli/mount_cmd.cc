@@ -351,7 +351,9 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
                                      {"fills", ps.fills}, {"filling", ps.filling}};
       }
     }
-    return j.dump(2) + "\n";
+    // Names are the bucket's bytes: invalid UTF-8 is replaced, never thrown
+    // (an exception here ended the daemon from a noexcept FUSE callback).
+    return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   };
   FuseFs::Options fo;
   fo.mountpoint = a.mountpoint;

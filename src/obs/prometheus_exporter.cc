@@ -1,5 +1,7 @@
 #include "src/obs/prometheus_exporter.h"
 
+#include <arpa/inet.h>
+
 #include <prometheus/collectable.h>
 #include <prometheus/exposer.h>
 #include <prometheus/metric_family.h>
@@ -281,11 +283,13 @@ class StatsCollectable final : public prometheus::Collectable {
     nlohmann::json j;
     try {
       j = nlohmann::json::parse(src_());
-    } catch (const std::exception& e) {  // never fail a scrape: serve what we have
+    } catch (const std::exception& e) {
+      // No snapshot: serve no series at all this time. Zeros would read as
+      // counter resets (rate() spikes); missing series are just a gap.
       spdlog::warn("metrics: cannot read the stats snapshot: {}", e.what());
-      j = nlohmann::json::object();
+      return {};
     }
-    if (!j.is_object()) j = nlohmann::json::object();
+    if (!j.is_object()) return {};
     return BuildFamilies(j, backend_);
   }
 
@@ -309,6 +313,14 @@ Status ValidateMetricsAddr(const std::string& addr) {
     return bad("port must be a number in 0-65535");
   if (host.front() == '[' ? host.back() != ']' : host.find(':') != std::string::npos)
     return bad("IPv6 hosts go in brackets");
+  // An address literal only: the HTTP server takes no host names, and reads
+  // a comma as a list (',9101' would also bind port 9101 on every address).
+  in_addr a4{};
+  in6_addr a6{};
+  const bool literal = host.front() == '['
+                           ? inet_pton(AF_INET6, host.substr(1, host.size() - 2).c_str(), &a6) == 1
+                           : inet_pton(AF_INET, host.c_str(), &a4) == 1;
+  if (!literal) return bad("the host must be an IPv4 address or a bracketed IPv6 address");
   return Status::Ok();
 }
 

@@ -118,6 +118,26 @@ TEST_CASE("sim: errors name the problem", "[sim]") {
   o.policy = "lru";
   o.cache_bytes = 0;
   CHECK_FALSE(RunSim(o).has_value());
+  // --unit-size has a mount's bounds (a 1-byte unit made an id per byte).
+  TempTrace good("0,1,a,0,10,10\n");
+  o.trace_path = good.path;
+  o.cache_bytes = kMiB;
+  for (uint64_t u : {uint64_t{0}, uint64_t{1}, uint64_t{100000}}) {
+    o.unit_bytes = u;
+    o.unit_bytes_set = true;
+    auto r = RunSim(o);
+    REQUIRE_FALSE(r.has_value());
+    CHECK(r.error().message().find("--unit-size") != std::string::npos);
+  }
+  o.unit_bytes = 64 << 10;
+  CHECK(RunSim(o).has_value());
+}
+
+TEST_CASE("sim: a read at or past EOF is not a request, and not a hit", "[sim]") {
+  TempTrace t("0,1,a,0,100,100\n10,1,a,100,50,100\n20,1,a,500,50,100\n");
+  auto j = Run(t.path, 10 * kMiB, "lru");
+  CHECK(j["requests"] == 1);
+  CHECK(j["hit_ratio"] == 0.0);
 }
 
 TEST_CASE("sim: --listing lists objects the trace never reads, for the engine's directory plans", "[sim]") {
@@ -179,6 +199,7 @@ TEST_CASE("sim: a bad listing is an error naming its line", "[sim]") {
   check("path,size\na,10\nb,ten\n", ":3: size is not a non-negative integer: 'ten'");
   check("path,size\n/abs,10\n", ":2: path must be relative");
   check("path,size\nnocomma\n", ":2: expected 2 columns");
+  check("path,size\na,10,20\n", ":2: expected 2 columns");  // was read as path "a,10"
   check("path,size\na,99999999999999999999\n", ":2: size out of range");
   check("", ": empty");
   o.listing_path = "/nonexistent/listing.csv";

@@ -94,8 +94,9 @@ Status LoadListing(const std::string& path, Trace& t, std::unordered_map<std::st
       if (i >= l.size() || i + 1 >= l.size() || l[i + 1] != ',') return fail("unterminated quoted path, or no size after it");
       rest = l.substr(i + 2);
     } else {
-      const size_t c = l.rfind(',');
-      if (c == std::string_view::npos) return fail("expected 2 columns (path,size)");
+      const size_t c = l.find(',');
+      if (c == std::string_view::npos || l.find(',', c + 1) != std::string_view::npos)
+        return fail("expected 2 columns (path,size); quote a path that has a comma");
       p = std::string(l.substr(0, c));
       rest = l.substr(c + 1);
     }
@@ -129,7 +130,11 @@ Result<Trace> LoadTrace(const std::string& path, const std::string& listing_path
     auto [it, fresh] = ids.try_emplace(r.path, uint32_t(t.files.size()));
     if (fresh) t.files.push_back({r.path, r.file_size});
     t.files[it->second].size = std::max(t.files[it->second].size, r.file_size);
-    t.rows.push_back({r.time_us, r.pid, it->second, r.offset, r.length});
+    // The length the file has bytes for, as the mount records and replays it
+    // (a trace may carry what the kernel asked for, past EOF). This also
+    // keeps offset + length from wrapping.
+    const uint64_t len = r.offset >= r.file_size ? 0 : std::min(r.length, r.file_size - r.offset);
+    t.rows.push_back({r.time_us, r.pid, it->second, r.offset, len});
   }
   if (!listing_path.empty())
     if (Status s = LoadListing(listing_path, t, ids); !s.ok()) return Err(s);
@@ -438,9 +443,10 @@ Result<nlohmann::json> RunEngine(const SimOptions& o, const Trace& tr, uint64_t 
     }
     auto plan = e.OnRead(issue_us, r.pid, f.path, r.off, r.len, f.size);
 
-    // Demand: the units of the read.
-    ++c.requests;
+    // Demand: the units of the read. One at or past EOF reads no byte: not a
+    // request (it would count as a hit).
     uint64_t len = r.off >= f.size ? 0 : std::min(r.len, f.size - r.off);
+    if (len > 0) ++c.requests;
     c.req_bytes += len;
     double done = issue;
     uint64_t hit = 0;
@@ -475,7 +481,7 @@ Result<nlohmann::json> RunEngine(const SimOptions& o, const Trace& tr, uint64_t 
       if (!missing.empty()) done = std::max(done, fetch_pieces(f, missing, issue, false));
     }
     c.hit_bytes += hit;
-    if (hit == len) ++c.hit_requests;
+    if (len > 0 && hit == len) ++c.hit_requests;
     c.Add(f.path, len, hit, done - issue);
     clk.Complete(ri, issue, done);
 
@@ -611,8 +617,8 @@ Result<nlohmann::json> RunBelady(const SimOptions& o, const Trace& tr, uint64_t 
   while (clk.Next(&ri, &issue)) {
     const Row& r = tr.rows[ri];
     const FileInfo& f = tr.files[r.file];
-    ++c.requests;
     const uint64_t len = r.off >= f.size ? 0 : std::min(r.len, f.size - r.off);
+    if (len > 0) ++c.requests;  // past EOF: no byte read, not a hit
     c.req_bytes += len;
     double done = issue;
     uint64_t hit = 0;
@@ -665,7 +671,7 @@ Result<nlohmann::json> RunBelady(const SimOptions& o, const Trace& tr, uint64_t 
       a = b + 1;
     }
     c.hit_bytes += hit;
-    if (hit == len) ++c.hit_requests;
+    if (len > 0 && hit == len) ++c.hit_requests;
     c.Add(f.path, len, hit, done - issue);
     clk.Complete(ri, issue, done);
   }
@@ -691,7 +697,11 @@ Result<nlohmann::json> RunSim(const SimOptions& o) {
   if (o.connections == 0) return Err(Status::InvalidArgument("--connections: must be > 0"));
   auto cfg = LoadConfig(o.config_path);
   if (!cfg) return Err(cfg.error());
-  if (o.unit_bytes) cfg->cache.unit_size_bytes = o.unit_bytes;
+  if (o.unit_bytes_set) {
+    cfg->cache.unit_size_bytes = o.unit_bytes;
+    // The same bounds as a mount's (a 1-byte unit made an id per byte).
+    if (auto s = Validate(*cfg); !s.ok()) return Err(Status::InvalidArgument("--unit-size: " + s.message()));
+  }
   auto scfg = StreamConfigFrom(*cfg);
   if (!scfg) return Err(scfg.error());
   const uint64_t unit = cfg->cache.unit_size_bytes;

@@ -57,7 +57,10 @@ struct SimOptions {
   uint64_t cache_bytes = 0;
   std::string policy = "igt";   // igt | lru | lfu | fifo | 2random | lru-readahead | belady
   std::string config_path;      // igtcache YAML: stream.*, cache.unit_size_bytes, policy.file
-  uint64_t unit_bytes = 0;      // 0: cache.unit_size_bytes of the config (default 1 MiB)
+  // --unit-size (checked as cache.unit_size_bytes is) if unit_bytes_set,
+  // else cache.unit_size_bytes of the config (default 1 MiB).
+  uint64_t unit_bytes = 0;
+  bool unit_bytes_set = false;
   // Overrides the config's policy.file (tests).
   std::optional<engine::PolicyFile> policy_file;
 

@@ -1,5 +1,9 @@
 #include "src/stream/classify.h"
 
+#include <sys/stat.h>
+
+#include <fmt/format.h>
+#include <algorithm>
 #include <string_view>
 #include <unordered_map>
 #include <unordered_set>
@@ -9,6 +13,11 @@
 namespace igt::stream {
 
 Status ReplayTrace(const std::string& trace_path, AccessStreamTree& tree) {
+  // Read twice (below): a pipe would be empty the second time.
+  struct stat st {};
+  if (::stat(trace_path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+    return Status::InvalidArgument(fmt::format("{}: not a regular file (the trace is read twice: save a piped "
+                                               "trace to a file first)", trace_path));
   // Pass 1: validate, and collect each directory's distinct children.
   std::unordered_map<std::string, std::unordered_set<std::string>> children;  // dir -> child keys
   {
@@ -49,7 +58,10 @@ Status ReplayTrace(const std::string& trace_path, AccessStreamTree& tree) {
     auto more = (*reader)->Next(r);
     if (!more) return more.error();
     if (!*more) break;
-    tree.Record(r.time_us, r.pid, r.path, r.offset, r.length, r.file_size);
+    // The bytes the file has, as a mount records them (offset + length
+    // cannot wrap then).
+    const uint64_t len = r.offset >= r.file_size ? 0 : std::min(r.length, r.file_size - r.offset);
+    tree.Record(r.time_us, r.pid, r.path, r.offset, len, r.file_size);
   }
   return Status::Ok();
 }

@@ -1,5 +1,8 @@
 #include "src/stream/trace.h"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <chrono>
@@ -244,6 +247,8 @@ void TraceWriter::Append(uint64_t time_us, uint32_t pid, std::string_view path, 
       rows_dropped_.fetch_add(1, std::memory_order_relaxed);
       return;
     }
+    time_us = std::max(time_us, last_time_us_);
+    last_time_us_ = time_us;
     AppendTraceRow(buf_, time_us, pid, path, offset, length, file_size);
     ++rows_in_buf_;
     wake = buf_.size() >= opt_.flush_threshold_bytes;
@@ -254,6 +259,8 @@ void TraceWriter::Append(uint64_t time_us, uint32_t pid, std::string_view path, 
 void TraceWriter::FlushLoop() {
   std::string out;
   out.reserve(opt_.flush_threshold_bytes * 2);
+  bool failed = false;  // a write failed: nothing more goes to the file
+  long whole = std::ftell(f_);  // the file's size up to its last whole row (the header)
   while (true) {
     uint64_t rows = 0;
     bool stopping;
@@ -267,14 +274,23 @@ void TraceWriter::FlushLoop() {
       rows_in_buf_ = 0;
       stopping = stop_;
     }
-    if (!out.empty()) {
-      size_t n = std::fwrite(out.data(), 1, out.size(), f_);
-      if (n != out.size()) {
+    if (!out.empty() && failed) {
+      rows_dropped_.fetch_add(rows, std::memory_order_relaxed);
+    } else if (!out.empty()) {
+      // Flushed every round: a crash loses at most a round, and leaves at
+      // most one torn row at the end.
+      const size_t n = std::fwrite(out.data(), 1, out.size(), f_);
+      if (n != out.size() || std::fflush(f_) != 0) {
+        const int err = errno;
+        failed = true;
+        // Cut a torn row off: rows written after it would merge with it.
+        if (whole >= 0 && ::ftruncate(::fileno(f_), whole) == 0) std::fseek(f_, whole, SEEK_SET);
         std::lock_guard lk(mu_);
         if (write_error_.ok())
-          write_error_ = Status::IoError(fmt::format("writing trace '{}': {}", path_, std::strerror(errno)));
+          write_error_ = Status::IoError(fmt::format("writing trace '{}': {}", path_, std::strerror(err)));
         rows_dropped_.fetch_add(rows, std::memory_order_relaxed);
       } else {
+        whole += static_cast<long>(n);
         rows_written_.fetch_add(rows, std::memory_order_relaxed);
       }
       out.clear();
@@ -300,6 +316,9 @@ Status TraceWriter::Close() {
   }
   if (std::fflush(f_) != 0 && s.ok())
     s = Status::IoError(fmt::format("flushing trace '{}': {}", path_, std::strerror(errno)));
+  if (const uint64_t dropped = rows_dropped(); dropped > 0 && s.ok())
+    s = Status::IoError(fmt::format("trace '{}' is incomplete: {} rows dropped (the disk did not keep up; "
+                                    "{} written)", path_, dropped, rows_written()));
   if (std::fclose(f_) != 0 && s.ok())
     s = Status::IoError(fmt::format("closing trace '{}': {}", path_, std::strerror(errno)));
   f_ = nullptr;

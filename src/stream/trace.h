@@ -92,13 +92,17 @@ class TraceWriter {
   static Result<std::unique_ptr<TraceWriter>> Open(const std::string& path) { return Open(path, Options{}); }
   ~TraceWriter();  // Close()s if still open; errors are logged only
 
-  // Cheap: formats one row into the buffer under a short mutex.
+  // Cheap: formats one row into the buffer under a short mutex. Rows stay in
+  // non-decreasing time (the format's rule): a time below the last row's,
+  // taken by a thread that appended late, is written as the last row's.
   void Append(uint64_t time_us, uint32_t pid, std::string_view path, uint64_t offset,
               uint64_t length, uint64_t file_size);
   void Append(const TraceRecord& r) { Append(r.time_us, r.pid, r.path, r.offset, r.length, r.file_size); }
 
   // Stops the flusher, writes everything buffered, closes the file. The first
-  // write/close error seen since Open is returned. Idempotent.
+  // write/close error seen since Open is returned, else an error if rows were
+  // dropped (the trace is incomplete). Idempotent. After a failed write
+  // nothing more is written, and the file is cut back to its last whole row.
   Status Close();
 
   uint64_t rows_written() const { return rows_written_.load(std::memory_order_relaxed); }
@@ -116,6 +120,7 @@ class TraceWriter {
   std::condition_variable cv_;  // flusher waits on it
   std::string buf_;             // rows appended since the last swap (guarded by mu_)
   uint64_t rows_in_buf_ = 0;    // (guarded by mu_)
+  uint64_t last_time_us_ = 0;   // time of the last row appended (guarded by mu_)
   bool stop_ = false;           // (guarded by mu_)
   Status write_error_;          // first write error (guarded by mu_)
   bool closed_ = false;         // owner thread only
