@@ -188,16 +188,24 @@ Result<bool> TraceReader::Next(TraceRecord& out) {
     uint64_t start_line = next_line_++;
     buf_.assign(raw, static_cast<size_t>(len));
     // A quoted path may contain newlines: keep reading while quotes are open.
-    auto open_quotes = [&] {
+    // The quote state is carried over the lines appended (a rescan of the
+    // whole record per line was quadratic), and a record is capped: a stray
+    // quote must give an error naming its line, not swallow the file.
+    constexpr size_t kMaxRecordBytes = 64 << 10;
+    auto toggles = [](const char* p, size_t n) {
       bool q = false;
-      for (char c : buf_) if (c == '"') q = !q;
+      for (size_t i = 0; i < n; ++i) q ^= p[i] == '"';
       return q;
     };
-    while (open_quotes()) {
+    bool open = toggles(buf_.data(), buf_.size());
+    while (open) {
+      if (buf_.size() > kMaxRecordBytes)
+        return Err(Fail(start_line, "a quoted field runs on for more than 64 KiB (a stray '\"'?)"));
       ssize_t more = getline(&raw, &cap, f_);
       if (more < 0) return Err(Fail(start_line, "unterminated quoted field at end of file"));
       ++next_line_;
       buf_.append(raw, static_cast<size_t>(more));
+      open ^= toggles(raw, static_cast<size_t>(more));
     }
     while (!buf_.empty() && (buf_.back() == '\n' || buf_.back() == '\r')) buf_.pop_back();
     if (buf_.empty()) continue;  // blank line

@@ -174,3 +174,20 @@ TEST_CASE("a row appended late with an earlier time is written in order (concurr
   CHECK(times == std::vector<uint64_t>{101, 101, 102});
   std::remove(p.c_str());
 }
+
+TEST_CASE("a stray quote is an error naming its line, not the rest of the file read as one row") {
+  const std::string p = TempPath("stray");
+  {
+    std::ofstream f(p);
+    f << "time_us,pid,path,offset,length,file_size\n0,1,a,0,10,100\n1,1,5\" floppy.img,0,10,10\n";
+    for (int i = 0; i < 20000; ++i) f << i + 2 << ",1,b,0,10,100\n";
+  }
+  auto r = TraceReader::Open(p);
+  REQUIRE(r.has_value());
+  TraceRecord rec;
+  REQUIRE((*r)->Next(rec).value());
+  auto bad = (*r)->Next(rec);
+  REQUIRE_FALSE(bad.has_value());
+  CHECK_THAT(bad.error().message(), Catch::Contains(":3:"));
+  std::remove(p.c_str());
+}
