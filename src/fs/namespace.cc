@@ -214,6 +214,11 @@ bool Namespace::Fresh(int64_t fetched_ms) const {
   return age >= 0 && age < static_cast<int64_t>(opts_.ttl_ms);
 }
 
+size_t Namespace::listed_entries() const {
+  std::lock_guard lk(listings_mu_);
+  return listed_entries_;
+}
+
 size_t Namespace::inode_count() const {
   std::lock_guard lk(mu_);
   return inodes_.size();
@@ -374,7 +379,7 @@ Result<std::shared_ptr<const DirListing>> Namespace::Complete(const std::string&
   }
   {
     std::lock_guard lk(listings_mu_);
-    if (result) listings_[dir_key] = *result;
+    if (result) KeepListingLocked(dir_key, *result);
     // Served stale: retried later. Otherwise (fetched, or an error other
     // than an unreachable bucket, e.g. access denied) the next lookup asks
     // the bucket itself and sees the outcome.
@@ -394,6 +399,33 @@ Result<std::shared_ptr<const DirListing>> Namespace::Complete(const std::string&
   }
   fetch->cv.notify_all();
   return result;
+}
+
+void Namespace::KeepListingLocked(const std::string& dir_key, std::shared_ptr<const DirListing> l) {
+  auto& slot = listings_[dir_key];
+  if (slot) listed_entries_ -= slot->entries.size();
+  listed_entries_ += l->entries.size();
+  slot = std::move(l);
+  if (listed_entries_ <= opts_.max_listed_entries) return;
+  // Held by nobody else (an open directory handle, the engine's recent
+  // listings), and none a read marked out of date (its persisted copy would
+  // come back as if current) or served stale in an outage (the only copy
+  // the mount may get for a while).
+  std::vector<std::pair<int64_t, const std::string*>> idle;
+  for (const auto& [k, v] : listings_)
+    if (k != dir_key && v.use_count() == 1 && !changed_.contains(k) && !retry_after_ms_.contains(k))
+      idle.emplace_back(v->fetched_ms, &k);
+  std::sort(idle.begin(), idle.end());
+  const size_t target = opts_.max_listed_entries / 4 * 3;
+  size_t dropped = 0;
+  for (const auto& [_, k] : idle) {
+    if (listed_entries_ <= target) break;
+    auto it = listings_.find(*k);
+    listed_entries_ -= it->second->entries.size();
+    listings_.erase(it);
+    ++dropped;
+  }
+  spdlog::debug("namespace: dropped {} idle listings from memory ({} entries kept)", dropped, listed_entries_);
 }
 
 std::shared_ptr<const DirListing> Namespace::CachedListing(const std::string& dir_key) {

@@ -106,6 +106,13 @@ class Namespace {
     // How long a lookup waits for the refresh of a stale listing before it
     // is served the stale one (the refresh goes on in the background).
     uint64_t stale_wait_ms = 1000;
+    // Entries of the listings kept in memory, all directories together. Past
+    // it, listings nobody holds (no open directory handle, not among the
+    // engine's recent ones) are dropped, oldest first, down to 3/4 of it: a
+    // walk over a bucket of 10^8 keys kept every listing for good. A dropped
+    // listing comes back from the index (persisted) or the bucket. Default:
+    // 2M entries (~300 MB).
+    size_t max_listed_entries = size_t{1} << 21;
   };
 
   // `store` may be null (no persistent metadata). Not owned.
@@ -131,6 +138,7 @@ class Namespace {
   static bool SafeName(std::string_view name);
 
   size_t inode_count() const;
+  size_t listed_entries() const;  // entries of the listings kept in memory
 
   // The listing of directory `dir_key` ("" root, "a/b" otherwise) if it is in
   // memory (fresh or not), without asking the backend; null otherwise. For
@@ -205,8 +213,11 @@ class Namespace {
   std::unordered_map<std::string, uint64_t> by_key_;  // attr.key + (dir ? "/" : "")
   uint64_t next_ino_ = 2;
 
-  std::mutex listings_mu_;  // guards listings_, fetches_, retry_after_ms_, refresh_due_, changed_*
+  mutable std::mutex listings_mu_;  // guards listings_, fetches_, retry_after_ms_, refresh_due_, changed_*
   std::unordered_map<std::string, std::shared_ptr<const DirListing>> listings_;
+  size_t listed_entries_ = 0;  // entries of listings_ summed (guarded by listings_mu_)
+  // Sets listings_[dir_key], then trims (Options::max_listed_entries). Requires listings_mu_.
+  void KeepListingLocked(const std::string& dir_key, std::shared_ptr<const DirListing> l);
   std::unordered_map<std::string, std::shared_ptr<Fetch>> fetches_;
   // Directories whose refresh failed (bucket unreachable): their stale
   // listing is served without asking the bucket again until this time.

@@ -414,3 +414,28 @@ TEST_CASE("a walk over sibling directories prefetches the next ones' listings, o
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   CHECK(fb.counts().lists == 22);
 }
+
+TEST_CASE("listings nobody holds are dropped past max_listed_entries, and come back on use") {
+  auto mem = std::make_shared<MemoryBackend>();
+  for (int d = 0; d < 10; ++d)
+    for (int f = 0; f < 10; ++f) mem->Put("d" + std::to_string(d) + "/f" + std::to_string(f), "x");
+  Namespace ns(mem.get(), nullptr, nullptr,
+               Namespace::Options{.ttl_ms = 60000, .prefetch_dirs = 0, .max_listed_entries = 40});
+  std::shared_ptr<const DirListing> held;  // an open directory handle on d0
+  for (int d = 0; d < 10; ++d) {
+    auto dir = ns.Lookup(Namespace::kRootIno, "d" + std::to_string(d));
+    REQUIRE(dir.has_value());
+    auto l = ns.ReadDir(dir->ino);
+    REQUIRE(l.has_value());
+    if (d == 0) held = *l;
+    CHECK(ns.listed_entries() <= 40 + 10);  // the root's 10, then at most one listing over
+  }
+  CHECK(ns.CachedListing("d0") == held);  // held by a handle: kept
+  CHECK(ns.CachedListing("d1") == nullptr);  // oldest idle: dropped
+  // A dropped listing is fetched again when used.
+  auto d1 = ns.Lookup(Namespace::kRootIno, "d1");
+  REQUIRE(d1.has_value());
+  auto f = ns.Lookup(d1->ino, "f3");
+  REQUIRE(f.has_value());
+  CHECK(f->size == 1);
+}
