@@ -411,10 +411,12 @@ void Namespace::KeepListingLocked(const std::string& dir_key, std::shared_ptr<co
   // listings), and none a read marked out of date (its persisted copy would
   // come back as if current) or served stale in an outage (the only copy
   // the mount may get for a while).
-  std::vector<std::pair<int64_t, const std::string*>> idle;
+  // Oldest first by fetch order (seq; 0 for one loaded from the index):
+  // fetched_ms ties within a millisecond.
+  std::vector<std::pair<uint64_t, const std::string*>> idle;
   for (const auto& [k, v] : listings_)
     if (k != dir_key && v.use_count() == 1 && !changed_.contains(k) && !retry_after_ms_.contains(k))
-      idle.emplace_back(v->fetched_ms, &k);
+      idle.emplace_back(v->seq, &k);
   std::sort(idle.begin(), idle.end());
   const size_t target = opts_.max_listed_entries / 4 * 3;
   size_t dropped = 0;
