@@ -360,9 +360,14 @@ TEST_CASE("prefetch modules: registry and plans", "[policy][prefetch]") {
   CHECK(covered_to >= 39 + 4);  // at least half a window ahead
   REQUIRE(batch_sizes.size() >= 4);
   for (size_t k = 3; k < batch_sizes.size(); ++k) CHECK(batch_sizes[k] >= 4);
-  ra->OnWasted("big");  // shrinks to 4, then doubles again on the next read
+  ra->OnWasted("big");  // shrinks to 4, and holds there for its next batch
   out.clear();
   c.offset = 44 << 20;  // read 44: at most 2 units left ahead: a batch
+  ra->Plan(c, out);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].last_unit - out[0].first_unit + 1 == 4);  // not doubled back at once
+  out.clear();
+  c.offset = 47 << 20;  // the next batch: growing again
   ra->Plan(c, out);
   REQUIRE(out.size() == 1);
   CHECK(out[0].last_unit - out[0].first_unit + 1 == 8);
@@ -406,6 +411,28 @@ TEST_CASE("fifo ignores reads", "[policy][fifo]") {
   CHECK(*p->PickVictim() == "a");
   p->OnRemove("a");
   CHECK(*p->PickVictim() == "b");
+}
+
+
+TEST_CASE("adaptive-readahead: two readers of one file never get more than a window proposed", "[policy][prefetch]") {
+  auto ra = *MakePrefetchPolicy("adaptive-readahead", {{"initial_units", 2}, {"max_units", 8}});
+  PrefetchContext a, b;
+  for (auto* c : {&a, &b}) {
+    c->path = "big";
+    c->file_size = 1000ull << 20;
+    c->unit_bytes = 1 << 20;
+    c->length = 1 << 20;
+    c->continues = true;
+  }
+  std::vector<PrefetchRange> out;
+  for (int i = 0; i < 20; ++i) {
+    for (auto [c, at] : {std::pair{&a, 10 + i}, std::pair{&b, 500 + i}}) {
+      out.clear();
+      c->offset = uint64_t(at) << 20;
+      ra->Plan(*c, out);
+      for (const auto& r : out) CHECK(r.last_unit - r.first_unit + 1 <= 8);
+    }
+  }
 }
 
 }  // namespace
