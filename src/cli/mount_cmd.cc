@@ -411,8 +411,8 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
       return 2 * live->CachedBytes(key) >= size ? cfg.fuse.cached_readahead_bytes : cfg.fuse.random_readahead_bytes;
     return cfg.fuse.max_read_bytes;
   });
-  ns.set_listing_hook([&tree](const std::string& dir_key, size_t entries) {
-    tree.NoteListing(dir_key, entries);
+  ns.set_listing_hook([&tree, &now_us](const std::string& dir_key, size_t entries) {
+    tree.NoteListing(dir_key, entries, now_us());
   });
   // Maintenance: detector re-tests and ageing, once a second.
   std::mutex maint_mu;

@@ -445,16 +445,30 @@ bool AccessStreamTree::RecordInFile(Node* f, uint64_t t, uint32_t pid, uint64_t 
   detail::PidCursor* c = nullptr;
   for (auto& cu : f->cursors)
     if (cu.valid && cu.pid == pid) c = &cu;
-  const bool cont = c && off != 0 && c->end == off;
+  // Continues the reader's last read: starts where it ended, or near it.
+  // FUSE's threads deliver one reader's in-flight requests (the kernel's
+  // readahead: several max_read chunks at once) in any order, so a read up
+  // to 8 of its own lengths behind or ahead of the end still continues; a
+  // strict match made each swap a new visit of the file (and a directory
+  // scan looked unknown or skewed). Random reads are short: their slack is
+  // small.
+  // (That decides the visit only: block samples still take a read that
+  // starts exactly at the end as the continuation, so a random reader's
+  // samples are all counted.)
+  const uint64_t slack = 8 * std::min<uint64_t>(std::max<uint64_t>(len, 4096), 1 << 20);
+  const bool near = c && off != 0 && off + slack >= c->end && off <= c->end + slack;
+  const bool cont = near && c->end == off;
   if (!c) {
     c = &f->cursors[f->cursor_victim];
     f->cursor_victim = static_cast<uint8_t>((f->cursor_victim + 1) % detail::kCursors);
     *c = detail::PidCursor{pid, true, 0, UINT64_MAX};
   }
+  // Sizes and offsets near 2^64 must not wrap (a sparse file:// file).
+  const uint64_t end = len > UINT64_MAX - off ? UINT64_MAX : off + len;
   if (fsize > cfg_.unit_bytes) {
-    const uint64_t nblocks = (fsize + cfg_.unit_bytes - 1) / cfg_.unit_bytes;
+    const uint64_t nblocks = fsize / cfg_.unit_bytes + (fsize % cfg_.unit_bytes != 0);
     uint64_t b0 = std::min(off / cfg_.unit_bytes, nblocks - 1);
-    const uint64_t b1 = std::min((off + std::max<uint64_t>(len, 1) - 1) / cfg_.unit_bytes, nblocks - 1);
+    const uint64_t b1 = std::min((std::max(end, off + 1) - 1) / cfg_.unit_bytes, nblocks - 1);
     if (cont && b0 == c->last_block) ++b0;
     // A jump is one event: its first block only. Otherwise a reader jumping
     // with multi-block reads (mmap faults read ~1 MiB around each fault)
@@ -465,8 +479,8 @@ bool AccessStreamTree::RecordInFile(Node* f, uint64_t t, uint32_t pid, uint64_t 
       PushSampleLocked(f, static_cast<uint32_t>(b), pid, t);
     c->last_block = b1;
   }
-  c->end = off + len;
-  return !cont;
+  c->end = near ? std::max(c->end, end) : end;
+  return !near;
 }
 
 void AccessStreamTree::PushSample(Node* n, uint32_t child, uint32_t pid, uint64_t t) {
@@ -551,7 +565,7 @@ void AccessStreamTree::RunTestLocked(Node* n, uint64_t now_us) {
     in.successor = SuccessorFn{n->dir.get(), &DirSucc};
     in.subset_uniform = true;
   } else {
-    in.n_children = (n->file_size + cfg_.unit_bytes - 1) / cfg_.unit_bytes;
+    in.n_children = n->file_size / cfg_.unit_bytes + (n->file_size % cfg_.unit_bytes != 0);
     in.successor = IndexSuccessor();
   }
   // Change point: the newest kRecentSamples alone say "scan" where the
@@ -650,7 +664,7 @@ void AccessStreamTree::Maintain(uint64_t now_us) {
 
 // ------------------------------------------------------------ queries
 
-void AccessStreamTree::NoteListing(std::string_view dir_path, uint64_t n_children) {
+void AccessStreamTree::NoteListing(std::string_view dir_path, uint64_t n_children, uint64_t now_us) {
   EpochGuard g(*this);
   Node* cur = root_;
   size_t pos = 0;
@@ -663,8 +677,10 @@ void AccessStreamTree::NoteListing(std::string_view dir_path, uint64_t n_childre
     }
     std::string key(dir_path.substr(pos, slash == std::string_view::npos ? std::string_view::npos : slash - pos));
     key.push_back('/');
-    Node* c = FindOrCreate(cur, key, true, cur->last_access_us.load(std::memory_order_relaxed));
+    Node* c = FindOrCreate(cur, key, true, std::max(now_us, cur->last_access_us.load(std::memory_order_relaxed)));
     if (!c || !c->dir) return;
+    if (now_us > c->last_access_us.load(std::memory_order_relaxed))
+      c->last_access_us.store(now_us, std::memory_order_relaxed);
     cur = c;
     ++depth;
     if (slash == std::string_view::npos) break;

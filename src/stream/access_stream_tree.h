@@ -107,7 +107,11 @@ class AccessStreamTree {
   // `n_children` entries in its listing: N for the uniformity test. Without
   // it N is the number of children seen so far, which hides skew until most
   // children have been seen. Creates the directory node if needed.
-  void NoteListing(std::string_view dir_path, uint64_t n_children);
+  // `now_us`: the caller's clock; the directory counts as used then, so a
+  // listing fetched before the first read of its directory (a mount's
+  // start) is not pruned as idle at the next Maintain, its size with it.
+  // 0: the parent's last use (trace replays, which note listings first).
+  void NoteListing(std::string_view dir_path, uint64_t n_children, uint64_t now_us = 0);
 
   // Periodic upkeep (the mount's maintenance thread, e.g. every second):
   // prunes nodes idle for idle_prune_ms, re-tests streams whose last test is

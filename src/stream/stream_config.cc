@@ -33,7 +33,13 @@ Status Validate(const StreamConfig& c) {
   if (c.unit_bytes < 4096) return bad("unit_bytes", fmt::format("must be >= 4096, got {}", c.unit_bytes));
   if (c.memory_cap_bytes < (64u << 10))
     return bad("memory_cap_bytes", fmt::format("must be >= 65536, got {}", c.memory_cap_bytes));
-  if (c.heat_half_life_ms < 1) return bad("heat_half_life_ms", "must be >= 1");
+  // Both are multiplied by 1000 (us) where they are used: bounded so that
+  // cannot wrap (a zero half-life in us divided by zero).
+  constexpr uint64_t kMaxMs = uint64_t{1} << 40;  // ~35 years
+  if (c.heat_half_life_ms < 1 || c.heat_half_life_ms > kMaxMs)
+    return bad("heat_half_life_ms", fmt::format("must be in [1, {}], got {}", kMaxMs, c.heat_half_life_ms));
+  if (c.idle_prune_ms > kMaxMs)
+    return bad("idle_prune_ms", fmt::format("must be at most {}, got {}", kMaxMs, c.idle_prune_ms));
   return Status::Ok();
 }
 
