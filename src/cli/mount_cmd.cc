@@ -411,7 +411,7 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
       return 2 * live->CachedBytes(key) >= size ? cfg.fuse.cached_readahead_bytes : cfg.fuse.random_readahead_bytes;
     return cfg.fuse.max_read_bytes;
   });
-  ns.set_listing_hook([&tree, &now_us](const std::string& dir_key, size_t entries) {
+  ns.set_listing_hook([&tree, now_us](const std::string& dir_key, size_t entries) {  // now_us dies before ns
     tree.NoteListing(dir_key, entries, now_us());
   });
   // Maintenance: detector re-tests and ageing, once a second.

@@ -1,6 +1,7 @@
 // `igtcache unmount MOUNTPOINT`: fusermount3 -u (-uz with --lazy), then waits
 // for the daemon to exit so that callers (systemd ExecStop, scripts) know the
 // cache is flushed and unlocked when it returns.
+#include <sys/stat.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -71,6 +72,10 @@ int RunUnmount(const UnmountArgs& a) {
     std::fprintf(stderr, "igtcache: error: '%s' is not mounted (no igtcache mount there)\n", a.mountpoint.c_str());
     return kExitError;
   }
+  // A daemon that died (killed, crashed) leaves its mount answering ENOTCONN:
+  // unmounting it is all there is to do, and nothing holds the cache dir.
+  struct stat mst {};
+  const bool daemon_gone = ::stat(mnt.c_str(), &mst) != 0 && errno == ENOTCONN;
   pid_t pid = 0;
   std::string no_pid;  // why the daemon's pid is unknown
   if (auto j = ReadStats(mnt)) {
@@ -87,7 +92,7 @@ int RunUnmount(const UnmountArgs& a) {
     std::fprintf(stderr, "igtcache: error: cannot unmount '%s': %s\n", a.mountpoint.c_str(), why.c_str());
     return kExitError;
   }
-  if (!no_pid.empty()) {
+  if (!no_pid.empty() && !daemon_gone) {
     // E.g. root unmounting another user's mount without allow_other: FUSE
     // denies root the stats file. Unmounted, but whether the daemon has
     // flushed and released the cache dir is unknown: not a plain success.

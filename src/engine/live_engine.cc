@@ -108,8 +108,15 @@ uint64_t LiveEngine::SubUnitBytes(const std::string& key) const {
 }
 
 bool LiveEngine::Admit(const std::string& key) const {
+  if (!never_cache_.load(std::memory_order_acquire)) return true;
   std::lock_guard lk(mu_);
   return engine_->Admit(key);
+}
+
+void LiveEngine::NoteNeverCache() {
+  bool any = false;
+  for (const auto& o : engine_->options().policy_file.overrides) any |= o.never_cache;
+  never_cache_.store(any, std::memory_order_release);
 }
 
 uint64_t LiveEngine::CachedBytes(const std::string& key) const {
@@ -119,7 +126,9 @@ uint64_t LiveEngine::CachedBytes(const std::string& key) const {
 
 Status LiveEngine::Reload(PolicyFile pf) {
   std::lock_guard lk(mu_);
-  return engine_->SetPolicyFile(std::move(pf));
+  Status s = engine_->SetPolicyFile(std::move(pf));
+  NoteNeverCache();
+  return s;
 }
 
 nlohmann::json LiveEngine::StatsJson() const {

@@ -18,6 +18,7 @@
 // BlockStore's lock -> LiveEngine::mu_ (the adapter is called under the
 // store's lock); LiveEngine never calls the store or the backend.
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -82,8 +83,16 @@ class LiveEngine : public std::enable_shared_from_this<LiveEngine> {
  private:
   class Adapter;
   LiveEngine(std::unique_ptr<PolicyEngine> e, std::string policy, VersionFn version)
-      : engine_(std::move(e)), policy_(std::move(policy)), version_(std::move(version)) {}
+      : engine_(std::move(e)), policy_(std::move(policy)), version_(std::move(version)) {
+    NoteNeverCache();
+  }
   uint64_t NowUs() const;
+  // never_cache_ from the engine's policy file (at creation and each reload). Requires mu_ or construction.
+  void NoteNeverCache();
+
+  // Whether any override says never_cache: Admit, asked on every cache hit,
+  // takes mu_ only then.
+  std::atomic<bool> never_cache_{false};
 
   mutable std::mutex mu_;  // guards everything below
   std::unique_ptr<PolicyEngine> engine_;

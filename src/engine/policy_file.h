@@ -56,8 +56,9 @@ struct PathOverride {
   uint64_t quota_bytes = 0;    // 0 = no quota; above it the prefix is evicted first
 
   // Whether `path` (relative to the mount root) is under the prefix: "data/"
-  // and "data" cover "data/x" and the file "data", never "database/x" or
-  // "data.csv". A plain string prefix would pin or refuse those too.
+  // and "data" cover "data/x", never "database/x" or "data.csv"; "data" also
+  // covers a file named "data". A plain string prefix would pin or refuse
+  // those others too.
   bool Covers(std::string_view path) const {
     if (prefix.empty()) return true;
     if (!path.starts_with(prefix)) return false;

@@ -282,6 +282,7 @@ Result<std::shared_ptr<const DirListing>> Namespace::Listing(const std::string& 
     // until listed again (except while the bucket is down, below).
     changed = changed_.contains(dir_key);
     if (auto it = listings_.find(dir_key); it != listings_.end()) {
+      it->second->used.store(++use_clock_, std::memory_order_relaxed);
       if (!changed && Fresh(it->second->fetched_ms)) return it->second;
       stale = it->second;
       // The bucket failed the last refresh: keep serving the stale listing
@@ -349,9 +350,16 @@ Result<std::shared_ptr<const DirListing>> Namespace::Complete(const std::string&
     in_memory = listings_.contains(dir_key);
     if (auto c = changed_.find(dir_key); c != changed_.end()) note = c->second;
   }
-  if (store_ && !in_memory) {
+  // (Not for a directory a read found out of date: its persisted listing is
+  // the one that was.) A listing loaded so is the latest fetched (each fetch
+  // is persisted), maybe dropped from memory since: it gets a place in the
+  // fetch order, else it would count as older than the inodes made from it.
+  if (store_ && !in_memory && note == 0) {
     if (auto raw = store_->GetMeta(MetaKey(dir_key))) {
-      if (auto l = DecodeListing(*raw); l && Fresh(l->fetched_ms)) result = std::shared_ptr<const DirListing>(l);
+      if (auto l = DecodeListing(*raw); l && Fresh(l->fetched_ms)) {
+        l->seq = listing_seq_.fetch_add(1) + 1;
+        result = std::shared_ptr<const DirListing>(l);
+      }
     }
   }
   bool fetched = false, stale = false;
@@ -402,6 +410,7 @@ Result<std::shared_ptr<const DirListing>> Namespace::Complete(const std::string&
 }
 
 void Namespace::KeepListingLocked(const std::string& dir_key, std::shared_ptr<const DirListing> l) {
+  l->used.store(++use_clock_, std::memory_order_relaxed);
   auto& slot = listings_[dir_key];
   if (slot) listed_entries_ -= slot->entries.size();
   listed_entries_ += l->entries.size();
@@ -411,16 +420,16 @@ void Namespace::KeepListingLocked(const std::string& dir_key, std::shared_ptr<co
   // listings), and none a read marked out of date (its persisted copy would
   // come back as if current) or served stale in an outage (the only copy
   // the mount may get for a while).
-  // Oldest first by fetch order (seq; 0 for one loaded from the index):
-  // fetched_ms ties within a millisecond.
-  std::vector<std::pair<uint64_t, const std::string*>> idle;
+  // Least recently used first (a big directory read all the time stays
+  // while small ones come and go), then by fetch order.
+  std::vector<std::tuple<uint64_t, uint64_t, const std::string*>> idle;
   for (const auto& [k, v] : listings_)
     if (k != dir_key && v.use_count() == 1 && !changed_.contains(k) && !retry_after_ms_.contains(k))
-      idle.emplace_back(v->seq, &k);
+      idle.emplace_back(v->used.load(std::memory_order_relaxed), v->seq, &k);
   std::sort(idle.begin(), idle.end());
   const size_t target = opts_.max_listed_entries / 4 * 3;
   size_t dropped = 0;
-  for (const auto& [_, k] : idle) {
+  for (const auto& [used, seq, k] : idle) {
     if (listed_entries_ <= target) break;
     auto it = listings_.find(*k);
     listed_entries_ -= it->second->entries.size();
@@ -445,8 +454,10 @@ bool Namespace::NoteChanged(uint64_t ino, const std::string& key, const std::str
     std::lock_guard lk(listings_mu_);
     auto it = listings_.find(dir);
     const DirEntry* e = it == listings_.end() ? nullptr : it->second->Find(name);
-    // Once per version: after the relist the listing no longer names it.
-    listed = e && !e->is_dir && e->etag == etag;
+    // Once per version: after the relist the listing no longer names it. A
+    // listing dropped from memory (KeepListingLocked) cannot tell: its copy
+    // in the index may name that version, so the directory is listed again.
+    listed = it == listings_.end() || (e && !e->is_dir && e->etag == etag);
     if (listed && !changed_.contains(dir)) {
       changed_[dir] = ++changed_seq_;
       marked = true;
@@ -588,7 +599,13 @@ Result<InodeAttr> Namespace::GetAttr(uint64_t ino) {
   auto it = inodes_.find(ino);
   if (it == inodes_.end()) return Err(Status::NotFound("stale inode"));
   Inode& n = it->second;
-  if (!child && child.error().code() != Code::kNotFound) return n.attr;  // backend trouble: keep serving what we know
+  if (!child && child.error().code() != Code::kNotFound) {
+    // Backend trouble: keep serving what we know, kept briefly by the kernel
+    // (its listing's TTL is over: a zero timeout would ask again at every stat).
+    InodeAttr out = n.attr;
+    out.stale = true;
+    return out;
+  }
   if (child && listing_seq < n.listing_seq) return n.attr;  // an older listing than the inode's
   if (!child || child->is_dir != n.attr.is_dir || (!child->is_dir && !SameVersion(n.attr, *child))) {
     // Deleted, replaced by a directory (or a file by a directory), or

@@ -71,6 +71,9 @@ struct DirListing {
   // Fetch order in this process (0: loaded from disk): which of two
   // listings is newer, also when the wall clock steps back.
   uint64_t seq = 0;
+  // When the namespace last served it from memory (its use order): idle
+  // listings past the memory cap are dropped least recently used first.
+  mutable std::atomic<uint64_t> used{0};
   const DirEntry* Find(std::string_view name) const;
 };
 
@@ -216,6 +219,7 @@ class Namespace {
   mutable std::mutex listings_mu_;  // guards listings_, fetches_, retry_after_ms_, refresh_due_, changed_*
   std::unordered_map<std::string, std::shared_ptr<const DirListing>> listings_;
   size_t listed_entries_ = 0;  // entries of listings_ summed (guarded by listings_mu_)
+  uint64_t use_clock_ = 0;     // DirListing::used stamps (guarded by listings_mu_)
   // Sets listings_[dir_key], then trims (Options::max_listed_entries). Requires listings_mu_.
   void KeepListingLocked(const std::string& dir_key, std::shared_ptr<const DirListing> l);
   std::unordered_map<std::string, std::shared_ptr<Fetch>> fetches_;

@@ -699,6 +699,9 @@ Result<nlohmann::json> RunSim(const SimOptions& o) {
   if (!cfg) return Err(cfg.error());
   if (o.unit_bytes_set) {
     cfg->cache.unit_size_bytes = o.unit_bytes;
+    // The simulator's GETs have their own cap (SimOptions): only the unit's
+    // bounds matter here.
+    cfg->backend.max_request_bytes = std::max(cfg->backend.max_request_bytes, o.unit_bytes);
     // The same bounds as a mount's (a 1-byte unit made an id per byte).
     if (auto s = Validate(*cfg); !s.ok()) return Err(Status::InvalidArgument("--unit-size: " + s.message()));
   }

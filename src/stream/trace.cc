@@ -1,5 +1,6 @@
 #include "src/stream/trace.h"
 
+#include <stdio_ext.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -292,6 +293,9 @@ void TraceWriter::FlushLoop() {
         const int err = errno;
         failed = true;
         // Cut a torn row off: rows written after it would merge with it.
+        // What stdio still buffers is thrown away first (else fclose would
+        // write it past the cut).
+        __fpurge(f_);
         if (whole >= 0 && ::ftruncate(::fileno(f_), whole) == 0) std::fseek(f_, whole, SEEK_SET);
         std::lock_guard lk(mu_);
         if (write_error_.ok())
