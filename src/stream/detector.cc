@@ -122,6 +122,17 @@ double FitZipfByCollisions(double collision_prob, uint64_t n_items) {
   return 0.5 * (lo + hi);
 }
 
+double DistinctVariance(double n, double big_n) {
+  const double q1 = std::exp(n * std::log1p(-1.0 / big_n));
+  if (big_n <= 2) return std::max(0.0, big_n * q1 * (1 - big_n * q1));  // q2 = 0
+  const double q2 = std::exp(n * std::log1p(-2.0 / big_n));
+  // N q1 (1 - q1) - N (N-1) (q1^2 - q2), with 1 - q1 and q1^2 - q2 taken by
+  // expm1: (1-1/N)^2 / (1-2/N) = 1 + 1/(N(N-2)).
+  const double one_minus_q1 = -std::expm1(n * std::log1p(-1.0 / big_n));
+  const double q1sq_minus_q2 = q2 * std::expm1(n * std::log1p(1.0 / (big_n * (big_n - 2))));
+  return std::max(0.0, big_n * q1 * one_minus_q1 - big_n * (big_n - 1) * q1sq_minus_q2);
+}
+
 DetectResult Detect(const DetectInput& in, const StreamConfig& cfg) {
   DetectResult r;
   const size_t n = in.children.size();
@@ -195,9 +206,8 @@ DetectResult Detect(const DetectInput& in, const StreamConfig& cfg) {
       r.uniform_p = Clean(boost::math::cdf(boost::math::complement(chi, x2)));
     } else {
       const double q1 = std::exp(nd * std::log1p(-1.0 / bn));
-      const double q2 = big_n == 2 ? 0.0 : std::exp(nd * std::log1p(-2.0 / bn));
       const double mean_d = bn * (1 - q1);
-      const double var_d = std::max(0.0, bn * (bn - 1) * q2 + bn * q1 - bn * bn * q1 * q1);
+      const double var_d = DistinctVariance(nd, bn);
       const double d = static_cast<double>(distinct);
       r.uniform_test = TestKind::kCollision;
       r.uniform_stat = var_d > 0 ? (d - mean_d) / std::sqrt(var_d) : 0.0;

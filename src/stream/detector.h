@@ -84,6 +84,12 @@ struct DetectResult {
 
 DetectResult Detect(const DetectInput& in, const StreamConfig& cfg);
 
+// Var[D], D the distinct children among n uniform draws from N >= 2, in a
+// form that keeps its precision for N up to 2^64 (the textbook
+// N(N-1)q2 + Nq1 - N^2 q1^2 cancels terms of ~N^2 and lost it all past
+// N ~ 1e8 blocks, a 700 GB file at 4 KiB units).
+double DistinctVariance(double n, double big_n);
+
 // Zipf exponent s such that a Zipf(s) law over N items has collision
 // probability sum p_i^2 == `collision_prob`; in [0, 4].
 double FitZipfByCollisions(double collision_prob, uint64_t n_items);

@@ -1,5 +1,6 @@
 // AccessStreamTree: granularity, continuations, JSON, governing streams,
 // memory cap, pruning, hysteresis and concurrent recording.
+#include <cmath>
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "src/stream/access_stream_tree.h"
+#include "src/stream/detector.h"
 
 using namespace igt::stream;
 
@@ -341,4 +343,28 @@ TEST_CASE("a phase change (scan, then random faults) relabels after the newest s
   CHECK(tree.Find(path)->label == Label::kSequential);
   CHECK(reads <= 96);
   CHECK(tree.Memory().change_points == 2);
+}
+
+TEST_CASE("Var of the distinct count keeps its precision for huge N", "[detector]") {
+  // Against the textbook formula in long double, while that is still exact
+  // enough itself (small N).
+  for (double big_n : {2.0, 3.0, 10.0, 1000.0}) {
+    for (double n : {2.0, 10.0, 256.0, 5000.0}) {
+      const long double N = big_n, q1 = std::pow(1.0L - 1.0L / N, n), q2 = std::pow(1.0L - 2.0L / N, n);
+      const long double want = N * (N - 1) * q2 + N * q1 - N * N * q1 * q1;
+      INFO("N " << big_n << " n " << n);
+      CHECK(DistinctVariance(n, big_n) == Approx(double(want)).epsilon(1e-6).margin(1e-9));
+    }
+  }
+  // Two draws: D is 1 with probability 1/N, else 2.
+  // (The terms left cancel at about n, not N^2: relative error ~1e-16 N / n.)
+  for (double big_n : {1e6, 1e9})
+    CHECK(DistinctVariance(2, big_n) == Approx((1 / big_n) * (1 - 1 / big_n)).epsilon(1e-5));
+  // n << N: Var[D] ~ n^2 / (2N) (collisions are rare pairs); the old form
+  // gave rounding noise far larger than that past N ~ 1e8.
+  for (double big_n : {1e9, 1e12, 1e15}) {
+    const double n = 256;
+    INFO("N " << big_n);
+    CHECK(DistinctVariance(n, big_n) == Approx(n * (n - 1) / (2 * big_n)).epsilon(1e-3));
+  }
 }
