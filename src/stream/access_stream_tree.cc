@@ -578,15 +578,18 @@ void AccessStreamTree::RunTestLocked(Node* n, uint64_t now_us) {
   bool changed = false;
   // One cut per phase: until kRecentSamples new samples came in after a
   // cut, the older part of the window is the new phase's own.
-  if (s.ever_labelled && sz > detail::kRecentSamples && s.samples >= s.cut_samples + detail::kRecentSamples) {
-    in.children = std::span<const uint32_t>(children).last(detail::kRecentSamples);
-    in.pids = std::span<const uint32_t>(pids).last(detail::kRecentSamples);
+  // At least min_samples of them: Detect says unknown below that, and a
+  // larger min_samples turned the check off.
+  const size_t recent = std::max<size_t>(detail::kRecentSamples, cfg_.min_samples);
+  if (s.ever_labelled && sz > recent && s.samples >= s.cut_samples + recent) {
+    in.children = std::span<const uint32_t>(children).last(recent);
+    in.pids = std::span<const uint32_t>(pids).last(recent);
     r = Detect(in, cfg_);
     changed = r.label != Label::kUnknown &&
               (s.label == Label::kUnknown || (r.label == Label::kSequential) != (s.label == Label::kSequential));
   }
   if (changed) {
-    s.count = detail::kRecentSamples;
+    s.count = recent;
     s.cut_samples = s.samples;
     change_points_.fetch_add(1, std::memory_order_relaxed);
   } else {

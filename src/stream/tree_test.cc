@@ -368,3 +368,21 @@ TEST_CASE("Var of the distinct count keeps its precision for huge N", "[detector
     CHECK(DistinctVariance(n, big_n) == Approx(n * (n - 1) / (2 * big_n)).epsilon(1e-3));
   }
 }
+
+TEST_CASE("the phase-change check still runs when min_samples is above 64", "[tree]") {
+  StreamConfig cfg;
+  cfg.min_samples = 100;
+  AccessStreamTree tree(cfg);
+  constexpr uint64_t kSize = 2048 * kMiB;
+  const std::string path = "models/w.bin";
+  uint64_t t = 0;
+  for (uint64_t b = 0; b < 300; ++b) tree.Record(t += 10, 1, path, b * kMiB, kMiB, kSize);
+  REQUIRE(tree.Find(path)->label == Label::kSequential);
+  std::mt19937 rng(5);
+  for (int faults = 0; faults < 160; ++faults) {
+    const uint64_t b = std::uniform_int_distribution<uint64_t>(0, 2047)(rng);
+    tree.Record(t += 10, 1, path, b * kMiB + 4096, 4096, kSize);
+  }
+  CHECK(tree.Memory().change_points == 1);  // was 0: the 64 newest were always "too few"
+  CHECK(tree.Find(path)->label == Label::kRandom);
+}
