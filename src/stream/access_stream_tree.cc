@@ -253,7 +253,13 @@ void AccessStreamTree::EnforceCap(uint64_t need) {
   TryReclaimLocked();
   const double low = kPruneLowWater * static_cast<double>(cfg_.memory_cap_bytes);
   uint64_t target = low > static_cast<double>(need) ? static_cast<uint64_t>(low) - need : 0;
-  if (total_bytes_.load() + need > cfg_.memory_cap_bytes) PruneLocked(0, target);
+  // Nodes already retired free their bytes once the epoch moves on (this
+  // caller may hold a guard that keeps it from moving): while the live
+  // bytes are under the target, another walk over the tree would prune
+  // nothing.
+  if (total_bytes_.load() + need > cfg_.memory_cap_bytes &&
+      total_bytes_.load() - retired_bytes_.load() > target)
+    PruneLocked(0, target);
   TryReclaimLocked();
 }
 
