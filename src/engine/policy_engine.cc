@@ -377,7 +377,9 @@ void PolicyEngine::SetLabel(Group* g, int label, bool rebuild) {
     const Unit& u = units_.at(id);
     const FileRec& f = files_[*u.path];
     g->module->OnInsertUnit(id, u.bytes, 0, UnitMeta{.position = (f.rank << 32) | u.index, .prefetched = u.prefetched_unread, .now_us = now_us_});
-    if (u.consumed) g->module->OnAccessAt(id, now_us_);
+    // Read in this epoch (keep: a first victim), not merely once since its
+    // insert (an earlier epoch's read made it one too).
+    if (u.consumed && (g->label != kRandom || u.read_stamp == g->epoch + 1)) g->module->OnAccessAt(id, now_us_);
   }
   g->module_us = now_us_;
 }
