@@ -620,11 +620,10 @@ Result<InodeAttr> Namespace::GetAttr(uint64_t ino) {
   n.attr.mtime_ns = child->mtime_ns;
   n.attr.etag = child->etag;
   n.attr.listing_ms = child->listing_ms;
-  n.attr.stale = child->stale;
   n.attr_ms = child->listing_ms;
   n.listing_seq = listing_seq;
   InodeAttr out = n.attr;
-  n.attr.stale = false;  // kept per reply, not per inode
+  out.stale = child->stale;  // per reply, not per inode
   return out;
 }
 

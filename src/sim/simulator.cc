@@ -133,7 +133,7 @@ Result<Trace> LoadTrace(const std::string& path, const std::string& listing_path
     // The length the file has bytes for, as the mount records and replays it
     // (a trace may carry what the kernel asked for, past EOF). This also
     // keeps offset + length from wrapping.
-    const uint64_t len = r.offset >= r.file_size ? 0 : std::min(r.length, r.file_size - r.offset);
+    const uint64_t len = stream::BytesInFile(r.offset, r.length, r.file_size);
     t.rows.push_back({r.time_us, r.pid, it->second, r.offset, len});
   }
   if (!listing_path.empty())
@@ -445,7 +445,7 @@ Result<nlohmann::json> RunEngine(const SimOptions& o, const Trace& tr, uint64_t 
 
     // Demand: the units of the read. One at or past EOF reads no byte: not a
     // request (it would count as a hit).
-    uint64_t len = r.off >= f.size ? 0 : std::min(r.len, f.size - r.off);
+    uint64_t len = stream::BytesInFile(r.off, r.len, f.size);
     if (len > 0) ++c.requests;
     c.req_bytes += len;
     double done = issue;
@@ -590,7 +590,7 @@ Result<nlohmann::json> RunBelady(const SimOptions& o, const Trace& tr, uint64_t 
   for (const Row& r : tr.rows) {
     row_first.push_back(uint32_t(touches.size()));
     const FileInfo& f = tr.files[r.file];
-    const uint64_t len = r.off >= f.size ? 0 : std::min(r.len, f.size - r.off);
+    const uint64_t len = stream::BytesInFile(r.off, r.len, f.size);
     if (len == 0) continue;
     for (uint64_t i = r.off / unit; i <= (r.off + len - 1) / unit; ++i)
       touches.push_back({(uint64_t(r.file) << 32) | i, kNever});
@@ -617,7 +617,7 @@ Result<nlohmann::json> RunBelady(const SimOptions& o, const Trace& tr, uint64_t 
   while (clk.Next(&ri, &issue)) {
     const Row& r = tr.rows[ri];
     const FileInfo& f = tr.files[r.file];
-    const uint64_t len = r.off >= f.size ? 0 : std::min(r.len, f.size - r.off);
+    const uint64_t len = stream::BytesInFile(r.off, r.len, f.size);
     if (len > 0) ++c.requests;  // past EOF: no byte read, not a hit
     c.req_bytes += len;
     double done = issue;

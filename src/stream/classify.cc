@@ -3,7 +3,6 @@
 #include <sys/stat.h>
 
 #include <fmt/format.h>
-#include <algorithm>
 #include <string_view>
 #include <unordered_map>
 #include <unordered_set>
@@ -58,10 +57,8 @@ Status ReplayTrace(const std::string& trace_path, AccessStreamTree& tree) {
     auto more = (*reader)->Next(r);
     if (!more) return more.error();
     if (!*more) break;
-    // The bytes the file has, as a mount records them (offset + length
-    // cannot wrap then).
-    const uint64_t len = r.offset >= r.file_size ? 0 : std::min(r.length, r.file_size - r.offset);
-    tree.Record(r.time_us, r.pid, r.path, r.offset, len, r.file_size);
+    // The bytes the file has, as a mount records them.
+    tree.Record(r.time_us, r.pid, r.path, r.offset, BytesInFile(r.offset, r.length, r.file_size), r.file_size);
   }
   return Status::Ok();
 }

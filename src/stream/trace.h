@@ -15,6 +15,7 @@
 // Thread-safety: TraceReader is single-threaded. TraceWriter::Append is safe
 // from any number of threads; Open/Close from one owner thread.
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -30,6 +31,14 @@
 namespace igt::stream {
 
 inline constexpr std::string_view kTraceHeader = "time_us,pid,path,offset,length,file_size";
+
+// The bytes of a read of [offset, offset + length) that a file of
+// `file_size` has: 0 at or past its end. What the mount records, and what
+// sim and classify replay (a trace from elsewhere may carry the length the
+// kernel asked for).
+inline uint64_t BytesInFile(uint64_t offset, uint64_t length, uint64_t file_size) {
+  return offset >= file_size ? 0 : std::min(length, file_size - offset);
+}
 
 struct TraceRecord {
   uint64_t time_us = 0;    // microseconds, any fixed origin; non-decreasing

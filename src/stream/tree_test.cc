@@ -315,6 +315,18 @@ TEST_CASE("8 threads recording under a tight memory cap with concurrent pruning"
   CHECK(tree.Memory().pruned_nodes > 0);
 }
 
+namespace {
+// A weights file of `blocks` MiB scanned in 1 MiB reads, then faulting at
+// random: the scan, and one 4 KiB fault per call.
+void ScanFile(AccessStreamTree& tree, uint64_t& t, const std::string& path, uint64_t blocks, uint64_t size) {
+  for (uint64_t b = 0; b < blocks; ++b) tree.Record(t += 10, 1, path, b * kMiB, kMiB, size);
+}
+void Fault(AccessStreamTree& tree, uint64_t& t, const std::string& path, std::mt19937& rng, uint64_t size) {
+  const uint64_t b = std::uniform_int_distribution<uint64_t>(0, size / kMiB - 1)(rng);
+  tree.Record(t += 10, 1, path, b * kMiB + 4096, 4096, size);
+}
+}  // namespace
+
 TEST_CASE("a phase change (scan, then random faults) relabels after the newest samples, not a whole window", "[tree]") {
   // A 2 GiB weights file scanned in 1 MiB reads (256 blocks sampled, the
   // whole window), then faulted at random. The newest 64 samples say
@@ -325,15 +337,11 @@ TEST_CASE("a phase change (scan, then random faults) relabels after the newest s
   constexpr uint64_t kSize = 2048 * kMiB;
   const std::string path = "models/w.safetensors";
   uint64_t t = 0;
-  for (uint64_t b = 0; b < 300; ++b) tree.Record(t += 10, 1, path, b * kMiB, kMiB, kSize);
+  ScanFile(tree, t, path, 300, kSize);
   REQUIRE(tree.Find(path)->label == Label::kSequential);
   std::mt19937 rng(5);
   int faults = 0;
-  while (tree.Find(path)->label == Label::kSequential && faults < 400) {
-    const uint64_t b = std::uniform_int_distribution<uint64_t>(0, 2047)(rng);
-    tree.Record(t += 10, 1, path, b * kMiB + 4096, 4096, kSize);
-    ++faults;
-  }
+  for (; tree.Find(path)->label == Label::kSequential && faults < 400; ++faults) Fault(tree, t, path, rng, kSize);
   CHECK(tree.Find(path)->label == Label::kRandom);
   CHECK(faults <= 96);
   CHECK(tree.Memory().change_points == 1);
@@ -376,13 +384,10 @@ TEST_CASE("the phase-change check still runs when min_samples is above 64", "[tr
   constexpr uint64_t kSize = 2048 * kMiB;
   const std::string path = "models/w.bin";
   uint64_t t = 0;
-  for (uint64_t b = 0; b < 300; ++b) tree.Record(t += 10, 1, path, b * kMiB, kMiB, kSize);
+  ScanFile(tree, t, path, 300, kSize);
   REQUIRE(tree.Find(path)->label == Label::kSequential);
   std::mt19937 rng(5);
-  for (int faults = 0; faults < 160; ++faults) {
-    const uint64_t b = std::uniform_int_distribution<uint64_t>(0, 2047)(rng);
-    tree.Record(t += 10, 1, path, b * kMiB + 4096, 4096, kSize);
-  }
+  for (int faults = 0; faults < 160; ++faults) Fault(tree, t, path, rng, kSize);
   CHECK(tree.Memory().change_points == 1);  // was 0: the 64 newest were always "too few"
   CHECK(tree.Find(path)->label == Label::kRandom);
 }
