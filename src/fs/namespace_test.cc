@@ -218,10 +218,12 @@ TEST_CASE("a stale listing is served while the bucket is unreachable") {
   mem->Put("a.bin", "1");
   FaultInjectingBackend fb(mem);
   Metrics m;
-  Namespace ns(&fb, nullptr, &m, Namespace::Options{/*ttl_ms=*/1});
+  // A TTL long enough that the first lookup's reply is fresh however slow
+  // the machine (with 1 ms, a CI run saw it stale), short enough to wait out.
+  Namespace ns(&fb, nullptr, &m, Namespace::Options{/*ttl_ms=*/1000});
   auto a = ns.Lookup(Namespace::kRootIno, "a.bin");
   REQUIRE(a.has_value());
-  std::this_thread::sleep_for(std::chrono::milliseconds(5));  // listing now stale
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));  // listing now stale
   mem->Put("b.bin", "2");
   fb.FailNext(100, Code::kUnavailable, FaultInjectingBackend::kList);
   const auto t0 = std::chrono::steady_clock::now();
