@@ -406,16 +406,18 @@ TEST_CASE("S3 fake: Cancel ends a stalled transfer and the wait between retries"
 }
 
 TEST_CASE("S3 fake: a slow transfer that makes progress is not cut off", "[s3fake]") {
-  // 300 KB at 100 KB/s: three times request_timeout_ms, never stalled. Before,
+  // 700 KB at 100 KB/s: 3.5 times request_timeout_ms, never stalled. Before,
   // request_timeout_ms capped the whole transfer: every attempt was aborted.
+  // (The stall limit is request_timeout_ms too: 2 s, so that a server thread
+  // descheduled for a second on a loaded machine is not taken for a stall.)
   FakeServer s;
   igt::Metrics m;
   auto o = Opts(s, &m);
-  o.request_timeout_ms = 1000;
+  o.request_timeout_ms = 2000;
   o.max_retries = 0;
   auto b = igt::MakeS3Backend(o);
   REQUIRE(b);
-  const size_t n = 300'000;
+  const size_t n = 700'000;
   std::string body(n, 'x');
   for (size_t i = 0; i < n; ++i) body[i] = static_cast<char>('a' + i % 26);
   s.Push("SLOW:" + FakeServer::Reply(206, {"ETag: \"e1\"", "Content-Range: bytes 0-" + std::to_string(n - 1) + "/" +

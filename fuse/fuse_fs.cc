@@ -280,15 +280,16 @@ struct FuseFs::Impl {
     if (!n) {
       Add(self->metrics_->read_errors);
       if (WarnAllowed()) spdlog::warn("read '{}' [{}, +{}): {}", h->file.key, off, size, n.error().ToString());
-      // A changed object is reported as EIO to the reader (ESTALE confuses
-      // tools into retrying the path forever); the next open sees the new
-      // version (or ENOENT for a deleted object).
+      // A changed or deleted object is reported as EIO to the reader
+      // (ESTALE confuses tools into retrying the path forever, and read(2)
+      // has no ENOENT: readers take it for a missing path, not a failed
+      // read); the next open sees the new version (or ENOENT).
       // Before the reply: once it is sent the reader may close (h is freed)
       // and open again, which should then see the bucket as it is.
-      if (n.error().code() == Code::kChanged || n.error().code() == Code::kNotFound)
-        self->NoteChanged(ino, h->file.key, h->file.etag);
+      const bool changed = n.error().code() == Code::kChanged || n.error().code() == Code::kNotFound;
+      if (changed) self->NoteChanged(ino, h->file.key, h->file.etag);
       KernelHandoff();
-      Reply(req, n.error().code() == Code::kChanged ? Status::IoError("") : n.error());
+      Reply(req, changed ? Status::IoError("") : n.error());
       return;
     }
     Add(self->metrics_->read_bytes, *n);

@@ -462,7 +462,9 @@ class S3Backend final : public Backend {
         sleep_ms = Jitter(cap);
         auto elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(
                            std::chrono::steady_clock::now() - start).count();
-        give_up = elapsed + sleep_ms > opts_.retry_deadline_ms;
+        // >=: a zero deadline allows no retry, even when the attempt took
+        // under a millisecond and the jitter drew 0.
+        give_up = elapsed + sleep_ms >= opts_.retry_deadline_ms;
       }
       if (give_up) {
         Status s = o.status;

@@ -78,7 +78,7 @@ struct Namespace::Fetch {
 Namespace::Namespace(Backend* backend, BlockStore* store, Metrics* metrics, Options opts)
     : backend_(backend), store_(store), metrics_(metrics), opts_(opts) {
   Inode root{kRootIno, kRootIno, "", InodeAttr{kRootIno, true, "", 0, 0, ""}, 0, 1};
-  root.attr.mtime_ns = NowMs() * 1000000;
+  root.attr.mtime_ns = Now() * 1000000;
   inodes_.emplace(kRootIno, root);
   by_key_.emplace("/", kRootIno);
 }
@@ -207,10 +207,12 @@ bool Namespace::SafeName(std::string_view n) {
          n.find('/') == std::string_view::npos && n.find('\0') == std::string_view::npos;
 }
 
+int64_t Namespace::Now() const { return opts_.clock_ms ? opts_.clock_ms() : NowMs(); }
+
 bool Namespace::Fresh(int64_t fetched_ms) const {
   // A time in the future (the wall clock stepped back) is stale: else it
   // would stay fresh for the size of the step plus the TTL.
-  const int64_t age = NowMs() - fetched_ms;
+  const int64_t age = Now() - fetched_ms;
   return age >= 0 && age < static_cast<int64_t>(opts_.ttl_ms);
 }
 
@@ -226,7 +228,7 @@ size_t Namespace::inode_count() const {
 
 Result<std::shared_ptr<const DirListing>> Namespace::FetchListing(const std::string& dir_key) {
   auto listing = std::make_shared<DirListing>();
-  listing->fetched_ms = NowMs();
+  listing->fetched_ms = Now();
   listing->seq = listing_seq_.fetch_add(1) + 1;
   std::map<std::string, DirEntry> merged;  // sorted, dirs shadow same-named files
   ListRequest req;
@@ -293,9 +295,9 @@ Result<std::shared_ptr<const DirListing>> Namespace::Listing(const std::string& 
       // A walk prefetch keeps to that pace too; only the queued retry asks.
       if (auto r = retry_after_ms_.find(dir_key);
           r != retry_after_ms_.end() && !(background && refresh_due_.erase(dir_key))) {
-        const bool retry = !background && NowMs() >= r->second && !fetches_.contains(dir_key);
+        const bool retry = !background && Now() >= r->second && !fetches_.contains(dir_key);
         if (retry) {
-          r->second = NowMs() + kStaleRetryMs;
+          r->second = Now() + kStaleRetryMs;
           refresh_due_.insert(dir_key);
         }
         lk.unlock();
@@ -391,7 +393,7 @@ Result<std::shared_ptr<const DirListing>> Namespace::Complete(const std::string&
     // Served stale: retried later. Otherwise (fetched, or an error other
     // than an unreachable bucket, e.g. access denied) the next lookup asks
     // the bucket itself and sees the outcome.
-    if (stale) retry_after_ms_[dir_key] = NowMs() + kStaleRetryMs;
+    if (stale) retry_after_ms_[dir_key] = Now() + kStaleRetryMs;
     else retry_after_ms_.erase(dir_key);
     // Fetched after the latest note of a change: up to date again. (A note
     // made during the fetch stays: the LIST may predate that change.)

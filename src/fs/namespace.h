@@ -116,6 +116,10 @@ class Namespace {
     // listing comes back from the index (persisted) or the bucket. Default:
     // 2M entries (~300 MB).
     size_t max_listed_entries = size_t{1} << 21;
+    // The clock listings are stamped and aged by, in ms. Null: the wall
+    // clock (NowMs), which the FUSE layer's entry timeouts also use. Tests
+    // set a fake one so that "stale" does not depend on the machine's speed.
+    std::function<int64_t()> clock_ms{};
   };
 
   // `store` may be null (no persistent metadata). Not owned.
@@ -190,6 +194,7 @@ class Namespace {
   Result<std::shared_ptr<const DirListing>> Complete(const std::string& dir_key,
                                                      const std::shared_ptr<Fetch>& fetch);
   bool Fresh(int64_t fetched_ms) const;
+  int64_t Now() const;  // opts_.clock_ms, else NowMs()
   // Child `name` of `dir_key` from its listing, whose seq goes to *listing_seq.
   Result<InodeAttr> Child(const std::string& dir_key, std::string_view name, uint64_t* listing_seq);
   // After ReadDir of `dir_key`: detects a walk over its parent's children and

@@ -2,7 +2,9 @@
 
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <mutex>
 
 #include <chrono>
@@ -15,6 +17,19 @@
 #include <nlohmann/json.hpp>
 
 using namespace igt;
+
+// A settable clock for Namespace::Options::clock_ms (starts at the wall
+// clock, so listings persisted with wall-clock stamps compare sensibly).
+class FakeClockMs {
+ public:
+  std::function<int64_t()> fn() {
+    return [this] { return now_.load(); };
+  }
+  void advance(int64_t ms) { now_ += ms; }
+
+ private:
+  std::atomic<int64_t> now_{igt::NowMs()};
+};
 
 TEST_CASE("lookup and readdir follow key prefixes, one LIST per directory") {
   auto mem = std::make_shared<MemoryBackend>();
@@ -218,26 +233,34 @@ TEST_CASE("a stale listing is served while the bucket is unreachable") {
   mem->Put("a.bin", "1");
   FaultInjectingBackend fb(mem);
   Metrics m;
-  // A TTL long enough that the first lookup's reply is fresh however slow
-  // the machine (with 1 ms, a CI run saw it stale), short enough to wait out.
-  Namespace ns(&fb, nullptr, &m, Namespace::Options{/*ttl_ms=*/1000});
+  // A fake clock: "stale" must not depend on the machine's speed (with a
+  // 1 ms TTL and the wall clock, a CI run saw the first reply stale).
+  FakeClockMs clock;
+  Namespace ns(&fb, nullptr, &m, Namespace::Options{.ttl_ms = 60000, .clock_ms = clock.fn()});
   auto a = ns.Lookup(Namespace::kRootIno, "a.bin");
   REQUIRE(a.has_value());
-  std::this_thread::sleep_for(std::chrono::milliseconds(1100));  // listing now stale
+  CHECK_FALSE(a->stale);
+  clock.advance(60001);  // listing now stale
   mem->Put("b.bin", "2");
   fb.FailNext(100, Code::kUnavailable, FaultInjectingBackend::kList);
-  const auto t0 = std::chrono::steady_clock::now();
   auto again = ns.Lookup(Namespace::kRootIno, "a.bin");
   REQUIRE(again.has_value());  // stale listing, not EIO
   CHECK(again->stale);
-  CHECK_FALSE(a->stale);
   CHECK(ns.Lookup(Namespace::kRootIno, "b.bin").error().code() == Code::kNotFound);
+  // No LIST per lookup while it is down: retried once a second.
   const uint64_t lists = fb.counts().lists;
   for (int i = 0; i < 20; ++i) REQUIRE(ns.Lookup(Namespace::kRootIno, "a.bin").has_value());
-  // No LIST per lookup while it is down: retried once a second (a stalled
-  // test thread may see one second go by).
-  const auto secs = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - t0).count();
-  CHECK(fb.counts().lists - lists <= static_cast<uint64_t>(secs));
+  CHECK(fb.counts().lists == lists);
+  // A second later one lookup starts the retry, in the background; the
+  // others keep getting the stale listing.
+  clock.advance(1000);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (fb.counts().lists == lists && std::chrono::steady_clock::now() < until) {
+    REQUIRE(ns.Lookup(Namespace::kRootIno, "a.bin").has_value());
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  for (int i = 0; i < 20; ++i) REQUIRE(ns.Lookup(Namespace::kRootIno, "a.bin").has_value());
+  CHECK(fb.counts().lists == lists + 1);
 }
 
 // A directory in outage mode: "a.bin" listed, the listing stale, and its
@@ -250,10 +273,11 @@ struct Outage {
   }
   std::shared_ptr<MemoryBackend> mem = OneFile();
   FaultInjectingBackend fb{mem};
-  Namespace ns{&fb, nullptr, nullptr, Namespace::Options{.ttl_ms = 1}};
+  FakeClockMs clock;
+  Namespace ns{&fb, nullptr, nullptr, Namespace::Options{.ttl_ms = 60000, .clock_ms = clock.fn()}};
   Outage() {
     REQUIRE(ns.Lookup(Namespace::kRootIno, "a.bin").has_value());
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // listing now stale
+    clock.advance(60001);  // listing now stale
     fb.FailNext(1, Code::kUnavailable, FaultInjectingBackend::kList);
     REQUIRE(ns.Lookup(Namespace::kRootIno, "a.bin").has_value());  // the failed refresh: stale served
   }
@@ -321,7 +345,8 @@ TEST_CASE("during an outage a listing refresh never holds lookups: they get the 
   auto& ns = o.ns;
   mem->Put("b.bin", "2");
   ListGate gate(fb);  // from now on the first LIST hangs until released
-  // Until the retry is due and while it hangs, lookups return at once.
+  o.clock.advance(1001);  // the retry (once a second) is due
+  // Until the retry is made and while it hangs, lookups return at once.
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   while (true) {
     REQUIRE(ns.Lookup(Namespace::kRootIno, "a.bin").has_value());
@@ -343,9 +368,11 @@ TEST_CASE("the first refresh of a stale listing holds a lookup for stale_wait_ms
   auto mem = std::make_shared<MemoryBackend>();
   mem->Put("a.bin", "1");
   FaultInjectingBackend fb(mem);
-  Namespace ns(&fb, nullptr, nullptr, Namespace::Options{.ttl_ms = 1, .stale_wait_ms = 50});
+  FakeClockMs clock;
+  Namespace ns(&fb, nullptr, nullptr,
+               Namespace::Options{.ttl_ms = 60000, .stale_wait_ms = 50, .clock_ms = clock.fn()});
   REQUIRE(ns.Lookup(Namespace::kRootIno, "a.bin").has_value());
-  std::this_thread::sleep_for(std::chrono::milliseconds(5));  // listing now stale
+  clock.advance(60001);  // listing now stale
   mem->Put("b.bin", "2");
   ListGate gate(fb);
   auto a = ns.Lookup(Namespace::kRootIno, "a.bin");  // stale, while the LIST hangs
@@ -365,9 +392,11 @@ TEST_CASE("after an outage a lasting error of the bucket reaches the lookups ins
   // The bucket answers again, but refuses (credentials expired).
   fb.FailNext(1000, Code::kPermissionDenied, FaultInjectingBackend::kList);
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  o.clock.advance(1001);  // the retry (once a second) is due
   Result<InodeAttr> r = ns.Lookup(Namespace::kRootIno, "a.bin");
   while (r.has_value() && std::chrono::steady_clock::now() < until) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    o.clock.advance(1001);
     r = ns.Lookup(Namespace::kRootIno, "a.bin");
   }
   REQUIRE_FALSE(r.has_value());

@@ -268,7 +268,7 @@ TEST_CASE("prefetcher: after a fill's GET fails, the file is not filled again fo
   auto fb = std::make_shared<FaultInjectingBackend>(fx.mem);
   ReadPipeline pipe(fb.get(), fx.store.get(), &fx.metrics, ReadPipeline::Options{.unit_size = kUnit, .max_request_bytes = 4 * kUnit});
   Prefetcher::Options o{3, 4 * kUnit, 2};
-  o.fill_retry_after = std::chrono::milliseconds(3000);  // room for a stalled test thread
+  o.fill_retry_after = std::chrono::milliseconds(5000);  // room for a stalled test thread
   Prefetcher p(&pipe, fx.store.get(), o);
   const auto v = fx.Version();
   fb->SetFailureProbability(1.0, Code::kUnavailable, 1);
@@ -286,7 +286,7 @@ TEST_CASE("prefetcher: after a fill's GET fails, the file is not filled again fo
   CHECK_FALSE(p.Fill(v));
   fb->SetFailureProbability(0, Code::kUnavailable, 1);
   bool again = false;  // the backend is back: filled again once the cool-down ends
-  for (int i = 0; i < 200 && !(again = p.Fill(v, 8 * kUnit)); ++i)
+  for (int i = 0; i < 600 && !(again = p.Fill(v, 8 * kUnit)); ++i)  // 30 s at most
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   CHECK(again);
   wait_idle();

@@ -24,6 +24,7 @@ import hashlib
 import http.client
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -77,6 +78,24 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+class HeldPort:
+    """A loopback port bound (not listening) while this lives: connecting to
+    it is refused, and no process started beside the test can take it (a
+    port probed free and closed again could be). listen() turns it into a
+    busy port."""
+
+    def __init__(self):
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+
+    def listen(self) -> None:
+        self.sock.listen(1)
+
+    def close(self) -> None:
+        self.sock.close()
 
 
 def port_answers(host: str, port: int) -> bool:
@@ -439,25 +458,29 @@ class Session:
         if not S3RVER_JS.is_file():
             raise RuntimeError(f"s3rver not installed at {S3RVER_JS}; run scripts/setup.sh")
         data_dir = data_dir or self.mkdir("s3rver-data")
-        for attempt in range(3):  # the free port can be taken between probe and bind
-            port = free_port()
-            argv = ["node", "--openssl-legacy-provider", str(S3RVER_JS), "-d", str(data_dir),
-                    "-a", "127.0.0.1", "-p", str(port), "--silent"]
-            for b in buckets:
-                argv += ["--configure-bucket", b]
-            p = self.spawn("s3rver", argv)
-            deadline = time.monotonic() + S3RVER_DEADLINE_S
-            while time.monotonic() < deadline and p.popen.poll() is None:
-                if port_answers("127.0.0.1", port):
-                    s = S3rver(p, port, data_dir)
-                    log(f"  s3rver pid {p.pid} on {s.endpoint}, data {data_dir}")
-                    return s
-                time.sleep(0.1)
-            err = p.stderr_text()
-            p.stop()
-            if "EADDRINUSE" not in err:
-                raise RuntimeError(f"s3rver did not start: {err[-2000:]}")
-        raise RuntimeError("s3rver: no free port after 3 attempts")
+        # Port 0: the kernel picks a free port and s3rver prints it once it
+        # listens ("S3rver listening on 127.0.0.1:PORT", on stdout even with
+        # --silent); a port probed free here could be taken before node binds.
+        argv = ["node", "--openssl-legacy-provider", str(S3RVER_JS), "-d", str(data_dir),
+                "-a", "127.0.0.1", "-p", "0", "--silent"]
+        for b in buckets:
+            argv += ["--configure-bucket", b]
+        p = self.spawn("s3rver", argv)
+        deadline = time.monotonic() + S3RVER_DEADLINE_S
+        port = 0
+        while time.monotonic() < deadline and p.popen.poll() is None:
+            if not port:
+                with contextlib.suppress(OSError):
+                    m = re.search(r"S3rver listening on 127\.0\.0\.1:(\d+)", p.stdout_path.read_text())
+                    port = int(m.group(1)) if m else 0
+            if port and port_answers("127.0.0.1", port):
+                s = S3rver(p, port, data_dir)
+                log(f"  s3rver pid {p.pid} on {s.endpoint}, data {data_dir}")
+                return s
+            time.sleep(0.1)
+        err = p.stderr_text()
+        p.stop()
+        raise RuntimeError(f"s3rver did not start within {S3RVER_DEADLINE_S} s: {err[-2000:]}")
 
     # -- igtcache
     def igt_env(self, extra: dict | None = None) -> dict:

@@ -87,7 +87,8 @@ def main():
         srv.request("PUT", f"/{BUCKET}/hello.txt", b"hello\n")
         src_dir = s.mkdir("src")
         (src_dir / "a.txt").write_text("a\n")
-        dead_port = harness.free_port()  # nothing listens here
+        held = harness.HeldPort()  # bound, not listening: connections are refused
+        dead_port = held.port
         s3args = ["--endpoint", srv.endpoint, "--region", "us-east-1"]
 
         afile = s.tmp / "a_regular_file"

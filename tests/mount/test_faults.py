@@ -39,7 +39,10 @@ KINDS = [
     ("slowdown", {"kind": "status", "status": 503, "code": "SlowDown"}),
     ("internal", {"kind": "status", "status": 500, "code": "InternalError"}),
     ("reset", {"kind": "reset", "after_bytes": 70000}),
-    ("stall", {"kind": "stall", "after_bytes": 30000, "stall_s": 20}),
+    # A stall mid-body, early: curl's speed is an average over its last ~5 s,
+    # so with 30 KB sent first a stall was seen only after ~8 s, and two of
+    # them could outrun the retry deadline on a slow machine.
+    ("stall", {"kind": "stall", "after_bytes": 1000, "stall_s": 20}),
     ("truncate", {"kind": "truncate", "after_bytes": 50000}),
     ("short_length", {"kind": "bad_length", "length_delta": -7}),
     ("long_length", {"kind": "bad_length", "length_delta": 4096}),
@@ -88,7 +91,7 @@ def main():
         faultlib.put_objects(srv, BUCKET, objs)
         proxy = faultlib.start_proxy(s, srv.endpoint, ttfb_ms=1)
         cfg = faultlib.config(
-            s, backend={"max_retries": MAX_RETRIES, "retry_base_ms": 20, "retry_deadline_ms": 10000,
+            s, backend={"max_retries": MAX_RETRIES, "retry_base_ms": 20, "retry_deadline_ms": 60000,
                         "request_timeout_ms": REQUEST_TIMEOUT_MS, "connect_timeout_ms": 1000},
             metadata={"ttl_ms": 600000})
         cache = s.mkdir("cache")

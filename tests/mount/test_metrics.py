@@ -134,7 +134,8 @@ def main():
         check(s.unmount(m) == 0, "daemon exited 0")
 
         # Off by default: a mount without the flag listens on nothing new.
-        port2 = harness.free_port()
+        held = harness.HeldPort()  # bound, not listening: nothing else takes it meanwhile
+        port2 = held.port
         m2 = s.mount(f"file://{src}")
         check(not harness.port_answers("127.0.0.1", port2), "no endpoint without --metrics-addr")
         s.unmount(m2)
@@ -143,10 +144,8 @@ def main():
         for addr, code in (("localhost", 2), (f"127.0.0.1:{port2}", 1)):
             busy = None
             if code == 1:
-                import socket
-                busy = socket.socket()
-                busy.bind(("127.0.0.1", port2))
-                busy.listen(1)
+                busy = held
+                busy.listen()
             mnt = s.mkdir(f"bad-{code}")
             r = subprocess.run([harness.igtcache_bin(), "mount", f"file://{src}", str(mnt), "--cache-dir",
                                 str(s.mkdir(f"bad-cache-{code}")), "--metrics-addr", addr],
