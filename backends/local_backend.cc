@@ -39,8 +39,9 @@ Status ValidateKey(std::string_view key) {
   return Status::Ok();
 }
 
-std::string Etag(uint64_t size, int64_t mtime_ns, uint64_t inode) {
-  return fmt::format("{:x}-{:x}-{:x}", size, static_cast<uint64_t>(mtime_ns), inode);
+std::string Etag(uint64_t size, int64_t mtime_ns, uint64_t inode, int64_t ctime_ns) {
+  return fmt::format("{:x}-{:x}-{:x}-{:x}", size, static_cast<uint64_t>(mtime_ns), inode,
+                     static_cast<uint64_t>(ctime_ns));
 }
 
 namespace {
@@ -51,6 +52,11 @@ constexpr int kMaxDepth = 256;
 
 int64_t MtimeNs(const struct stat& st) {
   return static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000LL + st.st_mtim.tv_nsec;
+}
+
+std::string EtagOf(const struct stat& st) {
+  const int64_t ctime_ns = static_cast<int64_t>(st.st_ctim.tv_sec) * 1000000000LL + st.st_ctim.tv_nsec;
+  return Etag(static_cast<uint64_t>(st.st_size), MtimeNs(st), st.st_ino, ctime_ns);
 }
 
 Status ErrnoStatus(int err, const std::string& what) {
@@ -150,7 +156,7 @@ class LocalBackend final : public Backend {
     FdCloser closer{fd};
     struct stat st {};
     if (::fstat(fd, &st) != 0) return Err(ErrnoStatus(errno, "fstat '" + key + "'"));
-    std::string before = Etag(st.st_size, MtimeNs(st), st.st_ino);
+    std::string before = EtagOf(st);
     if (!etag.empty() && before != etag) {
       return Err(Status::Changed("file '" + key + "' changed: ETag " + before + ", expected " +
                                  std::string(etag)));
@@ -168,7 +174,7 @@ class LocalBackend final : public Backend {
     // A write during the read would leave a mix of versions: check again.
     if (!etag.empty()) {
       if (::fstat(fd, &st) != 0) return Err(ErrnoStatus(errno, "fstat '" + key + "'"));
-      std::string after = Etag(st.st_size, MtimeNs(st), st.st_ino);
+      std::string after = EtagOf(st);
       if (after != before) {
         return Err(Status::Changed("file '" + key + "' changed while being read"));
       }
@@ -194,7 +200,7 @@ class LocalBackend final : public Backend {
     info.key = std::move(key);
     info.size = static_cast<uint64_t>(st.st_size);
     info.mtime_ns = MtimeNs(st);
-    info.etag = Etag(info.size, info.mtime_ns, st.st_ino);
+    info.etag = EtagOf(st);
     return info;
   }
 
@@ -234,14 +240,21 @@ class LocalBackend final : public Backend {
     return Status::Ok();
   }
 
-  // Classifies one directory entry; false if it is to be skipped.
-  bool Classify(int dirfd, const std::string& rel_key, const char* name, Entry* e) const {
+  // Classifies one entry of the directory whose realpath is `dir_real`;
+  // false if it is to be skipped.
+  bool Classify(int dirfd, const std::string& dir_real, const std::string& rel_key, const char* name,
+                Entry* e) const {
     struct stat st {};
     if (::fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) return false;
     if (S_ISLNK(st.st_mode)) {
       auto real = Resolve(rel_key);
       if (!real) return false;  // dangling or outside the root
       if (::stat(real->c_str(), &st) != 0) return false;
+      // A link to this directory or one above it ("loop -> .", "up -> ..")
+      // would show an endless tree (loop/loop/...), each level with new
+      // inodes, which find, du and `igtcache warm` cannot tell for a cycle.
+      const std::string prefix = *real == "/" ? "/" : *real + "/";
+      if (S_ISDIR(st.st_mode) && (*real == dir_real || dir_real.starts_with(prefix))) return false;
     }
     if (S_ISREG(st.st_mode)) {
       e->key = rel_key;
@@ -280,7 +293,7 @@ class LocalBackend final : public Backend {
       if (std::strcmp(name, ".") == 0 || std::strcmp(name, "..") == 0) continue;
       if (!std::string_view(name).starts_with(name_filter)) continue;
       Entry e;
-      if (Classify(::dirfd(d), dir + name, name, &e)) out.push_back(std::move(e));
+      if (Classify(::dirfd(d), path, dir + name, name, &e)) out.push_back(std::move(e));
     }
     std::sort(out.begin(), out.end(), [](const Entry& a, const Entry& b) { return a.key < b.key; });
     return out;

@@ -18,8 +18,11 @@ namespace igt::local {
 // ".." segment (InvalidArgument). Empty keys are rejected as well.
 Status ValidateKey(std::string_view key);
 
-// The ETag of a local file: hex "<size>-<mtime_ns>-<inode>". Any write
-// (new mtime), truncate (size) or replace-by-rename (inode) changes it.
-std::string Etag(uint64_t size, int64_t mtime_ns, uint64_t inode);
+// The ETag of a local file: hex "<size>-<mtime_ns>-<inode>-<ctime_ns>". Any
+// write (new mtime), truncate (size) or replace-by-rename (inode) changes
+// it; ctime, which no user can set, also catches a rewrite whose mtime was
+// set back (`cp -p`, `touch -r`, tar) onto a reused inode number. (A chmod
+// changes it too: the file is then fetched again, never served stale.)
+std::string Etag(uint64_t size, int64_t mtime_ns, uint64_t inode, int64_t ctime_ns);
 
 }  // namespace igt::local

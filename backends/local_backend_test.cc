@@ -203,14 +203,22 @@ TEST_CASE("local: symlinks stay inside the root", "[local]") {
   fs::create_symlink(outside.path / "secret.txt", t.path / "escape");
   fs::create_symlink("../" + outside.path.filename().string(), t.path / "escape_dir");
   fs::create_symlink("nowhere", t.path / "dangling");
-  fs::create_symlink(".", t.path / "loop");
+  fs::create_symlink(".", t.path / "loop");  // cycles: not listed
+  fs::create_symlink("..", t.path / "real/up");
+  fs::create_symlink("../real", t.path / "real/self");
 
   auto b = igt::MakeLocalBackend(t.path.string());
   REQUIRE(b);
   auto p = (*b)->List({});
   REQUIRE(p);
   CHECK(Keys(*p) == std::vector<std::string>{"abs_inside", "rel_inside"});
-  CHECK(p->prefixes == std::vector<std::string>{"dirlink/", "loop/", "real/"});
+  CHECK(p->prefixes == std::vector<std::string>{"dirlink/", "real/"});
+  igt::ListRequest sub;
+  sub.prefix = "real/";
+  auto in_real = (*b)->List(sub);
+  REQUIRE(in_real);
+  CHECK(Keys(*in_real) == std::vector<std::string>{"real/data.txt"});
+  CHECK(in_real->prefixes.empty());  // "up -> .." and "self -> ../real" hidden
   char buf[16];
   auto n = (*b)->Read("rel_inside", 0, 16, "", buf);
   REQUIRE(n);

@@ -74,12 +74,14 @@ class Reporter {
       std::fputs(line.c_str(), stderr);
     }
   }
-  void Ready() {
-    if (fd_ >= 0) {
-      (void)!write(fd_, "OK\n", 3);
-      close(fd_);
-      fd_ = -1;
-    }
+  // False if the waiting parent is gone (killed by Ctrl-C or `timeout`):
+  // it has already reported a failure, so the mount must not stay.
+  bool Ready() {
+    if (fd_ < 0) return true;
+    const bool ok = write(fd_, "OK\n", 3) == 3;  // SIGPIPE is ignored: EPIPE
+    close(fd_);
+    fd_ = -1;
+    return ok;
   }
 
  private:
@@ -459,11 +461,15 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
   }
   if (auto s = fuse.Mount(); !s.ok()) {
     rep.Fail(s.message());
-    return kExitError;
+    return s.code() == Code::kInvalidArgument ? kExitUsage : kExitError;  // bad -o options: usage
   }
   spdlog::info("igtcache {} mounted {} on {} (cache {} limit {})", kVersion, source, a.mountpoint,
                cfg.cache.dir, FormatSize(cfg.cache.max_bytes));
-  rep.Ready();
+  if (!rep.Ready()) {
+    spdlog::error("the mount command that started this daemon is gone (interrupted?): unmounting");
+    spdlog::default_logger()->flush();
+    return kExitError;  // fuse's destructor unmounts
+  }
   if (!foreground) {
     int devnull = open("/dev/null", O_RDWR);
     if (devnull >= 0) {
@@ -521,6 +527,17 @@ int RunMount(const MountArgs& a) {
     cfg->logging.file = fs::absolute(cfg->logging.file, ec).string();
   if (!cfg->policy.file.empty())  // read again on SIGHUP, after the daemon left this dir
     cfg->policy.file = fs::absolute(cfg->policy.file, ec).string();
+  if (!args.trace_out.empty()) args.trace_out = fs::absolute(args.trace_out, ec).string();
+  if (!a.foreground) {
+    // The daemon works from "/" (it must not keep the caller's directory
+    // busy): files named by relative paths in the environment, read again
+    // later (credentials on refresh, the CA bundle on each new connection),
+    // are made absolute first.
+    for (const char* var : {"AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE", "AWS_CA_BUNDLE"}) {
+      const char* v = std::getenv(var);
+      if (v && *v && v[0] != '/') ::setenv(var, fs::absolute(v, ec).c_str(), 1);
+    }
+  }
 
   if (a.foreground) {
     Reporter rep(-1);
@@ -529,23 +546,32 @@ int RunMount(const MountArgs& a) {
   // Daemon: the child does all the work and tells the parent how the mount
   // went through a pipe, so errors still reach the terminal and the exit
   // code, and nothing stays mounted after a failure.
+  // O_CLOEXEC: fusermount3, which the child runs to mount, must not hold
+  // the write end (with auto_unmount it lives as long as the mount, and the
+  // parent would wait for it). The parent also stops reading at "OK".
   int p[2];
-  if (pipe(p) != 0) return fail(kExitError, std::string("pipe: ") + std::strerror(errno));
+  if (pipe2(p, O_CLOEXEC) != 0) return fail(kExitError, std::string("pipe: ") + std::strerror(errno));
   std::fflush(nullptr);
   pid_t pid = fork();
   if (pid < 0) return fail(kExitError, std::string("fork: ") + std::strerror(errno));
   if (pid == 0) {
     close(p[0]);
     setsid();
+    // Every path is absolute by now (above); a daemon keeping the caller's
+    // directory busy would stop it from being unmounted.
+    if (chdir("/") != 0) _exit(kExitError);
+    std::signal(SIGPIPE, SIG_IGN);  // a gone parent is an EPIPE (Reporter::Ready), not death
     Reporter rep(p[1]);
     int rc = Serve(args, *cfg, *url, rep, false);
+    if (auto l = spdlog::default_logger()) l->flush();  // _exit skips the logger's teardown
     _exit(rc);
   }
   close(p[1]);
   std::string msg;
   char buf[512];
   ssize_t n;
-  while ((n = read(p[0], buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR))
+  while (msg.rfind("OK\n", 0) != 0 &&
+         ((n = read(p[0], buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR)))
     if (n > 0) msg.append(buf, static_cast<size_t>(n));
   close(p[0]);
   if (msg.rfind("OK", 0) == 0) return kExitOk;

@@ -1,5 +1,7 @@
 // Helpers shared by the operator commands (see ops_cmds.h).
 #include <filesystem>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -83,11 +85,20 @@ std::optional<std::string> FindIgtcacheMount(const std::string& path) {
 
 Result<nlohmann::json> ReadStats(const std::string& mountpoint) {
   const std::string mnt = NormalizeMountpoint(mountpoint);
-  std::ifstream in(mnt + "/" + kStatsFileName);
-  if (!in)
-    return Err(Status::NotFound(fmt::format(
-        "'{}' is not an igtcache mount point{}", mountpoint,
-        IsIgtcacheMount(mnt) ? " that answers (is the daemon alive?)" : "")));
+  const std::string path = mnt + "/" + kStatsFileName;
+  std::ifstream in(path);
+  if (!in) {
+    const int err = errno;
+    if (!IsIgtcacheMount(mnt))
+      return Err(Status::NotFound(fmt::format("'{}' is not an igtcache mount point", mountpoint)));
+    // FUSE refuses every other user, root too, on a mount without allow_other.
+    if (err == EACCES || err == EPERM)
+      return Err(Status::PermissionDenied(fmt::format(
+          "'{}' is an igtcache mount of another user (mounted without allow_other): {}", mountpoint,
+          std::strerror(err))));
+    return Err(Status::Unavailable(fmt::format("igtcache mount point '{}' does not answer ({}: {}); is the daemon alive?",
+                                               mountpoint, path, std::strerror(err))));
+  }
   std::stringstream ss;
   ss << in.rdbuf();
   try {

@@ -185,6 +185,25 @@ TEST_CASE("prefetcher: readahead runs before background work and is never droppe
   CHECK(p.stats().fetched_units == 8);
 }
 
+TEST_CASE("prefetcher: fills take background's half of the budget, so readahead is not dropped for them", "[prefetch]") {
+  Fx fx;
+  Gate gate;  // every job waits: the fill's jobs hold their bytes
+  // 8 threads (6 for background work), budget 8 units, 1-unit jobs: six fill
+  // jobs could run, but only 4 units (half the budget) may be held by them.
+  Prefetcher p(fx.pipe.get(), fx.store.get(), Prefetcher::Options{8, 8 * kUnit, 1},
+               [&](const std::string&, uint64_t, uint64_t) { gate.Wait(); });
+  REQUIRE(p.Fill(fx.Version()));
+  for (int i = 0; i < 30000 && p.stats().held_bytes < 4 * kUnit; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  CHECK(p.stats().held_bytes <= 4 * kUnit);
+  // Readahead past what the fill took still has the other half.
+  CHECK(p.Submit(fx.Version(), 12, 15) == 4);
+  CHECK(p.stats().dropped_units == 0);
+  CHECK(p.stats().held_bytes == 8 * kUnit);
+  gate.Open();
+  Drain(p);
+}
+
 TEST_CASE("prefetcher: destruction with queued work does not hang", "[prefetch]") {
   Fx fx;
   Gate gate;

@@ -330,6 +330,7 @@ Result<size_t> ReadPipeline::Read(const FileVersion& file, uint64_t offset, size
   }
   if (looked_up) looked_up();
   if (needs.empty()) return static_cast<size_t>(end - offset);
+  if (!keep) keep = store_ && Keep(file);  // before collect: not under a flight's lock
 
   // Copies every needed piece's bytes (ours and those fetched by other
   // threads) into `out`; the first failure goes to `st`. A piece whose
@@ -352,7 +353,7 @@ Result<size_t> ReadPipeline::Read(const FileVersion& file, uint64_t offset, size
       // with): read it from the store once inserted, so the store and the
       // policy engine see the read (else a prefetched unit read this way stays
       // "unread" for the engine and holds readahead room until evicted).
-      if (!n.leader && store_) {
+      if (!n.leader && store_ && *keep) {  // not for a file read through
         lk.unlock();
         auto got = store_->Read(UnitKey{file.key, file.etag, n.index}, from - n.off, to - from, out + (from - offset));
         if (got && *got == to - from) continue;
@@ -376,6 +377,7 @@ Result<size_t> ReadPipeline::Read(const FileVersion& file, uint64_t offset, size
     std::vector<Need> again;
     for (const auto& n : failed) AddNeed(file, n.index, n.off, n.len, again);
     st = FetchRuns(file, again, /*demand=*/true);
+    if (!st.ok()) return Err(st);  // as above: not after the flights it joined
     collect(again, st, nullptr);
   }
   if (!st.ok()) return Err(st);

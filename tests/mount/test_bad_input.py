@@ -117,6 +117,7 @@ def main():
             ("yaml bad enum value", f"file://{src_dir}", ["--config", str(cfg_badval2)], ["addressing"]),
             ("missing config file", f"file://{src_dir}", ["--config", str(cfg_missing)], ["no_such_config"]),
             ("bad --cache-size", f"file://{src_dir}", ["--cache-size", "12Q"], ["cache-size", "12Q", "size"]),
+            ("unknown FUSE option", f"file://{src_dir}", ["-o", "nonsense_opt_xyz"], ["nonsense_opt_xyz"]),
             ("empty --cache-size", f"file://{src_dir}", ["--cache-size", ""], ["cache-size"]),
             ("endpoint without a host", f"s3://{BUCKET}", ["--endpoint", "http://", "--region", "us-east-1"],
              ["endpoint", "host"]),

@@ -6,6 +6,7 @@ when the kernel allows it) and by whole-file hashes, and writes get EROFS."""
 import sys
 sys.dont_write_bytecode = True  # keep tests/mount free of __pycache__
 
+import os
 import signal
 import subprocess
 
@@ -61,6 +62,19 @@ def main():
         s.unmount(m)
         harness.check(not harness.pid_alive(pid) and not harness.is_mounted(m.mountpoint),
                       "daemon mode: daemon gone and mount gone after fusermount3 -u")
+
+        # -o auto_unmount runs fusermount3 as a watchdog for the mount's
+        # lifetime: the command still returns once mounted (it used to wait
+        # for the watchdog, which held the status pipe), and the daemon does
+        # not keep the caller's working directory busy.
+        m = s.mount(f"file://{src}", foreground=False, args=["-o", "auto_unmount"])
+        pid = m.daemon_pid
+        harness.check(pid is not None and harness.is_mounted(m.mountpoint),
+                      f"daemon mode with -o auto_unmount: returned once mounted (daemon pid {pid})")
+        harness.check(os.readlink(f"/proc/{pid}/cwd") == "/", "daemon mode: the daemon works from /")
+        s.unmount(m)
+        harness.check(not harness.pid_alive(pid) and not harness.is_mounted(m.mountpoint),
+                      "daemon mode with -o auto_unmount: daemon and mount gone after unmount")
 
         # SIGTERM and SIGINT to a foreground daemon: clean exit, mount removed.
         for sig in (signal.SIGTERM, signal.SIGINT):
