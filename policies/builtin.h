@@ -38,7 +38,7 @@ std::unique_ptr<EvictionPolicy> MakeKeepPolicy();
 std::unique_ptr<EvictionPolicy> MakeEvictBehindPolicy();
 
 std::unique_ptr<PrefetchPolicy> MakeNoPrefetch();
-std::unique_ptr<PrefetchPolicy> MakeFixedReadahead(uint64_t units);
+std::unique_ptr<PrefetchPolicy> MakeFixedReadahead(uint64_t units, uint64_t max_units);
 std::unique_ptr<PrefetchPolicy> MakeAdaptiveReadahead(uint64_t initial_units, uint64_t max_units,
                                                       uint64_t max_next_files);
 std::unique_ptr<PrefetchPolicy> MakeEpochPrefetch(uint64_t per_read, uint64_t readahead_units);

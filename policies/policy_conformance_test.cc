@@ -309,6 +309,39 @@ TEST_CASE("evict-behind: consumed furthest-along first, then unread furthest ahe
   CHECK(order == std::vector<std::string>{"c3", "c2", "c1", "c0", "u5", "u4"});
 }
 
+TEST_CASE("readahead: fixed by default, ramping to max_units while reads continue, reset by a jump", "[policy][prefetch]") {
+  PrefetchContext c;
+  c.path = "big";
+  c.file_size = 1000 << 20;
+  c.unit_bytes = 1 << 20;
+  c.length = 1 << 20;
+  auto window = [&](PrefetchPolicy& p, uint64_t unit, bool continues) {
+    std::vector<PrefetchRange> out;
+    c.offset = unit << 20;
+    c.continues = continues;
+    p.Plan(c, out);
+    REQUIRE(out.size() == 1);
+    CHECK(out[0].first_unit == unit + 1);
+    return out[0].last_unit - unit;
+  };
+  auto fixed = *MakePrefetchPolicy("readahead", {{"units", 8}});
+  CHECK(window(*fixed, 0, false) == 8);
+  for (uint64_t u = 1; u < 6; ++u) CHECK(window(*fixed, u, true) == 8);
+  auto ramp = *MakePrefetchPolicy("readahead", {{"units", 8}, {"max_units", 64}});
+  CHECK(window(*ramp, 0, false) == 8);  // a file's start
+  CHECK(window(*ramp, 1, true) == 16);
+  CHECK(window(*ramp, 2, true) == 32);
+  CHECK(window(*ramp, 3, true) == 64);
+  CHECK(window(*ramp, 4, true) == 64);  // capped
+  std::vector<PrefetchRange> out;
+  c.offset = uint64_t(500) << 20;  // a jump: nothing proposed, and the window starts over
+  c.continues = false;
+  ramp->Plan(c, out);
+  CHECK(out.empty());
+  CHECK(window(*ramp, 501, true) == 16);  // 8 at the jump, doubled by this continuing read
+  CHECK_FALSE(MakePrefetchPolicy("readahead", {{"units", 8}, {"max_units", 4}}).has_value());
+}
+
 TEST_CASE("prefetch modules: registry and plans", "[policy][prefetch]") {
   auto names = PrefetchPolicyNames();
   for (const auto& n : names) {

@@ -1,7 +1,8 @@
 // Prefetch modules (igtcache/policy.h PrefetchPolicy):
 //   none                no prefetching (random and skewed streams)
-//   readahead           fixed window of `units` after a read that continues
-//                       the reader's previous read or starts a file (the
+//   readahead           window of `units` after a read that continues the
+//                       reader's previous read or starts a file, ramping up
+//                       to `max_units` while reads continue (the
 //                       lru-readahead baseline; small readahead for unknown)
 //   adaptive-readahead  sequential streams: a per-file window that doubles
 //                       while reads stay sequential (initial_units ..
@@ -54,7 +55,7 @@ class NoPrefetch final : public PrefetchPolicy {
 
 class FixedReadahead final : public PrefetchPolicy {
  public:
-  explicit FixedReadahead(uint64_t units) : units_(units) {}
+  FixedReadahead(uint64_t units, uint64_t max_units) : units_(units), max_(std::max(units, max_units)) {}
   std::string_view name() const override { return "readahead"; }
   // The next `units` after every read that continues: each read exposes
   // about one new unit, which the executor fetches as its own GET, on
@@ -64,12 +65,23 @@ class FixedReadahead final : public PrefetchPolicy {
   // model loading 0.558 -> 0.448): with bandwidth per connection, one
   // multi-unit GET delivers its last unit later than as many 1-unit GETs in
   // parallel. Kept as it is.
+  // With max_units above units the window ramps as mountpoint-s3's and the
+  // kernel's do: it doubles at each read that continues, up to max_units,
+  // and a jump (or a new file) starts it over at `units`.
   void Plan(const PrefetchContext& c, std::vector<PrefetchRange>& out) override {
-    if (c.continues || c.offset == 0) AheadInFile(c, units_, out);
+    uint64_t w = units_;
+    if (max_ > units_) {
+      if (windows_.size() >= kMaxTracked) windows_.clear();
+      uint64_t& cur = windows_[std::string(c.path)];
+      cur = c.continues && cur ? std::min(max_, cur * 2) : units_;
+      w = cur;
+    }
+    if (c.continues || c.offset == 0) AheadInFile(c, w, out);
   }
 
  private:
-  uint64_t units_;
+  const uint64_t units_, max_;
+  std::unordered_map<std::string, uint64_t> windows_;  // path -> window (ramping only)
 };
 
 class AdaptiveReadahead final : public PrefetchPolicy {
@@ -181,8 +193,8 @@ class EpochPrefetch final : public PrefetchPolicy {
 }  // namespace
 
 std::unique_ptr<PrefetchPolicy> MakeNoPrefetch() { return std::make_unique<NoPrefetch>(); }
-std::unique_ptr<PrefetchPolicy> MakeFixedReadahead(uint64_t units) {
-  return std::make_unique<FixedReadahead>(units);
+std::unique_ptr<PrefetchPolicy> MakeFixedReadahead(uint64_t units, uint64_t max_units) {
+  return std::make_unique<FixedReadahead>(units, max_units);
 }
 std::unique_ptr<PrefetchPolicy> MakeAdaptiveReadahead(uint64_t initial_units, uint64_t max_units,
                                                       uint64_t max_next_files) {

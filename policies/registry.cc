@@ -95,11 +95,13 @@ constexpr std::array kPrefetch{
       return policies::MakeNoPrefetch();
     }},
     PrefetchEntry{"readahead", [](const PolicyParams& p) -> Result<std::unique_ptr<PrefetchPolicy>> {
-      // units: the fixed window. Default 8 (8 MiB at 1 MiB units: what a
-      // mountpoint-like client keeps in flight once a read is sequential).
-      auto r = policies::ResolveParams("readahead", p, {{"units", 8, 0, 4096}});
+      // units: the window (8). max_units: where it ramps to, doubling at
+      // each read that continues (0 = no ramp: fixed at `units`).
+      auto r = policies::ResolveParams("readahead", p, {{"units", 8, 0, 4096}, {"max_units", 0, 0, 4096}});
       if (!r) return Err(r.error());
-      return policies::MakeFixedReadahead(static_cast<uint64_t>((*r)[0]));
+      if ((*r)[1] != 0 && (*r)[1] < (*r)[0])
+        return Err(Status::InvalidArgument("readahead.params.max_units: must be 0 or >= units"));
+      return policies::MakeFixedReadahead(static_cast<uint64_t>((*r)[0]), static_cast<uint64_t>((*r)[1]));
     }},
     PrefetchEntry{"adaptive-readahead", [](const PolicyParams& p) -> Result<std::unique_ptr<PrefetchPolicy>> {
       // initial_units: window of a fresh sequential reader (2). max_units: the

@@ -44,9 +44,16 @@ class TwoRandomPolicy final : public EvictionPolicy {
   std::optional<std::string> PickVictim() override {
     if (ids_.empty()) return std::nullopt;
     if (!pending_) {
-      std::uniform_int_distribution<size_t> d(0, ids_.size() - 1);
-      const std::string& a = ids_[d(rng_)];
-      const std::string& b = ids_[d(rng_)];
+      // Two distinct units (with one cached, that one).
+      const size_t n = ids_.size();
+      const size_t i = std::uniform_int_distribution<size_t>(0, n - 1)(rng_);
+      size_t j = i;
+      if (n > 1) {
+        j = std::uniform_int_distribution<size_t>(0, n - 2)(rng_);
+        if (j >= i) ++j;
+      }
+      const std::string& a = ids_[i];
+      const std::string& b = ids_[j];
       pending_ = map_[a].last <= map_[b].last ? a : b;
     }
     return pending_;

@@ -251,7 +251,8 @@ Status PolicyEngine::Init() {
   std::string module = p;
   if (p == "lru-readahead") {
     module = "lru";
-    auto m = MakePrefetchPolicy("readahead", {{"units", double(opts_.baseline_readahead_units)}});
+    auto m = MakePrefetchPolicy("readahead", {{"units", double(opts_.baseline_readahead_units)},
+                                              {"max_units", double(opts_.baseline_readahead_max_units)}});
     if (!m) return m.error();
     baseline_prefetch_ = std::move(*m);
   } else if (p == "2random") {

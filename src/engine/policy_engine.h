@@ -61,6 +61,9 @@ struct EngineOptions {
   uint64_t seed = 1;                // 2random
   // lru-readahead's fixed window. Default: 8 units (8 MiB at 1 MiB units)
   uint64_t baseline_readahead_units = 8;
+  // ... ramping, as mountpoint-s3's and the kernel's windows do, up to this
+  // many units (doubling at each read that continues); 0 = fixed.
+  uint64_t baseline_readahead_max_units = 64;
   // Backend model used to weigh a hit by the time it saves (space
   // allocation): a miss costs miss_latency_us per read plus the units it
   // touches at bandwidth_bytes_per_s. Defaults: 25 ms, 90 MB/s (S3 Standard,

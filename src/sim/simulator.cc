@@ -596,14 +596,28 @@ Result<nlohmann::json> RunBelady(const SimOptions& o, const Trace& tr, uint64_t 
       touches.push_back({(uint64_t(r.file) << 32) | i, kNever});
   }
   row_first.push_back(uint32_t(touches.size()));
+  // Each unit's first touch; the chain of `next` links its others.
+  std::unordered_map<uint64_t, uint64_t> pending;  // uid -> first touch not replayed yet (cursor)
   {
-    std::unordered_map<uint64_t, uint64_t> last;
     for (uint64_t k = touches.size(); k-- > 0;) {
-      auto it = last.find(touches[k].uid);
-      touches[k].next = it == last.end() ? kNever : it->second;
-      last[touches[k].uid] = k;
+      auto it = pending.find(touches[k].uid);
+      touches[k].next = it == pending.end() ? kNever : it->second;
+      pending[touches[k].uid] = k;
     }
   }
+  // The replay issues rows in closed-loop order (each reader at its own
+  // pace), not in trace order: a lagging reader's touch of a unit can come
+  // after a later row's. A unit's next use is its first touch not replayed
+  // yet, in trace order; a replayed touch's own `next` could point into the
+  // past (a unit then ranked as needed soonest and never evicted) or be
+  // kNever while a lagging reader still has a touch to come.
+  std::vector<uint8_t> replayed(touches.size(), 0);
+  auto replay = [&](uint64_t k) {  // marks touch k replayed; the unit's next use
+    replayed[k] = 1;
+    uint64_t& cur = pending[touches[k].uid];
+    while (cur != kNever && replayed[cur]) cur = touches[cur].next;
+    return cur;
+  };
   Backend be(o);
   Counters c;
   Clocks clk(tr.rows);
@@ -622,35 +636,37 @@ Result<nlohmann::json> RunBelady(const SimOptions& o, const Trace& tr, uint64_t 
     c.req_bytes += len;
     double done = issue;
     uint64_t hit = 0;
-    std::vector<std::pair<uint64_t, uint64_t>> miss;  // (touch index, unit index)
+    std::vector<std::pair<uint64_t, uint64_t>> miss;  // (touch index, the unit's next use)
     for (uint64_t k = row_first[ri]; k < row_first[ri + 1]; ++k) {
       const uint64_t uid = touches[k].uid, i = uid & 0xffffffffu;
       const uint64_t lo = std::max(r.off, i * unit), hi = std::min(r.off + len, (i + 1) * unit);
+      const uint64_t next = replay(k);
       auto it = cached.find(uid);
       if (it != cached.end()) {
         if (it->second.second <= issue) hit += hi - lo;
         else done = std::max(done, it->second.second);
         by_next.erase({it->second.first, uid});
-        it->second.first = touches[k].next;
-        by_next.insert({touches[k].next, uid});
+        it->second.first = next;
+        by_next.insert({next, uid});
       } else {
-        miss.emplace_back(k, i);
+        miss.emplace_back(k, next);
       }
     }
     // Fetch misses in runs of adjacent units.
+    auto index_of = [&](size_t m) { return touches[miss[m].first].uid & 0xffffffffu; };
     for (size_t a = 0; a < miss.size();) {
       size_t b = a;
-      uint64_t bytes = UnitBytes(f.size, unit, miss[a].second);
-      while (b + 1 < miss.size() && miss[b + 1].second == miss[b].second + 1 &&
-             bytes + UnitBytes(f.size, unit, miss[b + 1].second) <= o.max_request_bytes) {
+      uint64_t bytes = UnitBytes(f.size, unit, index_of(a));
+      while (b + 1 < miss.size() && index_of(b + 1) == index_of(b) + 1 &&
+             bytes + UnitBytes(f.size, unit, index_of(b + 1)) <= o.max_request_bytes) {
         ++b;
-        bytes += UnitBytes(f.size, unit, miss[b].second);
+        bytes += UnitBytes(f.size, unit, index_of(b));
       }
       const double start = be.Get(issue, bytes);
       uint64_t kbytes = 0;
       for (size_t m = a; m <= b; ++m) {
-        const uint64_t uid = touches[miss[m].first].uid, next = touches[miss[m].first].next;
-        const uint64_t ub = UnitBytes(f.size, unit, miss[m].second);
+        const uint64_t uid = touches[miss[m].first].uid, next = miss[m].second;
+        const uint64_t ub = UnitBytes(f.size, unit, index_of(m));
         kbytes += ub;
         const double arrive = be.Arrival(start, kbytes);
         done = std::max(done, arrive);

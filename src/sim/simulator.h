@@ -33,9 +33,14 @@
 //    (warm-ups, an epoch's unread items, the next files of a scan) see
 //    these listings: a trace alone lists only files that will be read,
 //    which flatters those plans wherever files go unread.
-//  - belady: the offline optimum for eviction (evict the unit whose next use
-//    is furthest, do not admit one used later than everything cached), demand
-//    fetches only, same clock and backend model.
+//  - belady: Belady's MIN with bypass over whole units, demand fetches only,
+//    same clock and backend model: evict the unit whose next use is furthest,
+//    do not admit one used later than everything cached. A unit's next use
+//    is its first touch, in trace order, not replayed yet. MIN minimises the
+//    count of misses for a fixed order of equal-size items; here units differ
+//    in size and a closed-loop replay's order shifts with the stalls, so it
+//    is a strong reference, not a bound on bytes or time (igt's 64 KiB
+//    sub-unit misses can beat it by bytes).
 // Thread-safety: RunSim is reentrant.
 
 #include <cstdint>
