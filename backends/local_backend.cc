@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <set>
 #include <utility>
 #include <vector>
@@ -39,9 +40,9 @@ Status ValidateKey(std::string_view key) {
   return Status::Ok();
 }
 
-std::string Etag(uint64_t size, int64_t mtime_ns, uint64_t inode, int64_t ctime_ns) {
+std::string Etag(uint64_t size, int64_t mtime_ns, uint64_t inode, int64_t btime_ns) {
   return fmt::format("{:x}-{:x}-{:x}-{:x}", size, static_cast<uint64_t>(mtime_ns), inode,
-                     static_cast<uint64_t>(ctime_ns));
+                     static_cast<uint64_t>(btime_ns));
 }
 
 namespace {
@@ -54,9 +55,16 @@ int64_t MtimeNs(const struct stat& st) {
   return static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000LL + st.st_mtim.tv_nsec;
 }
 
-std::string EtagOf(const struct stat& st) {
-  const int64_t ctime_ns = static_cast<int64_t>(st.st_ctim.tv_sec) * 1000000000LL + st.st_ctim.tv_nsec;
-  return Etag(static_cast<uint64_t>(st.st_size), MtimeNs(st), st.st_ino, ctime_ns);
+std::string EtagOf(const struct stat& st, int64_t btime_ns) {
+  return Etag(static_cast<uint64_t>(st.st_size), MtimeNs(st), st.st_ino, btime_ns);
+}
+
+// Birth time in ns of `path` (statx's arguments), 0 where the file system
+// keeps none.
+int64_t BirthNs(int dirfd, const char* path, int flags) {
+  struct statx sx {};
+  if (::statx(dirfd, path, flags, STATX_BTIME, &sx) != 0 || !(sx.stx_mask & STATX_BTIME)) return 0;
+  return static_cast<int64_t>(sx.stx_btime.tv_sec) * 1000000000LL + sx.stx_btime.tv_nsec;
 }
 
 Status ErrnoStatus(int err, const std::string& what) {
@@ -85,6 +93,7 @@ struct Entry {
   std::string key;  // full key; directories end with '/'
   bool dir = false;
   struct stat st {};
+  int64_t btime_ns = 0;  // files: birth time (BirthNs), for the ETag
 };
 
 class LocalBackend final : public Backend {
@@ -134,7 +143,7 @@ class LocalBackend final : public Backend {
       if (e.dir) {
         page.prefixes.push_back(std::move(e.key));
       } else {
-        page.objects.push_back(Info(std::move(e.key), e.st));
+        page.objects.push_back(Info(std::move(e.key), e.st, e.btime_ns));
       }
     }
     return page;
@@ -146,7 +155,7 @@ class LocalBackend final : public Backend {
     FdCloser closer{fd};
     struct stat st {};
     if (::fstat(fd, &st) != 0) return Err(ErrnoStatus(errno, "fstat '" + key + "'"));
-    return Info(key, st);
+    return Info(key, st, BirthNs(fd, "", AT_EMPTY_PATH));
   }
 
   Result<size_t> Read(const std::string& key, uint64_t offset, size_t length, std::string_view etag,
@@ -156,7 +165,8 @@ class LocalBackend final : public Backend {
     FdCloser closer{fd};
     struct stat st {};
     if (::fstat(fd, &st) != 0) return Err(ErrnoStatus(errno, "fstat '" + key + "'"));
-    std::string before = EtagOf(st);
+    const int64_t btime_ns = BirthNs(fd, "", AT_EMPTY_PATH);  // one file: the same after
+    std::string before = EtagOf(st, btime_ns);
     if (!etag.empty() && before != etag) {
       return Err(Status::Changed("file '" + key + "' changed: ETag " + before + ", expected " +
                                  std::string(etag)));
@@ -174,7 +184,7 @@ class LocalBackend final : public Backend {
     // A write during the read would leave a mix of versions: check again.
     if (!etag.empty()) {
       if (::fstat(fd, &st) != 0) return Err(ErrnoStatus(errno, "fstat '" + key + "'"));
-      std::string after = EtagOf(st);
+      std::string after = EtagOf(st, btime_ns);
       if (after != before) {
         return Err(Status::Changed("file '" + key + "' changed while being read"));
       }
@@ -195,12 +205,12 @@ class LocalBackend final : public Backend {
   std::string Describe() const override { return "file://" + root_; }
 
  private:
-  static ObjectInfo Info(std::string key, const struct stat& st) {
+  static ObjectInfo Info(std::string key, const struct stat& st, int64_t btime_ns) {
     ObjectInfo info;
     info.key = std::move(key);
     info.size = static_cast<uint64_t>(st.st_size);
     info.mtime_ns = MtimeNs(st);
-    info.etag = EtagOf(st);
+    info.etag = EtagOf(st, btime_ns);
     return info;
   }
 
@@ -240,25 +250,44 @@ class LocalBackend final : public Backend {
     return Status::Ok();
   }
 
-  // Classifies one entry of the directory whose realpath is `dir_real`;
-  // false if it is to be skipped.
-  bool Classify(int dirfd, const std::string& dir_real, const std::string& rel_key, const char* name,
+  using DirIds = std::set<std::pair<dev_t, ino_t>>;
+
+  // (dev, inode) of the root and of each directory on the path of `dir`
+  // ("" or "a/b/"), as listed: the directories a symlink in `dir` must not
+  // lead back to.
+  DirIds PathDirs(const std::string& dir) const {
+    DirIds ids;
+    struct stat st {};
+    if (::stat(root_.c_str(), &st) == 0) ids.insert({st.st_dev, st.st_ino});
+    for (size_t slash = dir.find('/'); slash != std::string::npos; slash = dir.find('/', slash + 1)) {
+      auto real = Resolve(dir.substr(0, slash));
+      if (real && ::stat(real->c_str(), &st) == 0) ids.insert({st.st_dev, st.st_ino});
+    }
+    return ids;
+  }
+
+  // Classifies one entry of a directory on the path of the directories
+  // `path_dirs`; false if it is to be skipped.
+  bool Classify(int dirfd, const DirIds& path_dirs, const std::string& rel_key, const char* name,
                 Entry* e) const {
     struct stat st {};
     if (::fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) return false;
+    std::optional<int64_t> btime_ns;  // of the link's target
     if (S_ISLNK(st.st_mode)) {
       auto real = Resolve(rel_key);
       if (!real) return false;  // dangling or outside the root
       if (::stat(real->c_str(), &st) != 0) return false;
-      // A link to this directory or one above it ("loop -> .", "up -> ..")
-      // would show an endless tree (loop/loop/...), each level with new
-      // inodes, which find, du and `igtcache warm` cannot tell for a cycle.
-      const std::string prefix = *real == "/" ? "/" : *real + "/";
-      if (S_ISDIR(st.st_mode) && (*real == dir_real || dir_real.starts_with(prefix))) return false;
+      if (S_ISREG(st.st_mode)) btime_ns = BirthNs(AT_FDCWD, real->c_str(), 0);
+      // A link to this directory or one above it on the listed path
+      // ("loop -> .", "up -> ..", or a -> ../c beside c/d -> ../a) would
+      // show an endless tree (loop/loop/...), each level with new inodes,
+      // which find, du and `igtcache warm` cannot tell for a cycle.
+      if (S_ISDIR(st.st_mode) && path_dirs.contains({st.st_dev, st.st_ino})) return false;
     }
     if (S_ISREG(st.st_mode)) {
       e->key = rel_key;
       e->dir = false;
+      e->btime_ns = btime_ns ? *btime_ns : BirthNs(dirfd, name, AT_SYMLINK_NOFOLLOW);
     } else if (S_ISDIR(st.st_mode)) {
       e->key = rel_key + "/";
       e->dir = true;
@@ -288,12 +317,13 @@ class LocalBackend final : public Backend {
       return Err(ErrnoStatus(errno, "cannot list '" + dir + "'"));
     }
     std::unique_ptr<DIR, int (*)(DIR*)> guard(d, &::closedir);
+    const DirIds path_dirs = PathDirs(dir);
     while (dirent* de = ::readdir(d)) {
       const char* name = de->d_name;
       if (std::strcmp(name, ".") == 0 || std::strcmp(name, "..") == 0) continue;
       if (!std::string_view(name).starts_with(name_filter)) continue;
       Entry e;
-      if (Classify(::dirfd(d), path, dir + name, name, &e)) out.push_back(std::move(e));
+      if (Classify(::dirfd(d), path_dirs, dir + name, name, &e)) out.push_back(std::move(e));
     }
     std::sort(out.begin(), out.end(), [](const Entry& a, const Entry& b) { return a.key < b.key; });
     return out;

@@ -18,11 +18,12 @@ namespace igt::local {
 // ".." segment (InvalidArgument). Empty keys are rejected as well.
 Status ValidateKey(std::string_view key);
 
-// The ETag of a local file: hex "<size>-<mtime_ns>-<inode>-<ctime_ns>". Any
+// The ETag of a local file: hex "<size>-<mtime_ns>-<inode>-<btime_ns>". Any
 // write (new mtime), truncate (size) or replace-by-rename (inode) changes
-// it; ctime, which no user can set, also catches a rewrite whose mtime was
-// set back (`cp -p`, `touch -r`, tar) onto a reused inode number. (A chmod
-// changes it too: the file is then fetched again, never served stale.)
-std::string Etag(uint64_t size, int64_t mtime_ns, uint64_t inode, int64_t ctime_ns);
+// it; the birth time (statx; 0 where the file system keeps none) also tells
+// a new file that reused a freed inode number and got its mtime set back
+// (tar, `cp -p` of a new file, `touch -r`) from the one it replaced. Not
+// ctime: a chmod or chown would then fail every open reader of the file.
+std::string Etag(uint64_t size, int64_t mtime_ns, uint64_t inode, int64_t btime_ns);
 
 }  // namespace igt::local

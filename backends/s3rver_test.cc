@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <thread>
 #include <vector>
@@ -132,11 +133,12 @@ class S3rver {
   // there yet.
   static int ListeningPort(const std::string& log) {
     std::ifstream in(log);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     const std::string tag = "S3rver listening on 127.0.0.1:";
-    for (std::string line; std::getline(in, line);) {
-      if (auto p = line.find(tag); p != std::string::npos) return std::atoi(line.c_str() + p + tag.size());
-    }
-    return 0;
+    const size_t p = text.find(tag);
+    // Only a whole line: a port read while node is still writing it is cut.
+    if (p == std::string::npos || text.find('\n', p) == std::string::npos) return 0;
+    return std::atoi(text.c_str() + p + tag.size());
   }
 
   ~S3rver() {

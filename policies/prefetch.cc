@@ -72,7 +72,9 @@ class FixedReadahead final : public PrefetchPolicy {
     uint64_t w = units_;
     if (max_ > units_) {
       if (windows_.size() >= kMaxTracked) windows_.clear();
-      uint64_t& cur = windows_[std::string(c.path)];
+      // Per reader and file: a second loader starting the file must not
+      // reset the window of one far into it.
+      uint64_t& cur = windows_[std::to_string(c.pid) + ':' + std::string(c.path)];
       cur = c.continues && cur ? std::min(max_, cur * 2) : units_;
       w = cur;
     }
@@ -81,7 +83,7 @@ class FixedReadahead final : public PrefetchPolicy {
 
  private:
   const uint64_t units_, max_;
-  std::unordered_map<std::string, uint64_t> windows_;  // path -> window (ramping only)
+  std::unordered_map<std::string, uint64_t> windows_;  // "pid:path" -> window (ramping only)
 };
 
 class AdaptiveReadahead final : public PrefetchPolicy {

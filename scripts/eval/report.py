@@ -117,8 +117,8 @@ def aims(res):
                for f in res["fractions"]]
     out.append(("(bound) lru / makespan with no stall at all, the best ratio any policy can reach", None,
                 "; ".join(b_parts)))
-    # What the offline optimum of demand caching reaches: the rest of a 2x
-    # takes prefetching (the inference readers set the makespan at 10-25%).
+    # What Belady's MIN over whole units (demand caching) reaches: the rest of
+    # a 2x takes prefetching (the inference readers set the makespan at 10-25%).
     o_parts = [f"{int(f * 100)}%: {get('lru', f)['modeled_time_s'] / max(1e-9, get('belady', f)['modeled_time_s']):.2f}x"
                for f in res["fractions"]]
     out.append(("(for reference) lru / belady (Belady's MIN over whole units, demand fetches only) makespan", None,

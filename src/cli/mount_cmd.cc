@@ -75,7 +75,8 @@ class Reporter {
     }
   }
   // False if the waiting parent is gone (killed by Ctrl-C or `timeout`):
-  // it has already reported a failure, so the mount must not stay.
+  // it has already reported a failure, so the mount must not stay. Best
+  // effort: a parent killed after this write but before its read is not seen.
   bool Ready() {
     if (fd_ < 0) return true;
     const bool ok = write(fd_, "OK\n", 3) == 3;  // SIGPIPE is ignored: EPIPE
@@ -527,7 +528,11 @@ int RunMount(const MountArgs& a) {
     cfg->logging.file = fs::absolute(cfg->logging.file, ec).string();
   if (!cfg->policy.file.empty())  // read again on SIGHUP, after the daemon left this dir
     cfg->policy.file = fs::absolute(cfg->policy.file, ec).string();
-  if (!args.trace_out.empty()) args.trace_out = fs::absolute(args.trace_out, ec).string();
+  if (!args.trace_out.empty()) {
+    auto abs = fs::absolute(args.trace_out, ec);
+    if (ec) return fail(kExitUsage, fmt::format("--trace-out '{}': {}", args.trace_out, ec.message()));
+    args.trace_out = abs.string();
+  }
   if (!a.foreground) {
     // The daemon works from "/" (it must not keep the caller's directory
     // busy): files named by relative paths in the environment, read again
@@ -535,7 +540,10 @@ int RunMount(const MountArgs& a) {
     // are made absolute first.
     for (const char* var : {"AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE", "AWS_CA_BUNDLE"}) {
       const char* v = std::getenv(var);
-      if (v && *v && v[0] != '/') ::setenv(var, fs::absolute(v, ec).c_str(), 1);
+      if (!v || !*v || v[0] == '/') continue;
+      auto abs = fs::absolute(v, ec);
+      if (ec) return fail(kExitUsage, fmt::format("${} '{}': {}", var, v, ec.message()));
+      ::setenv(var, abs.c_str(), 1);
     }
   }
 
@@ -559,9 +567,12 @@ int RunMount(const MountArgs& a) {
     setsid();
     // Every path is absolute by now (above); a daemon keeping the caller's
     // directory busy would stop it from being unmounted.
-    if (chdir("/") != 0) _exit(kExitError);
     std::signal(SIGPIPE, SIG_IGN);  // a gone parent is an EPIPE (Reporter::Ready), not death
     Reporter rep(p[1]);
+    if (chdir("/") != 0) {
+      rep.Fail(std::string("chdir /: ") + std::strerror(errno));
+      _exit(kExitError);
+    }
     int rc = Serve(args, *cfg, *url, rep, false);
     if (auto l = spdlog::default_logger()) l->flush();  // _exit skips the logger's teardown
     _exit(rc);

@@ -236,7 +236,9 @@ TEST_CASE("a stale listing is served while the bucket is unreachable") {
   // A fake clock: "stale" must not depend on the machine's speed (with a
   // 1 ms TTL and the wall clock, a CI run saw the first reply stale).
   FakeClockMs clock;
-  Namespace ns(&fb, nullptr, &m, Namespace::Options{.ttl_ms = 60000, .clock_ms = clock.fn()});
+  // stale_wait_ms long: the lookup that finds the listing stale waits for
+  // its (failing) refresh, however late the background thread runs it.
+  Namespace ns(&fb, nullptr, &m, Namespace::Options{.ttl_ms = 60000, .stale_wait_ms = 60000, .clock_ms = clock.fn()});
   auto a = ns.Lookup(Namespace::kRootIno, "a.bin");
   REQUIRE(a.has_value());
   CHECK_FALSE(a->stale);
@@ -274,7 +276,7 @@ struct Outage {
   std::shared_ptr<MemoryBackend> mem = OneFile();
   FaultInjectingBackend fb{mem};
   FakeClockMs clock;
-  Namespace ns{&fb, nullptr, nullptr, Namespace::Options{.ttl_ms = 60000, .clock_ms = clock.fn()}};
+  Namespace ns{&fb, nullptr, nullptr, Namespace::Options{.ttl_ms = 60000, .stale_wait_ms = 60000, .clock_ms = clock.fn()}};
   Outage() {
     REQUIRE(ns.Lookup(Namespace::kRootIno, "a.bin").has_value());
     clock.advance(60001);  // listing now stale

@@ -172,13 +172,18 @@ bool Prefetcher::NextFillJobLocked(Job* job) {
            JobBytes(f.file, f.next, last + 1, unit) <= f.allowed)
       ++last;
     const uint64_t bytes = JobBytes(f.file, f.next, last, unit);
-    // Wait for room. Fills share background's half of the budget: a
-    // reader's readahead is never dropped for them either.
-    if (held_bytes_ + bytes > opts_.budget_bytes || bg_held_bytes_ + bytes > opts_.budget_bytes / 2) return false;
+    // Wait for room. Fills share background's half of the budget (a
+    // reader's readahead is never dropped for them either) and take at most
+    // a quarter (or one job): fills wait for room while a background
+    // Submit is dropped without it, so they must not take all of the half.
+    if (held_bytes_ + bytes > opts_.budget_bytes || bg_held_bytes_ + bytes > opts_.budget_bytes / 2 ||
+        (fill_held_bytes_ > 0 && fill_held_bytes_ + bytes > opts_.budget_bytes / 4))
+      return false;
     *job = Job{f.file, f.next, last, bytes, true, true, f.id};
     for (uint64_t u = f.next; u <= last; ++u) units_.insert(UnitTag(f.file, u));
     held_bytes_ += bytes;
     bg_held_bytes_ += bytes;
+    fill_held_bytes_ += bytes;
     stats_.peak_held_bytes = std::max(stats_.peak_held_bytes, held_bytes_);
     f.next = last + 1;
     if (f.allowed != UINT64_MAX) f.allowed -= bytes;
@@ -206,6 +211,7 @@ void Prefetcher::Worker() {
       held_bytes_ -= job.bytes;
       if (job.background) --bg_running_;
       if (job.background) bg_held_bytes_ -= job.bytes;  // fills too
+      if (job.fill) fill_held_bytes_ -= job.bytes;
       if (job.fill) {
         auto f = FindFillLocked(job.file);
         if (f != fills_.end() && f->id != job.fill_id) f = fills_.end();  // a later fill of the file

@@ -64,8 +64,9 @@ class Prefetcher {
   size_t Submit(const FileVersion& file, uint64_t first, uint64_t last, Priority prio = Priority::kReadahead);
 
   // Fetches every unit of `file` not cached yet, in the background, with the
-  // threads and budget that Submit's jobs leave free: a fill is never dropped
-  // for the budget, it waits for room (at most kMaxFills files at once;
+  // threads Submit's jobs leave free and within background's half of the
+  // budget, of which fills hold at most a quarter of the budget (or one job):
+  // a fill is never dropped for the budget, it waits for room (at most kMaxFills files at once;
   // more are refused). With `max_bytes` > 0 it starts jobs of at most that
   // many bytes in all (a partial fill); called again for a file being
   // filled, it sets the fill's limit to `max_bytes` less the bytes of its
@@ -123,7 +124,8 @@ class Prefetcher {
   // refuses them (bounded: cleared past kMaxFills * 64 entries).
   std::unordered_map<std::string, std::chrono::steady_clock::time_point> fill_failed_;
   size_t bg_running_ = 0;     // background and fill jobs being fetched
-  uint64_t bg_held_bytes_ = 0;  // held by background jobs (not fills)
+  uint64_t bg_held_bytes_ = 0;    // held by background jobs, fills included (<= budget / 2)
+  uint64_t fill_held_bytes_ = 0;  // held by fill jobs (<= budget / 4, or one job)
   std::unordered_set<std::string> units_;  // "etag#key#unit" queued or running
   uint64_t held_bytes_ = 0;
   bool stop_ = false;

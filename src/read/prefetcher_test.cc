@@ -185,18 +185,20 @@ TEST_CASE("prefetcher: readahead runs before background work and is never droppe
   CHECK(p.stats().fetched_units == 8);
 }
 
-TEST_CASE("prefetcher: fills take background's half of the budget, so readahead is not dropped for them", "[prefetch]") {
+TEST_CASE("prefetcher: fills take a quarter of the budget, so readahead and speculative plans are not dropped for them", "[prefetch]") {
   Fx fx;
   Gate gate;  // every job waits: the fill's jobs hold their bytes
   // 8 threads (6 for background work), budget 8 units, 1-unit jobs: six fill
-  // jobs could run, but only 4 units (half the budget) may be held by them.
+  // jobs could run, but fills hold at most 2 units (a quarter of the budget).
   Prefetcher p(fx.pipe.get(), fx.store.get(), Prefetcher::Options{8, 8 * kUnit, 1},
                [&](const std::string&, uint64_t, uint64_t) { gate.Wait(); });
   REQUIRE(p.Fill(fx.Version()));
-  for (int i = 0; i < 30000 && p.stats().held_bytes < 4 * kUnit; ++i)
+  for (int i = 0; i < 30000 && p.stats().held_bytes < 2 * kUnit; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  CHECK(p.stats().held_bytes <= 4 * kUnit);
-  // Readahead past what the fill took still has the other half.
+  CHECK(p.stats().held_bytes == 2 * kUnit);
+  // A speculative plan gets the rest of background's half, readahead the
+  // other half.
+  CHECK(p.Submit(fx.Version(), 8, 9, Prefetcher::Priority::kBackground) == 2);
   CHECK(p.Submit(fx.Version(), 12, 15) == 4);
   CHECK(p.stats().dropped_units == 0);
   CHECK(p.stats().held_bytes == 8 * kUnit);

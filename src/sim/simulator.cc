@@ -574,7 +574,8 @@ Result<nlohmann::json> RunEngine(const SimOptions& o, const Trace& tr, uint64_t 
 }
 
 // ---------------------------------------------------------------------------
-// belady: offline optimal eviction (demand fetches only).
+// belady: Belady's MIN with bypass over whole units, demand fetches only
+// (simulator.h says what it is and is not a bound on).
 
 Result<nlohmann::json> RunBelady(const SimOptions& o, const Trace& tr, uint64_t unit) {
   // Unit touches in trace order and, for each, the position of the next

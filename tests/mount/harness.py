@@ -471,7 +471,7 @@ class Session:
         while time.monotonic() < deadline and p.popen.poll() is None:
             if not port:
                 with contextlib.suppress(OSError):
-                    m = re.search(r"S3rver listening on 127\.0\.0\.1:(\d+)", p.stdout_path.read_text())
+                    m = re.search(r"S3rver listening on 127\.0\.0\.1:(\d+)\n", p.stdout_path.read_text())
                     port = int(m.group(1)) if m else 0
             if port and port_answers("127.0.0.1", port):
                 s = S3rver(p, port, data_dir)

@@ -25,8 +25,9 @@ CASE_TIMEOUT_S = 120   # a hang is a failure; generous for retry back-off
 MAX_LINES = 3          # "one line-ish": the error, maybe a hint
 
 
-def run_case(s, name, source, mnt, args, keywords, foreground, env=None):
-    """Runs one failing mount; returns a list of problems (empty = ok)."""
+def run_case(s, name, source, mnt, args, keywords, foreground, env=None, want_rc=None):
+    """Runs one failing mount; returns a list of problems (empty = ok).
+    want_rc: the exit code it must have (else any non-zero one)."""
     argv = s.mount_argv(source, mnt, None, args, foreground)
     t0 = time.monotonic()
     problems = []
@@ -42,6 +43,8 @@ def run_case(s, name, source, mnt, args, keywords, foreground, env=None):
     mode = "-f" if foreground else "daemon"
     if rc == 0:
         problems.append("exit code 0")
+    elif want_rc is not None and rc != want_rc:
+        problems.append(f"exit code {rc}, want {want_rc}")
     if not lines:
         problems.append("nothing on stderr")
     elif len(lines) > MAX_LINES:
@@ -117,7 +120,6 @@ def main():
             ("yaml bad enum value", f"file://{src_dir}", ["--config", str(cfg_badval2)], ["addressing"]),
             ("missing config file", f"file://{src_dir}", ["--config", str(cfg_missing)], ["no_such_config"]),
             ("bad --cache-size", f"file://{src_dir}", ["--cache-size", "12Q"], ["cache-size", "12Q", "size"]),
-            ("unknown FUSE option", f"file://{src_dir}", ["-o", "nonsense_opt_xyz"], ["nonsense_opt_xyz"]),
             ("empty --cache-size", f"file://{src_dir}", ["--cache-size", ""], ["cache-size"]),
             ("endpoint without a host", f"s3://{BUCKET}", ["--endpoint", "http://", "--region", "us-east-1"],
              ["endpoint", "host"]),
@@ -147,6 +149,12 @@ def main():
                     mnt = s.mkdir(f"mnt_{i}_{'fg' if fg else 'bg'}")
                     problems += run_case(s, name, source, mnt, args, kw, fg)
 
+            # An unknown FUSE option is a usage error: exit 2 (docs/CLI.md).
+            for fg in (False, True):
+                mnt = s.mkdir(f"mnt_badopt_{'fg' if fg else 'bg'}")
+                problems += run_case(s, "unknown FUSE option", f"file://{src_dir}", mnt, ["-o", "nonsense_opt_xyz"],
+                                     ["nonsense_opt_xyz"], fg, want_rc=2)
+
             # Missing mount point.
             for fg in (False, True):
                 mnt = s.tmp / f"no_such_mountpoint_{fg}"
@@ -166,7 +174,7 @@ def main():
             if ro_mounted:
                 subprocess.run(["umount", str(ro)], capture_output=True)
 
-        n = 2 * (len(cases) + 2)
+        n = 2 * (len(cases) + 3)
         if problems:
             raise harness.TestFailure(f"{len(problems)} of {n} bad-input runs misbehaved:\n    "
                                       + "\n    ".join(problems))

@@ -120,7 +120,8 @@ def main():
         # loaded machine s3rver's LIST can take longer. Polled until the
         # refreshed listing is in.
         deadline = time.monotonic() + 30
-        while os.stat(mnt / "shrink.bin").st_size != 1000 and time.monotonic() < deadline:
+        while ((os.stat(mnt / "shrink.bin").st_size != 1000 or os.stat(mnt / "dir/deep.bin").st_size != 1000)
+               and time.monotonic() < deadline):  # the root's listing and dir/'s
             time.sleep(0.2)
 
         # The name now leads to the 1000-byte v2: a stat of the path and of the
