@@ -120,11 +120,7 @@ class LocalBackend final : public Backend {
     std::vector<Entry> out;
     const std::string& token = req.continuation_token;
     if (req.delimiter.empty()) {
-      std::set<std::pair<dev_t, ino_t>> ancestors;
-      struct stat top {};
-      auto top_path = dir.empty() ? Result<std::string>(root_) : Resolve(dir.substr(0, dir.size() - 1));
-      if (top_path && ::stat(top_path->c_str(), &top) == 0) ancestors.insert({top.st_dev, top.st_ino});
-      auto s = Walk(dir, name_filter, token, max_keys + 1, 0, ancestors, out);
+      auto s = Walk(dir, name_filter, token, max_keys + 1, 0, out);
       if (!s.ok()) return Err(s);
     } else {
       auto entries = ReadDir(dir, name_filter);
@@ -253,16 +249,18 @@ class LocalBackend final : public Backend {
   using DirIds = std::set<std::pair<dev_t, ino_t>>;
 
   // (dev, inode) of the root and of each directory on the path of `dir`
-  // ("" or "a/b/"), as listed: the directories a symlink in `dir` must not
-  // lead back to.
-  DirIds PathDirs(const std::string& dir) const {
+  // ("" or "a/b/", whose realpath is `dir_real`), as listed: the
+  // directories a symlink in `dir` must not lead back to. (A recursive
+  // listing needs no check of its own: each level's ReadDir hides them.)
+  DirIds PathDirs(const std::string& dir, const std::string& dir_real) const {
     DirIds ids;
     struct stat st {};
     if (::stat(root_.c_str(), &st) == 0) ids.insert({st.st_dev, st.st_ino});
-    for (size_t slash = dir.find('/'); slash != std::string::npos; slash = dir.find('/', slash + 1)) {
-      auto real = Resolve(dir.substr(0, slash));
+    for (size_t slash = dir.find('/'); slash + 1 < dir.size(); slash = dir.find('/', slash + 1)) {
+      auto real = Resolve(dir.substr(0, slash));  // the directories above `dir`
       if (real && ::stat(real->c_str(), &st) == 0) ids.insert({st.st_dev, st.st_ino});
     }
+    if (::stat(dir_real.c_str(), &st) == 0) ids.insert({st.st_dev, st.st_ino});
     return ids;
   }
 
@@ -317,7 +315,7 @@ class LocalBackend final : public Backend {
       return Err(ErrnoStatus(errno, "cannot list '" + dir + "'"));
     }
     std::unique_ptr<DIR, int (*)(DIR*)> guard(d, &::closedir);
-    const DirIds path_dirs = PathDirs(dir);
+    const DirIds path_dirs = PathDirs(dir, path);
     while (dirent* de = ::readdir(d)) {
       const char* name = de->d_name;
       if (std::strcmp(name, ".") == 0 || std::strcmp(name, "..") == 0) continue;
@@ -332,8 +330,7 @@ class LocalBackend final : public Backend {
   // Depth-first walk in key order, appending files with key > token until
   // `limit` are collected. Subtrees entirely <= token are skipped unread.
   Status Walk(const std::string& dir, const std::string& name_filter, const std::string& token,
-              size_t limit, int depth, std::set<std::pair<dev_t, ino_t>>& ancestors,
-              std::vector<Entry>& out) const {
+              size_t limit, int depth, std::vector<Entry>& out) const {
     if (depth > kMaxDepth) return Status::Ok();
     auto entries = ReadDir(dir, name_filter);
     if (!entries) {
@@ -348,10 +345,7 @@ class LocalBackend final : public Backend {
       }
       // Every key below e.key starts with it: skip if they are all <= token.
       if (!token.empty() && e.key <= token && !token.starts_with(e.key)) continue;
-      auto id = std::make_pair(e.st.st_dev, e.st.st_ino);
-      if (!ancestors.insert(id).second) continue;  // symlink loop
-      auto s = Walk(e.key, "", token, limit, depth + 1, ancestors, out);
-      ancestors.erase(id);
+      auto s = Walk(e.key, "", token, limit, depth + 1, out);  // no cycles: ReadDir hides them
       if (!s.ok()) return s;
     }
     return Status::Ok();

@@ -209,10 +209,12 @@ void Prefetcher::Worker() {
       std::lock_guard lk(mu_);
       for (uint64_t u = job.first; u <= job.last; ++u) units_.erase(UnitTag(job.file, u));
       held_bytes_ -= job.bytes;
-      if (job.background) --bg_running_;
-      if (job.background) bg_held_bytes_ -= job.bytes;  // fills too
-      if (job.fill) fill_held_bytes_ -= job.bytes;
+      if (job.background) {  // fills too
+        --bg_running_;
+        bg_held_bytes_ -= job.bytes;
+      }
       if (job.fill) {
+        fill_held_bytes_ -= job.bytes;
         auto f = FindFillLocked(job.file);
         if (f != fills_.end() && f->id != job.fill_id) f = fills_.end();  // a later fill of the file
         if (f != fills_.end()) f->inflight -= std::min(f->inflight, job.bytes);
