@@ -79,7 +79,10 @@ def small_size(rng, mean, lo, hi):
 
 
 def gen_images(args, rng, objects):
-    names = [f"images/train/img_{i:07d}.jpg" for i in range(args.image_files)]
+    if args.image_classes > 0:  # an image-folder data set: train/<class>/<file>
+        names = [f"images/train/n{i % args.image_classes:05d}/img_{i:07d}.jpg" for i in range(args.image_files)]
+    else:
+        names = [f"images/train/img_{i:07d}.jpg" for i in range(args.image_files)]
     sizes = {n: small_size(rng, args.image_kib * KIB, 4 * KIB, 4 * MIB) for n in names}
     objects.update(sizes)
     workers = []  # one row list per worker pid, each in its own time order
@@ -228,6 +231,9 @@ def main(argv=None):
     g.add_argument("--image-files", type=int, default=3000, help="files in the directory (default 3000)")
     g.add_argument("--image-kib", type=int, default=110, help="mean file size in KiB (default 110)")
     g.add_argument("--batch", type=int, default=32, help="files per DataLoader batch (default 32)")
+    g.add_argument("--image-classes", type=int, default=0,
+                   help="spread the files over this many class directories, as torchvision's ImageFolder "
+                        "reads them (default 0: one flat directory)")
     g = ap.add_argument_group("b: shards")
     g.add_argument("--shards", type=int, default=32, help="shard files (default 32)")
     g.add_argument("--shard-mib", type=int, default=64, help="shard size in MiB (default 64)")
@@ -251,6 +257,8 @@ def main(argv=None):
                  "embedding_row", "raw_files", "raw_kib", "bandwidth_mib_s", "duration_s"):
         if getattr(args, name) <= 0:
             ap.error(f"--{name.replace('_', '-')} must be > 0")
+    if args.image_classes < 0:
+        ap.error("--image-classes must be >= 0")
     if args.latency_us < 0 or args.zipf_s <= 0:
         ap.error("--latency-us must be >= 0 and --zipf-s > 0")
     if args.embedding_row > args.embedding_mib * MIB:

@@ -51,6 +51,8 @@ struct StreamState {
   uint32_t pending_votes = 0;
   bool ever_labelled = false;
   uint64_t cut_samples = 0;  // `samples` at the last change point (RunTestLocked)
+  bool queued = false;       // in AccessStreamTree::pending_
+  uint64_t vote_samples = 0; // `samples` at the last counted vote for `pending`
   DetectResult shown;  // the test behind `label` (latest test while never labelled)
 
   const RingEntry& oldest(size_t i) const {  // i-th oldest valid entry
@@ -273,6 +275,10 @@ void AccessStreamTree::TryReclaimLocked() {
     uint64_t b = n->bytes.load();
     retired_bytes_.fetch_sub(b, std::memory_order_relaxed);
     total_bytes_.fetch_sub(b, std::memory_order_relaxed);
+    if (n->stream && n->stream->queued) {  // no reader left to touch it
+      std::lock_guard plk(pending_mu_);
+      pending_.erase(n);
+    }
     delete n;  // retired nodes have no children (only empty directories are pruned)
   }
   bucket.clear();
@@ -280,6 +286,23 @@ void AccessStreamTree::TryReclaimLocked() {
 
 template <class Fn>
 void AccessStreamTree::ForEachNode(Fn&& fn) const {
+  std::vector<Node*> stack{root_};
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    fn(n);
+    if (!n->dir) continue;
+    const size_t at = stack.size();
+    {
+      std::shared_lock lk(n->dir->mu);
+      for (auto& kv : n->dir->map) stack.push_back(kv.second);
+    }
+    std::reverse(stack.begin() + at, stack.end());  // first child on top
+  }
+}
+
+template <class Fn>
+void AccessStreamTree::ForEachNodeWithPath(Fn&& fn) const {
   std::vector<std::pair<Node*, std::string>> stack;
   stack.emplace_back(root_, std::string());
   std::vector<std::pair<std::string, Node*>> kids;
@@ -305,7 +328,7 @@ size_t AccessStreamTree::PruneLocked(uint64_t older_than_us, uint64_t target_byt
   std::vector<Cand> cands;
   {
     EpochGuard g(*this);
-    ForEachNode([&](Node* n, const std::string&) {
+    ForEachNode([&](Node* n) {
       if (n == root_) return;
       if (n->dir) {
         std::shared_lock lk(n->dir->mu);
@@ -544,6 +567,11 @@ void AccessStreamTree::PushSampleLocked(Node* n, uint32_t child, uint32_t pid, u
   ++s.since_test;
   s.last_sample_us = t;
   if (s.samples >= cfg_.min_samples && s.since_test >= cfg_.retest_every_samples) RunTestLocked(n, t);
+  if (s.since_test > 0 && s.samples >= cfg_.min_samples && !s.queued && cfg_.retest_period_ms > 0) {
+    s.queued = true;  // Maintain tests it once retest_period_ms has passed
+    std::lock_guard plk(pending_mu_);
+    pending_.insert(n);
+  }
 }
 
 // ------------------------------------------------------------ detection
@@ -617,11 +645,25 @@ void AccessStreamTree::RunTestLocked(Node* n, uint64_t now_us) {
       s.ever_labelled = true;
     }
   } else {
+    // Between the labels that significance tests tell apart (random,
+    // skewed, unknown), a vote counts only once half the window is new since
+    // the last one: tests every retest_every_samples share most of their
+    // window, so "consecutive" tests were nearly one test, and a chance
+    // result (probability alpha per test) held for two of them. A uniformly
+    // read directory of 1,000 children flipped between random and skewed
+    // every few seconds, and each flip handed its cached units to a new
+    // module. A change to or from sequential (a ratio of next steps over a
+    // threshold, and the change-point check) keeps counting every test.
+    const bool spaced = s.label != Label::kSequential && r.label != Label::kSequential;
     if (r.label == s.pending) {
-      ++s.pending_votes;
+      if (!spaced || s.samples >= s.vote_samples + std::max<uint64_t>(1, s.count / 2)) {
+        ++s.pending_votes;
+        s.vote_samples = s.samples;
+      }
     } else {
       s.pending = r.label;
       s.pending_votes = 1;
+      s.vote_samples = s.samples;
     }
     if (s.pending_votes >= cfg_.hysteresis_tests) {
       s.label = r.label;
@@ -634,7 +676,7 @@ void AccessStreamTree::RunTestLocked(Node* n, uint64_t now_us) {
 size_t AccessStreamTree::RetestAll(bool only_pending) {
   EpochGuard g(*this);
   size_t tests = 0;
-  ForEachNode([&](Node* n, const std::string&) {
+  ForEachNode([&](Node* n) {
     std::lock_guard lk(n->mu);
     if (!n->stream || n->stream->samples < cfg_.min_samples) return;
     if (only_pending && n->stream->since_test == 0) return;
@@ -655,17 +697,29 @@ bool AccessStreamTree::Retest(std::string_view node_path) {
 }
 
 void AccessStreamTree::Maintain(uint64_t now_us) {
-  std::lock_guard plk(prune_mu_);
-  if (cfg_.idle_prune_ms > 0 && now_us > cfg_.idle_prune_ms * 1000)
-    PruneLocked(now_us - cfg_.idle_prune_ms * 1000, 0);
+  std::lock_guard plk(prune_mu_);  // nothing is unlinked or freed meanwhile
+  const uint64_t idle_us = cfg_.idle_prune_ms * 1000;
+  if (idle_us > 0 && now_us > idle_us && now_us >= last_idle_prune_us_ + std::max<uint64_t>(1'000'000, idle_us / 16)) {
+    last_idle_prune_us_ = now_us;
+    PruneLocked(now_us - idle_us, 0);
+  }
   if (cfg_.retest_period_ms > 0) {
-    EpochGuard g(*this);
-    ForEachNode([&](Node* n, const std::string&) {
+    std::unordered_set<Node*> queued;
+    {
+      std::lock_guard lk(pending_mu_);
+      queued.swap(pending_);
+    }
+    for (Node* n : queued) {  // each test is the node's own: the order does not matter
       std::lock_guard lk(n->mu);
-      if (!n->stream || n->stream->samples < cfg_.min_samples || n->stream->since_test == 0) return;
-      if (now_us >= n->stream->last_test_us + uint64_t{cfg_.retest_period_ms} * 1000)
-        RunTestLocked(n, now_us);
-    });
+      StreamState& s = *n->stream;
+      if (!n->retired.load() && s.since_test > 0 && now_us < s.last_test_us + uint64_t{cfg_.retest_period_ms} * 1000) {
+        std::lock_guard plk2(pending_mu_);
+        pending_.insert(n);  // not due yet
+        continue;
+      }
+      s.queued = false;
+      if (!n->retired.load() && s.since_test > 0) RunTestLocked(n, now_us);
+    }
   }
   // Nodes retired in epoch e are freed when the epoch reaches e + 3.
   for (int i = 0; i < 3; ++i) TryReclaimLocked();
@@ -752,7 +806,7 @@ StreamInfo AccessStreamTree::InfoLocked(const Node* n, std::string path) const {
 std::vector<StreamInfo> AccessStreamTree::Snapshot(bool all) const {
   EpochGuard g(*this);
   std::vector<StreamInfo> out;
-  ForEachNode([&](Node* n, const std::string& path) {
+  ForEachNodeWithPath([&](Node* n, const std::string& path) {
     std::lock_guard lk(n->mu);
     if (!n->stream) return;
     if (!all && n->stream->samples < cfg_.min_samples) return;

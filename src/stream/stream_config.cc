@@ -112,7 +112,8 @@ std::vector<ParamDoc> StreamParamDocs() {
       {"stream.retest_period_ms", "uint32", s(d.retest_period_ms), "ms",
        "maintenance also re-tests streams with new samples whose last test is older (0 = never)"},
       {"stream.hysteresis_tests", "uint32", s(d.hysteresis_tests), "tests",
-       "consecutive agreeing tests needed to change a label"},
+       "consecutive agreeing tests needed to change a label (between random, skewed and unknown, "
+       "each at least half a window of samples after the previous one)"},
       {"stream.sequential_gap", "uint32", s(d.sequential_gap), "children",
        "a step forward by at most this many children counts as 'next'"},
       {"stream.min_sequential_ratio", "double", s(d.min_sequential_ratio), "ratio",

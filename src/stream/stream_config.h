@@ -39,6 +39,9 @@ struct StreamConfig {
 
   // Hysteresis: a label changes only after this many consecutive tests agree
   // on the new label (the first label out of "unknown" is taken at once).
+  // Between random, skewed and unknown a test votes only once half the
+  // window is new since the previous vote (overlapping windows are not
+  // independent evidence).
   // Default: 2
   uint32_t hysteresis_tests = 2;
 
