@@ -1,6 +1,7 @@
 #!/bin/bash
 # Reproduces docs/EVALUATION.md and its plots: generates the seeded traces of
-# scripts/gen_trace.py (workloads a-e and the mix f), replays each through
+# scripts/gen_trace.py (workloads a-e, the mix f, and g: a over class
+# directories), replays each through
 # `igtcache sim` with igt and every baseline at 10/25/50/75% of the trace's
 # working set, and writes the tables and PNGs. Also draws the per-class
 # hit-ratio curves of docs/POLICIES.md.
@@ -27,6 +28,10 @@ for w in a b c d e f; do
   /usr/bin/python3 "$ROOT/scripts/gen_trace.py" --workload "$w" --seed "$SEED" --out "$OUT/$w.csv" \
     --listing-out "$OUT/$w.listing.csv"
 done
+# (g): (a) as torchvision's ImageFolder lays it out, 20,000 files over 1,000
+# class directories.
+/usr/bin/python3 "$ROOT/scripts/gen_trace.py" --workload a --seed "$SEED" --image-files 20000 \
+  --image-classes 1000 --out "$OUT/g.csv" --listing-out "$OUT/g.listing.csv"
 /usr/bin/python3 "$ROOT/scripts/eval/run_sims.py" --bin "$BIN" --dir "$OUT" --seed "$SEED"
 /usr/bin/python3 "$ROOT/scripts/eval/report.py" --results "$OUT/results.json" --seed "$SEED" \
   --mix-trace "$OUT/f.csv" --md "$ROOT/docs/EVALUATION.md" --img "$ROOT/docs/img"

@@ -44,7 +44,7 @@ def main():
     a = ap.parse_args()
     out = {"seed": a.seed, "fractions": FRACTIONS, "policies": POLICIES, "workloads": {}}
     jobs = []
-    for w in ["a", "b", "c", "d", "e", "f"]:
+    for w in ["a", "b", "c", "d", "e", "f", "g"]:
         trace = os.path.join(a.dir, f"{w}.csv")
         ws = working_set(trace)
         out["workloads"][w] = {"working_set": ws, "runs": []}

@@ -155,6 +155,41 @@ double CyclicScan(const std::string& policy, int D, int c, int passes) {
   return h.ratio();
 }
 
+TEST_CASE("epochs: a worker finishing its last items after the next epoch began does not start a spurious one",
+          "[engine]") {
+  // 1,000 items in shuffled epochs; the slowest of 4 loader workers reads
+  // its last 50 items of each epoch among the first 200 reads of the next.
+  // Counted in the new epoch, those 50 came round again within it, and the
+  // first such repeat past half the items started an epoch half way
+  // through the real one (a 3-epoch image trace counted 5).
+  constexpr int D = 1000, kLate = 50, kEpochs = 4;
+  Harness h("igt", 250);
+  h.run_prefetch = true;
+  h.tree.NoteListing("data/train/", D);
+  std::mt19937 rng(21);
+  std::vector<int> order(D), late;
+  std::iota(order.begin(), order.end(), 0);
+  for (int e = 0; e < kEpochs; ++e) {
+    for (size_t i = order.size() - 1; i > 0; --i) std::swap(order[i], order[rng() % (i + 1)]);
+    size_t k = 0;
+    for (int i : order) {
+      if (int(k) < D - kLate || e == kEpochs - 1) h.Read(Item(i), 0, 1, false, 1 + uint32_t(k % 3));
+      // The previous epoch's stragglers, one every 4 reads.
+      if (k % 4 == 3 && !late.empty()) {
+        h.Read(Item(late.back()), 0, 1, false, 4);
+        late.pop_back();
+      }
+      ++k;
+    }
+    late.assign(order.end() - kLate, order.end());
+    if (e == kEpochs - 1) late.clear();
+  }
+  uint64_t epoch = 0;
+  for (const auto& st : h.engine->Stats().streams)
+    if (st.key == "data/train/") epoch = st.epoch;
+  CHECK(epoch == kEpochs - 1);
+}
+
 TEST_CASE("cyclic scan larger than the cache: LRU 0, kept prefix c/D", "[engine][known]") {
   const int D = 400;
   for (int c : {100, 200, 300}) {

@@ -24,6 +24,10 @@ constexpr uint64_t kReorderUnits = 4;
 // stream's known items were read in the current one; fewer repeats mean
 // sampling with replacement (not epochs).
 constexpr double kEpochFullRatio = 0.5;
+// Items the previous epoch did not read, read while the new epoch has read
+// fewer than this share of the items, are the previous epoch's stragglers
+// (NewVisit).
+constexpr double kStragglerShare = 0.25;
 // Epoch prefetching proposes only items of at most this many units (whole
 // small files; large files are served by readahead instead).
 constexpr uint64_t kEpochItemMaxUnits = 4;
@@ -178,6 +182,7 @@ struct PolicyEngine::Group {
   size_t live_items() const { return items.size() - dead_items; }
   // Epochs (random streams).
   uint64_t epoch = 0, epoch_read_count = 0, repeats_in_epoch = 0;
+  uint64_t prev_epoch_read_count = 0;  // items read in the previous epoch (stragglers included)
   bool epoch_ok = true;
   uint64_t read_cached_bytes = 0;      // cached units read this epoch
   // Epoch items planned but not inserted yet: they will take space that is
@@ -510,6 +515,7 @@ void PolicyEngine::NewVisit(Group* g, FileRec* f, const std::string* fkey) {
     if (g->epoch_read_count >= kEpochFullRatio * std::max<size_t>(1, g->live_items())) {
       // Most items were read and one comes round again: a new epoch.
       ++g->epoch;
+      g->prev_epoch_read_count = g->epoch_read_count;
       g->epoch_read_count = 0;
       g->repeats_in_epoch = 0;
       g->read_cached_bytes = 0;
@@ -520,8 +526,22 @@ void PolicyEngine::NewVisit(Group* g, FileRec* f, const std::string* fkey) {
     }
   }
   if (f->epoch_read != g->epoch + 1) {
-    f->epoch_read = g->epoch + 1;
-    ++g->epoch_read_count;
+    // A straggler of the previous epoch: an item it did not read, read
+    // early in this one (a loader worker still finishing its last batches
+    // while the others started the next epoch) is the previous epoch's.
+    // Counted in this one, it came round again within this epoch, and the
+    // first such repeat past kEpochFullRatio started a spurious epoch half
+    // way through the real one: from then on each counted epoch was half of
+    // one and half of the next (a 3-epoch image-folder trace counted 4).
+    const size_t live = g->live_items();
+    if (g->epoch > 0 && f->epoch_read != g->epoch && g->prev_epoch_read_count < live &&
+        g->epoch_read_count < kStragglerShare * double(live)) {
+      f->epoch_read = g->epoch;
+      ++g->prev_epoch_read_count;
+    } else {
+      f->epoch_read = g->epoch + 1;
+      ++g->epoch_read_count;
+    }
   }
   // Epoch shuffling has no repeats within an epoch; sampling with
   // replacement has many (allow a few: several readers overlap at the

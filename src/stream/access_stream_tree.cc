@@ -568,9 +568,9 @@ void AccessStreamTree::PushSampleLocked(Node* n, uint32_t child, uint32_t pid, u
   s.last_sample_us = t;
   if (s.samples >= cfg_.min_samples && s.since_test >= cfg_.retest_every_samples) RunTestLocked(n, t);
   if (s.since_test > 0 && s.samples >= cfg_.min_samples && !s.queued && cfg_.retest_period_ms > 0) {
-    s.queued = true;  // Maintain tests it once retest_period_ms has passed
     std::lock_guard plk(pending_mu_);
     pending_.insert(n);
+    s.queued = true;  // Maintain tests it once retest_period_ms has passed
   }
 }
 
@@ -637,6 +637,7 @@ void AccessStreamTree::RunTestLocked(Node* n, uint64_t now_us) {
   // Hysteresis (see StreamConfig::hysteresis_tests).
   if (r.label == s.label) {
     s.shown = r;
+    s.pending = s.label;  // the next vote for another label starts afresh
     s.pending_votes = 0;
   } else if (!s.ever_labelled) {
     s.shown = r;
@@ -713,9 +714,12 @@ void AccessStreamTree::Maintain(uint64_t now_us) {
       std::lock_guard lk(n->mu);
       StreamState& s = *n->stream;
       if (!n->retired.load() && s.since_test > 0 && now_us < s.last_test_us + uint64_t{cfg_.retest_period_ms} * 1000) {
-        std::lock_guard plk2(pending_mu_);
-        pending_.insert(n);  // not due yet
-        continue;
+        try {
+          std::lock_guard plk2(pending_mu_);
+          pending_.insert(n);  // not due yet
+          continue;
+        } catch (const std::bad_alloc&) {  // cannot keep it queued: test it now
+        }
       }
       s.queued = false;
       if (!n->retired.load() && s.since_test > 0) RunTestLocked(n, now_us);
