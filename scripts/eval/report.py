@@ -200,7 +200,7 @@ def replay_small_files(readers, order, sizes, latency_s, bandwidth, connections)
     `connections` prefetch its files in `order` from t=0 (skipping files
     already fetched); a miss gets a connection of its own at once; the cache
     keeps everything; the readers' other reads cost only their trace gaps.
-    Returns {pid: (stall_s, end_s)}."""
+    Returns {pid: (stall_s, end of its last read in the directory, s)}."""
     get = lambda path, t: t + latency_s + sizes[path] / bandwidth  # noqa: E731
     ready, conns, nxt = {}, [0.0] * connections, 0
     events = [(v[0][0], pid, 0) for pid, v in readers.items()]
@@ -277,7 +277,7 @@ def small_file_note(res, trace, listing):
     runs = res["workloads"]["f"]["runs"]
     lru = {r["fraction"]: r["modeled_time_s"] for r in runs if r["policy"] == "lru"}
     rows = ["Small-file directories of the mix, with every resource on their side (`small_file_best` in "
-            "scripts/eval/report.py): their readers' end if all 16 connections prefetch that directory "
+            "scripts/eval/report.py): when their readers' last read there ends if all 16 connections prefetch that directory "
             "alone from t=0, every miss gets a connection of its own at once, the cache keeps everything "
             "and the readers' other reads never wait; the prefetch order is one a policy can choose without "
             "knowing which file a reader asks for next (the generator shuffles orders and popularity over "
@@ -285,8 +285,8 @@ def small_file_note(res, trace, listing):
             "policy can expect at any cache size; it is not a bound for this one trace, where a lucky order "
             "can do a little better. 2x lru needs a makespan of at most "
             + ", ".join(f"{lru[f] / 2:.1f} s at {int(f * 100)}%" for f in res["fractions"]) + ".", "",
-            "| directory | files listed | readers | their stall, listing order, s | last reader ends, listing "
-            "order, s | smallest first, s | mean of 20 random orders, s | earliest of all, s |",
+            "| directory | files listed | readers | their stall, listing order, s | their last read there "
+            "ends, listing order, s | smallest first, s | mean of 20 random orders, s | earliest of all, s |",
             "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for d, b in small_file_best(trace, listing).items():
         rows.append(f"| `{d}` | {b['files']} | {b['readers']} | {b['stall'][0]:.2f}-{b['stall'][1]:.2f} | "
@@ -307,7 +307,7 @@ def main():
     os.makedirs(a.img, exist_ok=True)
     plots(res, a.img)
     try:
-        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+        rev = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True,
                              cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
     except OSError:
         rev = "?"
@@ -377,7 +377,9 @@ scripts/build.sh && scripts/eval.sh            # rewrites this file and docs/img
     md.append("\n" + makespan_note(res) + "\n")
     if a.mix_trace:
         md.append(first_reads_note(res, a.mix_trace) + "\n")
-        md.append(small_file_note(res, a.mix_trace, a.mix_trace[:-len(".csv")] + ".listing.csv") + "\n")
+        listing = os.path.splitext(a.mix_trace)[0] + ".listing.csv"  # as scripts/eval.sh names it
+        if os.path.exists(listing):
+            md.append(small_file_note(res, a.mix_trace, listing) + "\n")
     md.append("""
 ![byte hit ratio](img/eval_hit_ratio.png)
 

@@ -190,6 +190,27 @@ TEST_CASE("epochs: a worker finishing its last items after the next epoch began 
   CHECK(epoch == kEpochs - 1);
 }
 
+TEST_CASE("epochs over a random subset of the items (one node of a multi-node job) are still counted", "[engine]") {
+  // DistributedSampler hands each node a new random 55% of the items every
+  // epoch: half of an epoch's items were not read in the previous one, and
+  // they are its own reads, not stragglers.
+  constexpr int D = 1000, kEpochs = 5;
+  Harness h("igt", 250);
+  h.run_prefetch = true;
+  h.tree.NoteListing("data/train/", D);
+  std::mt19937 rng(22);
+  std::vector<int> order(D);
+  std::iota(order.begin(), order.end(), 0);
+  for (int e = 0; e < kEpochs; ++e) {
+    for (size_t i = order.size() - 1; i > 0; --i) std::swap(order[i], order[rng() % (i + 1)]);
+    for (int k = 0; k < D * 55 / 100; ++k) h.Read(Item(order[k]), 0, 1, false, 1 + uint32_t(k % 4));
+  }
+  uint64_t epoch = 0;
+  for (const auto& st : h.engine->Stats().streams)
+    if (st.key == "data/train/") epoch = st.epoch;
+  CHECK(epoch == kEpochs - 1);
+}
+
 TEST_CASE("cyclic scan larger than the cache: LRU 0, kept prefix c/D", "[engine][known]") {
   const int D = 400;
   for (int c : {100, 200, 300}) {

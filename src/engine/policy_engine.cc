@@ -183,6 +183,7 @@ struct PolicyEngine::Group {
   // Epochs (random streams).
   uint64_t epoch = 0, epoch_read_count = 0, repeats_in_epoch = 0;
   uint64_t prev_epoch_read_count = 0;  // items read in the previous epoch (stragglers included)
+  bool stragglers = false;             // the previous epoch read nearly every item (NewVisit)
   bool epoch_ok = true;
   uint64_t read_cached_bytes = 0;      // cached units read this epoch
   // Epoch items planned but not inserted yet: they will take space that is
@@ -484,6 +485,7 @@ void PolicyEngine::JoinGroup(FileRec& f, const std::string* key, Group* g) {
     // (with equal epoch numbers it would count as read without being
     // counted, and never be planned this epoch).
     if (f.epoch_read == old->epoch + 1 && old->epoch_read_count > 0) --old->epoch_read_count;
+    if (f.epoch_read == old->epoch && old->prev_epoch_read_count > 0) --old->prev_epoch_read_count;
   }
   f.epoch_read = 0;
   f.group = g;
@@ -515,6 +517,11 @@ void PolicyEngine::NewVisit(Group* g, FileRec* f, const std::string* fkey) {
     if (g->epoch_read_count >= kEpochFullRatio * std::max<size_t>(1, g->live_items())) {
       // Most items were read and one comes round again: a new epoch.
       ++g->epoch;
+      // Stragglers only after an epoch that read nearly all items: one
+      // that reads a random subset (DistributedSampler on a node of a
+      // multi-node job) leaves half the items to the next, whose reads of
+      // them are its own.
+      g->stragglers = double(g->epoch_read_count) >= (1 - kStragglerShare) * double(g->live_items());
       g->prev_epoch_read_count = g->epoch_read_count;
       g->epoch_read_count = 0;
       g->repeats_in_epoch = 0;
@@ -534,7 +541,7 @@ void PolicyEngine::NewVisit(Group* g, FileRec* f, const std::string* fkey) {
     // way through the real one: from then on each counted epoch was half of
     // one and half of the next (a 3-epoch image-folder trace counted 4).
     const size_t live = g->live_items();
-    if (g->epoch > 0 && f->epoch_read != g->epoch && g->prev_epoch_read_count < live &&
+    if (g->stragglers && f->epoch_read != g->epoch && g->prev_epoch_read_count < live &&
         g->epoch_read_count < kStragglerShare * double(live)) {
       f->epoch_read = g->epoch;
       ++g->prev_epoch_read_count;
@@ -906,10 +913,13 @@ void PolicyEngine::OnInsert(const std::string& id, std::string_view path, uint64
   if (u.version && !f.version) f.version = u.version;
   u.old_version = u.version && u.version != f.version;
   u.prefetched_unread = prefetched;
+  const bool prev_epoch = PrevEpochRead(f, g);
   if (!prefetched) {
     u.consumed = true;
-    u.read_stamp = g->epoch + 1;
-    g->read_cached_bytes += bytes;
+    if (!prev_epoch) {
+      u.read_stamp = g->epoch + 1;
+      g->read_cached_bytes += bytes;
+    }
     g->consumed_cached_bytes += bytes;
   }
   auto uit = units_.emplace(id, u).first;
@@ -918,7 +928,10 @@ void PolicyEngine::OnInsert(const std::string& id, std::string_view path, uint64
   nu.file_next = f.units;
   if (f.units) f.units->file_prev = &nu;
   f.units = &nu;
-  g->module->OnInsertUnit(id, bytes, 0, UnitMeta{.position = (f.rank << 32) | unit_index, .prefetched = prefetched, .now_us = now_us_});
+  // A read for the previous epoch (a straggler's) enters as not read in
+  // this one: the item is still to be read this epoch (keep: not a first
+  // victim).
+  g->module->OnInsertUnit(id, bytes, 0, UnitMeta{.position = (f.rank << 32) | unit_index, .prefetched = prefetched || prev_epoch, .now_us = now_us_});
   g->module_us = now_us_;
   g->bytes += bytes;
   ++g->units;
@@ -950,7 +963,8 @@ void PolicyEngine::OnHit(const std::string& id, uint64_t bytes, uint64_t now_us)
   // A unit cached before its file joined its current stream (e.g. while the
   // file was still unlabelled) moves to that stream when it is read, so its
   // hits, space and eviction follow the stream that reads it.
-  if (auto fit = files_.find(*u.path); fit != files_.end() && fit->second.group && fit->second.group != u.g)
+  auto fit = files_.find(*u.path);
+  if (fit != files_.end() && fit->second.group && fit->second.group != u.g)
     MoveUnit(it->first, u, fit->second);  // the key in units_: Group::unit_ids holds its address
   Group* g = u.g;
   if (bytes == 0) bytes = u.bytes;  // the whole unit
@@ -969,12 +983,18 @@ void PolicyEngine::OnHit(const std::string& id, uint64_t bytes, uint64_t now_us)
     u.consumed = true;
     g->consumed_cached_bytes += u.bytes;
   }
+  // A read for the previous epoch leaves the unit unread in this one.
+  if (fit != files_.end() && PrevEpochRead(fit->second, g)) return;
   if (u.read_stamp != g->epoch + 1) {
     u.read_stamp = g->epoch + 1;
     g->read_cached_bytes += u.bytes;
   }
   g->module->OnAccessAt(id, now_us_);
   g->module_us = now_us_;
+}
+
+bool PolicyEngine::PrevEpochRead(const FileRec& f, const Group* g) const {
+  return mode_igt_ && g->label == kRandom && g->epoch > 0 && f.group == g && f.epoch_read == g->epoch;
 }
 
 void PolicyEngine::MoveUnit(const std::string& id, Unit& u, const FileRec& f) {

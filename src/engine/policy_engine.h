@@ -182,6 +182,9 @@ class PolicyEngine {
   double Value(const Group* g) const;      // seconds saved / s / cached byte
   double ByteValue(const Group* g) const;  // byte hits / s / cached byte
   void NewVisit(Group* g, FileRec* f, const std::string* fkey);
+  // The file's current read belongs to its stream's previous epoch (a
+  // straggler's, or a visit begun before the epoch turned).
+  bool PrevEpochRead(const FileRec& f, const Group* g) const;
   // Makes `g` the stream of file `key`: it leaves its old stream's items and
   // working set (a file is an item of one stream at a time).
   void JoinGroup(FileRec& f, const std::string* key, Group* g);

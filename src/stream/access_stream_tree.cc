@@ -721,8 +721,11 @@ void AccessStreamTree::Maintain(uint64_t now_us) {
         } catch (const std::bad_alloc&) {  // cannot keep it queued: test it now
         }
       }
-      s.queued = false;
-      if (!n->retired.load() && s.since_test > 0) RunTestLocked(n, now_us);
+      s.queued = false;  // its next sample queues it again, should the test fail
+      try {
+        if (!n->retired.load() && s.since_test > 0) RunTestLocked(n, now_us);
+      } catch (const std::bad_alloc&) {  // the other queued streams still get theirs
+      }
     }
   }
   // Nodes retired in epoch e are freed when the epoch reaches e + 3.
