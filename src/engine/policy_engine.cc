@@ -539,7 +539,7 @@ void PolicyEngine::NewVisit(Group* g, FileRec* f, const std::string* fkey) {
     // Counted in this one, it came round again within this epoch, and the
     // first such repeat past kEpochFullRatio started a spurious epoch half
     // way through the real one: from then on each counted epoch was half of
-    // one and half of the next (a 3-epoch image-folder trace counted 4).
+    // one and half of the next (3-epoch image traces counted 5).
     const size_t live = g->live_items();
     if (g->stragglers && f->epoch_read != g->epoch && g->prev_epoch_read_count < live &&
         g->epoch_read_count < kStragglerShare * double(live)) {
