@@ -63,6 +63,19 @@ bool WarnAllowed() {
   return count.fetch_add(1, std::memory_order_relaxed) < kWarnPerSecond;
 }
 
+// Runs `f`, an advisory step of a request; an exception is logged (rate
+// limited) and dropped.
+template <class F>
+void Guarded(const char* what, const std::string& key, F&& f) noexcept {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    if (WarnAllowed()) spdlog::error("{} failed on a read of '{}': {}", what, key, e.what());
+  } catch (...) {
+    if (WarnAllowed()) spdlog::error("{} failed on a read of '{}': unknown exception", what, key);
+  }
+}
+
 #if defined(__SANITIZE_THREAD__)
 std::atomic<uint64_t> g_handoff{0};
 inline void KernelHandoff() { g_handoff.fetch_add(1, std::memory_order_acq_rel); }
@@ -260,8 +273,6 @@ struct FuseFs::Impl {
       fuse_reply_buf(req, out.data(), out.size());
       return;
     }
-    thread_local std::vector<char> buf;
-    if (buf.size() < size) buf.resize(size);
     Add(self->metrics_->read_requests);
     // Recorded as the request arrives, not once served: requests the kernel
     // sends together (readahead windows of several max_read requests) are
@@ -270,13 +281,31 @@ struct FuseFs::Impl {
     const uint64_t o = static_cast<uint64_t>(off), fsz = h->file.size;
     const uint64_t len = o < fsz ? std::min<uint64_t>(size, fsz - o) : 0;
     const uint64_t pid = fuse_req_ctx(req)->pid;
-    if (self->access_hook_) self->access_hook_(pid, h->file.key, o, len, fsz);
+    // The hooks (stream tree, policy engine, prefetcher) only advise: one
+    // that throws (out of memory, a bug) costs this read its prefetches, not
+    // its data, and never the daemon (these handlers are noexcept).
+    Guarded("access hook", h->file.key, [&] {
+      if (self->access_hook_) self->access_hook_(pid, h->file.key, o, len, fsz);
+    });
     // The policy engine sees the read before the cache does (as in the
     // simulator): its hits then belong to this read, and its plan is
     // submitted while the read's own misses are being fetched.
     std::function<void()> plan;
-    if (self->read_hook_) plan = self->read_hook_(pid, h->file, o, len);
-    auto n = self->pipeline_->Read(h->file, o, size, buf.data(), plan);
+    Guarded("policy engine", h->file.key, [&] {
+      if (self->read_hook_) plan = self->read_hook_(pid, h->file, o, len);
+    });
+    std::function<void()> run_plan;
+    if (plan) run_plan = [&] { Guarded("prefetch plan", h->file.key, plan); };
+    thread_local std::vector<char> buf;
+    Result<size_t> n = Err(Status::Internal("read failed"));
+    try {
+      if (buf.size() < size) buf.resize(size);
+      n = self->pipeline_->Read(h->file, o, size, buf.data(), run_plan);
+    } catch (const std::exception& e) {
+      n = Err(Status::Internal(fmt::format("read: {}", e.what())));
+    } catch (...) {
+      n = Err(Status::Internal("read: unknown exception"));
+    }
     if (!n) {
       Add(self->metrics_->read_errors);
       if (WarnAllowed()) spdlog::warn("read '{}' [{}, +{}): {}", h->file.key, off, size, n.error().ToString());

@@ -28,6 +28,9 @@ struct ReadPipeline::Flight {
   // Led by Fetch (a prefetch): a reader that waited on it and saw it fail
   // tries once itself, as if it had missed alone. Set before it is shared.
   bool prefetch = false;
+  // Ended by Abandon: if it could not be taken out of the table, the next
+  // AddNeedLocked replaces it instead of joining it.
+  std::atomic<bool> abandoned{false};
 };
 
 // A store unit (a whole unit or a sub-unit) this call is responsible for.
@@ -36,6 +39,24 @@ struct ReadPipeline::Need {
   uint64_t off, len;  // the object's bytes it holds
   std::shared_ptr<Flight> flight;
   bool leader;
+};
+
+// Calls Abandon on scope exit by an exception.
+class ReadPipeline::LeadGuard {
+ public:
+  LeadGuard(ReadPipeline* p, const FileVersion& f, std::vector<Need>& needs)
+      : p_(p), f_(f), needs_(needs), exceptions_(std::uncaught_exceptions()) {}
+  ~LeadGuard() {
+    if (std::uncaught_exceptions() > exceptions_) p_->Abandon(f_, needs_);
+  }
+  LeadGuard(const LeadGuard&) = delete;
+  LeadGuard& operator=(const LeadGuard&) = delete;
+
+ private:
+  ReadPipeline* p_;
+  const FileVersion& f_;
+  std::vector<Need>& needs_;
+  int exceptions_;
 };
 
 ReadPipeline::ReadPipeline(Backend* backend, BlockStore* store, Metrics* metrics, Options opts)
@@ -53,6 +74,38 @@ std::string ReadPipeline::FlightKey(const FileVersion& f, uint64_t index) const 
 void ReadPipeline::Unlist(const FileVersion& file, uint64_t index) {
   std::lock_guard lk(mu_);
   flights_.erase(FlightKey(file, index));
+}
+
+void ReadPipeline::Abandon(const FileVersion& file, std::vector<Need>& needs) noexcept {
+  for (auto& n : needs) {
+    if (!n.leader || !n.flight) continue;
+    auto& fl = n.flight;
+    {
+      std::lock_guard lk(fl->mu);
+      if (fl->done) continue;
+    }
+    // Out of the table first (only if it is still ours), so a later reader
+    // starts a new flight instead of joining this failed one.
+    fl->abandoned = true;
+    try {
+      std::lock_guard lk(mu_);
+      auto it = flights_.find(FlightKey(file, n.index));
+      if (it != flights_.end() && it->second == fl) flights_.erase(it);
+    } catch (...) {
+      // No memory for the key: it stays listed, marked abandoned, and the
+      // next AddNeedLocked for it starts a new flight in its place.
+    }
+    {
+      std::lock_guard lk(fl->mu);
+      try {
+        fl->status = Status::Internal("read abandoned (out of memory or an internal error); retry");
+      } catch (...) {
+        // Left ok with no data: a follower's collect reports a short unit.
+      }
+      fl->done = true;
+    }
+    fl->cv.notify_all();
+  }
 }
 
 void ReadPipeline::AddNeed(const FileVersion& file, uint64_t index, uint64_t off, uint64_t len,
@@ -105,9 +158,14 @@ bool ReadPipeline::SubUnitTakenLocked(const FileVersion& file, uint64_t unit) co
 void ReadPipeline::AddNeedLocked(const FileVersion& file, uint64_t index, uint64_t off, uint64_t len,
                                  std::vector<Need>& needs) {
   auto key = FlightKey(file, index);
-  if (auto it = flights_.find(key); it != flights_.end()) {
+  needs.reserve(needs.size() + 1);  // the push_back after a registration cannot throw
+  if (auto it = flights_.find(key); it != flights_.end() && !it->second->abandoned) {
     needs.push_back({index, off, len, it->second, false});
     if (metrics_) Add(metrics_->singleflight_waits);
+  } else if (it != flights_.end()) {
+    auto fl = std::make_shared<Flight>();
+    it->second = fl;
+    needs.push_back({index, off, len, fl, true});
   } else {
     auto fl = std::make_shared<Flight>();
     flights_.emplace(std::move(key), fl);
@@ -293,6 +351,7 @@ Result<size_t> ReadPipeline::Read(const FileVersion& file, uint64_t offset, size
   const bool can_sub = S > 0 && S < U && file.size > U;
   std::optional<bool> subs;  // misses fetch sub-units: asked on the first miss
   std::vector<Need> needs;
+  LeadGuard guard(this, file, needs);
   for (uint64_t u = first; u <= last; ++u) {
     const uint64_t ustart = u * U;
     const uint64_t from = std::max(offset, ustart), to = std::min(end, ustart + U);
@@ -375,6 +434,7 @@ Result<size_t> ReadPipeline::Read(const FileVersion& file, uint64_t offset, size
   collect(needs, st, &failed);
   if (st.ok() && !failed.empty()) {
     std::vector<Need> again;
+    LeadGuard again_guard(this, file, again);
     for (const auto& n : failed) AddNeed(file, n.index, n.off, n.len, again);
     st = FetchRuns(file, again, /*demand=*/true);
     if (!st.ok()) return Err(st);  // as above: not after the flights it joined
@@ -393,9 +453,11 @@ Status ReadPipeline::Fetch(const FileVersion& file, uint64_t first_unit, uint64_
   // missing sub-units instead: fetching it whole would fetch those bytes
   // twice.
   std::vector<Need> needs;
+  LeadGuard guard(this, file, needs);
   auto lead = [&](uint64_t index, uint64_t off, uint64_t len) {  // mu_ held
     auto fl = std::make_shared<Flight>();
     fl->prefetch = true;
+    needs.reserve(needs.size() + 1);  // the push_back after a registration cannot throw
     flights_.emplace(FlightKey(file, index), fl);
     needs.push_back({index, off, len, fl, true});
   };

@@ -93,6 +93,13 @@ class ReadPipeline {
  private:
   struct Flight;
   struct Need;
+  class LeadGuard;
+
+  // Ends every flight of `needs` this call leads and has not completed, with
+  // an error: run when an exception leaves Read or Fetch between registering
+  // a flight and completing it (an allocation failure, a throwing
+  // `looked_up`), whose followers would otherwise wait forever. noexcept.
+  void Abandon(const FileVersion& file, std::vector<Need>& needs) noexcept;
 
   // Fetches the pieces of `lead` this call leads, inserts them and ends their
   // flights. `demand`: a reader waits for them (the runs' GETs issued at

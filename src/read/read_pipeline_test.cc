@@ -273,6 +273,27 @@ TEST_CASE("looked_up runs once per read, with the read's misses in flight: a pla
   CHECK(f.fb->counts().reads == 0);
 }
 
+TEST_CASE("an exception between registering a read's misses and fetching them ends their flights") {
+  // The live mount's looked_up runs the policy engine, which may throw (out
+  // of memory). The read's misses were already in the flight table: another
+  // reader of those units joined them and waited forever.
+  Fixture f(true, 64 << 10, 256 << 10);
+  const std::string data = Pattern(256 << 10, 21);
+  f.mem->Put("x", data);
+  const auto v = f.Version("x");
+  std::vector<char> out(data.size());
+  CHECK_THROWS_AS(f.pipe->Read(v, 0, data.size(), out.data(), [] { throw std::bad_alloc(); }),
+                  std::bad_alloc);
+  CHECK(f.fb->counts().reads == 0);  // thrown before any GET
+  // The same units again, on this thread: it would wait forever on the
+  // abandoned flights. Also through Fetch (a prefetch skips units in flight).
+  REQUIRE(f.pipe->Fetch(v, 0, 1).ok());
+  auto n = f.pipe->Read(v, 0, data.size(), out.data());
+  REQUIRE(n.has_value());
+  CHECK(std::string(out.data(), *n) == data);
+  CHECK(f.fb->counts().read_bytes == data.size());  // each byte fetched once
+}
+
 TEST_CASE("the store learns which inserts a prefetch made: a reader's misses are reads, Fetch's units prefetches") {
   // The live engine counts an insert as a prefetch from UnitMeta::prefetched
   // (readahead share, window stream, waste). Before, it looked the unit up in
