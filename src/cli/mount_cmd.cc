@@ -424,15 +424,21 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
   std::thread maintenance([&] {
     std::unique_lock lk(maint_mu);
     while (!maint_cv.wait_for(lk, std::chrono::seconds(1), [&] { return maint_stop; })) {
-      tree.Maintain(now_us());
-      if (!g_reload_policy.exchange(false)) continue;
-      if (!live || !UsesPolicyFile(cfg)) {
-        spdlog::warn("policy: SIGHUP ignored: cache.eviction '{}' uses no policy file", cfg.cache.eviction);
-      } else {
-        auto pf = engine::LoadPolicyFile(cfg.policy.file);
-        Status rs = pf ? live->Reload(std::move(*pf)) : pf.error();
-        if (rs.ok()) spdlog::info("policy: reloaded '{}'", cfg.policy.file);
-        else spdlog::error("policy: reload of '{}' failed, keeping the old policy: {}", cfg.policy.file, rs.ToString());
+      // An exception (out of memory) skips this round; escaping the thread
+      // it would end the daemon.
+      try {
+        tree.Maintain(now_us());
+        if (!g_reload_policy.exchange(false)) continue;
+        if (!live || !UsesPolicyFile(cfg)) {
+          spdlog::warn("policy: SIGHUP ignored: cache.eviction '{}' uses no policy file", cfg.cache.eviction);
+        } else {
+          auto pf = engine::LoadPolicyFile(cfg.policy.file);
+          Status rs = pf ? live->Reload(std::move(*pf)) : pf.error();
+          if (rs.ok()) spdlog::info("policy: reloaded '{}'", cfg.policy.file);
+          else spdlog::error("policy: reload of '{}' failed, keeping the old policy: {}", cfg.policy.file, rs.ToString());
+        }
+      } catch (const std::exception& e) {
+        spdlog::error("maintenance: {}", e.what());
       }
     }
   });

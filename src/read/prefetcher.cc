@@ -3,6 +3,7 @@
 #include "src/read/prefetcher.h"
 
 #include <algorithm>
+#include <fmt/format.h>
 
 #include <spdlog/spdlog.h>
 
@@ -201,9 +202,22 @@ void Prefetcher::Worker() {
       cv_.wait(lk, [&] { return stop_ || NextJobLocked(&job); });
       if (stop_) return;  // checked first: no job was taken
     }
-    if (begin_) begin_(job.file.key, job.first, job.last);
-    Status s = pipeline_->Fetch(job.file, job.first, job.last);
-    if (end_) end_(job.file.key, job.first, job.last);
+    // An exception (out of memory) fails the job, not the daemon (the
+    // thread would take it down), and its budget is still given back.
+    Status s;
+    try {
+      if (begin_) begin_(job.file.key, job.first, job.last);
+      s = pipeline_->Fetch(job.file, job.first, job.last);
+    } catch (const std::exception& e) {
+      s = Status::Internal(fmt::format("prefetch: {}", e.what()));
+    } catch (...) {
+      s = Status::Internal("prefetch: unknown exception");
+    }
+    try {
+      if (end_) end_(job.file.key, job.first, job.last);
+    } catch (...) {
+      spdlog::error("prefetch {}: its end hook failed", job.file.key);
+    }
     if (!s.ok()) spdlog::debug("prefetch {} [{}, {}]: {}", job.file.key, job.first, job.last, s.ToString());
     {
       std::lock_guard lk(mu_);

@@ -122,6 +122,23 @@ TEST_CASE("prefetcher: budget bounds queued + running bytes, overflow is dropped
   Drain(p);
 }
 
+TEST_CASE("prefetcher: a job that throws fails alone: the worker lives on and its budget is given back", "[prefetch]") {
+  Fx fx;
+  std::atomic<int> throws{1};
+  Prefetcher p(fx.pipe.get(), fx.store.get(), Prefetcher::Options{1, 4 * kUnit, 2},
+               [&](const std::string&, uint64_t, uint64_t) {
+                 if (throws.fetch_sub(1) > 0) throw std::bad_alloc();
+               });
+  CHECK(p.Submit(fx.Version(), 0, 1) == 2);
+  Drain(p);
+  CHECK(p.stats().failed_jobs == 1);
+  // The one worker still runs jobs.
+  CHECK(p.Submit(fx.Version(), 0, 1) == 2);
+  Drain(p);
+  CHECK(p.stats().fetched_units == 2);
+  CHECK(fx.store->Contains(UnitKey{"a/big", fx.mem->EtagOf("a/big"), 1}));
+}
+
 TEST_CASE("prefetcher: readahead runs before background work and is never dropped for it", "[prefetch]") {
   Fx fx;
   // Jobs wait in the begin hook for a pass; the test hands out passes one at
