@@ -348,6 +348,7 @@ struct FuseFs::Impl {
   }
 
   static void ReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) noexcept {
+    auto* self = Self(req);
     KernelHandoff();
     const auto& entries = H(fi)->listing->entries;
     std::vector<char> buf(size);
@@ -363,12 +364,12 @@ struct FuseFs::Impl {
         st.st_mode = S_IFDIR;
       } else if (i == 1) {
         name = "..";
-        st.st_ino = Namespace::kRootIno;
+        st.st_ino = self->ns_->ParentOf(ino);
         st.st_mode = S_IFDIR;
       } else {
         const auto& e = entries[static_cast<size_t>(i - 2)];
         name = e.name.c_str();
-        st.st_ino = std::hash<std::string>{}(e.name) | 1;  // d_ino only; lookup gives the real one
+        st.st_ino = self->ns_->EntryIno(ino, e);  // what a lookup of it gives (d_ino == st_ino)
         st.st_mode = e.is_dir ? S_IFDIR : S_IFREG;
       }
       size_t need = fuse_add_direntry(req, buf.data() + used, size - used, name, &st, i + 1);

@@ -1,6 +1,8 @@
 #include "src/fs/namespace.h"
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
+#include <xxhash.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -58,6 +60,17 @@ bool Unreachable(Code c) { return c == Code::kUnavailable || c == Code::kIoError
 
 std::string ChildKey(const std::string& dir_key, std::string_view name) {
   return dir_key.empty() ? std::string(name) : dir_key + "/" + std::string(name);
+}
+
+// Inode numbers are below this (Namespace::InoOf); the stats file's is it.
+constexpr uint64_t kInoLimit = uint64_t{1} << 62;
+
+// The version an inode number is derived from: the ETag, or for a server
+// that lists none, the size and modification time (as SameVersion); none for
+// a directory (its mtime is when it was listed).
+std::string VersionOf(bool is_dir, const std::string& etag, uint64_t size, int64_t mtime_ns) {
+  if (is_dir) return {};
+  return etag.empty() ? fmt::format("{}:{}", size, mtime_ns) : etag;
 }
 
 }  // namespace
@@ -554,7 +567,8 @@ Result<InodeAttr> Namespace::Lookup(uint64_t parent, std::string_view name) {
     // give it the new size and cut their reads short with a silent EOF).
     n.superseded = true;
   }
-  const uint64_t ino = next_ino_++;
+  uint64_t ino = InoOf(k, VersionOf(child->is_dir, child->etag, child->size, child->mtime_ns));
+  while (inodes_.contains(ino)) ino = ino + 1 < kInoLimit ? ino + 1 : 2;
   InodeAttr a = *child;
   a.ino = ino;
   a.stale = false;
@@ -562,6 +576,35 @@ Result<InodeAttr> Namespace::Lookup(uint64_t parent, std::string_view name) {
   by_key_[k] = ino;
   a.stale = child->stale;
   return a;
+}
+
+uint64_t Namespace::InoOf(std::string_view key_slash, std::string_view version) {
+  std::string b;
+  b.reserve(key_slash.size() + 1 + version.size());
+  b.append(key_slash);
+  b.push_back('\0');  // ("ab", "c") != ("a", "bc")
+  b.append(version);
+  const uint64_t h = XXH3_64bits(b.data(), b.size()) & (kInoLimit - 1);
+  return h < 2 ? h + 2 : h;
+}
+
+uint64_t Namespace::EntryIno(uint64_t dir, const DirEntry& e) const {
+  std::lock_guard lk(mu_);
+  auto d = inodes_.find(dir);
+  std::string k = ChildKey(d == inodes_.end() ? std::string() : d->second.attr.key, e.name);
+  if (e.is_dir) k.push_back('/');
+  const std::string version = VersionOf(e.is_dir, e.etag, e.size, e.mtime_ns);
+  if (auto it = by_key_.find(k); it != by_key_.end()) {
+    const InodeAttr& a = inodes_.at(it->second).attr;
+    if (VersionOf(a.is_dir, a.etag, a.size, a.mtime_ns) == version) return it->second;
+  }
+  return InoOf(k, version);
+}
+
+uint64_t Namespace::ParentOf(uint64_t ino) const {
+  std::lock_guard lk(mu_);
+  auto it = inodes_.find(ino);
+  return it == inodes_.end() ? kRootIno : it->second.parent;
 }
 
 void Namespace::Forget(uint64_t ino, uint64_t nlookup) {

@@ -144,6 +144,20 @@ class Namespace {
   // at most 255 bytes. Unsafe names are hidden from the mount.
   static bool SafeName(std::string_view name);
 
+  // The inode number a name gets at lookup: XXH3-64 of its key ("/"-ended
+  // for a directory) and `version` (the ETag; size and mtime for a server
+  // that lists none; "" for a directory), in [2, 2^62) (the stats file's is
+  // 2^62). The same in every mount of the bucket; taken by a live inode (a
+  // hash collision, or an older inode of the same version), the next free
+  // number is used instead.
+  static uint64_t InoOf(std::string_view key_slash, std::string_view version);
+  // What readdir reports as d_ino for entry `e` of directory inode `dir`:
+  // the inode a lookup of it gives (its live inode if that is of the
+  // listed version, else InoOf), so `ls -i` and os.scandir agree with stat.
+  uint64_t EntryIno(uint64_t dir, const DirEntry& e) const;
+  // The parent of directory inode `ino` (".." in readdir); the root for the root.
+  uint64_t ParentOf(uint64_t ino) const;
+
   size_t inode_count() const;
   size_t listed_entries() const;  // entries of the listings kept in memory
 
@@ -216,10 +230,9 @@ class Namespace {
   Options opts_;
   std::function<void(const std::string&, size_t)> listing_hook_;
 
-  mutable std::mutex mu_;  // guards inodes_, by_key_, next_ino_
+  mutable std::mutex mu_;  // guards inodes_, by_key_
   std::unordered_map<uint64_t, Inode> inodes_;
   std::unordered_map<std::string, uint64_t> by_key_;  // attr.key + (dir ? "/" : "")
-  uint64_t next_ino_ = 2;
 
   mutable std::mutex listings_mu_;  // guards listings_, fetches_, retry_after_ms_, refresh_due_, changed_*
   std::unordered_map<std::string, std::shared_ptr<const DirListing>> listings_;

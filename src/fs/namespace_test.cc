@@ -88,6 +88,60 @@ TEST_CASE("lookup counts: forget erases, underflow is a bug") {
   CHECK_FALSE(ns.GetAttr(a1->ino).has_value());
 }
 
+TEST_CASE("inode numbers: readdir's d_ino is what lookup gives, the same in every mount, new per version") {
+  auto mem = std::make_shared<MemoryBackend>();
+  mem->Put("d/a.jpg", "1");
+  mem->Put("d/sub/a.jpg", "2");  // the same name in another directory
+  mem->Put("top", "3");
+  Namespace ns(mem.get(), nullptr, nullptr, Namespace::Options{0});  // always stale: relisted
+  Namespace other(mem.get(), nullptr, nullptr, Namespace::Options{0});  // another mount
+  auto root = ns.ReadDir(Namespace::kRootIno);
+  REQUIRE(root.has_value());
+  // Before any lookup: the number a lookup will give.
+  std::vector<uint64_t> before;
+  for (const auto& e : (*root)->entries) before.push_back(ns.EntryIno(Namespace::kRootIno, e));
+  auto d = ns.Lookup(Namespace::kRootIno, "d");
+  auto top = ns.Lookup(Namespace::kRootIno, "top");
+  REQUIRE(d.has_value());
+  REQUIRE(top.has_value());
+  CHECK(before == std::vector<uint64_t>{d->ino, top->ino});
+  CHECK(ns.ParentOf(d->ino) == Namespace::kRootIno);
+  auto dl = ns.ReadDir(d->ino);
+  REQUIRE(dl.has_value());
+  REQUIRE((*dl)->entries.size() == 2);
+  const uint64_t a_d_ino = ns.EntryIno(d->ino, (*dl)->entries[0]);
+  auto a = ns.Lookup(d->ino, "a.jpg");
+  auto sub = ns.Lookup(d->ino, "sub");
+  REQUIRE(a.has_value());
+  REQUIRE(sub.has_value());
+  CHECK(a->ino == a_d_ino);
+  CHECK(ns.EntryIno(d->ino, (*dl)->entries[0]) == a->ino);  // looked up: its live inode
+  CHECK(ns.ParentOf(sub->ino) == d->ino);
+  auto sub_a = ns.Lookup(sub->ino, "a.jpg");
+  REQUIRE(sub_a.has_value());
+  CHECK(sub_a->ino != a->ino);
+  for (uint64_t i : {d->ino, top->ino, a->ino, sub->ino, sub_a->ino}) {
+    CHECK(i >= 2);
+    CHECK(i < (uint64_t{1} << 62));
+  }
+  // Another mount of the bucket gives the same numbers.
+  auto d2 = other.Lookup(Namespace::kRootIno, "d");
+  REQUIRE(d2.has_value());
+  CHECK(d2->ino == d->ino);
+  CHECK(other.Lookup(d2->ino, "a.jpg")->ino == a->ino);
+  // A new version: a new number, in readdir as in lookup; the old inode
+  // (held by the lookup above) keeps its own.
+  mem->Put("d/a.jpg", "changed");
+  dl = ns.ReadDir(d->ino);
+  REQUIRE(dl.has_value());
+  const uint64_t listed = ns.EntryIno(d->ino, (*dl)->entries[0]);
+  CHECK(listed != a->ino);
+  auto a2 = ns.Lookup(d->ino, "a.jpg");
+  REQUIRE(a2.has_value());
+  CHECK(a2->ino == listed);
+  CHECK(ns.GetAttr(a->ino)->size == 1);
+}
+
 TEST_CASE("a new version of an object gets a new inode, the old one keeps its own") {
   auto mem = std::make_shared<MemoryBackend>();
   mem->Put("a", "1");

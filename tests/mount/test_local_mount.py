@@ -50,6 +50,15 @@ def main():
                 "x/y/z/leaf.txt": ("f", 5), "empty dir": ("d", None)}
         harness.check(got == want, f"directory-only levels and an empty dir listed: {got}")
         harness.check((m.mountpoint / "x/y/z/leaf.txt").read_bytes() == b"leaf\n", "leaf readable")
+        # readdir's d_ino is the inode stat gives (os.scandir, ls -i, find
+        # agree with stat).
+        mismatch = []
+        for dirpath, _, _ in os.walk(m.mountpoint):
+            with os.scandir(dirpath) as it:
+                for e in it:
+                    if e.inode() != e.stat(follow_symlinks=False).st_ino:
+                        mismatch.append((e.path, e.inode(), e.stat(follow_symlinks=False).st_ino))
+        harness.check(not mismatch, f"d_ino == st_ino for every entry (mismatches: {mismatch})")
         harness.check(s.unmount(m) == 0, "daemon exited 0")
 
         # Daemon mode: returns 0 once mounted; the daemon (pid from stats)
