@@ -68,6 +68,7 @@ struct StreamInfo {
   uint64_t bytes = 0;            // accounted memory of this node
   uint64_t heat = 0;             // aged access counter
   uint64_t last_access_us = 0;
+  uint64_t last_test_us = 0;     // when the stream was last tested (0: never)
 };
 
 // The two streams that govern a read (DESIGN.md sec. 5): the lowest
@@ -116,7 +117,8 @@ class AccessStreamTree {
 
   // Periodic upkeep (the mount's maintenance thread, e.g. every second):
   // re-tests streams with new samples whose last test is older than
-  // retest_period_ms, prunes nodes idle for idle_prune_ms (a walk over the
+  // retest_period_ms (8 periods for a labelled stream still being read: its
+  // own samples test it every retest_every_samples), prunes nodes idle for idle_prune_ms (a walk over the
   // tree, at most every idle_prune_ms / 16), frees pruned nodes no reader
   // can hold. Its cost follows the streams read since their last test, not
   // the size of the tree.

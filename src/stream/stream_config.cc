@@ -110,7 +110,8 @@ std::vector<ParamDoc> StreamParamDocs() {
       {"stream.retest_every_samples", "uint32", s(d.retest_every_samples), "samples",
        "re-test a stream every K new samples"},
       {"stream.retest_period_ms", "uint32", s(d.retest_period_ms), "ms",
-       "maintenance also re-tests streams with new samples whose last test is older (0 = never)"},
+       "maintenance also re-tests streams with new samples whose last test is older; a labelled "
+       "stream still being read, once it is 8 times older (0 = never)"},
       {"stream.hysteresis_tests", "uint32", s(d.hysteresis_tests), "tests",
        "consecutive agreeing tests needed to change a label (between random, skewed and unknown, "
        "each at least half a window of samples after the previous one)"},

@@ -33,7 +33,9 @@ struct StreamConfig {
   uint32_t retest_every_samples = 16;
 
   // Maintain() also re-tests a node with new samples whose last test is older
-  // than this (streams that went quiet still get a final label). 0 = never.
+  // than this (streams that went quiet still get a final label); a labelled
+  // stream that is still being read, once its last test is 8 times older.
+  // 0 = never.
   // Default: 1000
   uint32_t retest_period_ms = 1000;
 

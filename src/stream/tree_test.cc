@@ -278,6 +278,43 @@ TEST_CASE("Maintain tests a quiet stream once retest_period_ms has passed, not b
   CHECK(tree.Find("d/")->label == Label::kSequential);
 }
 
+TEST_CASE("Maintain leaves a labelled stream still being read to its own samples, for 8 periods at most", "[tree]") {
+  StreamConfig cfg;
+  cfg.retest_every_samples = 1000;  // no test from the samples themselves
+  cfg.retest_period_ms = 1000;
+  AccessStreamTree tree(cfg);
+  uint64_t t = 0;
+  int i = 0;
+  auto read = [&] {  // the next file of a scan, every 100 ms
+    char path[32];
+    std::snprintf(path, sizeof path, "d/f%04d", i++);
+    t += 100'000;
+    tree.Record(t, 1, path, 0, 4096, 4096);
+  };
+  while (i < 40) read();
+  tree.Maintain(t);  // never labelled: due one period after its last test (never)
+  REQUIRE(tree.Find("d/")->label == Label::kSequential);
+  const uint64_t first = tree.Find("d/")->last_test_us;
+  CHECK(first == t);
+  // Read on: Maintain each 100 ms leaves it for 8 periods.
+  while (t < first + 7'900'000) {
+    read();
+    tree.Maintain(t);
+    REQUIRE(tree.Find("d/")->last_test_us == first);
+  }
+  read();
+  read();
+  tree.Maintain(t);  // 8 s since its last test
+  CHECK(tree.Find("d/")->last_test_us == t);
+  // Quiet: tested one period after its last sample.
+  read();
+  const uint64_t last_read = t;
+  tree.Maintain(t + 900'000);
+  CHECK(tree.Find("d/")->last_test_us < last_read);
+  tree.Maintain(t + 1'000'000);
+  CHECK(tree.Find("d/")->last_test_us == t + 1'000'000);
+}
+
 TEST_CASE("memory cap is enforced, idle nodes are pruned", "[tree][memory]") {
   StreamConfig cfg;
   cfg.memory_cap_bytes = 256 << 10;
