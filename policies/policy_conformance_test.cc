@@ -309,6 +309,39 @@ TEST_CASE("evict-behind: consumed furthest-along first, then unread furthest ahe
   CHECK(order == std::vector<std::string>{"c3", "c2", "c1", "c0", "u5", "u4"});
 }
 
+TEST_CASE("evict-behind with two readers: what both passed goes first, then what the slower reaches last",
+          "[policy][evict-behind]") {
+  auto p = Make("evict-behind");
+  auto id = [](uint64_t i) { return "u" + std::to_string(i); };
+  // The leader reads units 0-9 (misses), the follower then hits 0-3.
+  for (uint64_t i = 0; i < 10; ++i) p->OnInsertUnit(id(i), 1, 0, UnitMeta{i, false, 0});
+  for (uint64_t i = 0; i < 4; ++i) p->OnAccess(id(i));
+  std::vector<std::string> order;
+  while (auto v = p->PickVictim()) {
+    order.push_back(*v);
+    p->OnRemove(*v);
+  }
+  // 0-3: both readers passed them (furthest first); 4-9: the follower's
+  // next reads, the one it reaches last first. (One reader: 9 first, the
+  // kept prefix 0-3 last, which the follower does not need again.)
+  CHECK(order == std::vector<std::string>{"u3", "u2", "u1", "u0", "u9", "u8", "u7", "u6", "u5", "u4"});
+}
+
+TEST_CASE("evict-behind with one reader repeating a scan keeps the prefix", "[policy][evict-behind]") {
+  auto p = Make("evict-behind");
+  auto id = [](uint64_t i) { return "u" + std::to_string(i); };
+  // Pass 1 read units 0-9 (0-4 still cached); pass 2 has hit 0-2.
+  for (uint64_t i = 0; i < 5; ++i) p->OnInsertUnit(id(i), 1, 0, UnitMeta{i, false, 0});
+  for (uint64_t i = 5; i < 10; ++i) {
+    p->OnInsertUnit(id(i), 1, 0, UnitMeta{i, false, 0});
+    p->OnRemove(id(i));
+  }
+  for (uint64_t i = 0; i < 3; ++i) p->OnAccess(id(i));
+  // 3-4 are ahead of the reader (read next in this pass): kept; behind it,
+  // the furthest along goes first.
+  CHECK(*p->PickVictim() == "u2");
+}
+
 TEST_CASE("readahead: fixed by default, ramping to max_units while reads continue, reset by a jump", "[policy][prefetch]") {
   PrefetchContext c;
   c.path = "big";

@@ -389,7 +389,7 @@ scripts/build.sh && scripts/eval.sh            # rewrites this file and docs/img
     for w in sorted(NAMES):
         d = res["workloads"][w]
         md.append(f"## {NAMES[w]}\n\nWorking set {gib(d['working_set'])}.\n\n")
-        md.append(table(w, d, res["fractions"], policies) + "\n\n")
+        md.append(table(w, d, res["fractions"], policies + res.get("extra_policies", {}).get(w, [])) + "\n\n")
         # Per-workload breakdown for the mix.
         if w == "f":
             runs = {(r["policy"], r["fraction"]): r for r in d["runs"]}

@@ -14,6 +14,10 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 
 POLICIES = ["igt", "lru", "lfu", "fifo", "2random", "lru-readahead", "belady"]
+# Extra rows: igt with the profile a user would pick for that job (the main
+# row runs every workload with the default, `training`).
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+EXTRA = {"c": [("igt, profile checkpoint-loading", os.path.join(ROOT, "examples", "policy-checkpoint-loading.yaml"))]}
 FRACTIONS = [0.10, 0.25, 0.50, 0.75]
 UNIT = 1 << 20
 
@@ -42,7 +46,8 @@ def main():
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--jobs", type=int, default=2)  # the machine has 2 cores
     a = ap.parse_args()
-    out = {"seed": a.seed, "fractions": FRACTIONS, "policies": POLICIES, "workloads": {}}
+    out = {"seed": a.seed, "fractions": FRACTIONS, "policies": POLICIES,
+           "extra_policies": {w: [name for name, _ in e] for w, e in EXTRA.items()}, "workloads": {}}
     jobs = []
     for w in ["a", "b", "c", "d", "e", "f", "g"]:
         trace = os.path.join(a.dir, f"{w}.csv")
@@ -50,18 +55,26 @@ def main():
         out["workloads"][w] = {"working_set": ws, "runs": []}
         for fr in FRACTIONS:
             for p in POLICIES:
-                jobs.append((w, trace, int(ws * fr), fr, p))
+                jobs.append((w, trace, int(ws * fr), fr, p, None, None))
+            for i, (name, policy_file) in enumerate(EXTRA.get(w, [])):
+                cfg = os.path.join(a.dir, f"extra-{w}-{i}.yaml")
+                with open(cfg, "w") as f:
+                    f.write(f"policy:\n  file: {policy_file}\n")
+                jobs.append((w, trace, int(ws * fr), fr, "igt", cfg, name))
 
     def run(job):
-        w, trace, size, fr, p = job
+        w, trace, size, fr, p, cfg, name = job
         # The data set's listing (every object, read or not), as a mount lists it.
         listing = trace[:-len(".csv")] + ".listing.csv"
-        r = subprocess.run([a.bin, "sim", "--trace", trace, "--listing", listing, "--cache-size", str(size),
-                            "--policy", p],
-                           capture_output=True, text=True)
+        cmd = [a.bin, "sim", "--trace", trace, "--listing", listing, "--cache-size", str(size), "--policy", p]
+        if cfg:
+            cmd += ["--config", cfg]
+        r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode != 0:
-            sys.exit(f"sim failed: {w} {p} {size}: {r.stderr}")
+            sys.exit(f"sim failed: {w} {name or p} {size}: {r.stderr}")
         j = json.loads(r.stdout)
+        if name:
+            j["policy"] = name
         j["fraction"] = fr
         return w, j
 
