@@ -25,8 +25,9 @@
 namespace igt {
 namespace {
 
-// Reserved inode of the hidden stats file: far above anything next_ino_ reaches.
-constexpr fuse_ino_t kStatsIno = fuse_ino_t{1} << 62;
+// Reserved inode of the hidden stats file: the namespace's numbers are below
+// it (Namespace::kInoLimit).
+constexpr fuse_ino_t kStatsIno = Namespace::kInoLimit;
 
 // An open handle: a regular file pinned to the version seen at open (so one
 // read never mixes versions), a directory snapshot, or the stats file.
@@ -273,6 +274,18 @@ struct FuseFs::Impl {
       fuse_reply_buf(req, out.data(), out.size());
       return;
     }
+    // Every reply is ReadFile's last step: an exception there (an
+    // allocation on its error path) came before any reply.
+    try {
+      ReadFile(req, ino, size, off, h);
+    } catch (...) {
+      Add(self->metrics_->read_errors);
+      fuse_reply_err(req, EIO);
+    }
+  }
+
+  static void ReadFile(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, Handle* h) {
+    auto* self = Self(req);
     Add(self->metrics_->read_requests);
     // Recorded as the request arrives, not once served: requests the kernel
     // sends together (readahead windows of several max_read requests) are
@@ -302,9 +315,9 @@ struct FuseFs::Impl {
       if (buf.size() < size) buf.resize(size);
       n = self->pipeline_->Read(h->file, o, size, buf.data(), run_plan);
     } catch (const std::exception& e) {
-      n = Err(Status::Internal(fmt::format("read: {}", e.what())));
+      n = Err(Status::Internal(e.what()));
     } catch (...) {
-      n = Err(Status::Internal("read: unknown exception"));
+      n = Err(Status::Internal("unknown exception"));
     }
     if (!n) {
       Add(self->metrics_->read_errors);
@@ -646,9 +659,16 @@ void FuseFs::CloseVersion(uint64_t ino, const std::string& etag) {
 }
 
 void FuseFs::ForgetVersion(uint64_t ino) {
-  std::lock_guard lk(etag_mu_);
-  auto it = page_cache_.find(ino);
-  if (it != page_cache_.end() && it->second.open.empty()) page_cache_.erase(it);
+  {
+    std::lock_guard lk(etag_mu_);
+    auto it = page_cache_.find(ino);
+    if (it != page_cache_.end() && it->second.open.empty()) page_cache_.erase(it);
+  }
+  // An inode number comes back for the same key and version (Namespace::
+  // InoOf): once the kernel forgot it, its next change must be invalidated
+  // again.
+  std::lock_guard lk(watch_mu_);
+  invalidated_.erase(ino);
 }
 
 }  // namespace igt

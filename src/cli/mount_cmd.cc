@@ -438,7 +438,9 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
           else spdlog::error("policy: reload of '{}' failed, keeping the old policy: {}", cfg.policy.file, rs.ToString());
         }
       } catch (const std::exception& e) {
-        spdlog::error("maintenance: {}", e.what());
+        spdlog::error("maintenance: {} (a SIGHUP reload under way is lost: send it again)", e.what());
+      } catch (...) {
+        spdlog::error("maintenance: unknown exception (a SIGHUP reload under way is lost: send it again)");
       }
     }
   });

@@ -62,9 +62,6 @@ std::string ChildKey(const std::string& dir_key, std::string_view name) {
   return dir_key.empty() ? std::string(name) : dir_key + "/" + std::string(name);
 }
 
-// Inode numbers are below this (Namespace::InoOf); the stats file's is it.
-constexpr uint64_t kInoLimit = uint64_t{1} << 62;
-
 // The version an inode number is derived from: the ETag, or for a server
 // that lists none, the size and modification time (as SameVersion); none for
 // a directory (its mtime is when it was listed).
@@ -568,7 +565,7 @@ Result<InodeAttr> Namespace::Lookup(uint64_t parent, std::string_view name) {
     n.superseded = true;
   }
   uint64_t ino = InoOf(k, VersionOf(child->is_dir, child->etag, child->size, child->mtime_ns));
-  while (inodes_.contains(ino)) ino = ino + 1 < kInoLimit ? ino + 1 : 2;
+  while (inodes_.contains(ino)) ino = ino + 1 < Namespace::kInoLimit ? ino + 1 : 2;
   InodeAttr a = *child;
   a.ino = ino;
   a.stale = false;
@@ -584,7 +581,7 @@ uint64_t Namespace::InoOf(std::string_view key_slash, std::string_view version) 
   b.append(key_slash);
   b.push_back('\0');  // ("ab", "c") != ("a", "bc")
   b.append(version);
-  const uint64_t h = XXH3_64bits(b.data(), b.size()) & (kInoLimit - 1);
+  const uint64_t h = XXH3_64bits(b.data(), b.size()) & (Namespace::kInoLimit - 1);
   return h < 2 ? h + 2 : h;
 }
 

@@ -101,6 +101,8 @@ bool SameVersion(const InodeAttr& a, const InodeAttr& b);
 class Namespace {
  public:
   static constexpr uint64_t kRootIno = 1;
+  // Inode numbers are below this (InoOf); the FUSE layer's stats file has it.
+  static constexpr uint64_t kInoLimit = uint64_t{1} << 62;
 
   struct Options {
     uint64_t ttl_ms = 60000;  // Default: 60 s. Listing/attribute freshness.

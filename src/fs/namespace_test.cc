@@ -140,6 +140,21 @@ TEST_CASE("inode numbers: readdir's d_ino is what lookup gives, the same in ever
   REQUIRE(a2.has_value());
   CHECK(a2->ino == listed);
   CHECK(ns.GetAttr(a->ino)->size == 1);
+  // Back to the first version while its old inode is still held: that
+  // number is taken, so the name gets the next free one, in readdir too.
+  mem->Put("d/a.jpg", "1");
+  dl = ns.ReadDir(d->ino);
+  REQUIRE(dl.has_value());
+  auto a3 = ns.Lookup(d->ino, "a.jpg");
+  REQUIRE(a3.has_value());
+  CHECK(a3->etag == a->etag);
+  CHECK(a3->ino != a->ino);
+  CHECK(a3->ino == (a->ino + 1 < Namespace::kInoLimit ? a->ino + 1 : 2));
+  CHECK(ns.EntryIno(d->ino, (*dl)->entries[0]) == a3->ino);  // looked up: its live inode
+  // Once the old one is forgotten, the number is free again for that version.
+  ns.Forget(a->ino, 1);
+  ns.Forget(a3->ino, 1);
+  CHECK(ns.Lookup(d->ino, "a.jpg")->ino == a->ino);
 }
 
 TEST_CASE("a new version of an object gets a new inode, the old one keeps its own") {

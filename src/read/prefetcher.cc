@@ -3,7 +3,6 @@
 #include "src/read/prefetcher.h"
 
 #include <algorithm>
-#include <fmt/format.h>
 
 #include <spdlog/spdlog.h>
 
@@ -83,13 +82,16 @@ size_t Prefetcher::Submit(const FileVersion& file, uint64_t first, uint64_t last
         stats_.dropped_units += want.size() - i;  // backpressure: drop the rest
         break;
       }
-      for (size_t k = i; k <= j; ++k) units_.insert(UnitTag(file, want[k]));
+      // The job first, its counters with it: an allocation failure below
+      // then leaves units untagged (a duplicate job at worst), never tags or
+      // budget without a job to release them.
       (background ? bg_queue_ : queue_).push_back(Job{file, want[i], want[j], bytes, false, background});
       held_bytes_ += bytes;
       if (background) bg_held_bytes_ += bytes;
       stats_.peak_held_bytes = std::max(stats_.peak_held_bytes, held_bytes_);
       stats_.queued_units += j - i + 1;
       queued += j - i + 1;
+      for (size_t k = i; k <= j; ++k) units_.insert(UnitTag(file, want[k]));
       i = j + 1;
     }
   }
@@ -209,9 +211,10 @@ void Prefetcher::Worker() {
       if (begin_) begin_(job.file.key, job.first, job.last);
       s = pipeline_->Fetch(job.file, job.first, job.last);
     } catch (const std::exception& e) {
-      s = Status::Internal(fmt::format("prefetch: {}", e.what()));
+      spdlog::error("prefetch {} [{}, {}]: {}", job.file.key, job.first, job.last, e.what());
+      s = Status::Internal("prefetch threw");  // short: no allocation
     } catch (...) {
-      s = Status::Internal("prefetch: unknown exception");
+      s = Status::Internal("prefetch threw");
     }
     try {
       if (end_) end_(job.file.key, job.first, job.last);

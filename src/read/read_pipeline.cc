@@ -59,6 +59,15 @@ class ReadPipeline::LeadGuard {
   int exceptions_;
 };
 
+namespace {
+// Room for one more element, growing geometrically (reserve(size() + 1)
+// alone would reallocate at every push_back).
+template <class V>
+void ReserveOne(V& v) {
+  if (v.size() == v.capacity()) v.reserve(std::max<size_t>(8, 2 * v.capacity()));
+}
+}  // namespace
+
 ReadPipeline::ReadPipeline(Backend* backend, BlockStore* store, Metrics* metrics, Options opts)
     : backend_(backend), store_(store), metrics_(metrics), opts_(std::move(opts)) {}
 
@@ -117,7 +126,7 @@ void ReadPipeline::AddNeed(const FileVersion& file, uint64_t index, uint64_t off
 bool ReadPipeline::AddSubNeed(const FileVersion& file, uint64_t unit, uint64_t index, uint64_t off,
                               uint64_t len, std::vector<Need>& needs) {
   std::lock_guard lk(mu_);
-  if (flights_.count(FlightKey(file, unit))) return false;
+  if (InFlightLocked(file, unit)) return false;
   if (store_ && store_->Contains(UnitKey{file.key, file.etag, unit})) return false;  // came in since
   AddNeedLocked(file, index, off, len, needs);
   return true;
@@ -126,7 +135,7 @@ bool ReadPipeline::AddSubNeed(const FileVersion& file, uint64_t unit, uint64_t i
 bool ReadPipeline::AddWholeNeed(const FileVersion& file, uint64_t unit, std::vector<Need>& needs) {
   const uint64_t U = opts_.unit_size, ustart = unit * U;
   std::lock_guard lk(mu_);
-  if (!flights_.count(FlightKey(file, unit)) && SubUnitTakenLocked(file, unit)) return false;
+  if (!InFlightLocked(file, unit) && SubUnitTakenLocked(file, unit)) return false;
   AddNeedLocked(file, unit, ustart, std::min(U, file.size - ustart), needs);
   return true;
 }
@@ -134,15 +143,20 @@ bool ReadPipeline::AddWholeNeed(const FileVersion& file, uint64_t unit, std::vec
 bool ReadPipeline::JoinWholeNeed(const FileVersion& file, uint64_t unit, std::vector<Need>& needs) {
   const uint64_t U = opts_.unit_size, ustart = unit * U;
   std::lock_guard lk(mu_);
-  if (!flights_.count(FlightKey(file, unit))) return false;
+  if (!InFlightLocked(file, unit)) return false;
   AddNeedLocked(file, unit, ustart, std::min(U, file.size - ustart), needs);
   return true;
+}
+
+bool ReadPipeline::InFlightLocked(const FileVersion& file, uint64_t index) const {
+  auto it = flights_.find(FlightKey(file, index));
+  return it != flights_.end() && !it->second->abandoned;  // an abandoned one is replaced by the next need
 }
 
 bool ReadPipeline::TakenLocked(const FileVersion& file, uint64_t index) const {
   // A flight is registered under mu_ and leaves the table after its Put:
   // a piece not in flight now is either cached now or not started.
-  return flights_.count(FlightKey(file, index)) != 0 ||
+  return InFlightLocked(file, index) ||
          (store_ && store_->Contains(UnitKey{file.key, file.etag, index}));
 }
 
@@ -158,7 +172,7 @@ bool ReadPipeline::SubUnitTakenLocked(const FileVersion& file, uint64_t unit) co
 void ReadPipeline::AddNeedLocked(const FileVersion& file, uint64_t index, uint64_t off, uint64_t len,
                                  std::vector<Need>& needs) {
   auto key = FlightKey(file, index);
-  needs.reserve(needs.size() + 1);  // the push_back after a registration cannot throw
+  ReserveOne(needs);  // the push_back after a registration cannot throw
   if (auto it = flights_.find(key); it != flights_.end() && !it->second->abandoned) {
     needs.push_back({index, off, len, it->second, false});
     if (metrics_) Add(metrics_->singleflight_waits);
@@ -400,7 +414,10 @@ Result<size_t> ReadPipeline::Read(const FileVersion& file, uint64_t offset, size
       std::unique_lock lk(n.flight->mu);
       n.flight->cv.wait(lk, [&] { return n.flight->done; });
       if (!n.flight->status.ok()) {
-        if (retry && !n.leader && n.flight->prefetch && n.flight->status.code() != Code::kChanged) {
+        // A failed prefetch, or a flight its leader abandoned (an exception
+        // in another reader's call): this reader tries once itself.
+        if (retry && !n.leader && (n.flight->prefetch || n.flight->abandoned) &&
+            n.flight->status.code() != Code::kChanged) {
           retry->push_back({n.index, n.off, n.len, nullptr, false});
         } else if (st.ok()) {
           st = n.flight->status;
@@ -457,7 +474,7 @@ Status ReadPipeline::Fetch(const FileVersion& file, uint64_t first_unit, uint64_
   auto lead = [&](uint64_t index, uint64_t off, uint64_t len) {  // mu_ held
     auto fl = std::make_shared<Flight>();
     fl->prefetch = true;
-    needs.reserve(needs.size() + 1);  // the push_back after a registration cannot throw
+    ReserveOne(needs);  // the push_back after a registration cannot throw
     flights_.emplace(FlightKey(file, index), fl);
     needs.push_back({index, off, len, fl, true});
   };

@@ -131,6 +131,9 @@ class ReadPipeline {
   // AddNeed joining whole unit `unit` if it is in flight; false (nothing
   // added) if not. One step under mu_.
   bool JoinWholeNeed(const FileVersion& file, uint64_t unit, std::vector<Need>& needs);
+  // Whether piece `index` has a flight in the table not abandoned; the
+  // caller holds mu_.
+  bool InFlightLocked(const FileVersion& file, uint64_t index) const;
   // Whether piece `index` (a unit or sub-unit) is in flight or cached; the
   // caller holds mu_.
   bool TakenLocked(const FileVersion& file, uint64_t index) const;

@@ -294,6 +294,29 @@ TEST_CASE("an exception between registering a read's misses and fetching them en
   CHECK(f.fb->counts().read_bytes == data.size());  // each byte fetched once
 }
 
+TEST_CASE("a reader waiting on flights whose leader threw is woken, and fetches them itself") {
+  Fixture f(true, 64 << 10, 256 << 10);
+  const std::string data = Pattern(256 << 10, 22);  // 4 units
+  f.mem->Put("x", data);
+  const auto v = f.Version("x");
+  std::vector<char> a_out(data.size()), b_out(data.size());
+  std::future<Result<size_t>> b;
+  // A registers the 4 misses, then (in looked_up) lets B join them and throws.
+  auto a_hook = [&] {
+    b = std::async(std::launch::async, [&] { return f.pipe->Read(v, 0, data.size(), b_out.data()); });
+    for (int i = 0; i < 30000 && f.metrics.singleflight_waits.load() < 4; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    REQUIRE(f.metrics.singleflight_waits.load() == 4);  // B waits on A's flights
+    throw std::runtime_error("engine failed");
+  };
+  CHECK_THROWS_AS(f.pipe->Read(v, 0, data.size(), a_out.data(), a_hook), std::runtime_error);
+  // B was woken by the abandoned flights and read the units itself, not EIO.
+  auto n = b.get();
+  REQUIRE(n.has_value());
+  CHECK(std::string(b_out.data(), *n) == data);
+  CHECK(f.fb->counts().read_bytes == data.size());
+}
+
 TEST_CASE("the store learns which inserts a prefetch made: a reader's misses are reads, Fetch's units prefetches") {
   // The live engine counts an insert as a prefetch from UnitMeta::prefetched
   // (readahead share, window stream, waste). Before, it looked the unit up in

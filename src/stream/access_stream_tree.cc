@@ -730,13 +730,15 @@ void AccessStreamTree::Maintain(uint64_t now_us) {
           std::lock_guard plk2(pending_mu_);
           pending_.insert(n);  // not due yet
           continue;
-        } catch (const std::bad_alloc&) {  // cannot keep it queued: test it now
+        } catch (const std::exception&) {  // cannot keep it queued: test it now
         }
       }
       s.queued = false;  // its next sample queues it again, should the test fail
       try {
         if (!n->retired.load() && s.since_test > 0) RunTestLocked(n, now_us);
-      } catch (const std::bad_alloc&) {  // the other queued streams still get theirs
+      } catch (const std::exception&) {
+        // Out of memory, a math library's domain error: the other queued
+        // streams still get theirs.
       }
     }
   }
