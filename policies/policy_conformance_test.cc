@@ -327,7 +327,8 @@ TEST_CASE("evict-behind with two readers: what both passed goes first, then what
   CHECK(order == std::vector<std::string>{"u3", "u2", "u1", "u0", "u9", "u8", "u7", "u6", "u5", "u4"});
 }
 
-TEST_CASE("evict-behind with one reader repeating a scan keeps the prefix", "[policy][evict-behind]") {
+TEST_CASE("evict-behind with one reader repeating a scan: behind it first, what it reads next in this pass kept",
+          "[policy][evict-behind]") {
   auto p = Make("evict-behind");
   auto id = [](uint64_t i) { return "u" + std::to_string(i); };
   // Pass 1 read units 0-9 (0-4 still cached); pass 2 has hit 0-2.
@@ -338,8 +339,24 @@ TEST_CASE("evict-behind with one reader repeating a scan keeps the prefix", "[po
   }
   for (uint64_t i = 0; i < 3; ++i) p->OnAccess(id(i));
   // 3-4 are ahead of the reader (read next in this pass): kept; behind it,
-  // the furthest along goes first.
+  // the furthest along goes first. (Before reader cursors: u4, the far end
+  // of the prefix, which this pass reads sooner than u2's next pass.)
   CHECK(*p->PickVictim() == "u2");
+}
+
+TEST_CASE("evict-behind: a lone read behind the reader (a header re-read) is not a reader; replays are not reads",
+          "[policy][evict-behind]") {
+  auto p = Make("evict-behind");
+  auto id = [](uint64_t i) { return "u" + std::to_string(i); };
+  for (uint64_t i = 0; i < 10; ++i) p->OnInsertUnit(id(i), 1, 0, UnitMeta{i, false, 0});
+  p->OnAccess(id(0));  // the header again: a cursor at 0 that never moves
+  CHECK(*p->PickVictim() == "u9");  // as with the reader alone
+  // Units handed over from another module, in any order, make no cursor.
+  auto q = Make("evict-behind");
+  for (uint64_t i : {7, 2, 9, 4}) q->OnInsertUnit(id(i), 1, 0, UnitMeta{.position = i, .replay = true});
+  q->OnInsertUnit(id(5), 1, 0, UnitMeta{.position = 5});
+  q->OnInsertUnit(id(6), 1, 0, UnitMeta{.position = 6});  // a reader at 5, 6
+  CHECK(*q->PickVictim() == "u6");  // at or behind it, furthest first; 7 and 9 ahead of it
 }
 
 TEST_CASE("readahead: fixed by default, ramping to max_units while reads continue, reset by a jump", "[policy][prefetch]") {

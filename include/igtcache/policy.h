@@ -38,6 +38,10 @@ struct UnitMeta {
   uint64_t disk_bytes = 0;
   // The object version (ETag) the unit is of, when the caller knows it.
   std::string_view etag = {};
+  // Not a read: a unit handed from one module to another (a relabel, a
+  // reload) or restored at start-up. Modules that learn from reads
+  // (evict-behind's reader cursors) skip it.
+  bool replay = false;
 };
 
 // Module parameters from the policy YAML (`{name: lfu, params: {...}}`),

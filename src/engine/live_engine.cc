@@ -25,8 +25,10 @@ class LiveEngine::Adapter final : public EvictionPolicy {
     // not a reader's miss. (Before, units of a prefetch job in progress were
     // looked up by whole-unit number: a reader's own miss of such a unit
     // counted as a prefetch, and sub-units a prefetch fetched did not.)
+    // last_access_us: 0 for a fresh insert, the recorded access for a unit
+    // restored from the index at start-up (BlockStore::Open).
     e_->engine_->OnInsert(id, meta.object, meta.unit_index, bytes, meta.prefetched, e_->NowUs(),
-                          meta.disk_bytes, meta.etag);
+                          meta.disk_bytes, meta.etag, /*restored=*/last_access_us != 0);
   }
   void OnAccess(const std::string& id) override {
     std::lock_guard lk(e_->mu_);

@@ -383,7 +383,8 @@ void PolicyEngine::SetLabel(Group* g, int label, bool rebuild) {
     const std::string& id = *idp;
     const Unit& u = units_.at(id);
     const FileRec& f = files_[*u.path];
-    g->module->OnInsertUnit(id, u.bytes, 0, UnitMeta{.position = (f.rank << 32) | u.index, .prefetched = u.prefetched_unread, .now_us = now_us_});
+    g->module->OnInsertUnit(id, u.bytes, 0, UnitMeta{.position = (f.rank << 32) | u.index, .prefetched = u.prefetched_unread,
+                                                     .now_us = now_us_, .replay = true});
     // Read in this epoch (keep: a first victim), not merely once since its
     // insert (an earlier epoch's read made it one too).
     if (u.consumed && (g->label != kRandom || u.read_stamp == g->epoch + 1)) g->module->OnAccessAt(id, now_us_);
@@ -878,7 +879,8 @@ void PolicyEngine::NoteGhost(Group* g, const std::string& id, uint64_t bytes) {
 }
 
 void PolicyEngine::OnInsert(const std::string& id, std::string_view path, uint64_t unit_index, uint64_t bytes,
-                            bool prefetched, uint64_t now_us, uint64_t disk_bytes, std::string_view etag) {
+                            bool prefetched, uint64_t now_us, uint64_t disk_bytes, std::string_view etag,
+                            bool restored) {
   now_us_ = std::max(now_us_, now_us);
   if (units_.count(id)) OnRemove(id);
   if (IsSubUnit(unit_index)) unit_index = SubUnitOffset(unit_index) / opts_.unit_bytes;
@@ -931,7 +933,8 @@ void PolicyEngine::OnInsert(const std::string& id, std::string_view path, uint64
   // A read for the previous epoch (a straggler's) enters as not read in
   // this one: the item is still to be read this epoch (keep: not a first
   // victim).
-  g->module->OnInsertUnit(id, bytes, 0, UnitMeta{.position = (f.rank << 32) | unit_index, .prefetched = prefetched || prev_epoch, .now_us = now_us_});
+  g->module->OnInsertUnit(id, bytes, 0, UnitMeta{.position = (f.rank << 32) | unit_index, .prefetched = prefetched || prev_epoch, .now_us = now_us_,
+                                              .replay = restored});
   g->module_us = now_us_;
   g->bytes += bytes;
   ++g->units;
@@ -1013,7 +1016,8 @@ void PolicyEngine::MoveUnit(const std::string& id, Unit& u, const FileRec& f) {
   from->unit_ids.erase(&id);
   to->unit_ids.insert(&id);
   to->module->OnInsertUnit(id, u.bytes, 0,
-                          UnitMeta{(f.rank << 32) | u.index, u.prefetched_unread, now_us_, *u.path, u.index});
+                          UnitMeta{.position = (f.rank << 32) | u.index, .prefetched = u.prefetched_unread,
+                                   .now_us = now_us_, .object = *u.path, .unit_index = u.index, .replay = true});
   to->module_us = now_us_;
   to->bytes += u.bytes;
   ++to->units;

@@ -138,8 +138,10 @@ class PolicyEngine {
   // header and whole blocks); 0 = `bytes`. Only the free-space checks use it.
   // `etag`: the unit's object version, if known; units of a version other
   // than the file's current one (NewVersion) do not count as its cached bytes.
+  // `restored`: found in the cache at start-up, not fetched now.
   void OnInsert(const std::string& id, std::string_view path, uint64_t unit_index, uint64_t bytes,
-                bool prefetched, uint64_t now_us, uint64_t disk_bytes = 0, std::string_view etag = {});
+                bool prefetched, uint64_t now_us, uint64_t disk_bytes = 0, std::string_view etag = {},
+                bool restored = false);
   // A cached unit was read (`bytes` of it; 0 = the whole unit).
   void OnHit(const std::string& id, uint64_t bytes, uint64_t now_us);
   // A unit left the cache for any reason.

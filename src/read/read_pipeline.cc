@@ -475,7 +475,7 @@ Status ReadPipeline::Fetch(const FileVersion& file, uint64_t first_unit, uint64_
     auto fl = std::make_shared<Flight>();
     fl->prefetch = true;
     ReserveOne(needs);  // the push_back after a registration cannot throw
-    flights_.emplace(FlightKey(file, index), fl);
+    flights_.insert_or_assign(FlightKey(file, index), fl);  // over an abandoned one still listed
     needs.push_back({index, off, len, fl, true});
   };
   for (uint64_t u = first_unit; u <= last_unit; ++u) {
