@@ -247,7 +247,7 @@ def render(res: dict) -> str:
              "(parallel_count 5, multireq_max 20) — s3fs has no size limit, only `ensure_diskfree`, so its cache "
              "lives on a loop-mounted ext4 whose free space minus `ensure_diskfree` is the limit; rclone "
              "`--vfs-cache-mode full --vfs-cache-max-size <limit>B` with its defaults (--vfs-read-chunk-size 128M, "
-             "--buffer-size 16M) and `--vfs-cache-poll-interval 10s` so the limit is enforced within our short runs "
+             "--buffer-size 16M) and `--vfs-cache-poll-interval 1s` so the limit is enforced within our short runs "
              "(the `B` matters: rclone reads a bare number as KiB; runs before 2026-11-23 passed the limit that "
              "way, so rclone's cache was in effect unbounded there). "
              "Before every run the page cache is dropped (`echo 3 > /proc/sys/vm/drop_caches`), and every reader "
