@@ -119,6 +119,7 @@ class EvictBehindPolicy final : public EvictionPolicy {
     // Two readers at one position are one cursor from here on.
     for (size_t i = 0; i < cursors_.size(); ++i)
       if (i != best && cursors_[i].pos == pos) {
+        cursors_[best].moved = cursors_[best].moved || cursors_[i].moved;
         cursors_.erase(cursors_.begin() + static_cast<std::ptrdiff_t>(i));
         break;
       }
