@@ -48,6 +48,10 @@ class Prefetcher {
     // partial fill is proposed again on every read, and must not keep an
     // unreachable or failing backend busy with a new job per read.
     std::chrono::milliseconds fill_retry_after{10'000};
+    // Fills keep to a quarter of the budget for this long after a
+    // background Submit (a speculative plan must find room: it is dropped,
+    // not queued, when there is none).
+    std::chrono::milliseconds fill_share_hold{2'000};
   };
   using Hook = std::function<void(const std::string& key, uint64_t first, uint64_t last)>;
   enum class Priority { kReadahead, kBackground };
@@ -65,8 +69,10 @@ class Prefetcher {
 
   // Fetches every unit of `file` not cached yet, in the background, with the
   // threads Submit's jobs leave free and within background's half of the
-  // budget, of which fills hold at most a quarter of the budget (or one job):
-  // a fill is never dropped for the budget, it waits for room (at most kMaxFills files at once;
+  // budget, of which fills hold at most a quarter of the budget (or one job)
+  // while background Submits came within fill_share_hold (else the whole
+  // half: a file filled alone, e.g. a model faulted at random, fills twice
+  // as fast): a fill is never dropped for the budget, it waits for room (at most kMaxFills files at once;
   // more are refused). With `max_bytes` > 0 it starts jobs of at most that
   // many bytes in all (a partial fill); called again for a file being
   // filled, it sets the fill's limit to `max_bytes` less the bytes of its
@@ -125,7 +131,8 @@ class Prefetcher {
   std::unordered_map<std::string, std::chrono::steady_clock::time_point> fill_failed_;
   size_t bg_running_ = 0;     // background and fill jobs being fetched
   uint64_t bg_held_bytes_ = 0;    // held by background jobs, fills included (<= budget / 2)
-  uint64_t fill_held_bytes_ = 0;  // held by fill jobs (<= budget / 4, or one job)
+  uint64_t fill_held_bytes_ = 0;  // held by fill jobs (<= budget / 4, or one job, after background work)
+  std::chrono::steady_clock::time_point last_bg_submit_{};  // the last background Submit
   std::unordered_set<std::string> units_;  // "etag#key#unit" queued or running
   uint64_t held_bytes_ = 0;
   bool stop_ = false;

@@ -206,19 +206,42 @@ TEST_CASE("prefetcher: fills take a quarter of the budget, so readahead and spec
   Fx fx;
   Gate gate;  // every job waits: the fill's jobs hold their bytes
   // 8 threads (6 for background work), budget 8 units, 1-unit jobs: six fill
-  // jobs could run, but fills hold at most 2 units (a quarter of the budget).
-  Prefetcher p(fx.pipe.get(), fx.store.get(), Prefetcher::Options{8, 8 * kUnit, 1},
+  // jobs could run, but with background work about fills hold at most 2
+  // units (a quarter of the budget).
+  Prefetcher::Options o{8, 8 * kUnit, 1};
+  o.fill_share_hold = std::chrono::hours(1);  // the Submit below counts for the whole test
+  Prefetcher p(fx.pipe.get(), fx.store.get(), o,
                [&](const std::string&, uint64_t, uint64_t) { gate.Wait(); });
-  REQUIRE(p.Fill(fx.Version()));
-  for (int i = 0; i < 30000 && p.stats().held_bytes < 2 * kUnit; ++i)
+  CHECK(p.Submit(fx.Version(), 8, 8, Prefetcher::Priority::kBackground) == 1);  // background work came
+  for (int i = 0; i < 30000 && p.stats().held_bytes < 1 * kUnit; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  CHECK(p.stats().held_bytes == 2 * kUnit);
+  REQUIRE(p.Fill(fx.Version()));
+  for (int i = 0; i < 30000 && p.stats().held_bytes < 3 * kUnit; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  CHECK(p.stats().held_bytes == 3 * kUnit);  // the plan's unit and the fill's two
   // A speculative plan gets the rest of background's half, readahead the
   // other half.
-  CHECK(p.Submit(fx.Version(), 8, 9, Prefetcher::Priority::kBackground) == 2);
+  CHECK(p.Submit(fx.Version(), 9, 9, Prefetcher::Priority::kBackground) == 1);
   CHECK(p.Submit(fx.Version(), 12, 15) == 4);
   CHECK(p.stats().dropped_units == 0);
   CHECK(p.stats().held_bytes == 8 * kUnit);
+  gate.Open();
+  Drain(p);
+}
+
+TEST_CASE("prefetcher: a fill with no background work about takes background's whole half", "[prefetch]") {
+  Fx fx;
+  Gate gate;
+  Prefetcher::Options o{8, 8 * kUnit, 1};
+  o.fill_share_hold = std::chrono::milliseconds(0);  // no background Submit counts
+  Prefetcher p(fx.pipe.get(), fx.store.get(), o, [&](const std::string&, uint64_t, uint64_t) { gate.Wait(); });
+  REQUIRE(p.Fill(fx.Version()));
+  for (int i = 0; i < 30000 && p.stats().held_bytes < 4 * kUnit; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  CHECK(p.stats().held_bytes == 4 * kUnit);  // half the budget, not a quarter
+  // Readahead still has the other half.
+  CHECK(p.Submit(fx.Version(), 12, 15) == 4);
+  CHECK(p.stats().dropped_units == 0);
   gate.Open();
   Drain(p);
 }
