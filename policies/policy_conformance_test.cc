@@ -344,7 +344,7 @@ TEST_CASE("evict-behind with one reader repeating a scan: behind it first, what 
   CHECK(*p->PickVictim() == "u2");
 }
 
-TEST_CASE("evict-behind: a lone read behind the reader (a header re-read) is not a reader; replays are not reads",
+TEST_CASE("evict-behind: a lone read behind the reader (a header re-read) is not a reader, and replays are not reads",
           "[policy][evict-behind]") {
   auto p = Make("evict-behind");
   auto id = [](uint64_t i) { return "u" + std::to_string(i); };
