@@ -28,6 +28,10 @@ constexpr double kEpochFullRatio = 0.5;
 // fewer than this share of the items, are the previous epoch's stragglers
 // (NewVisit).
 constexpr double kStragglerShare = 0.25;
+
+// A unit's place in its stream's scan order (UnitMeta::position): its
+// file's first-seen rank (FileRec::rank), then the unit index.
+uint64_t ScanPosition(uint64_t rank, uint64_t unit_index) { return (rank << 32) | unit_index; }
 // Epoch prefetching proposes only items of at most this many units (whole
 // small files; large files are served by readahead instead).
 constexpr uint64_t kEpochItemMaxUnits = 4;
@@ -374,7 +378,7 @@ void PolicyEngine::SetLabel(Group* g, int label, bool rebuild) {
   order.reserve(g->unit_ids.size());
   for (const std::string* idp : g->unit_ids) {
     const Unit& u = units_.at(*idp);
-    order.emplace_back((files_.at(*u.path).rank << 32) | u.index, idp);
+    order.emplace_back(ScanPosition(files_.at(*u.path).rank, u.index), idp);
   }
   std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) {
     return a.first != b.first ? a.first < b.first : *a.second < *b.second;
@@ -382,8 +386,7 @@ void PolicyEngine::SetLabel(Group* g, int label, bool rebuild) {
   for (const auto& [pos, idp] : order) {
     const std::string& id = *idp;
     const Unit& u = units_.at(id);
-    const FileRec& f = files_[*u.path];
-    g->module->OnInsertUnit(id, u.bytes, 0, UnitMeta{.position = (f.rank << 32) | u.index, .prefetched = u.prefetched_unread,
+    g->module->OnInsertUnit(id, u.bytes, 0, UnitMeta{.position = pos, .prefetched = u.prefetched_unread,
                                                      .now_us = now_us_, .replay = true});
     // Read in this epoch (keep: a first victim), not merely once since its
     // insert (an earlier epoch's read made it one too).
@@ -933,7 +936,7 @@ void PolicyEngine::OnInsert(const std::string& id, std::string_view path, uint64
   // A read for the previous epoch (a straggler's) enters as not read in
   // this one: the item is still to be read this epoch (keep: not a first
   // victim).
-  g->module->OnInsertUnit(id, bytes, 0, UnitMeta{.position = (f.rank << 32) | unit_index, .prefetched = prefetched || prev_epoch, .now_us = now_us_,
+  g->module->OnInsertUnit(id, bytes, 0, UnitMeta{.position = ScanPosition(f.rank, unit_index), .prefetched = prefetched || prev_epoch, .now_us = now_us_,
                                               .replay = restored});
   g->module_us = now_us_;
   g->bytes += bytes;
@@ -1016,7 +1019,7 @@ void PolicyEngine::MoveUnit(const std::string& id, Unit& u, const FileRec& f) {
   from->unit_ids.erase(&id);
   to->unit_ids.insert(&id);
   to->module->OnInsertUnit(id, u.bytes, 0,
-                          UnitMeta{.position = (f.rank << 32) | u.index, .prefetched = u.prefetched_unread,
+                          UnitMeta{.position = ScanPosition(f.rank, u.index), .prefetched = u.prefetched_unread,
                                    .now_us = now_us_, .object = *u.path, .unit_index = u.index, .replay = true});
   to->module_us = now_us_;
   to->bytes += u.bytes;
