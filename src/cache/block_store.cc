@@ -392,8 +392,8 @@ class DiskBlockStore final : public BlockStore {
       if (old != index_.end()) old->second.file.reset();
       open_lru_.pop_front();
     }
+    e.lru_pos = open_lru_.insert(read ? open_lru_.end() : open_lru_.begin(), id);  // may throw: first
     e.file = std::move(file);
-    e.lru_pos = open_lru_.insert(read ? open_lru_.end() : open_lru_.begin(), id);
   }
   // Keeps a verified (or just written) header for `e`. Requires mu_.
   void KeepHeaderLocked(Entry& e, std::shared_ptr<const UnitHeader> header) {
@@ -664,11 +664,24 @@ Result<std::shared_ptr<OpenUnitFile>> DiskBlockStore::WriteUnit(const std::strin
     const int err = errno;
     return Err(Status(CodeForErrno(err), fmt::format("cannot create a temp file in {}/tmp: {}", opts_.dir, ErrnoText(err))));
   }
+  // Whatever happens below, out of memory included (an error message, a
+  // directory name), the descriptor is closed and the temp file removed
+  // unless it became the unit file (which is then Put's to remove).
+  struct TmpFile {
+    int fd;
+    const std::string& path;
+    bool renamed = false;
+    ~TmpFile() {
+      if (fd >= 0) ::close(fd);
+      if (!renamed) ::unlink(path.c_str());
+    }
+  } guard{fd, tmp};
   Status s;
   if (::fchmod(fd, kFileMode) != 0) {
     s = Status(CodeForErrno(errno), fmt::format("chmod temp file in {}/tmp: {}", opts_.dir, ErrnoText(errno)));
   }
   if (s.ok()) s = WriteUnitFile(fd, header, data);
+  guard.fd = -1;
   if (::close(fd) != 0 && s.ok()) {
     s = Status(CodeForErrno(errno), fmt::format("closing temp file in {}/tmp: {}", opts_.dir, ErrnoText(errno)));
   }
@@ -682,19 +695,23 @@ Result<std::shared_ptr<OpenUnitFile>> DiskBlockStore::WriteUnit(const std::strin
       if (s.ok()) s = MakeDirIfMissing(d1 + "/" + id.substr(2, 2));
       if (s.ok()) err = ::rename(tmp.c_str(), dst.c_str()) == 0 ? 0 : errno;
     }
+    guard.renamed = s.ok() && err == 0;
     if (s.ok() && err != 0) {
       s = Status(CodeForErrno(err), fmt::format("cannot move a unit into {}/units: {}", opts_.dir, ErrnoText(err)));
     }
   }
-  if (!s.ok()) {
-    ::unlink(tmp.c_str());
-    return Err(s);
-  }
+  if (!s.ok()) return Err(s);
   // Opened again for reading while its dentry is hot (the write fd is closed
   // so that close() can report a delayed write error above). Failing here
   // costs only the open on the first read.
   const int rfd = ::open(PathOf(id).c_str(), O_RDONLY | O_CLOEXEC);
-  return rfd >= 0 ? std::make_shared<OpenUnitFile>(rfd) : nullptr;
+  if (rfd < 0) return nullptr;
+  try {
+    return std::make_shared<OpenUnitFile>(rfd);
+  } catch (...) {
+    ::close(rfd);
+    throw;
+  }
 }
 
 Status DiskBlockStore::Put(const UnitKey& key, std::string_view data, bool prefetched) {
@@ -730,6 +747,26 @@ Status DiskBlockStore::Put(const UnitKey& key, std::string_view data, bool prefe
   auto space = hooks_.volume_space(opts_.dir);
   if (!space) WarnOnce("statvfs", fmt::format("igtcache: {}; not checking free space", space.error().ToString()));
 
+  // From the reservation below to the index entry, the id is busy and `disk`
+  // bytes are reserved. If anything in between throws (out of memory: a
+  // path, the index record, the policy's records), both are given back and
+  // the unit file removed if it was written: else every later Put of this
+  // unit would be a no-op, and the reservation lost for good.
+  const std::string unit_path = PathOf(id);
+  struct Reservation {
+    DiskBlockStore* store;
+    const std::string& id;
+    const std::string& path;
+    uint64_t disk;
+    bool held = false;
+    ~Reservation() {
+      if (!held) return;
+      ::unlink(path.c_str());
+      std::lock_guard lk(store->mu_);
+      store->reserved_bytes_ -= disk;
+      store->busy_.erase(id);
+    }
+  } reservation{this, id, unit_path, disk};
   std::vector<Victim> victims;
   Status fail;
   {
@@ -767,6 +804,7 @@ Status DiskBlockStore::Put(const UnitKey& key, std::string_view data, bool prefe
       } else {
         busy_[id] = Busy{};
         reserved_bytes_ += disk;
+        reservation.held = true;
       }
     }
   }
@@ -787,31 +825,48 @@ Status DiskBlockStore::Put(const UnitKey& key, std::string_view data, bool prefe
     const UnitRecord rec{key, n, UnitRelPath(id), now, 0};
     s = FromRocks(DbWrite([&] { return db_->Put(rocksdb::WriteOptions(), std::string(kUnitKeyPrefix) + id, EncodeUnitRecord(rec)); }),
                   fmt::format("cache index {}/index: put", opts_.dir));
-    if (!s.ok()) ::unlink(PathOf(id).c_str());
+    if (!s.ok()) ::unlink(unit_path.c_str());
   }
   bool cancelled = false;
   {
     std::lock_guard lk(mu_);
-    reserved_bytes_ -= disk;
     auto b = busy_.find(id);
     cancelled = b->second.cancelled;
     if (s.ok() && !cancelled) {
-      busy_.erase(b);
+      // What may throw first (the entry, the policy's records), then what
+      // cannot: an exception leaves the index as it was.
       if (auto old = index_.find(id); old != index_.end()) ForgetLocked(old->second);
-      Entry& e = index_[id] = Entry{key, n, disk, now, 0, next_gen_++};
+      auto it = index_.insert_or_assign(id, Entry{key, n, disk, now, 0, next_gen_}).first;
+      try {
+        policy_->OnInsertUnit(id, n, 0,
+                              UnitMeta{.prefetched = prefetched, .now_us = now, .object = key.object,
+                                       .unit_index = key.index, .disk_bytes = disk, .etag = key.etag});
+      } catch (...) {
+        try {
+          policy_->OnRemove(id);  // whatever it took in before throwing
+        } catch (...) {
+        }
+        index_.erase(it);
+        throw;
+      }
+      ++next_gen_;
+      Entry& e = it->second;
       // The header just encoded (its checksums are of the bytes written) and
       // the file: the first read needs neither a path lookup nor a header read.
       KeepHeaderLocked(e, std::move(written_header));
-      KeepOpenLocked(id, e, std::move(*written), /*read=*/false);
-      policy_->OnInsertUnit(id, n, 0,
-                            UnitMeta{.prefetched = prefetched, .now_us = now, .object = key.object,
-                                     .unit_index = key.index, .disk_bytes = disk, .etag = key.etag});
+      try {
+        KeepOpenLocked(id, e, std::move(*written), /*read=*/false);
+      } catch (const std::bad_alloc&) {  // opened again on its first read
+      }
       used_bytes_ += disk;
+      busy_.erase(b);
     } else if (!s.ok()) {
       busy_.erase(b);
     } else {
       b->second.deleting = true;
     }
+    reserved_bytes_ -= disk;
+    reservation.held = false;
   }
   if (!s.ok()) return WriteError(s);
   if (cancelled) {

@@ -5,26 +5,10 @@
 #include <algorithm>
 
 #include <spdlog/spdlog.h>
+#include <xxhash.h>
 
 namespace igt {
 namespace {
-
-std::string UnitTag(const FileVersion& f, uint64_t u) {
-  std::string s = f.etag;
-  s += '#';
-  s += f.key;
-  s += '#';
-  s += std::to_string(u);
-  return s;
-}
-
-// A fill's file version, as fill_failed_'s key.
-std::string FillTag(const FileVersion& f) {
-  std::string t = f.key;
-  t += '\0';
-  t += f.etag;
-  return t;
-}
 
 // Bytes units [first, last] of `f` hold (the last unit of a file is short:
 // a small file costs its size, not a whole unit, against the budget).
@@ -33,6 +17,14 @@ uint64_t JobBytes(const FileVersion& f, uint64_t first, uint64_t last, uint64_t 
 }
 
 }  // namespace
+
+// The key hashed with a seed made of the ETag and the index: 128 bits, so a
+// collision (a unit taken for queued and left to its reader) is never seen.
+Prefetcher::Tag Prefetcher::TagOf(const FileVersion& f, uint64_t unit) noexcept {
+  const XXH128_hash_t h =
+      XXH3_128bits_withSeed(f.key.data(), f.key.size(), XXH3_64bits_withSeed(f.etag.data(), f.etag.size(), unit));
+  return Tag{h.low64, h.high64};
+}
 
 Prefetcher::Prefetcher(ReadPipeline* pipeline, BlockStore* store, Options opts, Hook begin, Hook end)
     : pipeline_(pipeline), store_(store), opts_(opts), begin_(std::move(begin)), end_(std::move(end)) {
@@ -68,14 +60,14 @@ size_t Prefetcher::Submit(const FileVersion& file, uint64_t first, uint64_t last
     if (background) last_bg_submit_ = std::chrono::steady_clock::now();
     size_t i = 0;
     while (i < want.size()) {
-      if (units_.count(UnitTag(file, want[i]))) {
+      if (units_.count(TagOf(file, want[i]))) {
         ++i;
         continue;
       }
       // A run of adjacent units not queued yet, at most max_job_units.
       size_t j = i;
       while (j + 1 < want.size() && want[j + 1] == want[j] + 1 && j + 1 - i < opts_.max_job_units &&
-             !units_.count(UnitTag(file, want[j + 1])))
+             !units_.count(TagOf(file, want[j + 1])))
         ++j;
       const uint64_t bytes = JobBytes(file, want[i], want[j], unit);
       if (held_bytes_ + bytes > opts_.budget_bytes ||
@@ -92,7 +84,7 @@ size_t Prefetcher::Submit(const FileVersion& file, uint64_t first, uint64_t last
       stats_.peak_held_bytes = std::max(stats_.peak_held_bytes, held_bytes_);
       stats_.queued_units += j - i + 1;
       queued += j - i + 1;
-      for (size_t k = i; k <= j; ++k) units_.insert(UnitTag(file, want[k]));
+      for (size_t k = i; k <= j; ++k) units_.insert(TagOf(file, want[k]));
       i = j + 1;
     }
   }
@@ -106,7 +98,7 @@ bool Prefetcher::Fill(const FileVersion& file, uint64_t max_bytes) {
   {
     std::lock_guard lk(mu_);
     if (stop_) return false;
-    if (auto ff = fill_failed_.find(FillTag(file)); ff != fill_failed_.end()) {
+    if (auto ff = fill_failed_.find(TagOf(file, kFileTag)); ff != fill_failed_.end()) {
       if (std::chrono::steady_clock::now() < ff->second) return false;
       fill_failed_.erase(ff);
     }
@@ -161,7 +153,7 @@ bool Prefetcher::NextFillJobLocked(Job* job) {
     // Units cached or queued already are skipped (Contains takes the store's
     // own lock, never ours: the store does not call back into the prefetcher).
     auto wanted = [&](uint64_t u) {
-      return !units_.count(UnitTag(f.file, u)) && !(store_ && store_->Contains(UnitKey{f.file.key, f.file.etag, u}));
+      return !units_.count(TagOf(f.file, u)) && !(store_ && store_->Contains(UnitKey{f.file.key, f.file.etag, u}));
     };
     while (f.next < n && !wanted(f.next)) ++f.next;
     const bool limited = f.next < n && JobBytes(f.file, f.next, f.next, unit) > f.allowed;
@@ -188,7 +180,6 @@ bool Prefetcher::NextFillJobLocked(Job* job) {
         (share && fill_held_bytes_ > 0 && fill_held_bytes_ + bytes > opts_.budget_bytes / 4))
       return false;
     *job = Job{f.file, f.next, last, bytes, true, true, f.id};
-    for (uint64_t u = f.next; u <= last; ++u) units_.insert(UnitTag(f.file, u));
     held_bytes_ += bytes;
     bg_held_bytes_ += bytes;
     fill_held_bytes_ += bytes;
@@ -196,6 +187,12 @@ bool Prefetcher::NextFillJobLocked(Job* job) {
     f.next = last + 1;
     if (f.allowed != UINT64_MAX) f.allowed -= bytes;
     f.inflight += bytes;
+    // Tags last: out of memory here leaves a unit untagged (a duplicate
+    // job at worst); the job runs and its end erases the tags there are.
+    try {
+      for (uint64_t u = job->first; u <= last; ++u) units_.insert(TagOf(f.file, u));
+    } catch (const std::bad_alloc&) {
+    }
     return true;
   }
   return false;
@@ -204,10 +201,17 @@ bool Prefetcher::NextFillJobLocked(Job* job) {
 void Prefetcher::Worker() {
   while (true) {
     Job job;
-    {
+    try {
       std::unique_lock lk(mu_);
       cv_.wait(lk, [&] { return stop_ || NextJobLocked(&job); });
       if (stop_) return;  // checked first: no job was taken
+    } catch (const std::exception& e) {
+      // Choosing a job allocates (the job's copy of the file's name, a fill's
+      // look-ups) before it changes any state: nothing was taken. Out of
+      // memory, wait a little rather than spin, then choose again.
+      spdlog::error("prefetch: choosing the next job: {}", e.what());
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      continue;
     }
     // An exception (out of memory) fails the job, not the daemon (the
     // thread would take it down), and its budget is still given back.
@@ -226,10 +230,15 @@ void Prefetcher::Worker() {
     } catch (...) {
       spdlog::error("prefetch {}: its end hook failed", job.file.key);
     }
-    if (!s.ok()) spdlog::debug("prefetch {} [{}, {}]: {}", job.file.key, job.first, job.last, s.ToString());
+    if (!s.ok() && spdlog::should_log(spdlog::level::debug)) {
+      try {  // ToString allocates
+        spdlog::debug("prefetch {} [{}, {}]: {}", job.file.key, job.first, job.last, s.ToString());
+      } catch (const std::bad_alloc&) {
+      }
+    }
     {
       std::lock_guard lk(mu_);
-      for (uint64_t u = job.first; u <= job.last; ++u) units_.erase(UnitTag(job.file, u));
+      for (uint64_t u = job.first; u <= job.last; ++u) units_.erase(TagOf(job.file, u));
       held_bytes_ -= job.bytes;
       if (job.background) {  // fills too
         --bg_running_;
@@ -245,7 +254,10 @@ void Prefetcher::Worker() {
         if (!s.ok()) {
           if (f != fills_.end()) fills_.erase(f);
           if (fill_failed_.size() >= kMaxFills * 64) fill_failed_.clear();
-          fill_failed_[FillTag(job.file)] = std::chrono::steady_clock::now() + opts_.fill_retry_after;
+          try {
+            fill_failed_[TagOf(job.file, kFileTag)] = std::chrono::steady_clock::now() + opts_.fill_retry_after;
+          } catch (const std::bad_alloc&) {  // filled again sooner: no harm
+          }
         }
       }
       if (s.ok()) stats_.fetched_units += job.last - job.first + 1;

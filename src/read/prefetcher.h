@@ -91,6 +91,18 @@ class Prefetcher {
   Stats stats() const;
 
  private:
+  // A unit (key, etag, index) or a file version (index kFileTag): XXH3-128,
+  // a value, so that looking one up or erasing it never allocates (the
+  // bookkeeping after a job must not throw: it gives the budget back).
+  struct Tag {
+    uint64_t lo = 0, hi = 0;
+    bool operator==(const Tag&) const = default;
+  };
+  struct TagHash {
+    size_t operator()(const Tag& t) const noexcept { return t.lo; }
+  };
+  static constexpr uint64_t kFileTag = UINT64_MAX;
+  static Tag TagOf(const FileVersion& f, uint64_t unit) noexcept;
   struct Job {
     FileVersion file;
     uint64_t first, last, bytes;
@@ -128,12 +140,12 @@ class Prefetcher {
   uint64_t next_fill_id_ = 1;
   // key + etag of files whose last fill job failed -> until when Fill
   // refuses them (bounded: cleared past kMaxFills * 64 entries).
-  std::unordered_map<std::string, std::chrono::steady_clock::time_point> fill_failed_;
+  std::unordered_map<Tag, std::chrono::steady_clock::time_point, TagHash> fill_failed_;
   size_t bg_running_ = 0;     // background and fill jobs being fetched
   uint64_t bg_held_bytes_ = 0;    // held by background jobs, fills included (<= budget / 2)
   uint64_t fill_held_bytes_ = 0;  // held by fill jobs (<= budget / 4, or one job, after background work)
   std::chrono::steady_clock::time_point last_bg_submit_{};  // the last background Submit
-  std::unordered_set<std::string> units_;  // "etag#key#unit" queued or running
+  std::unordered_set<Tag, TagHash> units_;  // units (etag, key, index) queued or running
   uint64_t held_bytes_ = 0;
   bool stop_ = false;
   Stats stats_;

@@ -275,9 +275,13 @@ Status ReadPipeline::FetchRuns(const FileVersion& file, std::vector<Need>& needs
       const char* unit_data = nullptr;
       if (r.st.ok()) {
         unit_data = r.buf.get() + (needs[k].off - r.off);
-        if (keep)
-          (void)store_->Put(UnitKey{file.key, file.etag, needs[k].index}, {unit_data, needs[k].len},
-                            /*prefetched=*/!demand);
+        // A Put that throws (out of memory) leaves the unit uncached; the
+        // bytes fetched are still served.
+        if (keep) try {
+            (void)store_->Put(UnitKey{file.key, file.etag, needs[k].index}, {unit_data, needs[k].len},
+                              /*prefetched=*/!demand);
+          } catch (const std::exception&) {
+          }
       }
       auto& fl = needs[k].flight;
       Unlist(file, needs[k].index);
