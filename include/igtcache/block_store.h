@@ -109,6 +109,8 @@ class BlockStore {
   // cannot be read.
   virtual Result<std::optional<std::string>> LookupMeta(std::string_view key) = 0;
   virtual void DeleteMeta(std::string_view key) = 0;
+  // Deletes every metadata record whose key starts with `prefix`; the count.
+  virtual Result<uint64_t> DeleteMetaPrefix(std::string_view prefix) = 0;
 };
 
 // A unit's index means bytes [index*unit_size, ...): a cache filled with
@@ -118,5 +120,17 @@ class BlockStore {
 // record (a lost or unreadable record must not be taken for a fresh cache);
 // the read's or the write's error if reading or recording fails.
 Status CheckUnitSize(BlockStore& store, uint64_t unit_size_bytes);
+
+// Saved directory listings name the objects, sizes and versions of one
+// source: a cache dir mounted again with another source (another bucket,
+// prefix, endpoint or local directory) would list and serve the old
+// source's objects until each listing's TTL ran out. The source is recorded
+// (meta record "c/source", BlockStore's Describe()); when it differs, every
+// saved listing ("l/...") is dropped and the previous source returned (the
+// caller warns). Units stay: they are keyed by object key and version, and
+// a version (ETag, or a local file's size, mtime, inode and birth time)
+// does not repeat across sources with other bytes. nullopt when the source
+// is the recorded one or none was recorded.
+Result<std::optional<std::string>> CheckSource(BlockStore& store, const std::string& source);
 
 }  // namespace igt

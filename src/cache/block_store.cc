@@ -272,6 +272,24 @@ class DiskBlockStore final : public BlockStore {
     if (s.IsNotFound()) return std::optional<std::string>();
     return Err(FromRocks(s, fmt::format("cache index {}/index: get meta", opts_.dir)));
   }
+  Result<uint64_t> DeleteMetaPrefix(std::string_view prefix) override {
+    const std::string first = std::string(kMetaKeyPrefix) + std::string(prefix);
+    rocksdb::WriteBatch batch;
+    uint64_t n = 0;
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+    for (it->Seek(first); it->Valid() && it->key().starts_with(first); it->Next()) {
+      batch.Delete(it->key());
+      ++n;
+    }
+    if (auto s = FromRocks(it->status(), fmt::format("cache index {}/index: list meta", opts_.dir)); !s.ok())
+      return Err(s);
+    if (n == 0) return n;
+    if (auto s = FromRocks(DbWrite([&] { return db_->Write(rocksdb::WriteOptions(), &batch); }),
+                           fmt::format("cache index {}/index: delete meta", opts_.dir));
+        !s.ok())
+      return Err(s);
+    return n;
+  }
   void DeleteMeta(std::string_view key) override {
     const std::string k = std::string(kMetaKeyPrefix) + std::string(key);
     auto s = DbWrite([&] { return db_->Delete(rocksdb::WriteOptions(), k); });
@@ -1170,6 +1188,24 @@ Status CheckUnitSize(BlockStore& store, uint64_t unit_size_bytes) {
     return Status(s.code(), fmt::format("cannot record the unit size in its index: {}", s.message()));
   }
   return Status::Ok();
+}
+
+Result<std::optional<std::string>> CheckSource(BlockStore& store, const std::string& source) {
+  constexpr std::string_view kKey = "c/source";
+  auto read = store.LookupMeta(kKey);
+  if (!read) {
+    return Err(Status(read.error().code(),
+                      fmt::format("cannot read the source recorded in its index: {}", read.error().message())));
+  }
+  const std::optional<std::string>& have = *read;
+  if (have && *have == source) return std::optional<std::string>();
+  // Listings first: if recording the new source then fails, the next mount
+  // drops them again, never trusts them.
+  if (auto n = store.DeleteMetaPrefix("l/"); !n)
+    return Err(Status(n.error().code(), fmt::format("cannot drop the saved listings: {}", n.error().message())));
+  if (auto s = store.PutMeta(kKey, source); !s.ok())
+    return Err(Status(s.code(), fmt::format("cannot record the source in its index: {}", s.message())));
+  return have;
 }
 
 }  // namespace igt

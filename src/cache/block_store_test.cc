@@ -697,6 +697,32 @@ TEST_CASE("the unit size a cache holds is recorded, checked, and never guessed",
   }
 }
 
+TEST_CASE("another source drops the saved listings, keeps units and other records", "[block_store]") {
+  Fixture f;
+  auto s = f.Open();
+  REQUIRE(s->PutMeta("l/old-listing", "x").ok());  // a listing saved before sources were recorded
+  auto first = CheckSource(*s, "s3://a/ (http://e)");
+  REQUIRE(first.has_value());
+  CHECK_FALSE(first->has_value());                 // nothing recorded: no warning
+  CHECK_FALSE(s->GetMeta("l/old-listing"));        // but not trusted either
+  REQUIRE(CheckUnitSize(*s, 1 << 20).ok());
+  REQUIRE(s->Put(Key(1), DataOf(Key(1), 300)).ok());
+  for (int i = 0; i < 3; ++i) REQUIRE(s->PutMeta("l/dir" + std::to_string(i) + "/", "listing").ok());
+  REQUIRE(s->PutMeta("lx", "not a listing").ok());
+  auto same = CheckSource(*s, "s3://a/ (http://e)");
+  REQUIRE(same.has_value());
+  CHECK_FALSE(same->has_value());
+  CHECK(s->GetMeta("l/dir0/") == "listing");      // the same source keeps them
+  auto other = CheckSource(*s, "file:///data");
+  REQUIRE(other.has_value());
+  CHECK(*other == std::optional<std::string>("s3://a/ (http://e)"));
+  for (int i = 0; i < 3; ++i) CHECK_FALSE(s->GetMeta("l/dir" + std::to_string(i) + "/"));
+  CHECK(s->GetMeta("lx") == "not a listing");
+  CHECK(s->GetMeta("c/unit_size_bytes") == std::to_string(1 << 20));
+  CHECK(s->GetMeta("c/source") == "file:///data");
+  CHECK(ReadAll(*s, Key(1), 300) == DataOf(Key(1), 300));
+}
+
 TEST_CASE("max_bytes is enforced by evicting LRU victims", "[block_store]") {
   Fixture f;
   f.opts.max_bytes = 4 * Disk(Key(0), 10000);  // 4 units of 10000 bytes (3 blocks each)

@@ -281,10 +281,20 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
                          s.code() == Code::kCorruption ? "; delete that cache dir (or use another cache.dir)" : ""));
     return kExitError;
   }
+  // The source its saved listings came from: another one's are dropped.
+  auto previous_source = CheckSource(**store, (*backend)->Describe());
+  if (!previous_source) {
+    rep.Fail(fmt::format("cache dir '{}': {}", cfg.cache.dir, previous_source.error().message()));
+    return kExitError;
+  }
   if (auto s = SetUpLogging(cfg, foreground, cfg.cache.dir); !s.ok()) {
     rep.Fail(s.message());
     return kExitUsage;
   }
+  if (*previous_source)
+    spdlog::warn("cache dir '{}' was last mounted with source {}, now {}: its saved directory listings were "
+                 "dropped (cached units stay, and are served only for objects of the same key and version)",
+                 cfg.cache.dir, **previous_source, (*backend)->Describe());
   Namespace ns(backend->get(), store->get(), &metrics, Namespace::Options{.ttl_ms = cfg.metadata.ttl_ms, .prefetch_dirs = cfg.metadata.prefetch_dirs});
   ns_view = &ns;
   struct ClearView {

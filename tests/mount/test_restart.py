@@ -66,6 +66,32 @@ def main():
             check(e.returncode not in (0, None) and "cache.unit_size_bytes" in e.stderr and str(cache) in e.stderr,
                   f"another unit size on the same cache dir is refused, naming key and dir: {e.stderr.strip()!r}")
 
+        # The same cache dir mounted with another source: a bucket holding
+        # some of the same names with other bytes, and a name of its own.
+        # Before, the first bucket's saved listings were served for a TTL
+        # (60 s): its names, and its cached bytes under the new names.
+        other = BUCKET + "-b"
+        srv.create_bucket(other)
+        same_names = [e.path for e in ds.files if e.size > 0][:3]
+        conn = srv.connection()
+        want = {}
+        for rel in same_names + ["only-in-b.txt"]:
+            body = f"bucket b: {rel}\n".encode()
+            st, _ = srv.request("PUT", f"/{other}/{harness.s3_quote(rel)}", body, conn)
+            check(st == 200, f"PUT {rel} into {other}")
+            want[rel] = body
+        conn.close()
+        m4 = s.mount(f"s3://{other}", cache_dir=cache, args=args)
+        top = sorted(p.name for p in m4.mountpoint.iterdir())
+        want_top = sorted({rel.split("/")[0] for rel in want})
+        check(top == want_top, f"another source on the same cache dir lists its own names ({top} == {want_top})")
+        for rel, body in want.items():
+            got = m4.path(rel).read_bytes()
+            check(got == body, f"{rel}: the new source's bytes ({got[:40]!r})")
+        check(s.unmount(m4) == 0, "third daemon exited 0 after unmount")
+        check("was last mounted with source" in m4.proc.stderr_text(),
+              "the daemon logs that the cache dir's saved listings of the other source were dropped")
+
 
 if __name__ == "__main__":
     harness.run_test("test_restart", main)
