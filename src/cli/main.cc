@@ -103,7 +103,7 @@ int main(int argc, char** argv) {
   igt::MountArgs m;
   auto* mount = app.add_subcommand("mount", "Mount SOURCE (file:///dir or s3://bucket[/prefix]) on MOUNTPOINT");
   mount->add_option("SOURCE", m.source, "file:///abs/dir or s3://bucket[/prefix]")->required();
-  mount->add_option("MOUNTPOINT", m.mountpoint, "Existing empty directory")->required();
+  mount->add_option("MOUNTPOINT", m.mountpoint, "Existing directory, outside a file:// source (its entries are hidden while mounted)")->required();
   mount->add_option("--config", m.config_path, "YAML config file (see examples/igtcache.yaml)")->check(non_empty);
   mount->add_option("--cache-dir", m.cache_dir, "Cache directory (cache.dir)")->check(non_empty);
   mount->add_option("--cache-size", m.cache_size, "Cache size limit, e.g. 10G (cache.max_bytes)")->check(non_empty);

@@ -28,6 +28,7 @@
 #include "igtcache/metrics.h"
 #include "igtcache/version.h"
 #include "src/config/stream_settings.h"
+#include "src/cli/ops_cmds.h"
 #include "src/fs/namespace.h"
 #include "src/engine/live_engine.h"
 #include "src/engine/listing_cache.h"
@@ -535,13 +536,54 @@ int RunMount(const MountArgs& a) {
   if (!url) return fail(kExitUsage, url.error().message());
 
   std::error_code ec;
-  auto mp = fs::absolute(a.mountpoint, ec);
-  if (ec || !fs::is_directory(mp, ec))
+  const fs::path mp = NormalizeMountpoint(a.mountpoint);
+  // Before anything stats it: a stat of a mount whose daemon hangs hangs.
+  if (IsIgtcacheMount(mp.string()))
+    return fail(kExitUsage, fmt::format("mount point '{}' is already an igtcache mount (a live one, or one left "
+                                        "behind by a daemon that died): run 'igtcache unmount {}' first",
+                                        a.mountpoint, a.mountpoint));
+  if (!fs::is_directory(mp, ec)) {
+    if (ec.value() == ENOTCONN)
+      return fail(kExitUsage, fmt::format("mount point '{}' is a FUSE mount whose daemon has gone: run "
+                                          "'fusermount3 -u {}' first",
+                                          a.mountpoint, a.mountpoint));
     return fail(kExitUsage, fmt::format("mount point '{}' is not an existing directory", a.mountpoint));
+  }
   MountArgs args = a;
-  args.mountpoint = mp.lexically_normal().string();
+  args.mountpoint = mp.string();
   if (cfg->cache.dir.empty()) cfg->cache.dir = DefaultCacheDir();
   cfg->cache.dir = fs::absolute(cfg->cache.dir, ec).lexically_normal().string();
+  // Paths the mount would reach through itself: its reads would wait on its
+  // own replies (a deadlock even SIGKILL does not end), or a walk of the
+  // mount would find the mount again inside it.
+  {
+    auto real = [](const fs::path& p) {
+      std::error_code e;
+      auto r = fs::weakly_canonical(p, e);
+      return fs::path(NormalizeMountpoint((e ? p : r).string()));  // no trailing '/'
+    };
+    auto within = [](const fs::path& inner, const fs::path& outer) {
+      auto [o, i] = std::mismatch(outer.begin(), outer.end(), inner.begin(), inner.end());
+      return o == outer.end();
+    };
+    const fs::path rmp = real(mp);
+    if (url->kind == SourceUrl::Kind::kFile) {
+      const fs::path src = real(url->path);
+      if (within(rmp, src) || within(src, rmp))
+        return fail(kExitUsage, fmt::format("source '{}' and mount point '{}' overlap: the mount would read its "
+                                            "own files through itself; mount on a directory outside the source",
+                                            a.source, a.mountpoint));
+    }
+    if (within(real(cfg->cache.dir), rmp))
+      return fail(kExitUsage, fmt::format("cache dir '{}' is inside mount point '{}': the mount would hide it; use "
+                                          "a cache dir outside the mount point",
+                                          cfg->cache.dir, a.mountpoint));
+  }
+  // FUSE mounts over a non-empty directory (libfuse 3 dropped the check);
+  // its entries are hidden until the unmount. Said, not refused.
+  if (fs::directory_iterator it(mp, ec); !ec && it != fs::directory_iterator())
+    std::fprintf(stderr, "igtcache: warning: mount point '%s' is not empty: its entries are hidden while it is "
+                 "mounted\n", a.mountpoint.c_str());
   if (!cfg->logging.file.empty())
     cfg->logging.file = fs::absolute(cfg->logging.file, ec).string();
   if (!cfg->policy.file.empty())  // read again on SIGHUP, after the daemon left this dir

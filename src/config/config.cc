@@ -4,6 +4,7 @@
 #include "igtcache/config.h"
 
 #include "src/config/stream_settings.h"
+#include "src/config/yaml_keys.h"
 #include "src/stream/stream_config.h"
 
 #include <yaml-cpp/yaml.h>
@@ -15,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <set>
 #include <sstream>
 
 namespace igt {
@@ -361,6 +363,7 @@ Result<Config> ParseConfig(const std::string& text, const std::string& origin) {
   }
   if (root.IsNull()) return c;  // empty file: all defaults
   try {
+    if (auto s = RejectDuplicateKeys(root, origin); !s.ok()) return Err(s);
     if (auto s = Walk(root, "", c, origin); !s.ok()) return Err(s);
   } catch (const YAML::Exception& e) {
     return Err(Status::InvalidArgument(fmt::format("{}: {}", origin, e.what())));
@@ -532,6 +535,37 @@ std::string ConfigExampleYaml() {
     s += "  " + name + ": " + v + "\n";
   }
   return s;
+}
+
+namespace {
+// Deeper than any key of ours; an alias of an enclosing node (`a: &x {b: *x}`)
+// makes the graph a cycle, and only this bound ends the walk.
+constexpr int kMaxYamlDepth = 32;
+
+Status RejectDuplicatesAt(const YAML::Node& n, const std::string& origin, const std::string& path, int depth) {
+  if (depth > kMaxYamlDepth && (n.IsMap() || n.IsSequence()))
+    return Status::InvalidArgument(fmt::format("{}: nested deeper than {} levels (an alias of an enclosing node?)",
+                                               origin, kMaxYamlDepth));
+  if (n.IsMap()) {
+    std::set<std::string> seen;
+    for (auto it = n.begin(); it != n.end(); ++it) {
+      const std::string key = it->first.IsScalar() ? it->first.Scalar() : std::string("?");
+      const std::string full = path.empty() ? key : path + "." + key;
+      if (it->first.IsScalar() && !seen.insert(key).second)
+        return Status::InvalidArgument(
+            fmt::format("{}: line {}: duplicate key '{}'", origin, it->first.Mark().line + 1, full));
+      if (auto s = RejectDuplicatesAt(it->second, origin, full, depth + 1); !s.ok()) return s;
+    }
+  } else if (n.IsSequence()) {
+    for (size_t i = 0; i < n.size(); ++i)
+      if (auto s = RejectDuplicatesAt(n[i], origin, fmt::format("{}[{}]", path, i), depth + 1); !s.ok()) return s;
+  }
+  return Status::Ok();
+}
+}  // namespace
+
+Status RejectDuplicateKeys(const YAML::Node& node, const std::string& origin) {
+  return RejectDuplicatesAt(node, origin, "", 0);
 }
 
 }  // namespace igt

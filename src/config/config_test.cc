@@ -63,6 +63,16 @@ TEST_CASE("errors name the bad key") {
   auto en = ParseConfig("backend:\n  addressing: sideways\n", "t.yaml");
   REQUIRE_FALSE(en.has_value());
   CHECK_THAT(en.error().message(), Catch::Contains("backend.addressing"));
+  // A key given twice (yaml-cpp keeps both; one silently won).
+  auto dup = ParseConfig("cache:\n  max_bytes: 1G\n  max_bytes: 2G\n", "t.yaml");
+  REQUIRE_FALSE(dup.has_value());
+  CHECK_THAT(dup.error().message(), Catch::Contains("duplicate key 'cache.max_bytes'"));
+  CHECK_THAT(dup.error().message(), Catch::Contains("line 3"));
+  auto dup_section = ParseConfig("cache:\n  max_bytes: 1G\ncache:\n  dir: /x\n", "t.yaml");
+  REQUIRE_FALSE(dup_section.has_value());
+  CHECK_THAT(dup_section.error().message(), Catch::Contains("duplicate key 'cache'"));
+  auto cycle = ParseConfig("cache: &a\n  x: *a\n", "t.yaml");  // an alias of its enclosing node
+  REQUIRE_FALSE(cycle.has_value());
   auto syntax = ParseConfig("cache:\n  max_bytes: [1\n", "t.yaml");
   REQUIRE_FALSE(syntax.has_value());
   CHECK_THAT(syntax.error().message(), Catch::Contains("t.yaml"));

@@ -1056,6 +1056,18 @@ TEST_CASE("the example policy files parse", "[engine][yaml]") {
   }
 }
 
+TEST_CASE("a policy file with a key given twice is refused, naming it", "[engine][yaml]") {
+  // yaml-cpp keeps both pairs; one used to win without a word (also on a
+  // SIGHUP reload).
+  auto twice = ParsePolicyFile("profile: training\npatterns:\n  random: {eviction: keep}\n"
+                               "patterns:\n  random: {eviction: bogus}\n", "p.yaml");
+  REQUIRE_FALSE(twice.has_value());
+  CHECK_THAT(twice.error().message(), Catch::Contains("p.yaml: line 4: duplicate key 'patterns'"));
+  auto inner = ParsePolicyFile("overrides:\n  - {prefix: \"a/\", pin: true, pin: false}\n", "p.yaml");
+  REQUIRE_FALSE(inner.has_value());
+  CHECK_THAT(inner.error().message(), Catch::Contains("duplicate key 'overrides[0].pin'"));
+}
+
 }  // namespace
 }  // namespace igt::engine
 

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "igtcache/config.h"
+#include "src/config/yaml_keys.h"
 
 namespace igt::engine {
 namespace {
@@ -244,6 +245,7 @@ Result<PolicyFile> ParsePolicyFile(const std::string& yaml_text, const std::stri
   Ctx c{origin};
   try {
     YAML::Node root = YAML::Load(yaml_text);
+    if (auto s = RejectDuplicateKeys(root, origin); !s.ok()) return Err(s);
     return ParseImpl(c, root);
   } catch (const YAML::Exception& e) {
     return Err(Status::InvalidArgument(origin + ":" + std::to_string(e.mark.line + 1) + ": " + e.msg));

@@ -168,13 +168,42 @@ def main():
                 mnt = s.mkdir(f"mnt_second_{fg}")
                 problems += run_case(s, "second daemon on the same cache dir", f"file://{src_dir}", mnt,
                                      ["--cache-dir", str(cache)], [str(cache), "lock", "in use", "another"], fg)
+            # A mount on top of a live igtcache mount is refused (it stacked).
+            for fg in (False, True):
+                argv = s.mount_argv(f"file://{src_dir}", m.mountpoint, s.mkdir(f"cache_stack_{fg}"), [], fg)
+                r = subprocess.run(argv, env=s.igt_env(), stdin=subprocess.DEVNULL, capture_output=True,
+                                   timeout=CASE_TIMEOUT_S)
+                err = r.stderr.decode("utf-8", "replace").strip()
+                log(f"  mount on top of an igtcache mount: rc={r.returncode} stderr={err[:160]!r}")
+                if r.returncode != 2 or "already an igtcache mount" not in err:
+                    problems.append(f"mount on top of an igtcache mount [{fg}]: rc={r.returncode}, {err!r}")
+                if len(harness.mount_entries(m.mountpoint)) != 1:
+                    problems.append(f"mount on top of an igtcache mount [{fg}]: "
+                                    f"{len(harness.mount_entries(m.mountpoint))} mounts there")
+                    subprocess.run(["fusermount3", "-u", str(m.mountpoint)], capture_output=True)
             check((m.mountpoint / "a.txt").read_text() == "a\n", "the first daemon still serves reads")
             check(s.unmount(m) == 0, "first daemon exited 0")
+
+            # A mount that would reach itself is refused before it mounts: its
+            # reads waited on its own replies (unkillable), or a walk of it
+            # found it again inside.
+            for fg in (False, True):
+                mnt = s.mkdir(f"mnt_self_{fg}")
+                problems += run_case(s, "source is the mount point", f"file://{mnt}", mnt, [], ["overlap"], fg,
+                                     want_rc=2)
+                outer = s.mkdir(f"src_outer_{fg}")
+                inner = outer / "mnt"
+                inner.mkdir()
+                problems += run_case(s, "source contains the mount point", f"file://{outer}", inner, [],
+                                     ["overlap"], fg, want_rc=2)
+                mnt = s.mkdir(f"mnt_cachein_{fg}")
+                problems += run_case(s, "cache dir inside the mount point", f"file://{src_dir}", mnt,
+                                     ["--cache-dir", str(mnt / "cache")], ["inside mount point"], fg, want_rc=2)
         finally:
             if ro_mounted:
                 subprocess.run(["umount", str(ro)], capture_output=True)
 
-        n = 2 * (len(cases) + 3)
+        n = 2 * (len(cases) + 7)
         if problems:
             raise harness.TestFailure(f"{len(problems)} of {n} bad-input runs misbehaved:\n    "
                                       + "\n    ".join(problems))
