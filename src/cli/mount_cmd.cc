@@ -337,9 +337,14 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
   BlockStore* st = store->get();
   Prefetcher* pfr = prefetcher.get();
   const uint64_t unit_bytes = pipeline.unit_size();
-  auto stats_json = [&metrics, st, started, source, &ns, &tree, live, pfr, unit_bytes]() {
+  // The Prometheus endpoint's address once it serves, with the port it got
+  // (`:0` picks one): set below, read by every stats call.
+  auto metrics_at = std::make_shared<std::atomic<int>>(0);
+  const std::string metrics_host = cfg.metrics.addr.substr(0, cfg.metrics.addr.rfind(':'));
+  auto stats_json = [&metrics, st, started, source, &ns, &tree, live, pfr, unit_bytes, metrics_at, metrics_host]() {
     nlohmann::json j;
     for (const auto& [k, v] : metrics.Snapshot()) j[k] = v;
+    if (const int port = metrics_at->load(); port > 0) j["metrics_addr"] = fmt::format("{}:{}", metrics_host, port);
     j["cache_used_bytes"] = st->used_bytes();
     j["cache_limit_bytes"] = st->limit_bytes();
     j["cache_unit_bytes"] = unit_bytes;
@@ -477,6 +482,7 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
       return ms.error().code() == Code::kInvalidArgument ? kExitUsage : kExitError;
     }
     metrics_server = std::move(*ms);
+    metrics_at->store(metrics_server->port());
     spdlog::info("metrics: Prometheus endpoint on {} (port {})", cfg.metrics.addr, metrics_server->port());
   }
   if (auto s = fuse.Mount(); !s.ok()) {

@@ -168,6 +168,12 @@ TEST_CASE("MetricsServer serves /metrics over HTTP and reads the snapshot at scr
   auto dup = obs::MetricsServer::Start("127.0.0.1:" + std::to_string((*srv)->port()), [] { return "{}"; }, nullptr);
   REQUIRE(!dup);
   CHECK(dup.error().code() == Code::kUnavailable);
+  // Why, in words (the HTTP server's own error said "null context when
+  // constructing CivetServer").
+  CHECK_THAT(dup.error().message(), Catch::Contains("Address already in use"));
+  auto foreign = obs::MetricsServer::Start("192.0.2.1:9100", [] { return "{}"; }, nullptr);  // TEST-NET-1
+  REQUIRE(!foreign);
+  CHECK_THAT(foreign.error().message(), Catch::Contains("not an address of this machine"));
 }
 
 TEST_CASE("A stats source that returns garbage yields a valid scrape without series, not zeros") {

@@ -1,6 +1,9 @@
 #include "src/obs/prometheus_exporter.h"
 
 #include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <prometheus/collectable.h>
 #include <prometheus/exposer.h>
@@ -11,6 +14,8 @@
 #include <spdlog/spdlog.h>
 
 #include <cctype>
+#include <cerrno>
+#include <cstring>
 #include <map>
 #include <set>
 #include <sstream>
@@ -298,6 +303,43 @@ class StatsCollectable final : public prometheus::Collectable {
   const BackendStats* const backend_;
 };
 
+// Why `addr` (valid: ValidateMetricsAddr) cannot be bound, from a bind() of
+// our own: the HTTP server's error says only "null context when constructing
+// CivetServer". Empty if the probe binds (the cause was something else).
+std::string BindFailure(const std::string& addr) {
+  const auto colon = addr.rfind(':');
+  std::string host = addr.substr(0, colon);
+  const auto port = static_cast<uint16_t>(std::stoul(addr.substr(colon + 1)));
+  sockaddr_storage ss{};
+  socklen_t len = 0;
+  if (host.front() == '[') {
+    auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
+    a->sin6_family = AF_INET6;
+    a->sin6_port = htons(port);
+    if (inet_pton(AF_INET6, host.substr(1, host.size() - 2).c_str(), &a->sin6_addr) != 1) return {};
+    len = sizeof *a;
+  } else {
+    auto* a = reinterpret_cast<sockaddr_in*>(&ss);
+    a->sin_family = AF_INET;
+    a->sin_port = htons(port);
+    if (inet_pton(AF_INET, host.c_str(), &a->sin_addr) != 1) return {};
+    len = sizeof *a;
+  }
+  const int fd = ::socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return std::strerror(errno);
+  const int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);  // as the server does
+  std::string why;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&ss), len) != 0) {
+    const int err = errno;
+    why = std::strerror(err);
+    if (err == EADDRINUSE) why += " (another process listens there: pick another port, or :0 for any free one)";
+    if (err == EADDRNOTAVAIL) why += " (not an address of this machine)";
+  }
+  ::close(fd);
+  return why;
+}
+
 }  // namespace
 
 Status ValidateMetricsAddr(const std::string& addr) {
@@ -352,7 +394,9 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::Start(const std::string& a
     auto ports = impl->exposer->GetListeningPorts();
     if (!ports.empty()) port = ports.front();
   } catch (const std::exception& e) {
-    return Err(Status::Unavailable(fmt::format("cannot serve metrics on {}: {}", addr, e.what())));
+    impl->exposer.reset();  // frees the port before the probe binds it
+    const std::string why = BindFailure(addr);
+    return Err(Status::Unavailable(fmt::format("cannot serve metrics on {}: {}", addr, why.empty() ? e.what() : why)));
   }
   return std::unique_ptr<MetricsServer>(new MetricsServer(std::move(impl), port));
 }

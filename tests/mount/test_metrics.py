@@ -88,10 +88,11 @@ def main():
                 m = s.mount(f"file://{src}", args=["--metrics-addr", f"127.0.0.1:{port}", "--cache-size", "256M"])
                 break
             except harness.MountError as e:
-                if "metrics address" not in e.stderr or attempt == 2:
+                if "Address already in use" not in e.stderr or attempt == 2:
                     raise
                 log(f"  port {port} was taken before the daemon bound it; another port")
 
+        check(s.stats(m).get("metrics_addr") == f"127.0.0.1:{port}", "stats names the endpoint (metrics_addr)")
         s0 = scrape(port)
         names = {k[0].removesuffix("_bucket").removesuffix("_count").removesuffix("_sum") for k in s0}
         missing = [f for f in fams if f not in names]
@@ -155,6 +156,8 @@ def main():
             log(f"  {addr}: rc {r.returncode}, stderr {r.stderr.strip()!r}")
             check(r.returncode == code, f"--metrics-addr {addr}: exit {code}")
             check("metrics.addr" in r.stderr and r.stderr.count("\n") == 1, "one-line error naming metrics.addr")
+            if code == 1:
+                check("Address already in use" in r.stderr, "the busy port is called that")
             check(not harness.is_mounted(mnt), "nothing left mounted")
 
 
