@@ -35,6 +35,9 @@
 namespace igt {
 namespace {
 
+const char* Files(size_t n) { return n == 1 ? "file" : "files"; }
+
+
 namespace fs = std::filesystem;
 
 constexpr size_t kChunk = 1 << 20;       // one FUSE max_read request
@@ -162,8 +165,8 @@ int RunWarm(const WarmArgs& a) {
         skipped.push_back(std::move(it));
       }
     }
-    std::printf("warm: %s: %zu files, %s to read (cache %s used of %s)\n", mnt.c_str(), todo.size(),
-                FormatSize(total).c_str(), FormatSize(used).c_str(), FormatSize(limit).c_str());
+    std::printf("warm: %s: %zu %s, %s to read (cache %s used of %s)\n", mnt.c_str(), todo.size(),
+                Files(todo.size()), FormatSize(total).c_str(), FormatSize(used).c_str(), FormatSize(limit).c_str());
     if (used > budget)
       std::printf("warm: note: up to %s of older cached data may be evicted to make room\n",
                   FormatSize(used - budget).c_str());
@@ -248,15 +251,15 @@ int RunWarm(const WarmArgs& a) {
     for (const auto& e : read_errors) std::fprintf(stderr, "igtcache: warm: %s\n", e.c_str());
     if (!read_errors.empty()) rc = kExitError;
     auto after = ReadStats(mnt);
-    std::printf("warm: read %zu files, %s in %.1f s (%s/s)%s; cache now %s of %s\n",
-                todo.size() - std::min<size_t>(prog.errors.load(), todo.size()),
+    const size_t read_ok = todo.size() - std::min<size_t>(prog.errors.load(), todo.size());
+    std::printf("warm: read %zu %s, %s in %.1f s (%s/s)%s; cache now %s of %s\n", read_ok, Files(read_ok),
                 FormatSize(prog.bytes_done.load()).c_str(), el,
                 FormatSize(el > 0 ? static_cast<uint64_t>(static_cast<double>(prog.bytes_done.load()) / el) : 0).c_str(),
                 read_errors.empty() ? "" : fmt::format(", {} failed", prog.errors.load()).c_str(),
                 after ? FormatSize(after->value("cache_used_bytes", uint64_t{0})).c_str() : "?",
                 FormatSize(limit).c_str());
     if (!skipped.empty()) {
-      std::printf("warm: did not fit: %zu files, %s (cache limit %s):", skipped.size(),
+      std::printf("warm: did not fit: %zu %s, %s (cache limit %s):", skipped.size(), Files(skipped.size()),
                   FormatSize(skipped_bytes).c_str(), FormatSize(limit).c_str());
       for (size_t i = 0; i < skipped.size() && i < kListNotFit; ++i) std::printf(" %s", skipped[i].path.c_str());
       if (skipped.size() > kListNotFit) std::printf(" ... and %zu more", skipped.size() - kListNotFit);

@@ -200,7 +200,8 @@ const std::vector<Key>& Schema() {
     static std::vector<std::string> helps;
     helps.reserve(docs.size());
     for (const auto& d : docs) {
-      helps.push_back(d.help + (d.unit.empty() ? "" : " [" + d.unit + "]") + ".");
+      // The unit in words; the type follows in brackets ("[int]").
+      helps.push_back(d.help + (d.unit.empty() || d.unit == "ratio" ? "" : " (" + d.unit + ")") + ".");
       Type t = d.type == "double" ? Type::kRatio : Type::kInt;
       std::string key = d.key;
       v.push_back({d.key.c_str(), t, d.default_value.c_str(), helps.back().c_str(), nullptr,
