@@ -491,6 +491,7 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
   }
   spdlog::info("igtcache {} mounted {} on {} (cache {} limit {})", kVersion, source, a.mountpoint,
                cfg.cache.dir, FormatSize(cfg.cache.max_bytes));
+  spdlog::default_logger()->flush();  // in the log file when the mount command returns
   if (!rep.Ready()) {
     spdlog::error("the mount command that started this daemon is gone (interrupted?): unmounting");
     spdlog::default_logger()->flush();

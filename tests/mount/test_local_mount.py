@@ -44,12 +44,16 @@ def main():
         (src / "x" / "y" / "z").mkdir(parents=True)
         (src / "x" / "y" / "z" / "leaf.txt").write_bytes(b"leaf\n")
         (src / "empty dir").mkdir()
+        # An object named as the stats file: shadowed by it, and not listed.
+        (src / ".igtcache.stats").write_bytes(b"an object\n")
         m = s.mount(f"file://{src}")
         got = verify.find_listing(m.mountpoint)
         want = {"x": ("d", None), "x/y": ("d", None), "x/y/z": ("d", None),
                 "x/y/z/leaf.txt": ("f", 5), "empty dir": ("d", None)}
         harness.check(got == want, f"directory-only levels and an empty dir listed: {got}")
         harness.check((m.mountpoint / "x/y/z/leaf.txt").read_bytes() == b"leaf\n", "leaf readable")
+        harness.check(b'"pid"' in (m.mountpoint / ".igtcache.stats").read_bytes(),
+                      "the stats file shadows the object of its name")
         # readdir's d_ino is the inode stat gives (os.scandir, ls -i, find
         # agree with stat).
         mismatch = []
