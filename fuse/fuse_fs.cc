@@ -101,13 +101,13 @@ double TimeoutSeconds(const Config& c, const InodeAttr& a) {
   return std::clamp(ttl - age, 0.0, ttl);
 }
 
-struct stat ToStat(const InodeAttr& a, uint64_t unit_size) {
+struct stat ToStat(const InodeAttr& a, uint64_t unit_size, const FileAttrs& fa) {
   struct stat st {};
   st.st_ino = a.ino;
-  st.st_mode = a.is_dir ? (S_IFDIR | 0555) : (S_IFREG | 0444);
+  st.st_mode = a.is_dir ? (S_IFDIR | fa.dir_mode) : (S_IFREG | fa.file_mode);
   st.st_nlink = 1;  // unknown link count: find(1) then does not assume leaf dirs
-  st.st_uid = getuid();
-  st.st_gid = getgid();
+  st.st_uid = fa.uid;
+  st.st_gid = fa.gid;
   st.st_size = static_cast<off_t>(a.size);
   st.st_blocks = static_cast<blkcnt_t>((a.size + 511) / 512);
   st.st_blksize = static_cast<blksize_t>(std::min<uint64_t>(unit_size, 1 << 20));
@@ -120,13 +120,13 @@ struct stat ToStat(const InodeAttr& a, uint64_t unit_size) {
   return st;
 }
 
-struct stat StatsFileStat() {
+struct stat StatsFileStat(const FileAttrs& fa) {
   struct stat st {};
   st.st_ino = kStatsIno;
-  st.st_mode = S_IFREG | 0444;
+  st.st_mode = S_IFREG | fa.file_mode;  // it names the files read: as readable as they are
   st.st_nlink = 1;
-  st.st_uid = getuid();
-  st.st_gid = getgid();
+  st.st_uid = fa.uid;
+  st.st_gid = fa.gid;
   return st;
 }
 
@@ -166,7 +166,7 @@ struct FuseFs::Impl {
     fuse_entry_param e{};
     if (parent == Namespace::kRootIno && std::strcmp(name, kStatsFileName) == 0) {
       e.ino = kStatsIno;
-      e.attr = StatsFileStat();
+      e.attr = StatsFileStat(self->attrs_);
       fuse_reply_entry(req, &e);
       return;
     }
@@ -184,7 +184,7 @@ struct FuseFs::Impl {
       return;
     }
     e.ino = a->ino;
-    e.attr = ToStat(*a, self->pipeline_->unit_size());
+    e.attr = ToStat(*a, self->pipeline_->unit_size(), self->attrs_);
     // An entry from a stale listing (a refresh under way, the bucket down,
     // or a read found it out of date) is kept briefly: else the kernel would
     // hold it, maybe an old version, for a whole TTL.
@@ -213,13 +213,13 @@ struct FuseFs::Impl {
   static void GetAttr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) noexcept {
     auto* self = Self(req);
     if (ino == kStatsIno) {
-      auto st = StatsFileStat();
+      auto st = StatsFileStat(self->attrs_);
       fuse_reply_attr(req, &st, 0);
       return;
     }
     auto a = self->ns_->GetAttr(ino);
     if (!a) return Reply(req, a.error());
-    auto st = ToStat(*a, self->pipeline_->unit_size());
+    auto st = ToStat(*a, self->pipeline_->unit_size(), self->attrs_);
     fuse_reply_attr(req, &st, TimeoutSeconds(self->opts_.config, *a));
   }
 
@@ -429,7 +429,13 @@ struct FuseFs::Impl {
 FuseFs::FuseFs(Namespace* ns, ReadPipeline* pipeline, Metrics* metrics,
                std::function<std::string()> stats_json, Options opts)
     : ns_(ns), pipeline_(pipeline), metrics_(metrics), stats_json_(std::move(stats_json)),
-      opts_(std::move(opts)) {}
+      opts_(std::move(opts)) {
+  // Validated with the config (Validate); a config built in code that skips
+  // it gets the defaults (the daemon's ids, 0444 and 0555).
+  attrs_.uid = ::getuid();
+  attrs_.gid = ::getgid();
+  if (auto a = FileAttrsOf(opts_.config)) attrs_ = *a;
+}
 
 FuseFs::~FuseFs() {
   if (se_) {

@@ -108,6 +108,7 @@ class FuseFs {
   Metrics* metrics_;
   std::function<std::string()> stats_json_;
   Options opts_;
+  FileAttrs attrs_;  // owner and modes shown (fuse.uid, fuse.gid, fuse.file_mode, fuse.dir_mode)
   AccessHook access_hook_;
   ReadHook read_hook_;
   OpenHook open_hook_;

@@ -51,6 +51,9 @@ struct Config {
     uint64_t cached_readahead_bytes = 0;
     uint64_t max_background = 0;
     bool allow_other = false;
+    // Owner and permission bits every file and directory shows (FileAttrsOf).
+    std::string uid, gid;            // "" = the daemon's own
+    std::string file_mode, dir_mode;  // octal
   } fuse;
   struct Policy {
     std::string file;
@@ -74,6 +77,15 @@ struct Config {
 Result<Config> ParseConfig(const std::string& yaml_text, const std::string& origin);
 // Reads and parses a file; "" gives the defaults.
 Result<Config> LoadConfig(const std::string& path);
+// What the mount shows as every file's and directory's owner and mode
+// (fuse.uid, fuse.gid, fuse.file_mode, fuse.dir_mode): with allow_other, the
+// kernel checks them (default_permissions). InvalidArgument naming the key.
+struct FileAttrs {
+  uint32_t uid = 0, gid = 0;
+  uint32_t file_mode = 0444, dir_mode = 0555;
+};
+Result<FileAttrs> FileAttrsOf(const Config& c);
+
 // Checks ranges and enums across fields; names the bad key.
 Status Validate(const Config& c);
 

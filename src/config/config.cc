@@ -10,6 +10,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <cerrno>
+#include <unistd.h>
 #include <cmath>
 #include <cstdlib>
 #include <fmt/format.h>
@@ -175,8 +176,22 @@ const std::vector<Key>& Schema() {
        "Kernel limit on outstanding background requests (readahead).", nullptr,
        SET_U64(fuse.max_background)},
       {"fuse.allow_other", Type::kBool, "false",
-       "Let other users access the mount (turns on default_permissions too).", nullptr,
+       "Let other users access the mount (turns on default_permissions too: the kernel then checks "
+       "fuse.uid, fuse.gid, fuse.file_mode and fuse.dir_mode).", nullptr,
        SET_BOOL(fuse.allow_other)},
+      {"fuse.uid", Type::kString, "",
+       "Owner (numeric uid) of every file and directory of the mount. Empty: the daemon's.", nullptr,
+       SET_STR(fuse.uid)},
+      {"fuse.gid", Type::kString, "",
+       "Group (numeric gid) of every file and directory of the mount. Empty: the daemon's.", nullptr,
+       SET_STR(fuse.gid)},
+      {"fuse.file_mode", Type::kString, "0444",
+       "Permission bits of every file (octal). The mount shows every object the daemon can read "
+       "with these bits, whatever its mode in a file:// source: with allow_other, narrow them "
+       "(e.g. 0440 with fuse.gid) to keep other users out.", nullptr,
+       SET_STR(fuse.file_mode)},
+      {"fuse.dir_mode", Type::kString, "0555", "Permission bits of every directory (octal).", nullptr,
+       SET_STR(fuse.dir_mode)},
       {"policy.file", Type::kString, "",
        "Policy file (YAML): per-pattern prefetch/eviction modules, per-path overrides, "
        "profiles; see docs/POLICIES.md. Empty: built-in defaults. Reloaded on SIGHUP. Used with "
@@ -421,6 +436,7 @@ Status Validate(const Config& c) {
     return bad("fuse.cached_readahead_bytes", "must be a multiple of 4K between fuse.max_read_bytes and 64M");
   if (c.fuse.max_background < 1 || c.fuse.max_background > 65535)
     return bad("fuse.max_background", "must be 1..65535");
+  if (auto a = FileAttrsOf(c); !a) return a.error();
   if (c.backend.max_connections < 1 || c.backend.max_connections > 1024)
     return bad("backend.max_connections", "must be 1..1024");
   if (c.backend.max_retries > 100) return bad("backend.max_retries", "must be at most 100");
@@ -536,6 +552,36 @@ std::string ConfigExampleYaml() {
     s += "  " + name + ": " + v + "\n";
   }
   return s;
+}
+
+Result<FileAttrs> FileAttrsOf(const Config& c) {
+  FileAttrs a;
+  auto id = [](const std::string& key, const std::string& v, uint32_t own) -> Result<uint32_t> {
+    if (v.empty()) return own;
+    auto n = ParseUint(v);
+    if (!n || *n >= UINT32_MAX)
+      return Err(Status::InvalidArgument(fmt::format("config key '{}': must be a number (a numeric id), got '{}'", key, v)));
+    return static_cast<uint32_t>(*n);
+  };
+  auto mode = [](const std::string& key, const std::string& v) -> Result<uint32_t> {
+    if (v.empty() || v.size() > 4 || v.find_first_not_of("01234567") != std::string::npos)
+      return Err(Status::InvalidArgument(
+          fmt::format("config key '{}': must be octal permission bits such as 0440, got '{}'", key, v)));
+    return static_cast<uint32_t>(std::stoul(v, nullptr, 8) & 0777);
+  };
+  auto uid = id("fuse.uid", c.fuse.uid, ::getuid());
+  if (!uid) return Err(uid.error());
+  auto gid = id("fuse.gid", c.fuse.gid, ::getgid());
+  if (!gid) return Err(gid.error());
+  auto fm = mode("fuse.file_mode", c.fuse.file_mode);
+  if (!fm) return Err(fm.error());
+  auto dm = mode("fuse.dir_mode", c.fuse.dir_mode);
+  if (!dm) return Err(dm.error());
+  a.uid = *uid;
+  a.gid = *gid;
+  a.file_mode = *fm;
+  a.dir_mode = *dm;
+  return a;
 }
 
 namespace {

@@ -71,6 +71,12 @@ TEST_CASE("errors name the bad key") {
   auto dup_section = ParseConfig("cache:\n  max_bytes: 1G\ncache:\n  dir: /x\n", "t.yaml");
   REQUIRE_FALSE(dup_section.has_value());
   CHECK_THAT(dup_section.error().message(), Catch::Contains("duplicate key 'cache'"));
+  auto mode = ParseConfig("fuse:\n  file_mode: 0999\n", "t.yaml");
+  REQUIRE_FALSE(mode.has_value());
+  CHECK_THAT(mode.error().message(), Catch::Contains("fuse.file_mode"));
+  auto uid = ParseConfig("fuse:\n  uid: alice\n", "t.yaml");
+  REQUIRE_FALSE(uid.has_value());
+  CHECK_THAT(uid.error().message(), Catch::Contains("fuse.uid"));
   auto cycle = ParseConfig("cache: &a\n  x: *a\n", "t.yaml");  // an alias of its enclosing node
   REQUIRE_FALSE(cycle.has_value());
   auto syntax = ParseConfig("cache:\n  max_bytes: [1\n", "t.yaml");

@@ -9,7 +9,8 @@
    — the secret appears in no log, stderr, stdout, stats output, trace file,
    error message, command line, or file in the cache dir.
 3. allow_other is off by default; asked for (config or -o), the mount also
-   has default_permissions (/proc/self/mountinfo).
+   has default_permissions (/proc/self/mountinfo); fuse.file_mode, dir_mode,
+   uid and gid are what stat shows and what keeps another user out.
 4. Object keys that would escape the mount ('..', '.', absolute, empty
    components, over-long names, control characters) are hidden or shown as
    one safe name, never followed: the walk of the mount stays inside it.
@@ -167,6 +168,37 @@ def main():
             check("allow_other" in o and "default_permissions" in o,
                   f"{how}: allow_other with default_permissions ({sorted(o)})")
             check(s.unmount(m) == 0, "daemon exited 0")
+
+        # -- 3b. Owner and modes (fuse.uid/gid/file_mode/dir_mode): with
+        # allow_other every local user could read every object (0444); the
+        # kernel keeps them out once the modes say so. Mounted under /tmp so
+        # that another user can reach the mount point at all (the control
+        # run proves it can).
+        key = next(iter(objs))
+        nobody = 65534
+        for modes, readable in (({}, True), ({"file_mode": "0440", "dir_mode": "0550", "uid": "0", "gid": "0"}, False)):
+            cfg = faultlib.config(s, "modes.yaml", fuse={"allow_other": True, **modes})
+            mnt = Path(subprocess.run(["mktemp", "-d", "/tmp/igt-modes-XXXXXX"], capture_output=True,
+                                      text=True, check=True).stdout.strip())
+            try:
+                os.chmod(mnt, 0o755)
+                m = s.mount(f"s3://{BUCKET}", cache_dir=cache, mountpoint=mnt,
+                            args=["--endpoint", srv.endpoint, "--config", str(cfg)])
+                st = os.stat(mnt / key)
+                want_mode = int(modes.get("file_mode", "0444"), 8)
+                check(stat.S_IMODE(st.st_mode) == want_mode and stat.S_IMODE(os.stat(mnt / "ok").st_mode)
+                      == int(modes.get("dir_mode", "0555"), 8),
+                      f"modes {modes or 'default'}: shown as configured ({oct(st.st_mode)})")
+                r = subprocess.run(["cat", str(mnt / key)], user=nobody, group=nobody, capture_output=True)
+                check((r.returncode == 0 and r.stdout == objs[key]) == readable,
+                      f"modes {modes or 'default'}: another user {'can' if readable else 'cannot'} read "
+                      f"(rc {r.returncode}, {r.stderr.decode(errors='replace').strip()[:80]!r})")
+                check((mnt / key).read_bytes() == objs[key], f"modes {modes or 'default'}: root reads it")
+                check(s.unmount(m) == 0, "daemon exited 0")
+            finally:
+                if harness.is_mounted(mnt):
+                    subprocess.run(["fusermount3", "-u", str(mnt)], capture_output=True)
+                os.rmdir(mnt)
 
         # -- 4. keys that would escape the mount. s3rver stores one file per
         # key (it follows '..' itself and dies on names > 255 bytes), so these
