@@ -124,8 +124,10 @@ int main(int argc, char** argv) {
       "stats", "Live counters of a mount: a table on a terminal, JSON with --json or when piped");
   stats->add_option("MOUNTPOINT", sa.mountpoint, "An igtcache mount point")->required();
   stats->add_flag("--json", sa.json, "Print JSON (the default when stdout is not a terminal)");
-  stats->add_flag("-w,--watch", sa.watch, "Refresh until interrupted (JSON: one object per line)");
-  stats->add_option("--interval", sa.interval_s, "Seconds between --watch refreshes (default 2)")->check(in_range(0.1, 3600));
+  auto* watch = stats->add_flag("-w,--watch", sa.watch, "Refresh until interrupted (JSON: one object per line)");
+  stats->add_option("--interval", sa.interval_s, "Seconds between --watch refreshes (default 2)")
+      ->check(in_range(0.1, 3600))
+      ->needs(watch);
 
   igt::WarmArgs wa;
   auto* warm = app.add_subcommand("warm", "Fetch files or directories of a mount into its cache");
@@ -161,10 +163,13 @@ int main(int argc, char** argv) {
 
   bool markdown = false, example = false;
   auto* config = app.add_subcommand("config", "Print the configuration reference");
-  config->add_flag("--markdown", markdown, "docs/CONFIGURATION.md");
-  config->add_flag("--example", example, "examples/igtcache.yaml (every key with its default)");
+  auto* md_flag = config->add_flag("--markdown", markdown, "docs/CONFIGURATION.md");
+  auto* ex_flag =
+      config->add_flag("--example", example, "examples/igtcache.yaml (every key with its default)")->excludes(md_flag);
   std::string config_check;
-  config->add_option("--check", config_check, "Validate a YAML config file: exit 0 if valid, else the error");
+  config->add_option("--check", config_check, "Validate a YAML config file: exit 0 if valid, else the error")
+      ->excludes(md_flag)
+      ->excludes(ex_flag);
 
   try {
     app.parse(argc, argv);

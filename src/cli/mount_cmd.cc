@@ -541,6 +541,15 @@ int RunMount(const MountArgs& a) {
   if (auto s = Validate(*cfg); !s.ok()) return fail(kExitUsage, s.message());
   auto url = ParseSourceUrl(a.source);
   if (!url) return fail(kExitUsage, url.error().message());
+  if (url->kind == SourceUrl::Kind::kFile) {
+    std::string unused;
+    for (const auto& [flag, v] : {std::pair<const char*, const std::string&>{"--endpoint", a.endpoint},
+                                  {"--region", a.region}, {"--profile", a.profile}, {"--addressing", a.addressing}})
+      if (!v.empty()) unused += (unused.empty() ? "" : ", ") + std::string(flag);
+    if (!unused.empty())
+      std::fprintf(stderr, "igtcache: warning: %s: for s3:// sources, not used with a file:// source\n",
+                   unused.c_str());
+  }
 
   std::error_code ec;
   const fs::path mp = NormalizeMountpoint(a.mountpoint);
