@@ -96,10 +96,14 @@ Result<Credentials> ResolveCredentials(const std::string& profile_arg) {
   std::string profile = profile_arg;
   if (profile.empty()) profile = Env("AWS_PROFILE");
   if (profile.empty()) profile = "default";
-  // Ends in " and " (cut off where it ends a message).
-  const std::string why_not_env = profile_arg.empty()
-                                      ? "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY are not set and "
-                                      : "profile [" + profile_arg + "] was asked for (the AWS_* keys are not used) and ";
+  // Ends in " and " (cut off where it ends a message). One variable of the
+  // two set is named: the other one is what is missing.
+  const bool has_id = !Env("AWS_ACCESS_KEY_ID").empty(), has_secret = !Env("AWS_SECRET_ACCESS_KEY").empty();
+  const std::string why_not_env =
+      !profile_arg.empty() ? "profile [" + profile_arg + "] was asked for (the AWS_* keys are not used) and "
+      : has_id             ? std::string("AWS_ACCESS_KEY_ID is set but AWS_SECRET_ACCESS_KEY is not, and ")
+      : has_secret         ? std::string("AWS_SECRET_ACCESS_KEY is set but AWS_ACCESS_KEY_ID is not, and ")
+                           : std::string("AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY are not set and ");
   std::string path = CredentialsPath();
   std::ifstream in(path);
   if (!in) {

@@ -151,6 +151,12 @@ TEST_CASE("ResolveCredentials: environment first, then the file", "[credentials]
     CHECK(c.error().code() == Code::kNotFound);
     CHECK_THAT(c.error().message(), Catch::Contains("/nonexistent/igt/credentials"));
     CHECK_THAT(c.error().message(), Catch::Contains("AWS_ACCESS_KEY_ID"));
+    // One of the two keys set: the message names the one missing.
+    ScopedEnv secret("AWS_SECRET_ACCESS_KEY", std::string("only-secret"));
+    auto half = igt::ResolveCredentials("");
+    REQUIRE(!half);
+    CHECK_THAT(half.error().message(), Catch::Contains("AWS_SECRET_ACCESS_KEY is set but AWS_ACCESS_KEY_ID is not"));
+    CHECK_THAT(half.error().message(), !Catch::Contains("only-secret"));
   }
   ::unlink(tmpl);
 }
