@@ -115,7 +115,9 @@ Result<Credentials> ResolveCredentials(const std::string& profile_arg) {
   ss << in.rdbuf();
   auto c = ParseCredentialsIni(ss.str(), profile, path);
   if (!c) {
-    return Err(Status(c.error().code(), c.error().message() + "; " + why_not_env.substr(0, why_not_env.size() - 5)));
+    std::string why = why_not_env.substr(0, why_not_env.size() - 5);  // without " and "
+    if (!why.empty() && why.back() == ',') why.pop_back();
+    return Err(Status(c.error().code(), c.error().message() + "; " + why));
   }
   return c;
 }

@@ -123,9 +123,11 @@ struct stat ToStat(const InodeAttr& a, uint64_t unit_size, const FileAttrs& fa) 
 struct stat StatsFileStat(const FileAttrs& fa) {
   struct stat st {};
   st.st_ino = kStatsIno;
-  st.st_mode = S_IFREG | fa.file_mode;  // it names the files read: as readable as they are
+  // It names the files read: as readable as they are, and always by the
+  // daemon's own user (`igtcache stats`, `warm` and `unmount` read it).
+  st.st_mode = S_IFREG | fa.file_mode | 0400;
   st.st_nlink = 1;
-  st.st_uid = fa.uid;
+  st.st_uid = ::getuid();
   st.st_gid = fa.gid;
   return st;
 }

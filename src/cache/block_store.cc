@@ -846,6 +846,9 @@ Status DiskBlockStore::Put(const UnitKey& key, std::string_view data, bool prefe
     if (!s.ok()) ::unlink(unit_path.c_str());
   }
   bool cancelled = false;
+  // Made before the reservation is handed over below: once it is, nothing
+  // may throw before the unit is in the index or on its way out.
+  std::vector<Victim> cancelled_victims{Victim{id, n, disk}};
   {
     std::lock_guard lk(mu_);
     auto b = busy_.find(id);
@@ -888,7 +891,7 @@ Status DiskBlockStore::Put(const UnitKey& key, std::string_view data, bool prefe
   }
   if (!s.ok()) return WriteError(s);
   if (cancelled) {
-    DeleteDetached({Victim{id, n, disk}}, /*count_as_eviction=*/false);
+    DeleteDetached(cancelled_victims, /*count_as_eviction=*/false);
     return Status::Ok();
   }
   Add(metrics_->cache_insert_units);

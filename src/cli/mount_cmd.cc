@@ -596,8 +596,12 @@ int RunMount(const MountArgs& a) {
                                           cfg->cache.dir, a.mountpoint));
   }
   // FUSE mounts over a non-empty directory (libfuse 3 dropped the check);
-  // its entries are hidden until the unmount. Said, not refused.
-  if (fs::directory_iterator it(mp, ec); !ec && it != fs::directory_iterator())
+  // its entries are hidden until the unmount. Said, not refused. Not looked
+  // at under an automount point (x-systemd.automount): listing it would
+  // wait for the very mount this command is making.
+  if (fs::directory_iterator it = IsMountOfType(mp.string(), "autofs") ? fs::directory_iterator()
+                                                                         : fs::directory_iterator(mp, ec);
+      !ec && it != fs::directory_iterator())
     std::fprintf(stderr, "igtcache: warning: mount point '%s' is not empty: its entries are hidden while it is "
                  "mounted\n", a.mountpoint.c_str());
   if (!cfg->logging.file.empty())

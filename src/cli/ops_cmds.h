@@ -8,6 +8,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -22,6 +23,8 @@ namespace igt {
 std::string NormalizeMountpoint(const std::string& path);
 // True if `mnt` (normalized) is listed in /proc/self/mounts as fuse.igtcache.
 bool IsIgtcacheMount(const std::string& mnt);
+// Whether /proc/self/mounts has a mount of `fstype` ("autofs", ...) at `mnt`.
+bool IsMountOfType(const std::string& mnt, std::string_view fstype);
 // The mount point of the igtcache mount containing `path`, if any. The
 // path as given: see ResolveSymlinks for one through symlinks.
 std::optional<std::string> FindIgtcacheMount(const std::string& path);

@@ -38,16 +38,18 @@ std::string Unescape(const std::string& s) {
 }
 }  // namespace
 
-bool IsIgtcacheMount(const std::string& mnt) {
+bool IsMountOfType(const std::string& mnt, std::string_view fstype) {
   std::ifstream in("/proc/self/mounts");
   std::string line;
   while (std::getline(in, line)) {
     std::istringstream ls(line);
     std::string dev, dir, type;
-    if (ls >> dev >> dir >> type && Unescape(dir) == mnt && type == "fuse.igtcache") return true;
+    if (ls >> dev >> dir >> type && Unescape(dir) == mnt && type == fstype) return true;
   }
   return false;
 }
+
+bool IsIgtcacheMount(const std::string& mnt) { return IsMountOfType(mnt, "fuse.igtcache"); }
 
 std::string ResolveSymlinks(const std::string& path) {
   // Not fs::canonical(path): it would stat the last component, and if that

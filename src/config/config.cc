@@ -516,7 +516,8 @@ std::string ConfigMarkdown() {
       "`512M`, `4K` or a byte count (powers of 1024). Command-line flags (`--cache-dir`, "
       "`--cache-size`, `--endpoint`, `--region`, ...) override the file. Relative paths in the "
       "file (`cache.dir`, `logging.file`, `policy.file`) are relative to the file's directory; "
-      "on the command line, to the working directory.\n\n"
+      "on the command line, to the working directory. A key given twice is an error naming it (until "
+      "2026-11-24 one of the two was used without a word: a file that did that must be fixed).\n\n"
       "| key | type | default | meaning |\n|---|---|---|---|\n";
   for (const auto& d : ConfigSchemaDocs())
     s += fmt::format("| `{}` | {} | `{}` | {} |\n", d.key, d.type,
@@ -589,10 +590,18 @@ namespace {
 // makes the graph a cycle, and only this bound ends the walk.
 constexpr int kMaxYamlDepth = 32;
 
-Status RejectDuplicatesAt(const YAML::Node& n, const std::string& origin, const std::string& path, int depth) {
+// Nodes walked at most: aliases repeated at each level ("billion laughs")
+// expand exponentially within the depth bound.
+constexpr size_t kMaxYamlNodes = 100000;
+
+Status RejectDuplicatesAt(const YAML::Node& n, const std::string& origin, const std::string& path, int depth,
+                          size_t& nodes) {
   if (depth > kMaxYamlDepth && (n.IsMap() || n.IsSequence()))
     return Status::InvalidArgument(fmt::format("{}: nested deeper than {} levels (an alias of an enclosing node?)",
                                                origin, kMaxYamlDepth));
+  if (++nodes > kMaxYamlNodes)
+    return Status::InvalidArgument(
+        fmt::format("{}: more than {} values once aliases are expanded", origin, kMaxYamlNodes));
   if (n.IsMap()) {
     std::set<std::string> seen;
     for (auto it = n.begin(); it != n.end(); ++it) {
@@ -601,18 +610,20 @@ Status RejectDuplicatesAt(const YAML::Node& n, const std::string& origin, const 
       if (it->first.IsScalar() && !seen.insert(key).second)
         return Status::InvalidArgument(
             fmt::format("{}: line {}: duplicate key '{}'", origin, it->first.Mark().line + 1, full));
-      if (auto s = RejectDuplicatesAt(it->second, origin, full, depth + 1); !s.ok()) return s;
+      if (auto s = RejectDuplicatesAt(it->second, origin, full, depth + 1, nodes); !s.ok()) return s;
     }
   } else if (n.IsSequence()) {
     for (size_t i = 0; i < n.size(); ++i)
-      if (auto s = RejectDuplicatesAt(n[i], origin, fmt::format("{}[{}]", path, i), depth + 1); !s.ok()) return s;
+      if (auto s = RejectDuplicatesAt(n[i], origin, fmt::format("{}[{}]", path, i), depth + 1, nodes); !s.ok())
+        return s;
   }
   return Status::Ok();
 }
 }  // namespace
 
 Status RejectDuplicateKeys(const YAML::Node& node, const std::string& origin) {
-  return RejectDuplicatesAt(node, origin, "", 0);
+  size_t nodes = 0;
+  return RejectDuplicatesAt(node, origin, "", 0, nodes);
 }
 
 }  // namespace igt

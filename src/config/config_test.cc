@@ -79,6 +79,15 @@ TEST_CASE("errors name the bad key") {
   CHECK_THAT(uid.error().message(), Catch::Contains("fuse.uid"));
   auto cycle = ParseConfig("cache: &a\n  x: *a\n", "t.yaml");  // an alias of its enclosing node
   REQUIRE_FALSE(cycle.has_value());
+  std::string laughs = "a: &a0 [x, x, x, x, x, x, x, x, x, x]\n";  // each level 10 aliases of the one above
+  for (int i = 1; i < 9; ++i) {
+    laughs += "a" + std::to_string(i) + ": &a" + std::to_string(i) + " [";
+    for (int j = 0; j < 10; ++j) laughs += (j ? ", *a" : "*a") + std::to_string(i - 1);
+    laughs += "]\n";
+  }
+  auto bomb = ParseConfig(laughs, "t.yaml");
+  REQUIRE_FALSE(bomb.has_value());
+  CHECK_THAT(bomb.error().message(), Catch::Contains("aliases"));
   auto syntax = ParseConfig("cache:\n  max_bytes: [1\n", "t.yaml");
   REQUIRE_FALSE(syntax.has_value());
   CHECK_THAT(syntax.error().message(), Catch::Contains("t.yaml"));

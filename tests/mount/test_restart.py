@@ -53,6 +53,8 @@ def main():
         log(f"  (info) pass 2 backend_list_requests={st2['backend_list_requests']} "
             f"backend_head_requests={st2['backend_head_requests']}")
         check(s.unmount(m2) == 0, "second daemon exited 0 after unmount")
+        check("was last mounted with source" not in m2.proc.stderr_text(),
+              "the same source again keeps its saved listings (no 'last mounted with source' warning)")
 
         # The same cache dir under another unit size would map unit indexes to
         # other bytes: the mount must refuse, naming the key and the dir.

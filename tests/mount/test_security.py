@@ -176,7 +176,9 @@ def main():
         # run proves it can).
         key = next(iter(objs))
         nobody = 65534
-        for modes, readable in (({}, True), ({"file_mode": "0440", "dir_mode": "0550", "uid": "0", "gid": "0"}, False)):
+        # Directories stay 0555 in the second case: file_mode alone keeps
+        # the other user out; uid/gid other than the daemon's (root) show.
+        for modes, readable in (({}, True), ({"file_mode": "0440", "uid": "12345", "gid": "12346"}, False)):
             cfg = faultlib.config(s, "modes.yaml", fuse={"allow_other": True, **modes})
             mnt = Path(subprocess.run(["mktemp", "-d", "/tmp/igt-modes-XXXXXX"], capture_output=True,
                                       text=True, check=True).stdout.strip())
@@ -187,8 +189,11 @@ def main():
                 st = os.stat(mnt / key)
                 want_mode = int(modes.get("file_mode", "0444"), 8)
                 check(stat.S_IMODE(st.st_mode) == want_mode and stat.S_IMODE(os.stat(mnt / "ok").st_mode)
-                      == int(modes.get("dir_mode", "0555"), 8),
-                      f"modes {modes or 'default'}: shown as configured ({oct(st.st_mode)})")
+                      == int(modes.get("dir_mode", "0555"), 8)
+                      and (st.st_uid, st.st_gid) == (int(modes.get("uid", os.getuid())),
+                                                      int(modes.get("gid", os.getgid()))),
+                      f"modes {modes or 'default'}: shown as configured ({oct(st.st_mode)}, "
+                      f"uid {st.st_uid}, gid {st.st_gid})")
                 r = subprocess.run(["cat", str(mnt / key)], user=nobody, group=nobody, capture_output=True)
                 check((r.returncode == 0 and r.stdout == objs[key]) == readable,
                       f"modes {modes or 'default'}: another user {'can' if readable else 'cannot'} read "
