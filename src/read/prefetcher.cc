@@ -26,6 +26,23 @@ Prefetcher::Tag Prefetcher::TagOf(const FileVersion& f, uint64_t unit) noexcept 
   return Tag{h.low64, h.high64};
 }
 
+// Built member by member, not as an aggregate temporary: when copying a
+// member threw (out of memory) while a Job or UnitKey temporary was being
+// aggregate-initialised, the GCC 12 build destroyed a string that had left
+// its scope (ASan, stack-use-after-scope, in test_alloc_failure).
+Prefetcher::Job Prefetcher::MakeJob(const FileVersion& file, uint64_t first, uint64_t last, uint64_t bytes, bool fill,
+                                    bool background, uint64_t fill_id) {
+  Job j;
+  j.file = file;
+  j.first = first;
+  j.last = last;
+  j.bytes = bytes;
+  j.fill = fill;
+  j.background = background;
+  j.fill_id = fill_id;
+  return j;
+}
+
 Prefetcher::Prefetcher(ReadPipeline* pipeline, BlockStore* store, Options opts, Hook begin, Hook end)
     : pipeline_(pipeline), store_(store), opts_(opts), begin_(std::move(begin)), end_(std::move(end)) {
   for (size_t i = 0; i < std::max<size_t>(1, opts_.threads); ++i) threads_.emplace_back([this] { Worker(); });
@@ -78,7 +95,7 @@ size_t Prefetcher::Submit(const FileVersion& file, uint64_t first, uint64_t last
       // The job first, its counters with it: an allocation failure below
       // then leaves units untagged (a duplicate job at worst), never tags or
       // budget without a job to release them.
-      (background ? bg_queue_ : queue_).push_back(Job{file, want[i], want[j], bytes, false, background});
+      (background ? bg_queue_ : queue_).push_back(MakeJob(file, want[i], want[j], bytes, false, background, 0));
       held_bytes_ += bytes;
       if (background) bg_held_bytes_ += bytes;
       stats_.peak_held_bytes = std::max(stats_.peak_held_bytes, held_bytes_);
@@ -152,8 +169,15 @@ bool Prefetcher::NextFillJobLocked(Job* job) {
     const uint64_t n = (f.file.size + unit - 1) / unit;
     // Units cached or queued already are skipped (Contains takes the store's
     // own lock, never ours: the store does not call back into the prefetcher).
+    UnitKey probe;  // assigned member by member: see MakeJob
+    if (store_) {
+      probe.object = f.file.key;
+      probe.etag = f.file.etag;
+    }
     auto wanted = [&](uint64_t u) {
-      return !units_.count(TagOf(f.file, u)) && !(store_ && store_->Contains(UnitKey{f.file.key, f.file.etag, u}));
+      if (units_.count(TagOf(f.file, u))) return false;
+      probe.index = u;
+      return !(store_ && store_->Contains(probe));
     };
     while (f.next < n && !wanted(f.next)) ++f.next;
     const bool limited = f.next < n && JobBytes(f.file, f.next, f.next, unit) > f.allowed;
@@ -179,7 +203,7 @@ bool Prefetcher::NextFillJobLocked(Job* job) {
     if (held_bytes_ + bytes > opts_.budget_bytes || bg_held_bytes_ + bytes > opts_.budget_bytes / 2 ||
         (share && fill_held_bytes_ > 0 && fill_held_bytes_ + bytes > opts_.budget_bytes / 4))
       return false;
-    *job = Job{f.file, f.next, last, bytes, true, true, f.id};
+    *job = MakeJob(f.file, f.next, last, bytes, true, true, f.id);
     held_bytes_ += bytes;
     bg_held_bytes_ += bytes;
     fill_held_bytes_ += bytes;

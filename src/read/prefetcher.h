@@ -105,7 +105,7 @@ class Prefetcher {
   static Tag TagOf(const FileVersion& f, uint64_t unit) noexcept;
   struct Job {
     FileVersion file;
-    uint64_t first, last, bytes;
+    uint64_t first = 0, last = 0, bytes = 0;
     bool fill = false, background = false;  // a fill is background too
     uint64_t fill_id = 0;  // FillState::id of a fill's job
   };
@@ -118,6 +118,8 @@ class Prefetcher {
     // the file filled again must not count against the new one.
     uint64_t id = 0;
   };
+  static Job MakeJob(const FileVersion& file, uint64_t first, uint64_t last, uint64_t bytes, bool fill,
+                     bool background, uint64_t fill_id);
   void Worker();
   // Under mu_: the next job to run, readahead first, then background jobs
   // and fills as their share of the threads allows; false if none may run.
