@@ -947,6 +947,49 @@ TEST_CASE("a directory scan's window shrinks for readahead evicted unread, not f
   CHECK(read_file(61) <= window / 2 + kFileUnits);
 }
 
+TEST_CASE("readahead of a file filled before is readahead, not fill units", "[engine]") {
+  // A loader faulted through w.bin at random (labelled random, filled in
+  // part), then a reader goes through it in order. Its readahead units used
+  // to be taken for fill units (fill_planned stays set): they entered the
+  // file's random/skewed stream as its first victims and were evicted
+  // before their reads, then fetched again (a live dd read 30x the file).
+  // They wait in the (readahead) stream, as any scan's, until read.
+  constexpr uint64_t kUnits = 256;
+  Harness h("igt", 64);
+  std::mt19937 rng(3);
+  bool filled = false;
+  for (int k = 0; k < 4000 && !filled; ++k) {
+    h.now_us += 1000;
+    const uint64_t u = rng() % kUnits;
+    h.tree.Record(h.now_us, 2, "m/w.bin", u * kUnit, 4096, kUnits * kUnit);
+    for (const auto& r : h.engine->OnRead(h.now_us, 2, "m/w.bin", u * kUnit, 4096, kUnits * kUnit))
+      if (r.fill) {
+        for (uint64_t f = 0; f < 8; ++f) h.Insert("m/w.bin", f, true);  // the start of a partial fill
+        filled = true;
+      }
+  }
+  REQUIRE(filled);
+  const uint64_t window_before = StreamCachedBytes(h, "(readahead)");
+  uint64_t proposed = 0;
+  for (uint64_t u = 8; u < 40; ++u) {
+    h.now_us += 1000;
+    h.tree.Record(h.now_us, 3, "m/w.bin", u * kUnit, kUnit, kUnits * kUnit);
+    for (const auto& r : h.engine->OnRead(h.now_us, 3, "m/w.bin", u * kUnit, kUnit, kUnits * kUnit)) {
+      if (r.fill || r.path != "m/w.bin") continue;
+      for (uint64_t q = r.first_unit; q <= r.last_unit; ++q)
+        if (!h.engine->Contains("m/w.bin#" + std::to_string(q))) {
+          h.Insert("m/w.bin", q, true);
+          ++proposed;
+        }
+    }
+    const std::string id = "m/w.bin#" + std::to_string(u);
+    if (h.engine->Contains(id)) h.engine->OnHit(id, kUnit, h.now_us);
+    else h.Insert("m/w.bin", u, false);
+  }
+  REQUIRE(proposed > 0);
+  CHECK(StreamCachedBytes(h, "(readahead)") > window_before);  // waiting there, not in the file's stream
+}
+
 TEST_CASE("a warm-up passes over a large file it has no room for", "[engine]") {
   // inf/items/ lists a 20 MiB file first, then 400 items of 16 KiB. The
   // warm-up begins with 64 MiB free; its first prefetches are dropped. Then
