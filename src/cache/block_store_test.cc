@@ -982,6 +982,24 @@ TEST_CASE("a Put that throws gives back its reservation and leaves no file", "[b
   CHECK(s->unit_count() == 4);
 }
 
+TEST_CASE("fan-out directories of units/ go when their last unit goes", "[block_store]") {
+  Fixture f;
+  auto s = f.Open();
+  for (int i = 0; i < 40; ++i) REQUIRE(s->Put(Key(i), DataOf(Key(i), 1000)).ok());
+  auto dirs = [&] {
+    size_t n = 0;
+    for (const auto& e : fs::recursive_directory_iterator(f.opts.dir + "/units"))
+      if (e.is_directory()) ++n;
+    return n;
+  };
+  CHECK(dirs() > 40);  // 40 ids, two levels each (some first levels shared)
+  for (int i = 0; i < 39; ++i) s->Remove(Key(i));
+  CHECK(dirs() == 2);  // the last unit's two levels only (before: every one ever made)
+  REQUIRE(s->Put(Key(0), DataOf(Key(0), 1000)).ok());  // made again on demand
+  CHECK(ReadAll(*s, Key(0), 1000) == DataOf(Key(0), 1000));
+  CHECK(ReadAll(*s, Key(39), 1000) == DataOf(Key(39), 1000));
+}
+
 TEST_CASE("a deleted tmp/ is made again and caching goes on", "[block_store]") {
   Fixture f;
   auto s = f.Open();
