@@ -21,6 +21,7 @@
 #include <filesystem>
 #include <iostream>
 #include <map>
+#include <set>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -146,6 +147,11 @@ int RunWarm(const WarmArgs& a) {
     std::vector<Item> all;
     std::vector<std::string> errors;
     for (const auto& p : by_mount[mnt]) Collect(p, all, errors);
+    {  // A file named twice (itself and through its directory) is read once.
+      std::set<std::string> seen;
+      all.erase(std::remove_if(all.begin(), all.end(), [&](const Item& it) { return !seen.insert(it.path).second; }),
+                all.end());
+    }
     for (const auto& e : errors) std::fprintf(stderr, "igtcache: warm: %s\n", e.c_str());
     if (!errors.empty()) rc = kExitError;
 
