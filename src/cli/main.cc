@@ -82,6 +82,10 @@ int main(int argc, char** argv) {
   CLI::App app{"igtcache: mount a cloud bucket with an adaptive SSD cache for AI workloads"};
   app.set_version_flag("--version", std::string("igtcache ") + igt::kVersion);
   app.require_subcommand(1);
+  // Parse errors read like every other error of the command.
+  app.failure_message([](const CLI::App* a, const CLI::Error& e) {
+    return "igtcache: error: " + CLI::FailureMessage::simple(a, e);
+  });
 
   // An option given an empty value (`--cache-size "$UNSET"`) is an error, not
   // the default.
@@ -94,8 +98,9 @@ int main(int argc, char** argv) {
         [lo, hi](std::string& v) {
           char* end = nullptr;
           const double x = std::strtod(v.c_str(), &end);
-          if (v.empty() || *end != '\0' || !std::isfinite(x) || x < lo || x > hi)
-            return fmt::format("'{}' is not a number in [{}, {}]", v, lo, hi);
+          if (v.empty() || *end != '\0' || !std::isfinite(x))
+            return fmt::format("'{}' is not a number (expected one in [{}, {}])", v, lo, hi);
+          if (x < lo || x > hi) return fmt::format("{} is out of range: must be in [{}, {}]", v, lo, hi);
           return std::string();
         },
         fmt::format("in [{}, {}]", lo, hi));
