@@ -7,6 +7,7 @@
 
 #include <cctype>
 #include <cstdlib>
+#include <fmt/format.h>
 #include <fstream>
 #include <sstream>
 
@@ -92,18 +93,21 @@ Result<Credentials> ResolveCredentials(const std::string& profile_arg) {
   if (profile_arg.empty()) {
     std::string id = Env("AWS_ACCESS_KEY_ID"), secret = Env("AWS_SECRET_ACCESS_KEY");
     if (!id.empty() && !secret.empty()) return Credentials{id, secret, Env("AWS_SESSION_TOKEN")};
+    // One of the two set: refused, as the AWS CLI does (partial credentials),
+    // rather than signing with the file's keys under another identity.
+    if (!id.empty() || !secret.empty())
+      return Err(Status::NotFound(fmt::format(
+          "no AWS credentials: {} is set but {} is not (set both, or neither to use the credentials file)",
+          id.empty() ? "AWS_SECRET_ACCESS_KEY" : "AWS_ACCESS_KEY_ID",
+          id.empty() ? "AWS_ACCESS_KEY_ID" : "AWS_SECRET_ACCESS_KEY")));
   }
   std::string profile = profile_arg;
   if (profile.empty()) profile = Env("AWS_PROFILE");
   if (profile.empty()) profile = "default";
-  // Ends in " and " (cut off where it ends a message). One variable of the
-  // two set is named: the other one is what is missing.
-  const bool has_id = !Env("AWS_ACCESS_KEY_ID").empty(), has_secret = !Env("AWS_SECRET_ACCESS_KEY").empty();
-  const std::string why_not_env =
-      !profile_arg.empty() ? "profile [" + profile_arg + "] was asked for (the AWS_* keys are not used) and "
-      : has_id             ? std::string("AWS_ACCESS_KEY_ID is set but AWS_SECRET_ACCESS_KEY is not, and ")
-      : has_secret         ? std::string("AWS_SECRET_ACCESS_KEY is set but AWS_ACCESS_KEY_ID is not, and ")
-                           : std::string("AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY are not set and ");
+  // Ends in " and " (cut off where it ends a message).
+  const std::string why_not_env = profile_arg.empty()
+                                      ? "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY are not set and "
+                                      : "profile [" + profile_arg + "] was asked for (the AWS_* keys are not used) and ";
   std::string path = CredentialsPath();
   std::ifstream in(path);
   if (!in) {
@@ -115,9 +119,7 @@ Result<Credentials> ResolveCredentials(const std::string& profile_arg) {
   ss << in.rdbuf();
   auto c = ParseCredentialsIni(ss.str(), profile, path);
   if (!c) {
-    std::string why = why_not_env.substr(0, why_not_env.size() - 5);  // without " and "
-    if (!why.empty() && why.back() == ',') why.pop_back();
-    return Err(Status(c.error().code(), c.error().message() + "; " + why));
+    return Err(Status(c.error().code(), c.error().message() + "; " + why_not_env.substr(0, why_not_env.size() - 5)));
   }
   return c;
 }

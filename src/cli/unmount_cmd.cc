@@ -106,8 +106,11 @@ int RunUnmount(const UnmountArgs& a) {
   while (Alive(pid) && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   if (Alive(pid)) {
-    std::fprintf(stderr, "igtcache: warning: unmounted '%s', but daemon pid %d is still running after %.0f s\n",
-                 a.mountpoint.c_str(), static_cast<int>(pid), a.timeout_s);
+    std::fprintf(stderr, "igtcache: warning: unmounted '%s', but daemon pid %d is still running after %.0f s%s\n",
+                 a.mountpoint.c_str(), static_cast<int>(pid), a.timeout_s,
+                 a.lazy ? " (after a lazy unmount it serves the files still open until they are closed; "
+                          "kill -TERM it to end it now)"
+                        : "");
     return kExitError;
   }
   return kExitOk;
