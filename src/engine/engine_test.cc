@@ -638,6 +638,50 @@ uint64_t StreamItems(Harness& h, const std::string& key) {
   return 0;
 }
 
+TEST_CASE("files read before their directory was labelled join its stream with their units", "[engine]") {
+  // ds/train/cNN/ read in listing order (as `igtcache warm` does): the first
+  // files of each class directory are read while nothing above them is
+  // labelled and sit in "?ds/train/cNN/" (unknown, LRU). When a directory
+  // above them is labelled they join its stream, units and all. Before, they stayed in that stale stream, worth nothing
+  // once the reader moved on, and were the first victims of the next insert
+  // into a full cache (a live warm evicted 31 of its own 1,250 files).
+  std::map<std::string, std::vector<ListedFile>> dirs;
+  std::vector<std::string> all;
+  for (int c = 0; c < 10; ++c) {
+    char d[32];
+    std::snprintf(d, sizeof d, "ds/train/c%02d/", c);
+    dirs["ds/train/"].push_back({d, 0, true});
+    for (int i = 0; i < 40; ++i) {
+      char f[64];
+      std::snprintf(f, sizeof f, "%simg_%03d.jpg", d, i);
+      all.push_back(f);
+      dirs[d].push_back({all.back(), kUnit / 4});
+    }
+  }
+  ListingFn listing = [&](std::string_view dir) -> const std::vector<ListedFile>* {
+    auto it = dirs.find(std::string(dir));
+    return it != dirs.end() ? &it->second : nullptr;
+  };
+  Harness h("igt", 1000, *PolicyProfile("training"), listing);
+  h.tree.NoteListing("ds/train/", 10);
+  for (auto& [d, l] : dirs)
+    if (d != "ds/train/") h.tree.NoteListing(d, l.size());
+  for (const auto& p : all) {
+    h.now_us += 1000;
+    h.tree.Record(h.now_us, 1, p, 0, kUnit / 4, kUnit / 4);
+    h.engine->OnRead(h.now_us, 1, p, 0, kUnit / 4, kUnit / 4);
+    if (!h.engine->Contains(p + "#0")) h.engine->OnInsert(p + "#0", p, 0, kUnit / 4, false, h.now_us);
+  }
+  uint64_t stale = 0, labelled = 0;
+  for (const auto& st : h.engine->Stats().streams) {
+    UNSCOPED_INFO(st.key << " " << st.label << " " << st.cached_bytes);
+    if (st.key.rfind("?ds/", 0) == 0) stale += st.cached_bytes;
+    if (st.key.rfind("ds/train/", 0) == 0) labelled += st.cached_bytes;
+  }
+  CHECK(stale == 0);
+  CHECK(labelled == all.size() * (kUnit / 4));
+}
+
 TEST_CASE("an override added by a reload takes the units cached already under its prefix", "[engine][reload]") {
   Harness h("igt", 50);
   for (int i = 0; i < 40; ++i) h.Read("data/hot/f" + std::to_string(i), 0, 1, false);

@@ -326,6 +326,12 @@ PolicyEngine::Group* PolicyEngine::GetGroup(const std::string& key, int label, c
   // class directories of an image-folder data set) are the items of the
   // working set; deeper ones join as they are read.
   if (listing_ && !key.empty() && key.back() == '/' && key.front() != '?') {
+    // Files read while nothing above them was labelled sit in unlabelled
+    // streams ("?dir/") with their units: they join this one now, units
+    // and all. Before, a job's first files stayed in a stale LRU stream
+    // worth nothing once the job moved on, and were the first victims: a
+    // warm of 1,250 files into a nearly full cache evicted 31 of its own.
+    std::unordered_set<Group*> left;
     for (const auto& lf : SubtreeFiles(key)) {
       raw->subtree_bytes += lf.size;
       auto [fit, fresh] = files_.try_emplace(lf.path);
@@ -334,9 +340,32 @@ PolicyEngine::Group* PolicyEngine::GetGroup(const std::string& key, int label, c
         fit->second.size = lf.size;
         fit->second.rank = files_seen_++;
       }
-      if (!fit->second.group) {
-        if (fit->second.size == 0) fit->second.size = lf.size;
-        JoinGroup(fit->second, &fit->first, raw);
+      Group* was = fit->second.group;
+      if (!was || (was != raw && !was->key.empty() && was->key.front() == '?')) {
+        FileRec& f = fit->second;
+        if (f.size == 0) f.size = lf.size;
+        const bool read = was && f.epoch_read != 0;
+        JoinGroup(f, &fit->first, raw);
+        if (was) left.insert(was);
+        // Read already: read in this stream's first epoch too (not an unread
+        // item for epoch prefetching to propose again).
+        if (read) {
+          f.epoch_read = raw->epoch + 1;
+          ++raw->epoch_read_count;
+        }
+      }
+    }
+    for (Group* old : left) {
+      const std::vector<const std::string*> ids(old->unit_ids.begin(), old->unit_ids.end());
+      for (const std::string* id : ids) {
+        Unit& u = units_.find(*id)->second;
+        const FileRec& f = files_.find(*u.path)->second;
+        if (f.group != raw) continue;
+        MoveUnit(*id, u, f);
+        if (u.consumed) {
+          u.read_stamp = raw->epoch + 1;
+          raw->read_cached_bytes += u.bytes;
+        }
       }
     }
   }
@@ -661,9 +690,10 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
   }
 
   int pl, fl, dl;
+  const std::string* fkey = &fit->first;  // GroupFor may add files: fit may not survive a rehash
   Group* g = GroupFor(path, now_us_, &pl, &fl, &dl);
   f.block_label = fl;
-  JoinGroup(f, &fit->first, g);
+  JoinGroup(f, fkey, g);
   g->read_bytes += length;
   g->period_read_bytes += length;
   ++g->reads;
@@ -682,7 +712,7 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
     // now, may be proposed (the item cursor starts again).
     if (g->epoch == 0 && g->read_dirs.size() < kMaxReadDirs && g->read_dirs.insert(ParentDir(path)).second)
       g->item_cursor = 0;
-    NewVisit(g, &f, &fit->first);
+    NewVisit(g, &f, fkey);
     f.epoch_planned = false;
   }
 
@@ -915,6 +945,7 @@ void PolicyEngine::OnInsert(const std::string& id, std::string_view path, uint64
   if (IsSubUnit(unit_index)) unit_index = SubUnitOffset(unit_index) / opts_.unit_bytes;
   auto [fit, fresh] = files_.try_emplace(std::string(path));
   FileRec& f = fit->second;
+  const std::string* fkey = &fit->first;  // GroupFor may add files: fit may not survive a rehash
   if (fresh) f.rank = files_seen_++;
   Group* g = nullptr;
   if (!mode_igt_) {
@@ -924,7 +955,7 @@ void PolicyEngine::OnInsert(const std::string& id, std::string_view path, uint64
   } else {
     int pl, fl, dl;
     g = GroupFor(path, now_us_, &pl, &fl, &dl);
-    JoinGroup(f, &fit->first, g);
+    JoinGroup(f, fkey, g);
   }
   if (g->ghost_set.count(id)) g->repeats = true;  // fetched again after eviction
   // Readahead units wait in the window stream until read: whatever the
@@ -938,7 +969,7 @@ void PolicyEngine::OnInsert(const std::string& id, std::string_view path, uint64
   if (readahead) g = WindowGroup();
   Unit u;
   u.g = g;
-  u.path = &fit->first;
+  u.path = fkey;
   u.index = unit_index;
   u.bytes = bytes;
   u.disk_bytes = disk_bytes ? disk_bytes : bytes;
