@@ -99,6 +99,10 @@ class BlockStore {
   virtual uint64_t unit_count() const = 0;
   // Unit files kept open for later reads (an fd each; bounded).
   virtual uint64_t open_unit_files() const { return 0; }
+  // The last insert failed (cache volume full, write errors, index not
+  // writable); cleared by the next that succeeds. Prefetching stops meanwhile:
+  // its units could only be fetched and thrown away.
+  virtual bool inserts_failing() const { return false; }
 
   // Small metadata records (directory listings, attributes) kept in the same
   // RocksDB under their own key space, so a remount starts warm.

@@ -437,7 +437,9 @@ class DiskBlockStore final : public BlockStore {
     if (err == 0) return Status::Ok();
     return Status(CodeForErrno(err), fmt::format("cannot write a temp file in {}/tmp: {}", opts_.dir, ErrnoText(err)));
   }
+  bool inserts_failing() const override { return inserts_failing_.load(std::memory_order_relaxed); }
   Status WriteError(Status s) {
+    inserts_failing_.store(true, std::memory_order_relaxed);
     Add(metrics_->cache_write_errors);
     WarnOnce("write:" + s.ToString(),
              fmt::format("igtcache: cannot write to the cache in {}: {} (serving from the backend; will retry)",
@@ -476,6 +478,7 @@ class DiskBlockStore final : public BlockStore {
 
   std::atomic<bool> db_broken_{false};       // an index write failed; see DbWrite
   std::atomic<bool> write_failing_{false};   // the last unit write failed (not for lack of space); see Put
+  std::atomic<bool> inserts_failing_{false}; // the last Put failed, for any reason (inserts_failing())
   std::atomic<uint64_t> last_resume_us_{0};  // last Resume() attempt
 };
 
@@ -904,6 +907,7 @@ Status DiskBlockStore::Put(const UnitKey& key, std::string_view data, bool prefe
     DeleteDetached(cancelled_victims, /*count_as_eviction=*/false);
     return Status::Ok();
   }
+  inserts_failing_.store(false, std::memory_order_relaxed);
   Add(metrics_->cache_insert_units);
   Add(metrics_->cache_insert_bytes, n);
   FlushAccessState(/*force=*/false);

@@ -84,7 +84,10 @@ std::optional<Result<HelperCall>> ParseMountHelper(const std::vector<std::string
       for (char f : a.substr(1)) {
         if (f == 'f') c.fake = true;
         else if (f != 'n' && f != 's' && f != 'v' && f != 'r' && f != 'w')
-          return Result<HelperCall>(Err(Status::InvalidArgument(fmt::format("unknown mount flag -{}", f))));
+          return Result<HelperCall>(Err(Status::InvalidArgument(
+              a[1] == '-' ? fmt::format("unknown mount flag '{}' (mount.fuse.igtcache takes SOURCE DIR [-fnsvrw] "
+                                        "[-o OPTIONS]; igtcache --help for the rest)", a)
+                          : fmt::format("unknown mount flag -{} in '{}'", f, a))));
       }
     } else {
       pos.push_back(a);

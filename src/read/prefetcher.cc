@@ -65,6 +65,13 @@ size_t Prefetcher::Submit(const FileVersion& file, uint64_t first, uint64_t last
   if (file.size == 0 || unit == 0) return 0;
   last = std::min(last, (file.size - 1) / unit);
   if (first > last) return 0;
+  // A cache that takes no inserts (volume full, write errors): prefetched
+  // units would be fetched and thrown away, each read fetching them again.
+  if (store_ && store_->inserts_failing()) {
+    std::lock_guard lk(mu_);
+    stats_.dropped_units += last - first + 1;
+    return 0;
+  }
   // Skip cached units outside the lock (the store takes its own).
   std::vector<uint64_t> want;
   for (uint64_t u = first; u <= last; ++u)
@@ -110,7 +117,7 @@ size_t Prefetcher::Submit(const FileVersion& file, uint64_t first, uint64_t last
 }
 
 bool Prefetcher::Fill(const FileVersion& file, uint64_t max_bytes) {
-  if (file.size == 0) return false;
+  if (file.size == 0 || (store_ && store_->inserts_failing())) return false;
   const uint64_t limit = max_bytes ? max_bytes : UINT64_MAX;
   {
     std::lock_guard lk(mu_);

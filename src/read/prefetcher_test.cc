@@ -9,6 +9,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <filesystem>
+#include <fstream>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -354,4 +355,26 @@ TEST_CASE("prefetcher: after a fill's GET fails, the file is not filled again fo
   uint64_t cached = 0;
   for (uint64_t u = 0; u < 16; ++u) cached += fx.store->Contains(UnitKey{"a/big", v.etag, u});
   CHECK(cached == 8);
+}
+
+TEST_CASE("prefetcher: nothing is prefetched while the cache takes no inserts", "[prefetch]") {
+  // A full cache volume (or failing writes): every prefetched unit was
+  // fetched and thrown away, and fetched again by the next plan (5x to 29x
+  // the bytes read from the backend in a black-box test).
+  Fx fx;
+  Prefetcher p(fx.pipe.get(), fx.store.get(), Prefetcher::Options{1, 16 * kUnit, 4});
+  const std::string tmp = fx.dir.string() + "/tmp";
+  std::filesystem::rename(tmp, tmp + ".away");
+  { std::ofstream(tmp) << "not a dir"; }  // every insert fails
+  std::string buf(kUnit, '\0');
+  REQUIRE(fx.pipe->Read(fx.Version(), 0, kUnit, buf.data()).has_value());  // served, not cached
+  CHECK(fx.store->inserts_failing());
+  CHECK(p.Submit(fx.Version(), 1, 4) == 0);
+  CHECK_FALSE(p.Fill(fx.Version()));
+  std::filesystem::remove(tmp);
+  std::filesystem::rename(tmp + ".away", tmp);
+  REQUIRE(fx.pipe->Read(fx.Version(), 5 * kUnit, kUnit, buf.data()).has_value());  // cached again
+  CHECK_FALSE(fx.store->inserts_failing());
+  CHECK(p.Submit(fx.Version(), 1, 4) == 4);
+  Drain(p);
 }
