@@ -231,9 +231,13 @@ Result<std::unique_ptr<TraceWriter>> TraceWriter::Open(const std::string& path, 
   if (!f) return Err(Status::IoError(fmt::format("cannot create trace '{}': {}", path, std::strerror(errno))));
   std::string header(kTraceHeader);
   header.push_back('\n');
-  if (std::fwrite(header.data(), 1, header.size(), f) != header.size()) {
-    std::fclose(f);
-    return Err(Status::IoError(fmt::format("cannot write trace '{}'", path)));
+  // Written through at once: on a full disk the trace is refused here, not
+  // left as a header-sized run of NUL bytes (the flusher's cut back to the
+  // last whole row counted a header that never reached the file).
+  if (std::fwrite(header.data(), 1, header.size(), f) != header.size() || std::fflush(f) != 0) {
+    const int err = errno;
+    std::fclose(f);  // not unlinked: it may not be ours to remove (a device, a user's file)
+    return Err(Status::IoError(fmt::format("cannot write trace '{}': {}", path, std::strerror(err))));
   }
   std::unique_ptr<TraceWriter> w(new TraceWriter(path, f, opt));
   w->buf_.reserve(opt.flush_threshold_bytes * 2);
@@ -298,8 +302,12 @@ void TraceWriter::FlushLoop() {
         __fpurge(f_);
         if (whole >= 0 && ::ftruncate(::fileno(f_), whole) == 0) std::fseek(f_, whole, SEEK_SET);
         std::lock_guard lk(mu_);
-        if (write_error_.ok())
+        if (write_error_.ok()) {
           write_error_ = Status::IoError(fmt::format("writing trace '{}': {}", path_, std::strerror(err)));
+          // Said now, not only at the unmount: the trace ends here.
+          spdlog::error("trace: {}; the trace ends at its last whole row, later rows are dropped and counted",
+                        write_error_.message());
+        }
         rows_dropped_.fetch_add(rows, std::memory_order_relaxed);
       } else {
         whole += static_cast<long>(n);
@@ -326,6 +334,8 @@ Status TraceWriter::Close() {
     std::lock_guard lk(mu_);
     s = write_error_;
   }
+  if (!s.ok())
+    s = Status(s.code(), fmt::format("{}; {} rows dropped, {} written", s.message(), rows_dropped(), rows_written()));
   if (std::fflush(f_) != 0 && s.ok())
     s = Status::IoError(fmt::format("flushing trace '{}': {}", path_, std::strerror(errno)));
   if (const uint64_t dropped = rows_dropped(); dropped > 0 && s.ok())

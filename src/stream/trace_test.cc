@@ -191,3 +191,13 @@ TEST_CASE("a stray quote is an error naming its line, not the rest of the file r
   CHECK_THAT(bad.error().message(), Catch::Contains(":3:"));
   std::remove(p.c_str());
 }
+
+TEST_CASE("TraceWriter on a full disk is refused at open, with the reason", "[trace]") {
+  // /dev/full takes the open and fails every write with ENOSPC. Before, the
+  // header stayed in stdio's buffer, the open succeeded, and the first
+  // failed flush cut the file back to a header-sized run of NUL bytes.
+  if (::access("/dev/full", W_OK) != 0) return;  // no such device here: nothing to check
+  auto w = TraceWriter::Open("/dev/full", {});
+  REQUIRE_FALSE(w.has_value());
+  CHECK_THAT(w.error().message(), Catch::Contains("No space left on device"));
+}
