@@ -6,6 +6,7 @@
 // prints errors as one line on stderr.
 // Thread-safety: command entry points, called once from main.
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -44,7 +45,9 @@ struct StatsArgs {
 };
 int RunStats(const StatsArgs& a);
 // The readable table (exposed for tests). `prev`/`dt_s` give rates when set.
-std::string StatsTable(const nlohmann::json& j, const nlohmann::json* prev, double dt_s);
+// At most `max_stream_rows` stream rows (the rest summed up in one line).
+std::string StatsTable(const nlohmann::json& j, const nlohmann::json* prev, double dt_s,
+                       size_t max_stream_rows = SIZE_MAX);
 
 // --- igtcache warm PATH... [--jobs N]
 struct WarmArgs {

@@ -1,6 +1,7 @@
 // `igtcache stats MOUNTPOINT [--json] [--watch]`: the live counters of a
 // mount as a readable table on a terminal, as JSON with --json or whenever
 // stdout is not a terminal (scripts and the test suite parse it).
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -98,6 +99,13 @@ std::vector<Row> StreamRows(const nlohmann::json& j) {
   return rows;
 }
 
+// Stream rows that fit the terminal under the summary (about 14 lines).
+size_t TerminalStreamRows() {
+  winsize ws{};
+  if (::ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) != 0 || ws.ws_row == 0) return SIZE_MAX;
+  return ws.ws_row > 24 ? ws.ws_row - 16 : 8;
+}
+
 int PrintOnce(const std::string& mnt, bool json) {
   if (json) {  // byte-for-byte what the mount serves
     std::ifstream in(NormalizeMountpoint(mnt) + "/" + kStatsFileName);
@@ -113,13 +121,13 @@ int PrintOnce(const std::string& mnt, bool json) {
     std::fprintf(stderr, "igtcache: error: %s\n", j.error().message().c_str());
     return kExitError;
   }
-  std::cout << StatsTable(*j, nullptr, 0);
+  std::cout << StatsTable(*j, nullptr, 0, TerminalStreamRows());
   return kExitOk;
 }
 
 }  // namespace
 
-std::string StatsTable(const nlohmann::json& j, const nlohmann::json* prev, double dt) {
+std::string StatsTable(const nlohmann::json& j, const nlohmann::json* prev, double dt, size_t max_stream_rows) {
   std::string o;
   auto line = [&o](const std::string& k, const std::string& v) { o += fmt::format("{:<10} {}\n", k, v); };
   o += fmt::format("igtcache {}  {}  pid {}  up {}\n\n", j.value("version", std::string("?")),
@@ -151,6 +159,14 @@ std::string StatsTable(const nlohmann::json& j, const nlohmann::json* prev, doub
                              U(j, "read_errors"), U(j, "backend_errors"), U(j, "cache_write_errors"),
                              U(j, "cache_read_errors"), U(j, "cache_corruptions")));
   auto rows = StreamRows(j);
+  // Unlabelled streams that hold nothing ("?dir/" a reader passed through)
+  // say nothing: left out of the table (not of the JSON).
+  std::erase_if(rows, [](const Row& r) { return !r.path.empty() && r.path[0] == '?' && r.cached == "0 B"; });
+  size_t more = 0;
+  if (rows.size() > max_stream_rows) {
+    more = rows.size() - max_stream_rows;
+    rows.resize(max_stream_rows);
+  }
   o += "\n";
   size_t w = 6;
   for (const auto& r : rows) w = std::max(w, std::min<size_t>(r.path.size(), 60));
@@ -163,6 +179,7 @@ std::string StatsTable(const nlohmann::json& j, const nlohmann::json* prev, doub
     o += fmt::format("{:<{}}  {:<10}  {:<5}  {:>8}  {:>10}  {:>9}\n", p, w, r.label, r.gran, r.samples, r.cached,
                      r.hit);
   }
+  if (more) o += fmt::format("... and {} more streams (igtcache stats --json lists them all)\n", more);
   return o;
 }
 
@@ -184,7 +201,7 @@ int RunStats(const StatsArgs& a) {
     if (json) {
       std::cout << j->dump() << std::endl;  // one object per line
     } else {
-      std::cout << "\033[H\033[2J" << StatsTable(*j, prev ? &*prev : nullptr, elapsed)
+      std::cout << "\033[H\033[2J" << StatsTable(*j, prev ? &*prev : nullptr, elapsed, TerminalStreamRows())
                 << fmt::format("\n(every {:.1f}s; Ctrl-C to stop)\n", dt) << std::flush;
     }
     prev = std::move(*j);
