@@ -800,6 +800,9 @@ Status DiskBlockStore::Put(const UnitKey& key, std::string_view data, bool prefe
   } reservation{this, id, unit_path, disk};
   std::vector<Victim> victims;
   Status fail;
+  // Other Puts in flight hold the room: this insert is skipped, but the
+  // cache still takes inserts (not a write error, and prefetching goes on).
+  bool contended = false;
   {
     std::lock_guard lk(mu_);
     if (auto it = index_.find(id); it != index_.end()) {
@@ -823,6 +826,7 @@ Status DiskBlockStore::Put(const UnitKey& key, std::string_view data, bool prefe
       // Nor when the inserts in flight hold so much that evicting every
       // cached unit would not make room.
       fail = Status::NoSpace("cache space is held by inserts in flight");
+      contended = true;
     } else {
       const uint64_t freed = EvictLocked(
           [&](uint64_t freed) {
@@ -832,6 +836,7 @@ Status DiskBlockStore::Put(const UnitKey& key, std::string_view data, bool prefe
       if (used_bytes_ + reserved_bytes_ + disk > opts_.max_bytes || freed < need_free) {
         // Only possible when other Puts in flight hold the space.
         fail = Status::NoSpace("cache space is held by inserts in flight");
+        contended = need_free == 0 || freed >= need_free;  // not the volume's floor
       } else {
         busy_[id] = Busy{};
         reserved_bytes_ += disk;
@@ -840,7 +845,7 @@ Status DiskBlockStore::Put(const UnitKey& key, std::string_view data, bool prefe
     }
   }
   DeleteDetached(victims, /*count_as_eviction=*/true);
-  if (!fail.ok()) return WriteError(fail);
+  if (!fail.ok()) return contended ? fail : WriteError(fail);
 
   auto written = WriteUnit(id, *header, data);
   Status s = written ? Status::Ok() : written.error();

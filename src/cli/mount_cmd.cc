@@ -324,7 +324,8 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
     auto t = stream::TraceWriter::Open(a.trace_out);
     if (!t) {
       rep.Fail(fmt::format("--trace-out '{}': {}", a.trace_out, t.error().message()));
-      return kExitUsage;
+      // A full disk is a runtime failure; a path that cannot be created is the command line's.
+      return t.error().code() == Code::kNoSpace ? kExitError : kExitUsage;
     }
     trace = std::move(*t);
   }

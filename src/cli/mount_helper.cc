@@ -85,8 +85,8 @@ std::optional<Result<HelperCall>> ParseMountHelper(const std::vector<std::string
         if (f == 'f') c.fake = true;
         else if (f != 'n' && f != 's' && f != 'v' && f != 'r' && f != 'w')
           return Result<HelperCall>(Err(Status::InvalidArgument(
-              a[1] == '-' ? fmt::format("unknown mount flag '{}' (mount.fuse.igtcache takes SOURCE DIR [-fnsvrw] "
-                                        "[-o OPTIONS]; igtcache --help for the rest)", a)
+              a[1] == '-' ? fmt::format("unknown mount flag '{}' ({} takes SOURCE DIR [-fnsvrw] "
+                                        "[-o OPTIONS]; igtcache --help for the rest)", a, name)
                           : fmt::format("unknown mount flag -{} in '{}'", f, a))));
       }
     } else {
@@ -95,7 +95,7 @@ std::optional<Result<HelperCall>> ParseMountHelper(const std::vector<std::string
   }
   if (pos.size() != 2)
     return Result<HelperCall>(Err(Status::InvalidArgument(
-        "usage: mount.fuse.igtcache SOURCE MOUNTPOINT [-o cache_dir=DIR,cache_size=10G,config=FILE,...]")));
+        fmt::format("usage: {} SOURCE MOUNTPOINT [-o cache_dir=DIR,cache_size=10G,config=FILE,...]", name))));
   c.mount.source = pos[0];
   c.mount.mountpoint = pos[1];
   // An fstab source may carry the type prefix of mount.fuse3 ("igtcache#s3://b").

@@ -45,9 +45,12 @@ struct StatsArgs {
 };
 int RunStats(const StatsArgs& a);
 // The readable table (exposed for tests). `prev`/`dt_s` give rates when set.
-// At most `max_stream_rows` stream rows (the rest summed up in one line).
+// Unlabelled streams that hold nothing are left out. At most
+// `max_stream_rows` stream rows, those holding the most bytes, in their
+// order (the rest counted in one line); paths cut to their end so that a
+// row fits `max_cols` columns (--watch fits the terminal).
 std::string StatsTable(const nlohmann::json& j, const nlohmann::json* prev, double dt_s,
-                       size_t max_stream_rows = SIZE_MAX);
+                       size_t max_stream_rows = SIZE_MAX, size_t max_cols = SIZE_MAX);
 
 // --- igtcache warm PATH... [--jobs N]
 struct WarmArgs {

@@ -4,6 +4,7 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <optional>
@@ -50,6 +51,7 @@ std::string Rate(uint64_t now, uint64_t before, double dt) {
 // reports them; "-" where a figure is not reported.
 struct Row {
   std::string path, label, gran, samples, cached, hit;
+  std::optional<uint64_t> cached_bytes;  // as reported, for the choice of rows
 };
 std::vector<Row> StreamRows(const nlohmann::json& j) {
   std::map<std::string, const nlohmann::json*> eng;
@@ -61,8 +63,13 @@ std::vector<Row> StreamRows(const nlohmann::json& j) {
             eng[x[k].get<std::string>()] = &x;
             break;
           }
-  auto bytes_of = [](const nlohmann::json& x, std::string& cached, std::string& hit) {
-    if (auto c = x.find("cached_bytes"); c != x.end() && c->is_number()) cached = FormatSize(c->get<uint64_t>());
+  auto bytes_of = [](const nlohmann::json& x, Row& row) {
+    std::string& cached = row.cached;
+    std::string& hit = row.hit;
+    if (auto c = x.find("cached_bytes"); c != x.end() && c->is_number()) {
+      row.cached_bytes = c->get<uint64_t>();
+      cached = FormatSize(*row.cached_bytes);
+    }
     if (auto r = x.find("hit_ratio"); r != x.end() && r->is_number()) {
       hit = fmt::format("{:.1f}%", 100.0 * r->get<double>());
     } else if (x.contains("hit_bytes") && x.contains("read_bytes") && x["read_bytes"].is_number() &&
@@ -81,9 +88,9 @@ std::vector<Row> StreamRows(const nlohmann::json& j) {
       r.gran = x.value("granularity", std::string("-"));
       r.samples = x.contains("samples") && x["samples"].is_number() ? std::to_string(x["samples"].get<uint64_t>()) : "-";
       r.cached = r.hit = "-";
-      bytes_of(x, r.cached, r.hit);
+      bytes_of(x, r);
       if (auto e = eng.find(r.path); e != eng.end()) {
-        bytes_of(*e->second, r.cached, r.hit);
+        bytes_of(*e->second, r);
         seen.insert(r.path);
       }
       rows.push_back(std::move(r));
@@ -92,18 +99,25 @@ std::vector<Row> StreamRows(const nlohmann::json& j) {
   for (const auto& [key, x] : eng) {  // engine-only streams (e.g. "?dir/" while unlabelled)
     if (seen.count(key)) continue;
     Row r{key, x->contains("label") ? x->value("label", std::string("?")) : x->value("pattern", std::string("?")),
-          "-", "-", "-", "-"};
-    bytes_of(*x, r.cached, r.hit);
+          "-", "-", "-", "-", std::nullopt};
+    bytes_of(*x, r);
     rows.push_back(std::move(r));
   }
   return rows;
 }
 
-// Stream rows that fit the terminal under the summary (about 14 lines).
-size_t TerminalStreamRows() {
+// --watch redraws the screen: the table fits the terminal, rows under the
+// summary (14 lines with the "every" line and the cursor's) and columns.
+struct Fit {
+  size_t rows = SIZE_MAX, cols = SIZE_MAX;
+};
+Fit TerminalFit() {
   winsize ws{};
-  if (::ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) != 0 || ws.ws_row == 0) return SIZE_MAX;
-  return ws.ws_row > 24 ? ws.ws_row - 16 : 8;
+  if (::ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) != 0 || ws.ws_row == 0) return {};
+  Fit f;
+  f.rows = ws.ws_row > 17 ? ws.ws_row - 16 : 1;
+  if (ws.ws_col > 0) f.cols = ws.ws_col;
+  return f;
 }
 
 int PrintOnce(const std::string& mnt, bool json) {
@@ -121,13 +135,14 @@ int PrintOnce(const std::string& mnt, bool json) {
     std::fprintf(stderr, "igtcache: error: %s\n", j.error().message().c_str());
     return kExitError;
   }
-  std::cout << StatsTable(*j, nullptr, 0, TerminalStreamRows());
+  std::cout << StatsTable(*j, nullptr, 0);  // whole: the terminal scrolls back
   return kExitOk;
 }
 
 }  // namespace
 
-std::string StatsTable(const nlohmann::json& j, const nlohmann::json* prev, double dt, size_t max_stream_rows) {
+std::string StatsTable(const nlohmann::json& j, const nlohmann::json* prev, double dt, size_t max_stream_rows,
+                       size_t max_cols) {
   std::string o;
   auto line = [&o](const std::string& k, const std::string& v) { o += fmt::format("{:<10} {}\n", k, v); };
   o += fmt::format("igtcache {}  {}  pid {}  up {}\n\n", j.value("version", std::string("?")),
@@ -161,20 +176,37 @@ std::string StatsTable(const nlohmann::json& j, const nlohmann::json* prev, doub
   auto rows = StreamRows(j);
   // Unlabelled streams that hold nothing ("?dir/" a reader passed through)
   // say nothing: left out of the table (not of the JSON).
-  std::erase_if(rows, [](const Row& r) { return !r.path.empty() && r.path[0] == '?' && r.cached == "0 B"; });
+  std::erase_if(rows, [](const Row& r) {
+    return !r.path.empty() && r.path[0] == '?' && r.cached_bytes && *r.cached_bytes == 0;
+  });
   size_t more = 0;
   if (rows.size() > max_stream_rows) {
-    more = rows.size() - max_stream_rows;
-    rows.resize(max_stream_rows);
+    // The streams holding the most are kept, in their order.
+    std::vector<size_t> order(rows.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      return rows[a].cached_bytes.value_or(0) > rows[b].cached_bytes.value_or(0);
+    });
+    std::vector<bool> keep(rows.size(), false);
+    for (size_t i = 0; i < max_stream_rows; ++i) keep[order[i]] = true;
+    std::vector<Row> kept;
+    for (size_t i = 0; i < rows.size(); ++i)
+      if (keep[i]) kept.push_back(std::move(rows[i]));
+    more = rows.size() - kept.size();
+    rows = std::move(kept);
   }
   o += "\n";
+  // The other columns take 52 characters: the path column is narrowed
+  // (its start cut off) so a row never wraps.
+  constexpr size_t kOtherCols = 52, kMaxPath = 60, kMinPath = 10;
+  const size_t max_path = max_cols > kOtherCols + kMinPath ? std::min(kMaxPath, max_cols - kOtherCols) : kMinPath;
   size_t w = 6;
-  for (const auto& r : rows) w = std::max(w, std::min<size_t>(r.path.size(), 60));
+  for (const auto& r : rows) w = std::max(w, std::min<size_t>(r.path.size(), max_path));
   o += fmt::format("{:<{}}  {:<10}  {:<5}  {:>8}  {:>10}  {:>9}\n", "STREAM", w, "LABEL", "GRAN", "SAMPLES",
                    "CACHED", "HIT RATIO");
-  if (rows.empty()) o += "(none detected yet: a stream needs a few dozen reads)\n";
+  if (rows.empty() && more == 0) o += "(none detected yet: a stream needs a few dozen reads)\n";
   for (const auto& r : rows) {
-    std::string p = r.path.size() > 60 ? "..." + r.path.substr(r.path.size() - 57) : r.path;
+    std::string p = r.path.size() > max_path ? "..." + r.path.substr(r.path.size() - (max_path - 3)) : r.path;
     if (p.empty()) p = "/";
     o += fmt::format("{:<{}}  {:<10}  {:<5}  {:>8}  {:>10}  {:>9}\n", p, w, r.label, r.gran, r.samples, r.cached,
                      r.hit);
@@ -201,7 +233,8 @@ int RunStats(const StatsArgs& a) {
     if (json) {
       std::cout << j->dump() << std::endl;  // one object per line
     } else {
-      std::cout << "\033[H\033[2J" << StatsTable(*j, prev ? &*prev : nullptr, elapsed, TerminalStreamRows())
+      const Fit fit = TerminalFit();
+      std::cout << "\033[H\033[2J" << StatsTable(*j, prev ? &*prev : nullptr, elapsed, fit.rows, fit.cols)
                 << fmt::format("\n(every {:.1f}s; Ctrl-C to stop)\n", dt) << std::flush;
     }
     prev = std::move(*j);

@@ -146,7 +146,26 @@ std::deque<Prefetcher::FillState>::iterator Prefetcher::FindFillLocked(const Fil
   });
 }
 
+void Prefetcher::DropQueuedLocked() noexcept {
+  for (auto* q : {&queue_, &bg_queue_}) {
+    for (const Job& j : *q) {
+      for (uint64_t u = j.first; u <= j.last; ++u) units_.erase(TagOf(j.file, u));
+      held_bytes_ -= j.bytes;
+      if (j.background) bg_held_bytes_ -= j.bytes;
+      stats_.dropped_units += j.last - j.first + 1;
+    }
+    q->clear();
+  }
+}
+
 bool Prefetcher::NextJobLocked(Job* job) {
+  // A cache that takes no inserts: queued jobs are dropped (their units
+  // would be fetched and thrown away) and fills wait, until an insert
+  // succeeds again (the workers look every kPausedPoll).
+  if (store_ && store_->inserts_failing()) {
+    DropQueuedLocked();
+    return false;
+  }
   if (!queue_.empty()) {
     *job = std::move(queue_.front());
     queue_.pop_front();
@@ -234,7 +253,8 @@ void Prefetcher::Worker() {
     Job job;
     try {
       std::unique_lock lk(mu_);
-      cv_.wait(lk, [&] { return stop_ || NextJobLocked(&job); });
+      // Timed: nothing is notified when a failing cache takes inserts again.
+      while (!stop_ && !NextJobLocked(&job)) cv_.wait_for(lk, kPausedPoll);
       if (stop_) return;  // checked first: no job was taken
     } catch (const std::exception& e) {
       // Choosing a job allocates (the job's copy of the file's name, a fill's

@@ -124,6 +124,9 @@ class Prefetcher {
   // Under mu_: the next job to run, readahead first, then background jobs
   // and fills as their share of the threads allows; false if none may run.
   bool NextJobLocked(Job* job);
+  // Under mu_: drops every queued job, giving back its tags and budget.
+  void DropQueuedLocked() noexcept;
+  static constexpr std::chrono::milliseconds kPausedPoll{500};
   // Under mu_: the next run of a fill's units to fetch, if the budget allows.
   bool NextFillJobLocked(Job* job);
   // Under mu_: the fill of this version of a file, or fills_.end().

@@ -6,6 +6,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <filesystem>
@@ -377,4 +378,44 @@ TEST_CASE("prefetcher: nothing is prefetched while the cache takes no inserts", 
   CHECK_FALSE(fx.store->inserts_failing());
   CHECK(p.Submit(fx.Version(), 1, 4) == 4);
   Drain(p);
+}
+
+TEST_CASE("prefetcher: a fill running when the cache stops taking inserts waits, and queued jobs are dropped", "[prefetch]") {
+  // A fill started before the volume filled up went on to the end of the
+  // file, every unit fetched and thrown away (review of 865980b).
+  Fx fx;
+  const std::string tmp = fx.dir.string() + "/tmp";
+  std::atomic<int> begun{0};
+  Gate first_job;
+  auto begin = [&](const std::string&, uint64_t, uint64_t) {
+    if (begun++ == 0) first_job.Wait();
+  };
+  Prefetcher p(fx.pipe.get(), fx.store.get(), Prefetcher::Options{1, 16 * kUnit, 1}, begin);
+  const auto v = fx.Version();
+  REQUIRE(p.Fill(v));
+  for (int i = 0; i < 30000 && begun == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  REQUIRE(begun == 1);  // the fill's first job holds the only thread
+  CHECK(p.Submit(v, 10, 12, Prefetcher::Priority::kReadahead) == 3);  // queued behind it
+  std::filesystem::rename(tmp, tmp + ".away");
+  { std::ofstream(tmp) << "not a dir"; }  // every insert fails from now on
+  first_job.Open();  // its Put fails: the cache takes no inserts
+  for (int i = 0; i < 30000 && !fx.store->inserts_failing(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  REQUIRE(fx.store->inserts_failing());
+  Drain(p);  // the queued readahead was dropped, its budget given back
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  CHECK(begun == 1);  // and the fill took no job since
+  CHECK(p.stats().filling == 1);
+  const uint64_t gets = fx.metrics.backend_get_requests;
+  CHECK(gets == 1);
+  std::filesystem::remove(tmp);
+  std::filesystem::rename(tmp + ".away", tmp);
+  std::string buf(kUnit, '\0');
+  REQUIRE(fx.pipe->Read(v, 15 * kUnit, kUnit, buf.data()).has_value());  // an insert succeeds
+  CHECK_FALSE(fx.store->inserts_failing());
+  for (int i = 0; i < 30000 && p.stats().filling != 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  CHECK(p.stats().filling == 0);  // the fill went on (woken by the poll: nothing notified it)
+  uint64_t cached = 0;
+  for (uint64_t u = 0; u < 16; ++u) cached += fx.store->Contains(UnitKey{"a/big", v.etag, u});
+  CHECK(cached == 15);  // all but the first job's unit, thrown away
 }

@@ -374,7 +374,13 @@ Result<size_t> ReadPipeline::Read(const FileVersion& file, uint64_t offset, size
     const uint64_t ustart = u * U;
     const uint64_t from = std::max(offset, ustart), to = std::min(end, ustart + U);
     if (hit(u, ustart, from, to)) continue;
-    if (!subs) subs = can_sub && opts_.sub_units && opts_.sub_units(file);
+    // Sub-units when the file reads at random, and when what is fetched
+    // cannot be kept (a file read through, a cache taking no inserts): a
+    // whole unit would be fetched again by each read of a part of it.
+    if (!subs) {
+      if (!keep) keep = Keep(file);
+      subs = can_sub && (!store_ || !*keep || store_->inserts_failing() || (opts_.sub_units && opts_.sub_units(file)));
+    }
     // Whole: joins a whole flight, or starts one unless sub-units of the
     // unit are cached or in flight (the file was read at random before).
     if (!*subs && AddWholeNeed(file, u, needs)) {

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <functional>
 #include <filesystem>
+#include <fstream>
 #include <random>
 #include <future>
 #include <thread>
@@ -699,4 +700,47 @@ TEST_CASE("a reader that waited on a prefetch that failed fetches the unit itsel
     CHECK_FALSE(f.pipe->Read(x, 0, 100, out.data()).has_value());
     CHECK(f.fb->counts().reads == 1);
   }
+}
+
+TEST_CASE("what cannot be kept is fetched by the part read, not by the whole unit") {
+  // A file read through, or any file while the cache takes no inserts (a
+  // full volume): a whole unit fetched for a part of it is thrown away, and
+  // the next read of the unit's next part fetched it all again.
+  Fixture f(true);
+  f.mem->Put("tmp/x", Pattern(1 << 20, 7));
+  f.mem->Put("data/y", Pattern(1 << 20, 8));
+  f.pipe = std::make_unique<ReadPipeline>(
+      f.fb.get(), f.store.get(), &f.metrics,
+      ReadPipeline::Options{.unit_size = 256 << 10, .max_request_bytes = 256 << 10, .sub_unit_size = 64 << 10,
+                            .admit = [](const FileVersion& v) { return !v.key.starts_with("tmp/"); }});
+  std::vector<char> out(64 << 10);
+  auto read_4 = [&](const std::string& key) {  // four 64 KiB reads through the first unit
+    const uint64_t before = f.metrics.backend_get_bytes;
+    for (uint64_t off = 0; off < (256 << 10); off += 64 << 10) {
+      auto n = f.pipe->Read(f.Version(key), off, out.size(), out.data());
+      REQUIRE(n.has_value());
+      CHECK(std::string(out.data(), *n) == f.mem->Get(key).substr(off, 64 << 10));
+    }
+    return f.metrics.backend_get_bytes - before;
+  };
+  CHECK(read_4("tmp/x") == 256 << 10);  // was 1 MiB
+  const std::string tmp = f.dir.string() + "/tmp";
+  std::filesystem::rename(tmp, tmp + ".away");
+  { std::ofstream(tmp) << "not a dir"; }  // every insert fails
+  REQUIRE_FALSE(f.store->Put(UnitKey{"data/y", "e", 9}, {"x", 1}, false).ok());
+  REQUIRE(f.store->inserts_failing());
+  CHECK(read_4("data/y") == 256 << 10);
+  std::filesystem::remove(tmp);
+  std::filesystem::rename(tmp + ".away", tmp);
+  // The first insert that succeeds (of a part: the cache was failing until
+  // then) clears the flag; then a read of a part of a unit fetches the whole
+  // unit, once.
+  REQUIRE(f.pipe->Read(f.Version("data/y"), 256 << 10, 64 << 10, out.data()).has_value());
+  CHECK_FALSE(f.store->inserts_failing());
+  uint64_t before = f.metrics.backend_get_bytes;
+  REQUIRE(f.pipe->Read(f.Version("data/y"), 512 << 10, 64 << 10, out.data()).has_value());
+  CHECK(f.metrics.backend_get_bytes - before == 256 << 10);
+  before = f.metrics.backend_get_bytes;
+  REQUIRE(f.pipe->Read(f.Version("data/y"), 576 << 10, 64 << 10, out.data()).has_value());
+  CHECK(f.metrics.backend_get_bytes == before);
 }

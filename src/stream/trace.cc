@@ -237,7 +237,8 @@ Result<std::unique_ptr<TraceWriter>> TraceWriter::Open(const std::string& path, 
   if (std::fwrite(header.data(), 1, header.size(), f) != header.size() || std::fflush(f) != 0) {
     const int err = errno;
     std::fclose(f);  // not unlinked: it may not be ours to remove (a device, a user's file)
-    return Err(Status::IoError(fmt::format("cannot write trace '{}': {}", path, std::strerror(err))));
+    const std::string m = fmt::format("cannot write trace '{}': {}", path, std::strerror(err));
+    return Err(err == ENOSPC || err == EDQUOT ? Status::NoSpace(m) : Status::IoError(m));
   }
   std::unique_ptr<TraceWriter> w(new TraceWriter(path, f, opt));
   w->buf_.reserve(opt.flush_threshold_bytes * 2);
@@ -301,14 +302,17 @@ void TraceWriter::FlushLoop() {
         // write it past the cut).
         __fpurge(f_);
         if (whole >= 0 && ::ftruncate(::fileno(f_), whole) == 0) std::fseek(f_, whole, SEEK_SET);
-        std::lock_guard lk(mu_);
-        if (write_error_.ok()) {
-          write_error_ = Status::IoError(fmt::format("writing trace '{}': {}", path_, std::strerror(err)));
-          // Said now, not only at the unmount: the trace ends here.
-          spdlog::error("trace: {}; the trace ends at its last whole row, later rows are dropped and counted",
-                        write_error_.message());
+        const Status error = Status::IoError(fmt::format("writing trace '{}': {}", path_, std::strerror(err)));
+        {
+          std::lock_guard lk(mu_);
+          if (write_error_.ok()) write_error_ = error;
         }
         rows_dropped_.fetch_add(rows, std::memory_order_relaxed);
+        // Said now, not only at the unmount: the trace ends here. (Not under
+        // mu_: every read's Append takes it, and the log may be on the
+        // disk that just filled up. This thread is the only writer.)
+        spdlog::error("trace: {}; the trace ends at its last whole row, later rows are dropped and counted",
+                      error.message());
       } else {
         whole += static_cast<long>(n);
         rows_written_.fetch_add(rows, std::memory_order_relaxed);

@@ -2,7 +2,9 @@
 #include <catch2/catch.hpp>
 
 #include <atomic>
+#include <csignal>
 #include <cstdio>
+#include <sys/resource.h>
 #include <mutex>
 #include <thread>
 #include <unistd.h>
@@ -200,4 +202,48 @@ TEST_CASE("TraceWriter on a full disk is refused at open, with the reason", "[tr
   auto w = TraceWriter::Open("/dev/full", {});
   REQUIRE_FALSE(w.has_value());
   CHECK_THAT(w.error().message(), Catch::Contains("No space left on device"));
+  CHECK(w.error().code() == igt::Code::kNoSpace);  // the mount exits 1 (runtime), not 2 (usage)
+}
+
+TEST_CASE("TraceWriter: a write that fails later ends the trace at its last whole row", "[trace]") {
+  // RLIMIT_FSIZE with SIGXFSZ ignored: a write past the limit fails with
+  // EFBIG, as a disk filling up mid-trace does with ENOSPC. (ctest runs each
+  // test case in a process of its own; the limit is put back anyway.)
+  const std::string p = TempPath("fsize.csv");
+  rlimit old{};
+  REQUIRE(::getrlimit(RLIMIT_FSIZE, &old) == 0);
+  auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
+  rlimit lim = old;
+  lim.rlim_cur = 2000;
+  REQUIRE(::setrlimit(RLIMIT_FSIZE, &lim) == 0);
+  TraceWriter::Options o;
+  o.flush_interval_ms = 5;
+  auto w = TraceWriter::Open(p, o);
+  REQUIRE(w.has_value());
+  auto wait_for = [](auto done) {
+    for (int i = 0; i < 10000 && !done(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return done();
+  };
+  for (int i = 0; i < 10; ++i) (*w)->Append(i, 1, "a/file", i * 4096, 4096, 1 << 20);
+  REQUIRE(wait_for([&] { return (*w)->rows_written() == 10; }));
+  for (int i = 0; i < 100; ++i) (*w)->Append(10 + i, 1, "a/file", i * 4096, 4096, 1 << 20);  // past the limit
+  REQUIRE(wait_for([&] { return (*w)->rows_dropped() == 100; }));
+  (*w)->Append(200, 1, "a/file", 0, 4096, 1 << 20);  // after the failure: dropped, counted
+  igt::Status s = (*w)->Close();
+  ::setrlimit(RLIMIT_FSIZE, &old);
+  std::signal(SIGXFSZ, old_handler);
+  CHECK_FALSE(s.ok());
+  CHECK_THAT(s.message(), Catch::Contains("File too large") && Catch::Contains("101 rows dropped, 10 written"));
+  auto r = TraceReader::Open(p);  // the header and the 10 rows, no torn row
+  REQUIRE(r.has_value());
+  TraceRecord rec;
+  int rows = 0;
+  while (true) {
+    auto more = (*r)->Next(rec);
+    REQUIRE(more.has_value());
+    if (!*more) break;
+    ++rows;
+  }
+  CHECK(rows == 10);
+  std::remove(p.c_str());
 }

@@ -138,6 +138,12 @@ def main():
         r = subprocess.run([helper, f"file://{SRC}", str(mnt), "-o", "cache_dir"], capture_output=True, text=True,
                            env=env, timeout=60)
         check(r.returncode == 2 and "cache_dir" in r.stderr, f"option without a value: usage error ({r.stderr.strip()!r})")
+        for flag, named in (("--foo", "unknown mount flag '--foo' (mount.fuse.igtcache takes"),
+                            ("-nx", "unknown mount flag -x in '-nx'")):
+            r = subprocess.run([helper, f"file://{SRC}", str(mnt), flag, "-o", f"cache_dir={cache}"],
+                               capture_output=True, text=True, env=env, timeout=60)
+            check(r.returncode == 2 and named in r.stderr and not harness.is_mounted(mnt),
+                  f"unknown flag {flag}: usage error naming it ({r.stderr.strip()!r})")
         s.mounts.append(harness.Mount(mnt, cache, None, None, "m2"))
         r = subprocess.run([helper, f"file://{SRC}", str(mnt), "-n", "-o",
                             f"rw,noauto,cache_dir={cache},cache_size=72M,x-systemd.automount,comment=x"],

@@ -1,0 +1,95 @@
+// Unit tests of the command line's pure parts: the stats table and the
+// mount(8) helper's parser (the commands themselves run in tests/mount).
+#include <catch2/catch.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include "src/cli/ops_cmds.h"
+
+using namespace igt;
+
+namespace {
+
+// A stats object with `n` labelled streams "s<i>/" holding i MiB each, and
+// an unlabelled "?dir/" one holding `unlabelled` bytes.
+nlohmann::json Stats(int n, uint64_t unlabelled) {
+  nlohmann::json j = {{"version", "t"}, {"source", "file:///x"}, {"pid", 1}, {"uptime_s", 5}};
+  j["streams"] = nlohmann::json::array();
+  j["engine"] = {{"streams", nlohmann::json::array()}};
+  for (int i = 0; i < n; ++i) {
+    const std::string p = "s" + std::to_string(i) + "/";
+    j["streams"].push_back({{"path", p}, {"label", "sequential"}, {"granularity", "file"}, {"samples", 40}});
+    j["engine"]["streams"].push_back({{"stream", p}, {"cached_bytes", uint64_t(i) << 20}, {"hit_ratio", 0.5}});
+  }
+  j["engine"]["streams"].push_back({{"stream", "?dir/"}, {"label", "unknown"}, {"cached_bytes", unlabelled}});
+  return j;
+}
+
+size_t Count(const std::string& s, const std::string& what) {
+  size_t n = 0;
+  for (size_t p = s.find(what); p != std::string::npos; p = s.find(what, p + 1)) ++n;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("stats table: unlabelled streams holding nothing are left out", "[cli]") {
+  const auto empty = StatsTable(Stats(2, 0), nullptr, 0);
+  CHECK(Count(empty, "?dir/") == 0);
+  CHECK(Count(empty, "s1/") == 1);
+  const auto holding = StatsTable(Stats(2, 4096), nullptr, 0);
+  CHECK(Count(holding, "?dir/") == 1);
+}
+
+TEST_CASE("stats table: the streams holding the most are kept, in their order, the rest counted", "[cli]") {
+  const auto t = StatsTable(Stats(10, 0), nullptr, 0, 3);
+  CHECK(Count(t, "s9/") == 1);
+  CHECK(Count(t, "s8/") == 1);
+  CHECK(Count(t, "s7/") == 1);
+  CHECK(Count(t, "s6/") == 0);
+  CHECK(t.find("s7/") < t.find("s8/"));
+  CHECK(Count(t, "... and 7 more streams") == 1);
+  const auto none = StatsTable(Stats(10, 0), nullptr, 0, 0);  // no room for a row
+  CHECK(Count(none, "... and 10 more streams") == 1);
+  CHECK(Count(none, "none detected") == 0);
+  CHECK(Count(StatsTable(Stats(0, 0), nullptr, 0, 0), "none detected") == 1);
+}
+
+TEST_CASE("stats table: rows fit the columns given, long paths cut at their start", "[cli]") {
+  auto j = Stats(1, 0);
+  const std::string longp(100, 'a');
+  j["streams"].push_back({{"path", longp + "/end/"}, {"label", "random"}, {"granularity", "block"}});
+  const auto t = StatsTable(j, nullptr, 0, SIZE_MAX, 80);
+  size_t start = t.find("STREAM");
+  REQUIRE(start != std::string::npos);
+  for (size_t p = start; p < t.size();) {
+    const size_t e = t.find('\n', p);
+    CHECK(e - p <= 80);
+    p = e + 1;
+  }
+  CHECK(Count(t, "/end/") == 1);
+  CHECK(Count(t, "...") >= 1);
+  const auto wide = StatsTable(j, nullptr, 0);  // 60 characters of path at most
+  CHECK(Count(wide, std::string(57, 'a') + "/end/") == 0);
+  CHECK(Count(wide, std::string(52, 'a') + "/end/") == 1);
+}
+
+TEST_CASE("mount helper: flags it does not know are named", "[cli]") {
+  auto call = [](std::vector<std::string> argv) { return ParseMountHelper(argv); };
+  auto r = call({"/sbin/mount.fuse.igtcache", "file:///d", "/mnt", "--foo"});
+  REQUIRE(r.has_value());
+  REQUIRE_FALSE(r->has_value());
+  CHECK_THAT(r->error().message(), Catch::Contains("unknown mount flag '--foo' (mount.fuse.igtcache takes"));
+  r = call({"/sbin/mount.igtcache", "file:///d", "/mnt", "--foo"});  // named as it was called
+  REQUIRE(r.has_value());
+  CHECK_THAT(r->error().message(), Catch::Contains("(mount.igtcache takes"));
+  r = call({"mount.fuse.igtcache", "file:///d", "/mnt", "-nx"});
+  REQUIRE(r.has_value());
+  CHECK_THAT(r->error().message(), Catch::Contains("unknown mount flag -x in '-nx'"));
+  r = call({"mount.fuse.igtcache", "file:///d", "/mnt", "-nsv", "-o", "cache_dir=/c,allow_other,noauto"});
+  REQUIRE(r.has_value());
+  REQUIRE(r->has_value());
+  CHECK((*r)->mount.cache_dir == "/c");
+  CHECK((*r)->mount.fuse_opts == std::vector<std::string>{"allow_other"});
+  CHECK_FALSE(call({"igtcache", "stats", "/mnt"}).has_value());  // not a helper call
+}
