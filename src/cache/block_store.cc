@@ -845,7 +845,12 @@ Status DiskBlockStore::Put(const UnitKey& key, std::string_view data, bool prefe
     }
   }
   DeleteDetached(victims, /*count_as_eviction=*/true);
-  if (!fail.ok()) return contended ? fail : WriteError(fail);
+  if (!fail.ok()) {
+    if (!contended) return WriteError(fail);
+    Add(metrics_->cache_insert_skipped);
+    return fail;
+  }
+  if (hooks_.reserved) hooks_.reserved(key);
 
   auto written = WriteUnit(id, *header, data);
   Status s = written ? Status::Ok() : written.error();

@@ -1173,28 +1173,41 @@ TEST_CASE("concurrent Put/Read/Remove from 8 threads against a model", "[block_s
 TEST_CASE("inserts skipped because others in flight hold the room are not write errors", "[block_store]") {
   // Before, such a skip counted as a write error, warned, and marked the
   // cache as taking no inserts: every reader's prefetching stopped until
-  // the next insert succeeded (review of 865980b). Racy by nature: the
-  // threads overlap on most runs; the checks hold on every run.
+  // the next insert succeeded (review of 865980b).
   Fixture f;
-  f.opts.max_bytes = 1 * kMiB;  // room for three 300 KiB units
-  auto s = f.Open();
-  std::atomic<int> skipped{0}, failed{0};
-  std::vector<std::thread> ts;
-  for (int t = 0; t < 8; ++t)
-    ts.emplace_back([&, t] {
-      for (int i = 0; i < 30; ++i) {
-        const UnitKey k = Key(t * 1000 + i);
-        const Status st = s->Put(k, DataOf(k, 300 << 10));
-        if (st.code() == Code::kNoSpace) ++skipped;
-        else if (!st.ok()) ++failed;
-      }
-    });
-  for (auto& th : ts) th.join();
-  INFO("skipped for lack of room: " << skipped.load());
-  CHECK(failed == 0);
+  f.opts.max_bytes = 1 * kMiB;
+  auto hooks = f.Hooks();
+  std::mutex mu;
+  std::condition_variable cv;
+  bool held = false, release = false;
+  hooks.reserved = [&](const UnitKey& k) {  // holds the first unit's insert in flight
+    if (k.object != "obj/1") return;
+    std::unique_lock lk(mu);
+    held = true;
+    cv.notify_all();
+    cv.wait(lk, [&] { return release; });
+  };
+  auto s = f.Open(hooks);
+  std::thread first([&] { CHECK(s->Put(Key(1), DataOf(Key(1), 700 << 10)).ok()); });
+  {
+    std::unique_lock lk(mu);
+    cv.wait(lk, [&] { return held; });
+  }
+  const Status st = s->Put(Key(2), DataOf(Key(2), 700 << 10));  // 700 KiB + 700 KiB in flight > 1 MiB
+  CHECK(st.code() == Code::kNoSpace);
+  CHECK_THAT(st.message(), Catch::Contains("held by inserts in flight"));
+  CHECK(f.metrics.cache_insert_skipped == 1);
   CHECK(f.metrics.cache_write_errors == 0);
   CHECK_FALSE(s->inserts_failing());
-  CHECK(s->used_bytes() <= f.opts.max_bytes);
+  {
+    std::lock_guard lk(mu);
+    release = true;
+  }
+  cv.notify_all();
+  first.join();
+  CHECK(s->Contains(Key(1)));
+  CHECK(s->Put(Key(2), DataOf(Key(2), 700 << 10)).ok());  // evicts the first: room again
+  CHECK(f.metrics.cache_write_errors == 0);
 }
 
 }  // namespace

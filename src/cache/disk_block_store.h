@@ -39,6 +39,9 @@ struct BlockStoreHooks {
   std::function<uint64_t()> now_us;
   // Default: 30 s. Longer loses more recency on a crash; shorter writes more.
   uint64_t access_flush_interval_us = 30'000'000;
+  // Called by Put once the unit's room is reserved, before its file is
+  // written (tests hold an insert in flight). Default: none.
+  std::function<void(const UnitKey&)> reserved;
 };
 
 Result<std::unique_ptr<BlockStore>> OpenDiskBlockStore(const BlockStoreOptions& opts, Metrics* metrics,

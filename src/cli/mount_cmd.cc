@@ -303,11 +303,12 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
     ~ClearView() { v = nullptr; }
   } clear_ns_view{ns_view};
   ReadPipeline::Options rpo{.unit_size = cfg.cache.unit_size_bytes, .max_request_bytes = cfg.backend.max_request_bytes};
-  // igt: misses in files read at random fetch sub-units (cache.sub_unit_bytes).
-  if (live && cfg.cache.eviction == "igt") {
-    rpo.sub_unit_size = cfg.cache.sub_unit_bytes;
+  // Misses that cannot be kept (a file read through, a cache taking no
+  // inserts) fetch sub-units (cache.sub_unit_bytes) under every policy; igt
+  // also in files read at random.
+  rpo.sub_unit_size = cfg.cache.sub_unit_bytes;
+  if (live && cfg.cache.eviction == "igt")
     rpo.sub_units = [live](const FileVersion& f) { return live->SubUnitBytes(f.key) != 0; };
-  }
   // The policy file's never-cache prefixes are read through, not stored.
   if (live) rpo.admit = [live](const FileVersion& f) { return live->Admit(f.key); };
   ReadPipeline pipeline(backend->get(), store->get(), &metrics, std::move(rpo));
@@ -324,8 +325,9 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
     auto t = stream::TraceWriter::Open(a.trace_out);
     if (!t) {
       rep.Fail(fmt::format("--trace-out '{}': {}", a.trace_out, t.error().message()));
-      // A full disk is a runtime failure; a path that cannot be created is the command line's.
-      return t.error().code() == Code::kNoSpace ? kExitError : kExitUsage;
+      // A path that cannot be created is the command line's; a full disk or
+      // an I/O error is a runtime failure.
+      return t.error().code() == Code::kInvalidArgument ? kExitUsage : kExitError;
     }
     trace = std::move(*t);
   }

@@ -197,7 +197,8 @@ std::string StatsTable(const nlohmann::json& j, const nlohmann::json* prev, doub
   }
   o += "\n";
   // The other columns take 52 characters: the path column is narrowed
-  // (its start cut off) so a row never wraps.
+  // (its start cut off, to 10 characters at least) so that a row fits
+  // max_cols when that is 62 or more.
   constexpr size_t kOtherCols = 52, kMaxPath = 60, kMinPath = 10;
   const size_t max_path = max_cols > kOtherCols + kMinPath ? std::min(kMaxPath, max_cols - kOtherCols) : kMinPath;
   size_t w = 6;

@@ -117,7 +117,10 @@ size_t Prefetcher::Submit(const FileVersion& file, uint64_t first, uint64_t last
 }
 
 bool Prefetcher::Fill(const FileVersion& file, uint64_t max_bytes) {
-  if (file.size == 0 || (store_ && store_->inserts_failing())) return false;
+  if (file.size == 0) return false;
+  // A cache taking no inserts: no new fill (a fill waiting for it still
+  // takes its new limit below).
+  const bool failing = store_ && store_->inserts_failing();
   const uint64_t limit = max_bytes ? max_bytes : UINT64_MAX;
   {
     std::lock_guard lk(mu_);
@@ -131,7 +134,7 @@ bool Prefetcher::Fill(const FileVersion& file, uint64_t max_bytes) {
       if (it->allowed == UINT64_MAX) return false;  // filling it whole already
       it->allowed = limit == UINT64_MAX ? limit : limit - std::min(limit, it->inflight);
     } else {
-      if (fills_.size() >= kMaxFills) return false;
+      if (failing || fills_.size() >= kMaxFills) return false;
       fills_.push_back(FillState{file, 0, limit, 0, next_fill_id_++});
       ++stats_.fills;
     }
@@ -158,11 +161,12 @@ void Prefetcher::DropQueuedLocked() noexcept {
   }
 }
 
-bool Prefetcher::NextJobLocked(Job* job) {
+bool Prefetcher::NextJobLocked(Job* job, bool* paused) {
   // A cache that takes no inserts: queued jobs are dropped (their units
   // would be fetched and thrown away) and fills wait, until an insert
-  // succeeds again (the workers look every kPausedPoll).
-  if (store_ && store_->inserts_failing()) {
+  // succeeds again (the workers look every kPausedPoll meanwhile).
+  *paused = store_ && store_->inserts_failing();
+  if (*paused) {
     DropQueuedLocked();
     return false;
   }
@@ -253,8 +257,13 @@ void Prefetcher::Worker() {
     Job job;
     try {
       std::unique_lock lk(mu_);
-      // Timed: nothing is notified when a failing cache takes inserts again.
-      while (!stop_ && !NextJobLocked(&job)) cv_.wait_for(lk, kPausedPoll);
+      // Timed while paused: nothing is notified when a failing cache takes
+      // inserts again.
+      bool paused = false;
+      while (!stop_ && !NextJobLocked(&job, &paused)) {
+        if (paused) cv_.wait_for(lk, kPausedPoll);
+        else cv_.wait(lk);
+      }
       if (stop_) return;  // checked first: no job was taken
     } catch (const std::exception& e) {
       // Choosing a job allocates (the job's copy of the file's name, a fill's

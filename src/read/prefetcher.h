@@ -77,9 +77,10 @@ class Prefetcher {
   // many bytes in all (a partial fill); called again for a file being
   // filled, it sets the fill's limit to `max_bytes` less the bytes of its
   // jobs still in flight (0 lifts the limit). Returns false if refused (the
-  // file's last fill failed less than fill_retry_after ago, or kMaxFills
-  // files are being filled) or if the file is being filled without a limit
-  // already.
+  // file's last fill failed less than fill_retry_after ago, kMaxFills files
+  // are being filled, or a new fill while the cache takes no inserts:
+  // running fills wait then) or if the file is being filled without a
+  // limit already.
   bool Fill(const FileVersion& file, uint64_t max_bytes = 0);
   static constexpr size_t kMaxFills = 16;
 
@@ -123,7 +124,8 @@ class Prefetcher {
   void Worker();
   // Under mu_: the next job to run, readahead first, then background jobs
   // and fills as their share of the threads allows; false if none may run.
-  bool NextJobLocked(Job* job);
+  // `paused`: none because the cache takes no inserts.
+  bool NextJobLocked(Job* job, bool* paused);
   // Under mu_: drops every queued job, giving back its tags and budget.
   void DropQueuedLocked() noexcept;
   static constexpr std::chrono::milliseconds kPausedPoll{500};

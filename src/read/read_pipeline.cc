@@ -124,10 +124,12 @@ void ReadPipeline::AddNeed(const FileVersion& file, uint64_t index, uint64_t off
 }
 
 bool ReadPipeline::AddSubNeed(const FileVersion& file, uint64_t unit, uint64_t index, uint64_t off,
-                              uint64_t len, std::vector<Need>& needs) {
+                              uint64_t len, bool kept, std::vector<Need>& needs) {
   std::lock_guard lk(mu_);
   if (InFlightLocked(file, unit)) return false;
-  if (store_ && store_->Contains(UnitKey{file.key, file.etag, unit})) return false;  // came in since
+  // Came in since (read from the store instead). Not for a file read
+  // through: its cached units are not served.
+  if (kept && store_ && store_->Contains(UnitKey{file.key, file.etag, unit})) return false;
   AddNeedLocked(file, index, off, len, needs);
   return true;
 }
@@ -400,7 +402,7 @@ Result<size_t> ReadPipeline::Read(const FileVersion& file, uint64_t offset, size
       if (whole_from) return;
       const uint64_t a = std::max(from, p), b = std::min(to, p + S);
       if (hit(idx, p, a, b)) return;
-      if (AddSubNeed(file, u, idx, p, std::min(S, file.size - p), needs)) {
+      if (AddSubNeed(file, u, idx, p, std::min(S, file.size - p), *keep, needs)) {
         miss(b - a);
         return;
       }

@@ -120,10 +120,11 @@ class ReadPipeline {
   void AddNeedLocked(const FileVersion& file, uint64_t index, uint64_t off, uint64_t len,
                      std::vector<Need>& needs);
   // AddNeed for sub-unit `index` of unit `unit`, unless that whole unit is
-  // in flight or cached: then false, nothing added (the caller needs the
-  // whole unit instead). One step under mu_, against Fetch's check.
+  // in flight, or cached and `kept` (the file's cached units are served):
+  // then false, nothing added (the caller needs the whole unit instead).
+  // One step under mu_, against Fetch's check.
   bool AddSubNeed(const FileVersion& file, uint64_t unit, uint64_t index, uint64_t off,
-                  uint64_t len, std::vector<Need>& needs);
+                  uint64_t len, bool kept, std::vector<Need>& needs);
   // AddNeed for whole unit `unit`, unless none of it is in flight and some of
   // its sub-units are cached or in flight: then false, nothing added (the
   // caller fetches the missing sub-units instead). One step under mu_.

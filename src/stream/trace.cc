@@ -228,7 +228,15 @@ TraceWriter::TraceWriter(std::string path, std::FILE* f, Options opt)
 
 Result<std::unique_ptr<TraceWriter>> TraceWriter::Open(const std::string& path, Options opt) {
   std::FILE* f = std::fopen(path.c_str(), "wb");
-  if (!f) return Err(Status::IoError(fmt::format("cannot create trace '{}': {}", path, std::strerror(errno))));
+  if (!f) {
+    // A path that cannot name a file of ours is the caller's mistake
+    // (InvalidArgument); anything else (a full disk, I/O) is the machine's.
+    const int err = errno;
+    const std::string m = fmt::format("cannot create trace '{}': {}", path, std::strerror(err));
+    const bool bad_path = err == ENOENT || err == ENOTDIR || err == EISDIR || err == EACCES || err == EPERM ||
+                          err == EROFS || err == ENAMETOOLONG || err == ELOOP;
+    return Err(bad_path ? Status::InvalidArgument(m) : Status::IoError(m));
+  }
   std::string header(kTraceHeader);
   header.push_back('\n');
   // Written through at once: on a full disk the trace is refused here, not

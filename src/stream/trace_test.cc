@@ -5,6 +5,7 @@
 #include <csignal>
 #include <cstdio>
 #include <sys/resource.h>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <unistd.h>
@@ -210,12 +211,24 @@ TEST_CASE("TraceWriter: a write that fails later ends the trace at its last whol
   // EFBIG, as a disk filling up mid-trace does with ENOSPC. (ctest runs each
   // test case in a process of its own; the limit is put back anyway.)
   const std::string p = TempPath("fsize.csv");
-  rlimit old{};
-  REQUIRE(::getrlimit(RLIMIT_FSIZE, &old) == 0);
-  auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
-  rlimit lim = old;
-  lim.rlim_cur = 2000;
-  REQUIRE(::setrlimit(RLIMIT_FSIZE, &lim) == 0);
+  struct FsizeLimit {  // put back however the test ends
+    rlimit old{};
+    void (*old_handler)(int) = SIG_DFL;
+    bool set = false;
+    explicit FsizeLimit(rlim_t bytes) {
+      if (::getrlimit(RLIMIT_FSIZE, &old) != 0) return;
+      old_handler = std::signal(SIGXFSZ, SIG_IGN);
+      rlimit lim = old;
+      lim.rlim_cur = bytes;
+      set = ::setrlimit(RLIMIT_FSIZE, &lim) == 0;
+    }
+    ~FsizeLimit() {
+      ::setrlimit(RLIMIT_FSIZE, &old);
+      std::signal(SIGXFSZ, old_handler);
+    }
+  };
+  auto limit = std::make_unique<FsizeLimit>(2000);
+  REQUIRE(limit->set);
   TraceWriter::Options o;
   o.flush_interval_ms = 5;
   auto w = TraceWriter::Open(p, o);
@@ -226,12 +239,14 @@ TEST_CASE("TraceWriter: a write that fails later ends the trace at its last whol
   };
   for (int i = 0; i < 10; ++i) (*w)->Append(i, 1, "a/file", i * 4096, 4096, 1 << 20);
   REQUIRE(wait_for([&] { return (*w)->rows_written() == 10; }));
-  for (int i = 0; i < 100; ++i) (*w)->Append(10 + i, 1, "a/file", i * 4096, 4096, 1 << 20);  // past the limit
+  // Past the limit: the first row alone does not fit (a 2 KB path), so the
+  // write that holds it fails however the flusher splits the rows.
+  (*w)->Append(10, 1, std::string(2000, 'x'), 0, 4096, 1 << 20);
+  for (int i = 1; i < 100; ++i) (*w)->Append(10 + i, 1, "a/file", i * 4096, 4096, 1 << 20);
   REQUIRE(wait_for([&] { return (*w)->rows_dropped() == 100; }));
   (*w)->Append(200, 1, "a/file", 0, 4096, 1 << 20);  // after the failure: dropped, counted
   igt::Status s = (*w)->Close();
-  ::setrlimit(RLIMIT_FSIZE, &old);
-  std::signal(SIGXFSZ, old_handler);
+  limit.reset();
   CHECK_FALSE(s.ok());
   CHECK_THAT(s.message(), Catch::Contains("File too large") && Catch::Contains("101 rows dropped, 10 written"));
   auto r = TraceReader::Open(p);  // the header and the 10 rows, no torn row

@@ -82,9 +82,11 @@ TEST_CASE("mount helper: flags it does not know are named", "[cli]") {
   CHECK_THAT(r->error().message(), Catch::Contains("unknown mount flag '--foo' (mount.fuse.igtcache takes"));
   r = call({"/sbin/mount.igtcache", "file:///d", "/mnt", "--foo"});  // named as it was called
   REQUIRE(r.has_value());
+  REQUIRE_FALSE(r->has_value());
   CHECK_THAT(r->error().message(), Catch::Contains("(mount.igtcache takes"));
   r = call({"mount.fuse.igtcache", "file:///d", "/mnt", "-nx"});
   REQUIRE(r.has_value());
+  REQUIRE_FALSE(r->has_value());
   CHECK_THAT(r->error().message(), Catch::Contains("unknown mount flag -x in '-nx'"));
   r = call({"mount.fuse.igtcache", "file:///d", "/mnt", "-nsv", "-o", "cache_dir=/c,allow_other,noauto"});
   REQUIRE(r.has_value());
