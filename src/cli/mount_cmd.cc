@@ -231,10 +231,6 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
     return std::make_pair(e->etag, e->size);
   };
   std::shared_ptr<engine::LiveEngine> live;
-  if (!UsesPolicyFile(cfg) && !cfg.policy.file.empty())
-    spdlog::warn("config key 'policy.file' ('{}') is not used: it applies to cache.eviction igt, not '{}' "
-                 "(its overrides, pins and quotas are not applied either)",
-                 cfg.policy.file, cfg.cache.eviction);
   if (UsesPolicyEngine(cfg)) {
     engine::EngineOptions eo;
     eo.policy = cfg.cache.eviction;
@@ -450,6 +446,10 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
         if (!g_reload_policy.exchange(false)) continue;
         if (!live || !UsesPolicyFile(cfg)) {
           spdlog::warn("policy: SIGHUP ignored: cache.eviction '{}' uses no policy file", cfg.cache.eviction);
+        } else if (cfg.policy.file.empty()) {
+          // The built-in profile: nothing to read again.
+          spdlog::warn("policy: SIGHUP ignored: no policy.file is configured (the built-in 'training' profile "
+                       "is in use); name one in the config to reload it");
         } else {
           auto pf = engine::LoadPolicyFile(cfg.policy.file);
           Status rs = pf ? live->Reload(std::move(*pf)) : pf.error();
@@ -597,7 +597,25 @@ int RunMount(const MountArgs& a) {
       return fail(kExitUsage, fmt::format("cache dir '{}' is inside mount point '{}': the mount would hide it; use "
                                           "a cache dir outside the mount point",
                                           cfg->cache.dir, a.mountpoint));
+    // Files the daemon writes: under the mount point they would be hidden
+    // by the mount (written to the directory beneath it, seen only after the
+    // unmount).
+    for (const auto& [what, path] : {std::pair<const char*, std::string>{"--trace-out", a.trace_out},
+                                     {"log file", cfg->logging.file}}) {
+      if (path.empty()) continue;
+      std::error_code e;
+      const fs::path abs = fs::absolute(path, e);
+      if (!e && within(real(abs), rmp))
+        return fail(kExitUsage, fmt::format("{} '{}' is inside mount point '{}': the mount would hide it; write "
+                                            "it outside the mount point",
+                                            what, path, a.mountpoint));
+    }
   }
+  // Said here, before the daemon starts: its own warnings go to its log.
+  if (!UsesPolicyFile(*cfg) && !cfg->policy.file.empty())
+    std::fprintf(stderr, "igtcache: warning: config key 'policy.file' ('%s') is not used: it applies to "
+                 "cache.eviction igt, not '%s' (its overrides, pins and quotas are not applied either)\n",
+                 cfg->policy.file.c_str(), cfg->cache.eviction.c_str());
   // FUSE mounts over a non-empty directory (libfuse 3 dropped the check);
   // its entries are hidden until the unmount. Said, not refused. Not looked
   // at under an automount point (x-systemd.automount): listing it would

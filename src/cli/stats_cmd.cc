@@ -173,6 +173,25 @@ std::string StatsTable(const nlohmann::json& j, const nlohmann::json* prev, doub
   line("errors", fmt::format("read {}, backend {}, cache write {}, cache read {}, corrupt units {}",
                              U(j, "read_errors"), U(j, "backend_errors"), U(j, "cache_write_errors"),
                              U(j, "cache_read_errors"), U(j, "cache_corruptions")));
+  // The policy file's overrides, as in effect: a user can see that a pin,
+  // quota or never_cache took.
+  if (auto e = j.find("engine"); e != j.end() && e->is_object())
+    if (auto ovs = e->find("overrides"); ovs != e->end() && ovs->is_array())
+      for (const auto& o : *ovs) {
+        if (!o.is_object()) continue;
+        std::vector<std::string> what;
+        if (o.value("pin", false)) what.push_back("pinned");
+        if (o.value("never_cache", false)) what.push_back("never cached");
+        if (const uint64_t q = U(o, "quota_bytes"); q > 0) what.push_back("quota " + FormatSize(q));
+        if (o.contains("pattern") && o["pattern"].is_string()) what.push_back("forced " + o["pattern"].get<std::string>());
+        std::string desc;
+        for (const auto& w : what) desc += (desc.empty() ? "" : ", ") + w;
+        const std::string prefix = o.value("prefix", std::string());
+        line("override", fmt::format("{}: {}{}", prefix.empty() ? "(everything)" : prefix,
+                                     desc.empty() ? "no setting" : desc,
+                                     o.value("never_cache", false) ? ""
+                                                                   : fmt::format(" ({} cached)", FormatSize(U(o, "cached_bytes")))));
+      }
   auto rows = StreamRows(j);
   // Unlabelled streams that hold nothing ("?dir/" a reader passed through)
   // say nothing: left out of the table (not of the JSON).

@@ -2,6 +2,7 @@
 // single source of truth for every key: its type, default, and help text.
 
 #include "igtcache/config.h"
+#include "igtcache/file_check.h"
 
 #include "src/config/stream_settings.h"
 #include "src/config/yaml_keys.h"
@@ -275,6 +276,17 @@ Status CheckValue(const Key& k, const std::string& v) {
   return Status::Ok();
 }
 
+// A policy file's top-level keys given as a config: said, since both are YAML
+// and the examples/ directory holds both.
+Status UnknownKey(const std::string& origin, const std::string& key) {
+  const bool policy_key = key == "profile" || key == "patterns" || key == "overrides";
+  return Status::InvalidArgument(fmt::format(
+      "{}: unknown config key '{}'{}", origin, key,
+      policy_key ? " (this looks like a policy file: name it in a config file as policy.file, or check it with "
+                   "'igtcache config --check' on a config that does)"
+                 : ""));
+}
+
 Status Walk(const YAML::Node& node, const std::string& prefix, Config& c, const std::string& origin) {
   if (!node.IsMap())
     return Status::InvalidArgument(fmt::format(
@@ -290,8 +302,7 @@ Status Walk(const YAML::Node& node, const std::string& prefix, Config& c, const 
       if (!is_section && FindKey(key))
         return Status::InvalidArgument(
             fmt::format("{}: config key '{}' must be a single value, not a mapping", origin, key));
-      if (!is_section)
-        return Status::InvalidArgument(fmt::format("{}: unknown config key '{}'", origin, key));
+      if (!is_section) return UnknownKey(origin, key);
       if (auto s = Walk(v, key, c, origin); !s.ok()) return s;
       continue;
     }
@@ -302,7 +313,7 @@ Status Walk(const YAML::Node& node, const std::string& prefix, Config& c, const 
                       origin, key, key));
     }
     const Key* k = FindKey(key);
-    if (!k) return Status::InvalidArgument(fmt::format("{}: unknown config key '{}'", origin, key));
+    if (!k) return UnknownKey(origin, key);
     if (!v.IsScalar() && !v.IsNull())
       return Status::InvalidArgument(
           fmt::format("{}: config key '{}' must be a single value", origin, key));
@@ -391,6 +402,8 @@ Result<Config> ParseConfig(const std::string& text, const std::string& origin) {
 
 Result<Config> LoadConfig(const std::string& path) {
   if (path.empty()) return Config::Defaults();
+  if (IsDirectoryPath(path))
+    return Err(Status::InvalidArgument(fmt::format("config file '{}' is a directory", path)));
   std::ifstream in(path);
   if (!in)
     return Err(Status::InvalidArgument(

@@ -1420,7 +1420,15 @@ EngineStats PolicyEngine::Stats() const {
     st.warming = std::find(warming_.begin(), warming_.end(), g.get()) != warming_.end();
     st.item_bytes = g->ws_bytes;
     st.value = g->value;
+    if (g->ov) st.override_prefix = g->ov->prefix;
     s.streams.push_back(std::move(st));
+  }
+  for (const auto& o : opts_.policy_file.overrides) {
+    OverrideStats os{o.prefix, o.pattern >= 0 ? kPatternNames[o.pattern] : "", o.pin, o.never_cache,
+                     o.quota_bytes, 0};
+    for (const auto& [k, g] : groups_)
+      if (g->ov && g->ov->prefix == o.prefix) os.cached_bytes += g->bytes;
+    s.overrides.push_back(std::move(os));
   }
   std::sort(s.streams.begin(), s.streams.end(), [](const StreamStats& a, const StreamStats& b) {
     return a.cached_bytes != b.cached_bytes ? a.cached_bytes > b.cached_bytes : a.key < b.key;
@@ -1447,6 +1455,13 @@ nlohmann::json ToJson(const EngineStats& s) {
                    {"prefetch_wasted_bytes", st.prefetch_wasted_bytes}, {"evicted_bytes", st.evicted_bytes},
                    {"epoch", st.epoch}, {"items", st.items}, {"item_bytes", st.item_bytes},
                    {"value", st.value}, {"warming", st.warming}});
+    if (st.override_prefix) arr.back()["override"] = *st.override_prefix;
+  }
+  auto& ovs = j["overrides"] = nlohmann::json::array();
+  for (const auto& o : s.overrides) {
+    ovs.push_back({{"prefix", o.prefix}, {"pin", o.pin}, {"never_cache", o.never_cache},
+                   {"quota_bytes", o.quota_bytes}, {"cached_bytes", o.cached_bytes}});
+    if (!o.pattern.empty()) ovs.back()["pattern"] = o.pattern;
   }
   return j;
 }

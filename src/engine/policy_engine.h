@@ -89,6 +89,18 @@ struct StreamStats {
   uint64_t items = 0, item_bytes = 0;  // files of the stream (its working set) and their size
   double value = 0;       // marginal byte hits / s / cached byte at the last allocation
   bool warming = false;   // a directory warm-up holds free space for it (POLICIES.md)
+  // The policy file's override this stream is made for (its prefix), if any.
+  std::optional<std::string> override_prefix;
+};
+
+// An override of the policy file, as in effect (stats: a user can see that
+// a pin, quota or never_cache took).
+struct OverrideStats {
+  std::string prefix;
+  std::string pattern;  // forced label, "" = detected
+  bool pin = false, never_cache = false;
+  uint64_t quota_bytes = 0;
+  uint64_t cached_bytes = 0;  // of its streams
 };
 
 struct EngineStats {
@@ -98,6 +110,7 @@ struct EngineStats {
   uint64_t victim_stream_switches = 0;
   uint64_t policy_reloads = 0;      // SetPolicyFile calls that succeeded
   std::vector<StreamStats> streams;  // by cached bytes, largest first
+  std::vector<OverrideStats> overrides;  // in the policy file's order
 };
 nlohmann::json ToJson(const EngineStats& s);
 

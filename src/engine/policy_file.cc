@@ -2,6 +2,7 @@
 // caught here and turned into errors naming the key.
 
 #include "src/engine/policy_file.h"
+#include "igtcache/file_check.h"
 
 #include <yaml-cpp/yaml.h>
 
@@ -254,6 +255,7 @@ Result<PolicyFile> ParsePolicyFile(const std::string& yaml_text, const std::stri
 
 Result<PolicyFile> LoadPolicyFile(const std::string& path) {
   if (path.empty()) return PolicyProfile("training");
+  if (IsDirectoryPath(path)) return Err(Status::InvalidArgument("'" + path + "' is a directory, not a policy file"));
   std::ifstream in(path);
   if (!in) return Err(Status::NotFound("cannot open '" + path + "'"));
   std::stringstream ss;

@@ -1,6 +1,7 @@
 // Trace-driven simulator (simulator.h).
 
 #include "src/sim/simulator.h"
+#include "igtcache/file_check.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -60,6 +61,7 @@ std::string Parent(std::string_view p) {
 // quoted, inner quotes doubled) into `t.files`: objects the trace does not
 // read are added without rows. Errors name the file and line.
 Status LoadListing(const std::string& path, Trace& t, std::unordered_map<std::string, uint32_t>& ids) {
+  if (IsDirectoryPath(path)) return Status::InvalidArgument(fmt::format("{}: is a directory, not a listing", path));
   std::ifstream in(path);
   if (!in) return Status::InvalidArgument(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
   uint64_t line = 0;

@@ -1,4 +1,5 @@
 #include "src/stream/trace.h"
+#include "igtcache/file_check.h"
 
 #include <stdio_ext.h>
 #include <unistd.h>
@@ -148,6 +149,8 @@ Status ParseTraceRow(std::string_view line, TraceRecord& out) {
 // ---------------------------------------------------------------- reader
 
 Result<std::unique_ptr<TraceReader>> TraceReader::Open(const std::string& path) {
+  if (IsDirectoryPath(path))
+    return Err(Status::InvalidArgument(fmt::format("cannot open trace '{}': it is a directory", path)));
   std::FILE* f = std::fopen(path.c_str(), "rb");
   if (!f) {
     int err = errno;

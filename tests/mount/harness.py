@@ -349,6 +349,7 @@ class Mount:
         self.mountpoint, self.cache_dir, self.proc = mountpoint, cache_dir, proc
         self.daemon_pid, self.source = daemon_pid, source
         self.unmounted = False
+        self.mount_stderr = ""  # daemon mode: what the mount command printed
 
     @property
     def pid(self) -> int | None:
@@ -547,6 +548,7 @@ class Session:
         if not is_mounted(mountpoint):
             raise MountError("igtcache mount returned 0 but the mount point is not mounted",
                              0, r.stderr.decode(errors="replace"))
+        m.mount_stderr = r.stderr.decode(errors="replace")  # the command's warnings
         with contextlib.suppress(Exception):
             m.daemon_pid = int(self.stats(m)["pid"])
         log(f"  mounted {source} at {mountpoint} (daemon pid {m.daemon_pid}, cache {cache_dir})")

@@ -101,6 +101,7 @@ def main():
         cfg_badval = s.write_config("badval.yaml", "cache:\n  max_bytes: lots-of-bytes\n")
         cfg_badval2 = s.write_config("badval2.yaml", "backend:\n  addressing: sideways\n")
         cfg_missing = s.tmp / "no_such_config.yaml"
+        cfg_poldir = s.write_config("poldir.yaml", f"policy:\n  file: {src_dir}\n")
 
         # (name, source, args, keywords any of which must appear on stderr;
         # case-insensitive). An unusable cache dir must be called that, not
@@ -119,6 +120,10 @@ def main():
             ("yaml bad size value", f"file://{src_dir}", ["--config", str(cfg_badval)], ["max_bytes"]),
             ("yaml bad enum value", f"file://{src_dir}", ["--config", str(cfg_badval2)], ["addressing"]),
             ("missing config file", f"file://{src_dir}", ["--config", str(cfg_missing)], ["no_such_config"]),
+            # A directory read as an empty file gave the defaults, silently.
+            ("config file is a directory", f"file://{src_dir}", ["--config", str(src_dir)], ["is a directory"]),
+            ("policy file is a directory", f"file://{src_dir}", ["--config", str(cfg_poldir)],
+             ["is a directory", "policy"]),
             ("bad --cache-size", f"file://{src_dir}", ["--cache-size", "12Q"], ["cache-size", "12Q", "size"]),
             ("empty --cache-size", f"file://{src_dir}", ["--cache-size", ""], ["cache-size"]),
             ("endpoint without a host", f"s3://{BUCKET}", ["--endpoint", "http://", "--region", "us-east-1"],
@@ -154,6 +159,12 @@ def main():
                 mnt = s.mkdir(f"mnt_badopt_{'fg' if fg else 'bg'}")
                 problems += run_case(s, "unknown FUSE option", f"file://{src_dir}", mnt, ["-o", "nonsense_opt_xyz"],
                                      ["nonsense_opt_xyz"], fg, want_rc=2)
+
+            # Files the daemon writes, under the mount point: hidden by the mount.
+            for fg in (False, True):
+                mnt = s.mkdir(f"mnt_traceout_{'fg' if fg else 'bg'}")
+                problems += run_case(s, "--trace-out inside the mount point", f"file://{src_dir}", mnt,
+                                     ["--trace-out", str(mnt / "t.csv")], ["inside mount point"], fg, want_rc=2)
 
             # Missing mount point.
             for fg in (False, True):

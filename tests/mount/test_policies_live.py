@@ -342,6 +342,13 @@ def lru_sighup_part(s):
                   "lru mount: the unused policy file and the ignored SIGHUP are logged")
     harness.check((m.mountpoint / "a.bin").read_bytes() == b"lru" * 100_000, "lru mount reads after SIGHUP")
     harness.check(s.unmount(m) == 0, "daemon exited 0")
+    # As a daemon too: the warning is the mount command's (the daemon's own
+    # warnings go to its log, and this one came before the log was set up).
+    d = s.mount(f"file://{src}", args=["--config", str(cfg)], foreground=False)
+    harness.check("'policy.file'" in d.mount_stderr and "not used" in d.mount_stderr,
+                  f"lru daemon mount: the unused policy file is said ({d.mount_stderr.strip()[:200]!r})")
+    s.unmount(d)
+    harness.check(not harness.is_mounted(d.mountpoint), "lru daemon mount: unmounted")
 
 
 def never_cache_part(s):
@@ -372,6 +379,9 @@ def never_cache_part(s):
     read_whole(m.mountpoint / "keep" / "k.bin", flags)
     st = s.stats(m)
     harness.check(st["cache_units"] > 0, f"never_cache: other paths are cached ({st['cache_units']} units)")
+    ovs = st.get("engine", {}).get("overrides", [])
+    harness.check(len(ovs) == 1 and ovs[0]["prefix"] == "tmp/" and ovs[0]["never_cache"] is True,
+                  f"never_cache: stats show the override in effect ({ovs})")
     harness.check(s.unmount(m) == 0, "daemon exited 0")
 
 

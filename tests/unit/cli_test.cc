@@ -74,6 +74,19 @@ TEST_CASE("stats table: rows fit the columns given, long paths cut at their star
   CHECK(Count(wide, std::string(52, 'a') + "/end/") == 1);
 }
 
+TEST_CASE("stats table: the policy file's overrides are shown as in effect", "[cli]") {
+  auto j = Stats(1, 0);
+  j["engine"]["overrides"] = nlohmann::json::array(
+      {{{"prefix", "ds/train/"}, {"pin", true}, {"never_cache", false}, {"quota_bytes", 0}, {"cached_bytes", 2 << 20}},
+       {{"prefix", "tmp/"}, {"pin", false}, {"never_cache", true}, {"quota_bytes", 0}, {"cached_bytes", 0}},
+       {{"prefix", "logs/"}, {"pin", false}, {"never_cache", false}, {"quota_bytes", 1 << 30}, {"cached_bytes", 0},
+        {"pattern", "sequential"}}});
+  const auto t = StatsTable(j, nullptr, 0);
+  CHECK(Count(t, "ds/train/: pinned (2.0 MiB cached)") == 1);
+  CHECK(Count(t, "tmp/: never cached\n") == 1);
+  CHECK(Count(t, "logs/: quota 1.0 GiB, forced sequential (0 B cached)") == 1);
+}
+
 TEST_CASE("mount helper: flags it does not know are named", "[cli]") {
   auto call = [](std::vector<std::string> argv) { return ParseMountHelper(argv); };
   auto r = call({"/sbin/mount.fuse.igtcache", "file:///d", "/mnt", "--foo"});
