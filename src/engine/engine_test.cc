@@ -1155,6 +1155,26 @@ TEST_CASE("a policy file with a key given twice is refused, naming it", "[engine
   CHECK_THAT(inner.error().message(), Catch::Contains("duplicate key 'overrides[0].pin'"));
 }
 
+TEST_CASE("an override prefix no key could start with is refused, naming why", "[engine][yaml]") {
+  // Accepted before and never applied (black-box test: never_cache on
+  // "./images" cached images/ as usual).
+  auto parse = [](const std::string& prefix) {
+    return ParsePolicyFile("overrides:\n  - {prefix: \"" + prefix + "\", never_cache: true}\n", "p.yaml");
+  };
+  for (const auto& [prefix, why] : std::vector<std::pair<std::string, std::string>>{
+           {"./images", "'.' component"}, {"images//train", "empty component"}, {"a/../b", "'..' component"},
+           {"a/*.tmp", "glob character"}, {"data[12]/", "glob character"}}) {
+    auto r = parse(prefix);
+    INFO(prefix);
+    REQUIRE_FALSE(r.has_value());
+    CHECK_THAT(r.error().message(), Catch::Contains("overrides[0].prefix") && Catch::Contains(why));
+  }
+  for (const std::string ok : {"images/", "/images/", "a.b/c-d_e", "", "x/y/z.bin"}) {
+    INFO(ok);
+    CHECK(parse(ok).has_value());
+  }
+}
+
 }  // namespace
 }  // namespace igt::engine
 

@@ -14,6 +14,30 @@
 #include "src/config/yaml_keys.h"
 
 namespace igt::engine {
+
+namespace {
+// Why no object key could start with `prefix` (relative to the mount root,
+// leading '/' removed), or nullopt. Keys have no empty, "." or ".."
+// components; '*', '?' and '[' are taken literally.
+std::optional<std::string> UnmatchablePrefix(std::string_view prefix) {
+  size_t pos = 0;
+  while (pos < prefix.size()) {
+    const size_t slash = prefix.find('/', pos);
+    const std::string_view comp = prefix.substr(pos, slash == std::string_view::npos ? slash : slash - pos);
+    if (comp.empty()) return "has an empty component ('//'): no path has one";
+    if (comp == "." || comp == "..")
+      return "has a '" + std::string(comp) + "' component: prefixes are plain paths from the mount root, "
+             "not resolved";
+    if (slash == std::string_view::npos) break;
+    pos = slash + 1;
+  }
+  if (prefix.find_first_of("*?[") != std::string_view::npos)
+    return "contains a glob character: prefixes are matched literally, by whole path components "
+           "('data/' covers everything under data/)";
+  return std::nullopt;
+}
+}  // namespace
+
 namespace {
 
 PolicyFile Training() {
@@ -208,6 +232,9 @@ Result<PolicyFile> ParseImpl(const Ctx& c, const YAML::Node& root) {
       if (!n["prefix"]) return Err(c.Bad(where + ".prefix", "missing"));
       if (auto s = Scalar(c, n["prefix"], where + ".prefix", ov.prefix); !s.ok()) return Err(s);
       while (!ov.prefix.empty() && ov.prefix.front() == '/') ov.prefix.erase(0, 1);
+      // Matched literally against keys as the mount names them: a prefix no
+      // key can start with would be accepted and never apply.
+      if (auto bad = UnmatchablePrefix(ov.prefix)) return Err(c.Bad(where + ".prefix", "'" + ov.prefix + "' " + *bad));
       if (auto p = n["pattern"]) {
         std::string v;
         if (auto s = Scalar(c, p, where + ".pattern", v); !s.ok()) return Err(s);
