@@ -4,6 +4,8 @@
 
 #include <array>
 #include <cmath>
+
+#include <fmt/format.h>
 #include <string_view>
 
 #include "policies/builtin.h"
@@ -21,12 +23,10 @@ Result<std::vector<double>> ResolveParams(std::string_view module, const PolicyP
     for (const auto& s : specs) {
       if (k == s.key) {
         if (!std::isfinite(v) || v < s.min || v > s.max)
-          return Err(Status::InvalidArgument(std::string(module) + ".params." + k + ": " +
-                                             std::to_string(v) + " is out of range [" +
-                                             std::to_string(s.min) + ", " + std::to_string(s.max) + "]"));
+          return Err(Status::InvalidArgument(fmt::format("{}.params.{}: {} is out of range: must be in [{}, {}]",
+                                                         module, k, v, s.min, s.max)));
         if (s.integer && v != std::floor(v))
-          return Err(Status::InvalidArgument(std::string(module) + ".params." + k + ": " + std::to_string(v) +
-                                             " is not a whole number"));
+          return Err(Status::InvalidArgument(fmt::format("{}.params.{}: {} is not a whole number", module, k, v)));
         out[i] = v;
         found = true;
       }

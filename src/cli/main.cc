@@ -42,7 +42,9 @@ int RunSimCmd(igt::sim::SimOptions o, const std::string& cache_size, const std::
   auto j = igt::sim::RunSim(o);
   if (!j) {
     std::fprintf(stderr, "igtcache: error: %s\n", j.error().message().c_str());
-    return j.error().code() == igt::Code::kInvalidArgument ? igt::kExitUsage : igt::kExitError;
+    // A missing or bad --trace, --listing or --config is the command line's.
+    const auto code = j.error().code();
+    return code == igt::Code::kInvalidArgument || code == igt::Code::kNotFound ? igt::kExitUsage : igt::kExitError;
   }
   std::cout << j->dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   return igt::kExitOk;
@@ -62,7 +64,9 @@ int RunClassify(const std::string& trace, const std::string& config_path) {
   auto j = igt::stream::ClassifyTrace(trace, *scfg);
   if (!j) {
     std::fprintf(stderr, "igtcache: error: %s\n", j.error().message().c_str());
-    return j.error().code() == igt::Code::kInvalidArgument ? igt::kExitUsage : igt::kExitError;
+    // A missing or bad --trace, --listing or --config is the command line's.
+    const auto code = j.error().code();
+    return code == igt::Code::kInvalidArgument || code == igt::Code::kNotFound ? igt::kExitUsage : igt::kExitError;
   }
   std::cout << j->dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";  // paths: any bytes
   return igt::kExitOk;
