@@ -84,6 +84,9 @@ std::vector<Row> StreamRows(const nlohmann::json& j) {
       if (!x.is_object()) continue;
       Row r;
       r.path = x.value("path", std::string("?"));
+      // The root's label mixes every job on the mount; the engine never uses
+      // it (POLICIES.md): shown, it read as a verdict on the whole mount.
+      if (r.path.empty() || r.path == "/") continue;
       r.label = x.contains("label") ? x.value("label", std::string("?")) : x.value("pattern", std::string("?"));
       r.gran = x.value("granularity", std::string("-"));
       r.samples = x.contains("samples") && x["samples"].is_number() ? std::to_string(x["samples"].get<uint64_t>()) : "-";

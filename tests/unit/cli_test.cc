@@ -41,6 +41,14 @@ TEST_CASE("stats table: unlabelled streams holding nothing are left out", "[cli]
   CHECK(Count(holding, "?dir/") == 1);
 }
 
+TEST_CASE("stats table: the root stream, never used, is left out", "[cli]") {
+  auto j = Stats(1, 0);
+  j["streams"].push_back({{"path", "/"}, {"label", "skewed"}, {"granularity", "file"}, {"samples", 99}});
+  const auto t = StatsTable(j, nullptr, 0);
+  CHECK(Count(t, "skewed") == 0);
+  CHECK(Count(t, "s0/") == 1);
+}
+
 TEST_CASE("stats table: the streams holding the most are kept, in their order, the rest counted", "[cli]") {
   const auto t = StatsTable(Stats(10, 0), nullptr, 0, 3);
   CHECK(Count(t, "s9/") == 1);
