@@ -240,8 +240,10 @@ struct PolicyEngine::Group {
   std::unordered_map<std::string, uint64_t> ghost_set;
   uint64_t ghost_bytes = 0;
   uint64_t ghost_noted_bytes = 0;        // bytes of every victim noted so far
-  uint64_t period_shadow_hit_bytes = 0;  // demand misses within the shadow, this period
-  double shadow_rate = 0;                // their EWMA, bytes per second
+  // Demand misses within the shadow this period, each as its bytes over the
+  // shadow's span then (a value per byte); shadow_rate is their EWMA per second.
+  double period_shadow = 0;
+  double shadow_rate = 0;
   // Stats.
   uint64_t prefetch_bytes = 0, prefetch_hit_bytes = 0, wasted_bytes = 0, evicted_bytes = 0;
   double value = 0;  // at the last allocation
@@ -952,8 +954,13 @@ uint64_t PolicyEngine::IdleBytes(const Group* except) const {
   return n;
 }
 
-uint64_t PolicyEngine::ShadowBytes() const {
-  return std::max<uint64_t>(opts_.unit_bytes, uint64_t(kShadowShare * double(opts_.capacity_bytes)));
+uint64_t PolicyEngine::ShadowBytes(const Group* g) const {
+  // Near the boundary: a Zipf stream's curve is steepest where it was cut,
+  // and a span much wider than the stream averages that away (a stream
+  // squeezed to 1 MiB measured over 10 MiB looked worth no more than a
+  // uniform one beside it, and stayed squeezed: live black-box test).
+  const uint64_t hi = std::max<uint64_t>(4 * opts_.unit_bytes, uint64_t(kShadowShare * double(opts_.capacity_bytes)));
+  return std::clamp<uint64_t>(g->bytes / 2, 4 * opts_.unit_bytes, hi);
 }
 
 uint64_t PolicyEngine::UnitsOf(uint64_t size) const { return (size + opts_.unit_bytes - 1) / opts_.unit_bytes; }
@@ -1000,7 +1007,8 @@ void PolicyEngine::OnInsert(const std::string& id, std::string_view path, uint64
   if (auto gh = g->ghost_set.find(id); gh != g->ghost_set.end()) {
     g->repeats = true;  // fetched again after eviction
     // A demand miss on a recent victim: a hit with a little more space.
-    if (!prefetched && g->ghost_noted_bytes - gh->second < ShadowBytes()) g->period_shadow_hit_bytes += bytes;
+    if (const uint64_t span = ShadowBytes(g); !prefetched && g->ghost_noted_bytes - gh->second < span)
+      g->period_shadow += double(bytes) / double(span);
   }
   // Readahead units wait in the window stream until read: whatever the
   // file's stream is (its label may be skewed or random by now, whose
@@ -1210,14 +1218,14 @@ double PolicyEngine::ByteValue(const Group* g) const {
       if (g->consumed_cached_bytes == 0) return g->bytes > 0 ? kWindowValue : avg;
       return g->repeats ? avg : 0.0;  // a single pass: consumed bytes are worth nothing
     case kSkewed: {
-      // Byte hits per second that the last ShadowBytes() of space would
-      // give: misses on units evicted within them. The victim's count
+      // Byte hits per second per byte that the last ShadowBytes() of space
+      // would give: misses on units evicted within them. The victim's count
       // below undervalues a stream whose misses keep inserting one-off
       // units (a count of 1 is always its victim), and a stream squeezed to
       // a few units never sees that its evicted hot items come back: a
       // Zipf job beside a training job held 2 MiB of its 5 MiB hot set (sim)
       // and 1 MiB of 75 MiB (a live black-box test).
-      const double shadow = g->shadow_rate / double(ShadowBytes());
+      const double shadow = g->shadow_rate;
       const double w = g->module->VictimWeight();
       if (w < 0 || g->half_life_ms <= 0) return std::max(avg, shadow);
       // Aged count w with half-life H is ~ rate * H / ln 2: per second w ln2 / H.
@@ -1265,9 +1273,9 @@ void PolicyEngine::Allocate(uint64_t now_us) {
     const double inst_reads = double(g->period_reads) / dt;
     g->read_rate = allocations_ == 0 ? inst_reads : 0.5 * g->read_rate + 0.5 * inst_reads;
     g->period_reads = 0;
-    const double inst_shadow = double(g->period_shadow_hit_bytes) / dt;
+    const double inst_shadow = g->period_shadow / dt;
     g->shadow_rate = allocations_ == 0 ? inst_shadow : 0.5 * g->shadow_rate + 0.5 * inst_shadow;
-    g->period_shadow_hit_bytes = 0;
+    g->period_shadow = 0;
     g->epoch_inflight_bytes = 0;
     g->value = Value(g.get());
   }

@@ -222,8 +222,10 @@ class PolicyEngine {
   void StopWarm(Group* g);  // no longer holds space (done, idle or dropped)
   void NoteQuotas();        // has_quota_ from the policy file
   uint64_t SubUnitBytesOf(const FileRec& f) const;
-  uint64_t FreeBytes() const;
-  uint64_t ShadowBytes() const;  // the span of a stream's latest victims its shadow value counts                 // capacity not taken by cached units (data bytes, estimated)
+  uint64_t FreeBytes() const;                 // capacity not taken by cached units (data bytes, estimated)
+  // The span of a stream's latest victims whose misses its shadow value
+  // counts: about half its size, within [4 units, 1/16 of the capacity].
+  uint64_t ShadowBytes(const Group* g) const;
   uint64_t UnitsOf(uint64_t size) const;      // units a file of `size` bytes spans
   bool Idle(const Group* g) const;  // stopped (kBusyReads), worth 0 until its next read
   uint64_t IdleBytes(const Group* except) const;  // cached bytes of idle streams other than `except`
