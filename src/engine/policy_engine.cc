@@ -234,9 +234,16 @@ struct PolicyEngine::Group {
   std::unordered_set<std::string> read_dirs;
   bool repeats = false;                // data re-read (scan repeats, several readers)
   // Ghost of recent victims (ids), bounded by the cache capacity in bytes.
-  std::deque<std::pair<std::string, uint64_t>> ghost;
-  // id -> ghost_noted_bytes when it was noted: how many victims' bytes came
-  // after it (its distance from the stream's boundary).
+  // Each eviction noted: (id, bytes, ghost_noted_bytes after it). An id
+  // evicted again is noted again; its older entries stay until they leave
+  // the front and no longer speak for it.
+  struct GhostEntry {
+    std::string id;
+    uint64_t bytes, pos;
+  };
+  std::deque<GhostEntry> ghost;
+  // id -> ghost_noted_bytes after its latest eviction: how many victims'
+  // bytes came after it (its distance from the stream's boundary).
   std::unordered_map<std::string, uint64_t> ghost_set;
   uint64_t ghost_bytes = 0;
   uint64_t ghost_noted_bytes = 0;        // bytes of every victim noted so far
@@ -966,20 +973,22 @@ uint64_t PolicyEngine::ShadowBytes(const Group* g) const {
 uint64_t PolicyEngine::UnitsOf(uint64_t size) const { return (size + opts_.unit_bytes - 1) / opts_.unit_bytes; }
 
 void PolicyEngine::NoteGhost(Group* g, const std::string& id, uint64_t bytes) {
-  if (!g->ghost_set.count(id)) {
-    g->ghost.emplace_back(id, bytes);
-    g->ghost_bytes += bytes;
-    g->ghost_noted_bytes += bytes;
-    g->ghost_set.emplace(id, g->ghost_noted_bytes);
-  }
+  // Noted at every eviction, so a unit that keeps coming back is measured
+  // from its latest one (before, only its first counted: once every id of a
+  // small hot set had been noted, the shadow stopped moving).
+  g->ghost_bytes += bytes;
+  g->ghost_noted_bytes += bytes;
+  g->ghost.push_back({id, bytes, g->ghost_noted_bytes});
+  g->ghost_set.insert_or_assign(id, g->ghost_noted_bytes);
   // Bounded in bytes (the cache's capacity) and in ids (as many as full
   // units fit in it): with small units the capacity alone let one stream
   // remember millions of ids.
   while ((g->ghost_bytes > std::max<uint64_t>(opts_.capacity_bytes, opts_.unit_bytes) ||
           g->ghost.size() > std::max<uint64_t>(kMinGhostIds, opts_.capacity_bytes / opts_.unit_bytes)) &&
          !g->ghost.empty()) {
-    g->ghost_bytes -= g->ghost.front().second;
-    g->ghost_set.erase(g->ghost.front().first);
+    const auto& e = g->ghost.front();
+    g->ghost_bytes -= e.bytes;
+    if (auto it = g->ghost_set.find(e.id); it != g->ghost_set.end() && it->second == e.pos) g->ghost_set.erase(it);
     g->ghost.pop_front();
   }
 }
@@ -1172,7 +1181,13 @@ void PolicyEngine::OnRemove(const std::string& id) {
   }
   if (u.read_stamp == g->epoch + 1) g->read_cached_bytes -= std::min(g->read_cached_bytes, u.bytes);
   if (u.consumed) g->consumed_cached_bytes -= std::min(g->consumed_cached_bytes, u.bytes);
-  if (mode_igt_) NoteGhost(g, id, u.bytes);
+  // Evictions only: a unit dropped (its object changed, its file corrupt) or
+  // replaced by a new insert of itself is not a victim, and its next fetch
+  // is not a miss more space would have saved.
+  if (mode_igt_ && id == last_victim_) {
+    NoteGhost(g, id, u.bytes);
+    last_victim_.clear();
+  }
   g->unit_ids.erase(&it->first);
   units_.erase(it);
 }
@@ -1225,18 +1240,19 @@ double PolicyEngine::ByteValue(const Group* g) const {
       // a few units never sees that its evicted hot items come back: a
       // Zipf job beside a training job held 2 MiB of its 5 MiB hot set (sim)
       // and 1 MiB of 75 MiB (a live black-box test).
-      const double shadow = g->shadow_rate;
+      // Byte hits per cached byte: times the fraction of a unit a read
+      // takes (the shadow counts whole units, as the victim's count does).
+      const double frac = std::min(1.0, g->touched_bytes == 0 ? 1.0 : double(g->read_bytes) / double(g->touched_bytes));
+      const double shadow = g->shadow_rate * frac;
       const double w = g->module->VictimWeight();
       if (w < 0 || g->half_life_ms <= 0) return std::max(avg, shadow);
       // Aged count w with half-life H is ~ rate * H / ln 2: per second w ln2 / H.
-      // Byte hits per cached byte: times the fraction of a unit a read takes.
       // w is aged to the module's clock, which stops with the stream's
       // reads and inserts: age it on to now (a stream that stopped loses
       // value at the same half-life, idle or not).
       const double since_ms = double(now_us_ - std::min(now_us_, g->module_us)) / 1000.0;
       const double per_s = w * std::exp2(-since_ms / g->half_life_ms) * std::log(2.0) / (g->half_life_ms / 1000.0);
-      const double frac = g->touched_bytes == 0 ? 1.0 : double(g->read_bytes) / double(g->touched_bytes);
-      return std::max(per_s, shadow) * std::min(1.0, frac);
+      return std::max(per_s * frac, shadow);
     }
     default:
       return avg;
@@ -1345,10 +1361,16 @@ std::optional<std::string> PolicyEngine::PickVictim(uint64_t now_us) {
     ++switches_;
     victim_group_ = best;
   }
-  if (auto v = best->module->PickVictim()) return v;
+  if (auto v = best->module->PickVictim()) {
+    last_victim_ = *v;
+    return v;
+  }
   // A module that lost track of its units: fall back to any stream.
   for (auto& [k, g] : groups_)
-    if (auto v = g->module->PickVictim()) return v;
+    if (auto v = g->module->PickVictim()) {
+      last_victim_ = *v;
+      return v;
+    }
   return std::nullopt;
 }
 
@@ -1405,7 +1427,23 @@ Status PolicyEngine::SetPolicyFile(PolicyFile pf) {
     auto it = groups_.find(key);
     g = it != groups_.end() ? it->second.get() : GetGroup(key, ov->pattern >= 0 ? ov->pattern : kUnknown, ov);
   }
-  for (const auto& j : joining) JoinGroup(*j.f, j.path, ov_groups.at(j.ov));
+  // In scan order (files_ is a hash map): the new streams' items, and so
+  // what their epoch prefetching proposes first, do not follow its buckets.
+  std::sort(joining.begin(), joining.end(), [](const Joining& a, const Joining& b) { return a.f->rank < b.f->rank; });
+  for (const auto& j : joining) {
+    Group* to = ov_groups.at(j.ov);
+    // Read in its old stream's epoch: read in the new one's too, as when
+    // files join a new directory stream (GetGroup). Else a reload half way
+    // through an epoch left the new stream's count short by every read so
+    // far, the case of the straggler rule's misfire.
+    const bool read = j.f->group && j.f->group != to && j.f->epoch_read != 0 &&
+                      j.f->epoch_read == j.f->group->epoch + 1;
+    JoinGroup(*j.f, j.path, to);
+    if (read && j.f->group == to) {
+      j.f->epoch_read = to->epoch + 1;
+      ++to->epoch_read_count;
+    }
+  }
   const bool moved = !joining.empty();
   if (moved)
     for (auto& [id, u] : units_) {

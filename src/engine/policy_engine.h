@@ -261,6 +261,8 @@ class PolicyEngine {
   uint64_t prefetched_unread_bytes_ = 0;
   uint64_t prefetch_bytes_ = 0, prefetch_hit_bytes_ = 0, prefetch_wasted_bytes_ = 0;
   uint64_t last_alloc_us_ = 0;
+  // The id PickVictim returned last: OnRemove notes a ghost for evictions only.
+  std::string last_victim_;
   uint64_t allocations_ = 0, switches_ = 0, reloads_ = 0;
   Group* victim_group_ = nullptr;  // current giver of space (hysteresis)
   bool has_quota_ = false;  // an override sets a quota (NoteQuotas, at Init and reload)
