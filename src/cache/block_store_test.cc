@@ -1191,7 +1191,13 @@ TEST_CASE("inserts skipped because others in flight hold the room are not write 
   std::thread first([&] { CHECK(s->Put(Key(1), DataOf(Key(1), 700 << 10)).ok()); });
   {
     std::unique_lock lk(mu);
-    cv.wait(lk, [&] { return held; });
+    const bool reached = cv.wait_for(lk, std::chrono::seconds(30), [&] { return held; });
+    if (!reached) {  // the first Put failed before its reservation: no hang
+      release = true;
+      lk.unlock();
+      first.join();
+      FAIL("the first insert never reached its reservation");
+    }
   }
   const Status st = s->Put(Key(2), DataOf(Key(2), 700 << 10));  // 700 KiB + 700 KiB in flight > 1 MiB
   CHECK(st.code() == Code::kNoSpace);

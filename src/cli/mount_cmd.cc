@@ -288,6 +288,12 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
     rep.Fail(s.message());
     return kExitUsage;
   }
+  // The mount command said it on its stderr (RunMount); the log file has it
+  // too (a daemon's, or one set with logging.file; not stderr twice).
+  if (!UsesPolicyFile(cfg) && !cfg.policy.file.empty() && (!foreground || !cfg.logging.file.empty()))
+    spdlog::warn("config key 'policy.file' ('{}') is not used: it applies to cache.eviction igt, not '{}' "
+                 "(its overrides, pins and quotas are not applied either)",
+                 cfg.policy.file, cfg.cache.eviction);
   if (*previous_source)
     spdlog::warn("cache dir '{}' was last mounted with source {}, now {}: its saved directory listings were "
                  "dropped (cached units stay, and are served only for objects of the same key and version)",
@@ -576,9 +582,13 @@ int RunMount(const MountArgs& a) {
   // own replies (a deadlock even SIGKILL does not end), or a walk of the
   // mount would find the mount again inside it.
   {
-    auto real = [](const fs::path& p) {
+    // Under an automount point (x-systemd.automount) a path is compared as
+    // written: resolving it would wait for the very mount this command is
+    // making.
+    const bool autofs = IsMountOfType(mp.string(), "autofs");
+    auto real = [autofs](const fs::path& p) {
       std::error_code e;
-      auto r = fs::weakly_canonical(p, e);
+      auto r = autofs ? fs::absolute(p, e).lexically_normal() : fs::weakly_canonical(p, e);
       return fs::path(NormalizeMountpoint((e ? p : r).string()));  // no trailing '/'
     };
     auto within = [](const fs::path& inner, const fs::path& outer) {

@@ -53,7 +53,7 @@ struct Row {
   std::string path, label, gran, samples, cached, hit;
   std::optional<uint64_t> cached_bytes;  // as reported, for the choice of rows
 };
-std::vector<Row> StreamRows(const nlohmann::json& j) {
+std::vector<Row> StreamRows(const nlohmann::json& j, bool* root_seen = nullptr) {
   std::map<std::string, const nlohmann::json*> eng;
   if (auto e = j.find("engine"); e != j.end() && e->is_object())
     if (auto s = e->find("streams"); s != e->end() && s->is_array())
@@ -86,7 +86,10 @@ std::vector<Row> StreamRows(const nlohmann::json& j) {
       r.path = x.value("path", std::string("?"));
       // The root's label mixes every job on the mount; the engine never uses
       // it (POLICIES.md): shown, it read as a verdict on the whole mount.
-      if (r.path.empty() || r.path == "/") continue;
+      if (r.path.empty() || r.path == "/") {
+        if (root_seen) *root_seen = true;
+        continue;
+      }
       r.label = x.contains("label") ? x.value("label", std::string("?")) : x.value("pattern", std::string("?"));
       r.gran = x.value("granularity", std::string("-"));
       r.samples = x.contains("samples") && x["samples"].is_number() ? std::to_string(x["samples"].get<uint64_t>()) : "-";
@@ -194,8 +197,11 @@ std::string StatsTable(const nlohmann::json& j, const nlohmann::json* prev, doub
                                      desc.empty() ? "no setting" : desc,
                                      o.value("never_cache", false) ? ""
                                                                    : fmt::format(" ({} cached)", FormatSize(U(o, "cached_bytes")))));
+        // A line more above the table: one stream row less fits (--watch).
+        if (max_stream_rows != SIZE_MAX && max_stream_rows > 1) --max_stream_rows;
       }
-  auto rows = StreamRows(j);
+  bool root_only = false;
+  auto rows = StreamRows(j, &root_only);
   // Unlabelled streams that hold nothing ("?dir/" a reader passed through)
   // say nothing: left out of the table (not of the JSON).
   std::erase_if(rows, [](const Row& r) {
@@ -227,7 +233,10 @@ std::string StatsTable(const nlohmann::json& j, const nlohmann::json* prev, doub
   for (const auto& r : rows) w = std::max(w, std::min<size_t>(r.path.size(), max_path));
   o += fmt::format("{:<{}}  {:<10}  {:<5}  {:>8}  {:>10}  {:>9}\n", "STREAM", w, "LABEL", "GRAN", "SAMPLES",
                    "CACHED", "HIT RATIO");
-  if (rows.empty() && more == 0) o += "(none detected yet: a stream needs a few dozen reads)\n";
+  if (rows.empty() && more == 0)
+    o += root_only ? "(only the mount's root, which mixes every job and is not used: files in directories "
+                     "form streams)\n"
+                   : "(none detected yet: a stream needs a few dozen reads)\n";
   for (const auto& r : rows) {
     std::string p = r.path.size() > max_path ? "..." + r.path.substr(r.path.size() - (max_path - 3)) : r.path;
     if (p.empty()) p = "/";

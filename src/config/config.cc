@@ -87,9 +87,11 @@ const std::vector<Key>& Schema() {
        "refused (units cut with one size would serve wrong bytes under another).",
        nullptr, SET_SIZE(cache.unit_size_bytes)},
       {"cache.sub_unit_bytes", Type::kSize, "64K",
-       "Policy engine `igt` only: a miss in a file whose reads are labelled random or skewed "
+       "With policy engine `igt`, a miss in a file whose reads are labelled random or skewed "
        "fetches and caches only the pieces of this size that the read covers, not the whole "
        "unit (a 64 KiB lookup then costs a 64 KiB GET, and the cache holds 16x more hot rows). "
+       "Under every policy, a miss that cannot be kept (a never_cache file, a cache taking no "
+       "inserts) fetches these pieces too. "
        "0 turns it off, and so does a size not below cache.unit_size_bytes; otherwise a power "
        "of two from 64K.",
        nullptr, SET_SIZE(cache.sub_unit_bytes)},
@@ -279,12 +281,15 @@ Status CheckValue(const Key& k, const std::string& v) {
 // A policy file's top-level keys given as a config: said, since both are YAML
 // and the examples/ directory holds both.
 Status UnknownKey(const std::string& origin, const std::string& key) {
-  const bool policy_key = key == "profile" || key == "patterns" || key == "overrides";
+  const bool policy_key = key == "profile" || key == "patterns" || key == "overrides" || key == "allocation";
   return Status::InvalidArgument(fmt::format(
       "{}: unknown config key '{}'{}", origin, key,
-      policy_key ? " (this looks like a policy file: name it in a config file as policy.file, or check it with "
-                   "'igtcache config --check' on a config that does)"
-                 : ""));
+      !policy_key ? ""
+      : key == "profile"
+          ? " (the credentials profile is backend.profile; a policy file's 'profile' belongs in the file "
+            "named by policy.file)"
+          : " (this looks like a policy file: name it in a config file as policy.file, or check it with "
+            "'igtcache config --check' on a config that does)"));
 }
 
 Status Walk(const YAML::Node& node, const std::string& prefix, Config& c, const std::string& origin) {

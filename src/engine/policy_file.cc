@@ -17,8 +17,9 @@ namespace igt::engine {
 
 namespace {
 // Why no object key could start with `prefix` (relative to the mount root,
-// leading '/' removed), or nullopt. Keys have no empty, "." or ".."
-// components; '*', '?' and '[' are taken literally.
+// leading '/' removed), or nullopt. Keys as the mount names them have no
+// empty, "." or ".." components. ('*', '?' and '[' are legal in keys and
+// file names, and taken literally.)
 std::optional<std::string> UnmatchablePrefix(std::string_view prefix) {
   size_t pos = 0;
   while (pos < prefix.size()) {
@@ -31,9 +32,6 @@ std::optional<std::string> UnmatchablePrefix(std::string_view prefix) {
     if (slash == std::string_view::npos) break;
     pos = slash + 1;
   }
-  if (prefix.find_first_of("*?[") != std::string_view::npos)
-    return "contains a glob character: prefixes are matched literally, by whole path components "
-           "('data/' covers everything under data/)";
   return std::nullopt;
 }
 }  // namespace

@@ -156,6 +156,9 @@ Result<std::unique_ptr<TraceReader>> TraceReader::Open(const std::string& path) 
     int err = errno;
     auto msg = fmt::format("cannot open trace '{}': {}", path, std::strerror(err));
     if (err == ENOENT) return Err(Status::NotFound(msg));
+    // A path that names no readable file of the caller's is the command line's.
+    if (err == EACCES || err == EPERM || err == ENOTDIR || err == ELOOP || err == ENAMETOOLONG)
+      return Err(Status::InvalidArgument(msg));
     return Err(Status::IoError(msg));
   }
   std::unique_ptr<TraceReader> r(new TraceReader(path, f));

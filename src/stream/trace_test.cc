@@ -215,16 +215,18 @@ TEST_CASE("TraceWriter: a write that fails later ends the trace at its last whol
     rlimit old{};
     void (*old_handler)(int) = SIG_DFL;
     bool set = false;
+    bool handler_set = false;
     explicit FsizeLimit(rlim_t bytes) {
       if (::getrlimit(RLIMIT_FSIZE, &old) != 0) return;
       old_handler = std::signal(SIGXFSZ, SIG_IGN);
+      handler_set = true;
       rlimit lim = old;
       lim.rlim_cur = bytes;
       set = ::setrlimit(RLIMIT_FSIZE, &lim) == 0;
     }
-    ~FsizeLimit() {
-      ::setrlimit(RLIMIT_FSIZE, &old);
-      std::signal(SIGXFSZ, old_handler);
+    ~FsizeLimit() {  // only what the constructor changed
+      if (set) ::setrlimit(RLIMIT_FSIZE, &old);
+      if (handler_set) std::signal(SIGXFSZ, old_handler);
     }
   };
   auto limit = std::make_unique<FsizeLimit>(2000);

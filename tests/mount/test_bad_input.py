@@ -165,6 +165,8 @@ def main():
                 mnt = s.mkdir(f"mnt_traceout_{'fg' if fg else 'bg'}")
                 problems += run_case(s, "--trace-out inside the mount point", f"file://{src_dir}", mnt,
                                      ["--trace-out", str(mnt / "t.csv")], ["inside mount point"], fg, want_rc=2)
+                problems += run_case(s, "log file inside the mount point", f"file://{src_dir}", mnt,
+                                     ["--log-file", str(mnt / "igt.log")], ["inside mount point"], fg, want_rc=2)
 
             # Missing mount point.
             for fg in (False, True):

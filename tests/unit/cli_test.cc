@@ -47,6 +47,11 @@ TEST_CASE("stats table: the root stream, never used, is left out", "[cli]") {
   const auto t = StatsTable(j, nullptr, 0);
   CHECK(Count(t, "skewed") == 0);
   CHECK(Count(t, "s0/") == 1);
+  // Only the root (a flat bucket): said, not "none detected yet".
+  nlohmann::json flat = {{"streams", nlohmann::json::array({{{"path", "/"}, {"label", "random"}}})}};
+  const auto f = StatsTable(flat, nullptr, 0);
+  CHECK(Count(f, "only the mount's root") == 1);
+  CHECK(Count(f, "none detected") == 0);
 }
 
 TEST_CASE("stats table: the streams holding the most are kept, in their order, the rest counted", "[cli]") {
