@@ -39,6 +39,11 @@ int RunSimCmd(igt::sim::SimOptions o, const std::string& cache_size, const std::
     o.unit_bytes = *us;
     o.unit_bytes_set = true;
   }
+  // As a mount says it: a baseline runs without the policy file's overrides.
+  if (o.policy != "igt" && !o.config_path.empty())
+    if (auto c = igt::LoadConfig(o.config_path); c && !c->policy.file.empty())
+      std::fprintf(stderr, "igtcache: warning: %s: config key 'policy.file' is not used by --policy %s (its "
+                   "overrides, pins and quotas apply to igt only)\n", o.config_path.c_str(), o.policy.c_str());
   auto j = igt::sim::RunSim(o);
   if (!j) {
     std::fprintf(stderr, "igtcache: error: %s\n", j.error().message().c_str());

@@ -240,7 +240,9 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
     if (UsesPolicyFile(cfg)) {
       auto pf = engine::LoadPolicyFile(cfg.policy.file);
       if (!pf) {
-        rep.Fail(fmt::format("config key 'policy.file': {}", pf.error().message()));
+        // Named like `config --check` names it: the config file, the key, the policy file.
+        rep.Fail(fmt::format("{}config key 'policy.file': {}", a.config_path.empty() ? "" : a.config_path + ": ",
+                             pf.error().message()));
         return kExitUsage;
       }
       eo.policy_file = std::move(*pf);

@@ -123,7 +123,7 @@ def main():
             # A directory read as an empty file gave the defaults, silently.
             ("config file is a directory", f"file://{src_dir}", ["--config", str(src_dir)], ["is a directory"]),
             ("policy file is a directory", f"file://{src_dir}", ["--config", str(cfg_poldir)],
-             ["is a directory", "policy"]),
+             ["poldir.yaml: config key 'policy.file'"]),
             ("bad --cache-size", f"file://{src_dir}", ["--cache-size", "12Q"], ["cache-size", "12Q", "size"]),
             ("empty --cache-size", f"file://{src_dir}", ["--cache-size", ""], ["cache-size"]),
             ("endpoint without a host", f"s3://{BUCKET}", ["--endpoint", "http://", "--region", "us-east-1"],
