@@ -163,9 +163,14 @@ std::string StatsTable(const nlohmann::json& j, const nlohmann::json* prev, doub
   line("hit ratio", fmt::format("{} of bytes ({} hit, {} missed), {} of units",
                                 Pct(static_cast<double>(hb), static_cast<double>(hb + mb)), FormatSize(hb),
                                 FormatSize(mb), Pct(static_cast<double>(hu), static_cast<double>(hu + mu))));
-  line("backend", fmt::format("{} GETs {}{}, {} LISTs, {} HEADs, {} retries",
-                              U(j, "backend_get_requests"), FormatSize(U(j, "backend_get_bytes")),
-                              prev ? Rate(U(j, "backend_get_bytes"), U(*prev, "backend_get_bytes"), dt) : "",
+  // Bytes fetched per byte read: the figure to compare policies by (the hit
+  // ratio counts prefetched bytes as hits, and prefetching fetches them too).
+  const uint64_t read_bytes = U(j, "read_bytes"), got = U(j, "backend_get_bytes");
+  line("backend", fmt::format("{} GETs {}{}{}, {} LISTs, {} HEADs, {} retries",
+                              U(j, "backend_get_requests"), FormatSize(got),
+                              read_bytes > 0 ? fmt::format(" ({:.2f}x the bytes read)", double(got) / double(read_bytes))
+                                             : "",
+                              prev ? Rate(got, U(*prev, "backend_get_bytes"), dt) : "",
                               U(j, "backend_list_requests"), U(j, "backend_head_requests"),
                               U(j, "backend_retries")));
   if (const auto* pb = Find(j, "prefetch_bytes")) {

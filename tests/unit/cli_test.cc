@@ -100,6 +100,14 @@ TEST_CASE("stats table: the policy file's overrides are shown as in effect", "[c
   CHECK(Count(t, "logs/: quota 1.0 GiB, forced sequential (0 B cached)") == 1);
 }
 
+TEST_CASE("stats table: backend bytes are set against the bytes read", "[cli]") {
+  auto j = Stats(1, 0);
+  j["read_bytes"] = 1000;
+  j["backend_get_bytes"] = 620;
+  j["backend_get_requests"] = 3;
+  CHECK(Count(StatsTable(j, nullptr, 0), "3 GETs 620 B (0.62x the bytes read)") == 1);
+}
+
 TEST_CASE("mount helper: flags it does not know are named", "[cli]") {
   auto call = [](std::vector<std::string> argv) { return ParseMountHelper(argv); };
   auto r = call({"/sbin/mount.fuse.igtcache", "file:///d", "/mnt", "--foo"});
