@@ -64,17 +64,15 @@ std::vector<Row> StreamRows(const nlohmann::json& j, bool* root_seen = nullptr) 
             break;
           }
   auto bytes_of = [](const nlohmann::json& x, Row& row) {
-    std::string& cached = row.cached;
-    std::string& hit = row.hit;
     if (auto c = x.find("cached_bytes"); c != x.end() && c->is_number()) {
       row.cached_bytes = c->get<uint64_t>();
-      cached = FormatSize(*row.cached_bytes);
+      row.cached = FormatSize(*row.cached_bytes);
     }
     if (auto r = x.find("hit_ratio"); r != x.end() && r->is_number()) {
-      hit = fmt::format("{:.1f}%", 100.0 * r->get<double>());
+      row.hit = fmt::format("{:.1f}%", 100.0 * r->get<double>());
     } else if (x.contains("hit_bytes") && x.contains("read_bytes") && x["read_bytes"].is_number() &&
                x["hit_bytes"].is_number()) {
-      hit = Pct(x["hit_bytes"].get<double>(), x["read_bytes"].get<double>());
+      row.hit = Pct(x["hit_bytes"].get<double>(), x["read_bytes"].get<double>());
     }
   };
   std::vector<Row> rows;

@@ -93,9 +93,8 @@ constexpr double kBusyReads = 8;
 // shrink instead).
 constexpr double kMaxPrefetchShare = 0.25;
 // A skewed stream's marginal value is also measured on its most recent
-// victims: demand misses on units it evicted within the last this share of
-// the cache's capacity are the hits that much more space would have given
-// (a shadow of its boundary). See ByteValue.
+// victims (a shadow of its boundary, ShadowBytes): the span is at most this
+// share of the cache's capacity. See ByteValue.
 constexpr double kShadowShare = 1.0 / 16;
 
 std::string ParentDir(std::string_view path) {
@@ -369,10 +368,7 @@ PolicyEngine::Group* PolicyEngine::GetGroup(const std::string& key, int label, c
         if (was) left.insert(was);
         // Read already: read in this stream's first epoch too (not an unread
         // item for epoch prefetching to propose again).
-        if (read) {
-          f.epoch_read = raw->epoch + 1;
-          ++raw->epoch_read_count;
-        }
+        if (read) MarkReadThisEpoch(f, raw);
       }
     }
     // In scan order: the sets' own order follows addresses, and the new
@@ -581,6 +577,11 @@ void PolicyEngine::CompactItems(Group* g) {
   g->dead_items = 0;
 }
 
+void PolicyEngine::MarkReadThisEpoch(FileRec& f, Group* g) {
+  f.epoch_read = g->epoch + 1;
+  ++g->epoch_read_count;
+}
+
 void PolicyEngine::NewVisit(Group* g, FileRec* f, const std::string* fkey) {
   // Epochs are rounds over a set of items: a stream of one file (the block
   // stream of a weights file faulted at random) has none, and counting each
@@ -594,10 +595,7 @@ void PolicyEngine::NewVisit(Group* g, FileRec* f, const std::string* fkey) {
     // half of one and half of the next (sim, 500 images: 4 epochs for 3,
     // byte hit ratio 0.632 -> 0.565). Files joining a directory stream
     // from an unlabelled one bring this count with them (GetGroup).
-    if (g->epoch == 0 && f->epoch_read == 0) {
-      f->epoch_read = 1;
-      ++g->epoch_read_count;
-    }
+    if (g->epoch == 0 && f->epoch_read == 0) MarkReadThisEpoch(*f, g);
     return;
   }
   if (f->epoch_read == g->epoch + 1) {
@@ -633,8 +631,7 @@ void PolicyEngine::NewVisit(Group* g, FileRec* f, const std::string* fkey) {
       f->epoch_read = g->epoch;
       ++g->prev_epoch_read_count;
     } else {
-      f->epoch_read = g->epoch + 1;
-      ++g->epoch_read_count;
+      MarkReadThisEpoch(*f, g);
     }
   }
   // Epoch shuffling has no repeats within an epoch; sampling with
@@ -1233,15 +1230,13 @@ double PolicyEngine::ByteValue(const Group* g) const {
       if (g->consumed_cached_bytes == 0) return g->bytes > 0 ? kWindowValue : avg;
       return g->repeats ? avg : 0.0;  // a single pass: consumed bytes are worth nothing
     case kSkewed: {
-      // Byte hits per second per byte that the last ShadowBytes() of space
-      // would give: misses on units evicted within them. The victim's count
-      // below undervalues a stream whose misses keep inserting one-off
-      // units (a count of 1 is always its victim), and a stream squeezed to
-      // a few units never sees that its evicted hot items come back: a
-      // Zipf job beside a training job held 2 MiB of its 5 MiB hot set (sim)
-      // and 1 MiB of 75 MiB (a live black-box test).
-      // Byte hits per cached byte: times the fraction of a unit a read
-      // takes (the shadow counts whole units, as the victim's count does).
+      // shadow: byte hits per second per byte that the last ShadowBytes() of
+      // space would give (misses on units evicted within them). The victim's
+      // count below undervalues a stream whose misses keep inserting one-off
+      // units (a count of 1 is always its victim): squeezed to a few units,
+      // it never saw its evicted hot items come back (a live black-box test:
+      // 1 MiB of a 75 MiB Zipf set beside a training job). Both count whole
+      // units: times the fraction of a unit a read takes.
       const double frac = std::min(1.0, g->touched_bytes == 0 ? 1.0 : double(g->read_bytes) / double(g->touched_bytes));
       const double shadow = g->shadow_rate * frac;
       const double w = g->module->VictimWeight();
@@ -1361,17 +1356,11 @@ std::optional<std::string> PolicyEngine::PickVictim(uint64_t now_us) {
     ++switches_;
     victim_group_ = best;
   }
-  if (auto v = best->module->PickVictim()) {
-    last_victim_ = *v;
-    return v;
-  }
+  auto v = best->module->PickVictim();
   // A module that lost track of its units: fall back to any stream.
-  for (auto& [k, g] : groups_)
-    if (auto v = g->module->PickVictim()) {
-      last_victim_ = *v;
-      return v;
-    }
-  return std::nullopt;
+  for (auto it = groups_.begin(); !v && it != groups_.end(); ++it) v = it->second->module->PickVictim();
+  if (v) last_victim_ = *v;  // OnRemove notes a ghost for it
+  return v;
 }
 
 Status PolicyEngine::SetPolicyFile(PolicyFile pf) {
@@ -1439,10 +1428,7 @@ Status PolicyEngine::SetPolicyFile(PolicyFile pf) {
     const bool read = j.f->group && j.f->group != to && j.f->epoch_read != 0 &&
                       j.f->epoch_read == j.f->group->epoch + 1;
     JoinGroup(*j.f, j.path, to);
-    if (read && j.f->group == to) {
-      j.f->epoch_read = to->epoch + 1;
-      ++to->epoch_read_count;
-    }
+    if (read && j.f->group == to) MarkReadThisEpoch(*j.f, to);
   }
   const bool moved = !joining.empty();
   if (moved)

@@ -197,6 +197,8 @@ class PolicyEngine {
   double Value(const Group* g) const;      // seconds saved / s / cached byte
   double ByteValue(const Group* g) const;  // byte hits / s / cached byte
   void NewVisit(Group* g, FileRec* f, const std::string* fkey);
+  // `f` was read in `g`'s current epoch (counted once: callers check).
+  void MarkReadThisEpoch(FileRec& f, Group* g);
   // The file's current read belongs to its stream's previous epoch (a
   // straggler's, or a visit begun before the epoch turned).
   bool PrevEpochRead(const FileRec& f, const Group* g) const;
