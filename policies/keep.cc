@@ -54,6 +54,9 @@ class KeepPolicy final : public EvictionPolicy {
     return std::nullopt;
   }
   size_t size() const override { return map_.size(); }
+  // A demand miss counts as read: the newest read unit, the first victim. A
+  // prefetched unit is the newest unread one: first only when none is read.
+  bool InsertIsFirstVictim(const UnitMeta& meta) const override { return !meta.prefetched || read_.empty(); }
   void OnEpoch() override {
     // Read units join the unread ones, older than any unit prefetched so far
     // this epoch (they stay cached; the prefetched ones are newest).

@@ -297,6 +297,20 @@ TEST_CASE("keep: read-this-epoch units first (newest first), then unread", "[pol
   CHECK(*p->PickVictim() == "d1");
 }
 
+TEST_CASE("keep: a miss is its own first victim, so a full cache does not admit it", "[policy][keep]") {
+  auto p = Make("keep");
+  const UnitMeta demand{0, false, 0}, prefetched{0, true, 0};
+  p->OnInsertUnit("p1", 1, 0, prefetched);
+  // Only unread units: a miss (read) or a prefetched unit would go first.
+  CHECK_FALSE(p->AdmitUnit("d1", 1, demand));
+  CHECK_FALSE(p->AdmitUnit("p2", 1, prefetched));
+  p->OnAccess("p1");  // a read unit now goes first, before a new prefetched one
+  CHECK_FALSE(p->AdmitUnit("d1", 1, demand));
+  CHECK(p->AdmitUnit("p2", 1, prefetched));
+  // Modules that put a new unit last admit it.
+  for (const char* name : {"lru", "fifo"}) CHECK(Make(name)->AdmitUnit("x", 1, demand));
+}
+
 TEST_CASE("evict-behind: consumed furthest-along first, then unread furthest ahead", "[policy][evict-behind]") {
   auto p = Make("evict-behind");
   for (uint64_t i = 0; i < 4; ++i) p->OnInsertUnit("c" + std::to_string(i), 1, 0, UnitMeta{i, false, 0});

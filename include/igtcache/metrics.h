@@ -41,6 +41,7 @@ struct Metrics {
   C evicted_bytes{0};
   C cache_write_errors{0};     // failed inserts (disk full, I/O error): served from backend
   C cache_insert_skipped{0};   // inserts skipped: other inserts in flight held the room
+  C cache_insert_declined{0};  // misses not kept: the policy would evict them first
   C cache_read_errors{0};      // failed unit reads: degraded to a miss
   C cache_corruptions{0};      // unit files that failed their checksum: dropped
   C singleflight_waits{0};     // misses that joined another thread's fetch
@@ -55,7 +56,7 @@ struct Metrics {
     IGT_M(backend_list_requests); IGT_M(backend_head_requests); IGT_M(backend_retries);
     IGT_M(backend_errors); IGT_M(cache_insert_units); IGT_M(cache_insert_bytes);
     IGT_M(evictions); IGT_M(evicted_bytes); IGT_M(cache_write_errors);
-    IGT_M(cache_insert_skipped); IGT_M(cache_read_errors); IGT_M(cache_corruptions); IGT_M(singleflight_waits);
+    IGT_M(cache_insert_skipped); IGT_M(cache_insert_declined); IGT_M(cache_read_errors); IGT_M(cache_corruptions); IGT_M(singleflight_waits);
 #undef IGT_M
     return m;
   }

@@ -83,6 +83,20 @@ class EvictionPolicy {
   // the same module: `lfu` returns the victim's aged access count. Negative
   // when the module has no such notion.
   virtual double VictimWeight() const { return -1; }
+  // Asked by the BlockStore before an insert that must evict to make room:
+  // false if the unit would be its own first victim once inserted (`keep`: a
+  // demand miss in a full stream read uniformly at random). The store then
+  // caches nothing and evicts nothing for it. An insert followed by the
+  // eviction of the unit itself (what the simulator's order does) ends the
+  // same way; evicting first would take another unit instead: `keep` would
+  // give up the newest unit not yet read this epoch, a prefetched one.
+  virtual bool AdmitUnit(const std::string& id, uint64_t bytes, const UnitMeta& meta) {
+    return !InsertIsFirstVictim(meta);
+  }
+  // Would a unit inserted now with `meta` be this module's next victim?
+  // (The policy engine's AdmitUnit asks the module of the unit's stream,
+  // when that stream is the one giving space.)
+  virtual bool InsertIsFirstVictim(const UnitMeta& meta) const { return false; }
 };
 
 // Built-in modules (policies/registry.cc): "lru" (default), "fifo", "lfu",

@@ -803,6 +803,7 @@ Status DiskBlockStore::Put(const UnitKey& key, std::string_view data, bool prefe
   // Other Puts in flight hold the room: this insert is skipped, but the
   // cache still takes inserts (not a write error, and prefetching goes on).
   bool contended = false;
+  bool declined = false;  // not admitted by the policy
   {
     std::lock_guard lk(mu_);
     if (auto it = index_.find(id); it != index_.end()) {
@@ -827,6 +828,13 @@ Status DiskBlockStore::Put(const UnitKey& key, std::string_view data, bool prefe
       // cached unit would not make room.
       fail = Status::NoSpace("cache space is held by inserts in flight");
       contended = true;
+    } else if ((used_bytes_ + reserved_bytes_ + disk > opts_.max_bytes || need_free > 0) &&
+               !policy_->AdmitUnit(id, n,
+                                   UnitMeta{.prefetched = prefetched, .now_us = hooks_.now_us(), .object = key.object,
+                                            .unit_index = key.index, .disk_bytes = disk, .etag = key.etag})) {
+      // The policy would evict this unit first: evicting another for it
+      // only churns (EvictionPolicy::AdmitUnit).
+      declined = true;
     } else {
       const uint64_t freed = EvictLocked(
           [&](uint64_t freed) {
@@ -845,6 +853,10 @@ Status DiskBlockStore::Put(const UnitKey& key, std::string_view data, bool prefe
     }
   }
   DeleteDetached(victims, /*count_as_eviction=*/true);
+  if (declined) {
+    Add(metrics_->cache_insert_declined);
+    return Status::Ok();
+  }
   if (!fail.ok()) {
     if (!contended) return WriteError(fail);
     Add(metrics_->cache_insert_skipped);

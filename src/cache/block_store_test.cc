@@ -777,6 +777,35 @@ TEST_CASE("max_bytes is enforced by evicting LRU victims", "[block_store]") {
   CHECK(f.metrics.evictions == 9);
 }
 
+TEST_CASE("an insert the policy would evict first is declined: nothing is evicted for it", "[block_store]") {
+  Fixture f;
+  f.opts.max_bytes = 3 * Disk(Key(0), 1000);
+  f.opts.eviction = "keep";  // a miss goes first; a prefetched unit after the units read
+  auto s = f.Open();
+  for (int i = 0; i < 3; ++i) REQUIRE(s->Put(Key(i), DataOf(Key(i), 1000), /*prefetched=*/true).ok());
+  // Full of units not read yet: a miss is not kept, and no prefetched unit
+  // is evicted for it (they were evicted before, fetched for nothing).
+  CHECK(s->Put(Key(10), DataOf(Key(10), 1000)).ok());
+  CHECK_FALSE(s->Contains(Key(10)));
+  for (int i = 0; i < 3; ++i) CHECK(s->Contains(Key(i)));
+  CHECK(f.metrics.evictions == 0);
+  CHECK(f.metrics.cache_insert_declined == 1);
+  CHECK(f.metrics.cache_write_errors == 0);
+  // Once a unit was read, a prefetched unit takes its place.
+  REQUIRE(ReadAll(*s, Key(1), 1000).has_value());
+  REQUIRE(s->Put(Key(11), DataOf(Key(11), 1000), /*prefetched=*/true).ok());
+  CHECK(s->Contains(Key(11)));
+  CHECK_FALSE(s->Contains(Key(1)));
+  CHECK(f.metrics.evictions == 1);
+  // With room to spare the policy is not asked.
+  Fixture g;
+  g.opts.eviction = "keep";
+  auto t = g.Open();
+  REQUIRE(t->Put(Key(0), DataOf(Key(0), 1000)).ok());
+  CHECK(t->Contains(Key(0)));
+  CHECK(g.metrics.cache_insert_declined == 0);
+}
+
 TEST_CASE("fifo eviction ignores reads", "[block_store]") {
   Fixture f;
   f.opts.max_bytes = 2 * Disk(Key(0), 1000);

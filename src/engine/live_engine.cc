@@ -46,6 +46,10 @@ class LiveEngine::Adapter final : public EvictionPolicy {
     std::lock_guard lk(e_->mu_);
     return e_->engine_->PickVictim(e_->NowUs());
   }
+  bool AdmitUnit(const std::string& id, uint64_t bytes, const UnitMeta& meta) override {
+    std::lock_guard lk(e_->mu_);
+    return e_->engine_->AdmitInsert(meta.object, meta.prefetched, e_->NowUs());
+  }
   size_t size() const override {
     std::lock_guard lk(e_->mu_);
     return e_->engine_->cached_units();

@@ -1312,10 +1312,7 @@ void PolicyEngine::Allocate(uint64_t now_us) {
   ++allocations_;
 }
 
-std::optional<std::string> PolicyEngine::PickVictim(uint64_t now_us) {
-  now_us_ = std::max(now_us_, now_us);
-  if (!mode_igt_) return groups_["*"]->module->PickVictim();
-  MaybeAllocate(now_us_);
+PolicyEngine::Group* PolicyEngine::VictimGroup() {
   // 1. A prefix over its quota gives first (no walk without quotas).
   Group* best = nullptr;
   uint64_t worst_over = 0;
@@ -1328,29 +1325,36 @@ std::optional<std::string> PolicyEngine::PickVictim(uint64_t now_us) {
       }
     }
   }
-  if (!best) {
-    // 2. The lowest marginal value, with hysteresis; pinned prefixes last.
-    double best_v = std::numeric_limits<double>::infinity();
-    bool best_pinned = true;
-    for (auto& [k, g] : groups_) {
-      if (g->units == 0) continue;
-      const bool pinned = g->ov && g->ov->pin;
-      const double v = Value(g.get());
-      if ((best_pinned && !pinned) || (pinned == best_pinned && v < best_v)) {
-        best = g.get();
-        best_v = v;
-        best_pinned = pinned;
-      }
-    }
-    if (best && victim_group_ && victim_group_ != best && victim_group_->units > 0 &&
-        !(victim_group_->ov && victim_group_->ov->pin && !best_pinned)) {
-      const double cur = Value(victim_group_);
-      const double h = opts_.policy_file.hysteresis;
-      // Keep taking from the current giver unless the new one is cheaper by
-      // more than the hysteresis margin.
-      if (cur <= best_v * (1 + h)) best = victim_group_;
+  if (best) return best;
+  // 2. The lowest marginal value, with hysteresis; pinned prefixes last.
+  double best_v = std::numeric_limits<double>::infinity();
+  bool best_pinned = true;
+  for (auto& [k, g] : groups_) {
+    if (g->units == 0) continue;
+    const bool pinned = g->ov && g->ov->pin;
+    const double v = Value(g.get());
+    if ((best_pinned && !pinned) || (pinned == best_pinned && v < best_v)) {
+      best = g.get();
+      best_v = v;
+      best_pinned = pinned;
     }
   }
+  if (best && victim_group_ && victim_group_ != best && victim_group_->units > 0 &&
+      !(victim_group_->ov && victim_group_->ov->pin && !best_pinned)) {
+    const double cur = Value(victim_group_);
+    const double h = opts_.policy_file.hysteresis;
+    // Keep taking from the current giver unless the new one is cheaper by
+    // more than the hysteresis margin.
+    if (cur <= best_v * (1 + h)) best = victim_group_;
+  }
+  return best;
+}
+
+std::optional<std::string> PolicyEngine::PickVictim(uint64_t now_us) {
+  now_us_ = std::max(now_us_, now_us);
+  if (!mode_igt_) return groups_["*"]->module->PickVictim();
+  MaybeAllocate(now_us_);
+  Group* best = VictimGroup();
   if (!best) return std::nullopt;
   if (best != victim_group_) {
     ++switches_;
@@ -1361,6 +1365,19 @@ std::optional<std::string> PolicyEngine::PickVictim(uint64_t now_us) {
   for (auto it = groups_.begin(); !v && it != groups_.end(); ++it) v = it->second->module->PickVictim();
   if (v) last_victim_ = *v;  // OnRemove notes a ghost for it
   return v;
+}
+
+bool PolicyEngine::AdmitInsert(std::string_view path, bool prefetched, uint64_t now_us) {
+  // Prefetched units are admitted: the plans that fetch them hold room for
+  // them (and their waste is counted when they leave).
+  if (!mode_igt_ || prefetched) return true;
+  now_us_ = std::max(now_us_, now_us);
+  MaybeAllocate(now_us_);
+  auto it = files_.find(std::string(path));
+  if (it == files_.end() || !it->second.group) return true;
+  Group* g = it->second.group;  // a miss's unit joins its file's stream (OnInsert)
+  if (g->units == 0 || VictimGroup() != g) return true;
+  return !g->module->InsertIsFirstVictim(UnitMeta{.prefetched = false, .now_us = now_us_});
 }
 
 Status PolicyEngine::SetPolicyFile(PolicyFile pf) {

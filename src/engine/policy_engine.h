@@ -161,6 +161,11 @@ class PolicyEngine {
   void OnRemove(const std::string& id);
   // The next unit to evict (not removed; call OnRemove once it is gone).
   std::optional<std::string> PickVictim(uint64_t now_us);
+  // Before an insert that must evict: false if a unit of `path` just read
+  // by a miss (not `prefetched`) would be the first victim once inserted,
+  // so caching it would only churn (EvictionPolicy::AdmitUnit). The
+  // simulator inserts, then evicts, which ends the same way.
+  bool AdmitInsert(std::string_view path, bool prefetched, uint64_t now_us);
 
   bool Contains(const std::string& id) const;
   uint64_t cached_units() const;
@@ -223,6 +228,9 @@ class PolicyEngine {
   uint64_t WarmPromised(const Group* g) const;
   void StopWarm(Group* g);  // no longer holds space (done, idle or dropped)
   void NoteQuotas();        // has_quota_ from the policy file
+  // The stream the next victim comes from (quota, then lowest value with
+  // hysteresis), not made the current one.
+  Group* VictimGroup();
   uint64_t SubUnitBytesOf(const FileRec& f) const;
   uint64_t FreeBytes() const;                 // capacity not taken by cached units (data bytes, estimated)
   // The span of a stream's latest victims whose misses its shadow value

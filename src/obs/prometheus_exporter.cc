@@ -59,6 +59,7 @@ constexpr KnownCounter kCounters[] = {
     {"cache_insert_units", "igtcache_cache_insert_units_total", nullptr, nullptr},
     {"cache_insert_bytes", "igtcache_cache_insert_bytes_total", nullptr, nullptr},
     {"cache_insert_skipped", "igtcache_cache_insert_skipped_total", nullptr, nullptr},
+    {"cache_insert_declined", "igtcache_cache_insert_declined_total", nullptr, nullptr},
     {"evictions", "igtcache_evictions_total", "reason", "capacity"},
     {"evicted_bytes", "igtcache_evicted_bytes_total", "reason", "capacity"},
     {"cache_corruptions", "igtcache_evictions_total", "reason", "corrupt"},

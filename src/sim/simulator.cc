@@ -404,6 +404,9 @@ Result<nlohmann::json> RunEngine(const SimOptions& o, const Trace& tr, uint64_t 
         const double arrive = be.Arrival(start, k);
         done = std::max(done, arrive);
         if (!e.Admit(f.path)) continue;
+        // As the BlockStore: an insert that must evict asks first.
+        if (e.cached_bytes() + ps[m].len > o.cache_bytes && !e.AdmitInsert(f.path, prefetch, uint64_t(t * 1e6)))
+          continue;
         ready[ps[m].id] = arrive;
         if (IsSubUnit(ps[m].index)) sub_files.insert(f.path);
         e.OnInsert(ps[m].id, f.path, ps[m].index, ps[m].len, prefetch, uint64_t(t * 1e6));
