@@ -364,6 +364,11 @@ scripts/build.sh && scripts/eval.sh            # rewrites this file and docs/img
 - Time: each reader (pid) is a closed loop: it issues its next read when the previous one
   completed plus the gap between the two in the trace (the generator models that gap as a local
   read plus compute); all readers share the cache and the connections, in order of issue time.
+  A reader whose first read comes after other readers' last reads in the trace starts after
+  they end in the replay, with the same gap (its start moves by the largest delay of theirs):
+  a DataLoader without persistent workers makes new processes each epoch, and started at
+  their trace times they overlapped the previous epoch whenever the replay ran slower than
+  the recording. Readers that overlap in the trace keep their own clocks.
   **modeled time** is when the last reader finishes (the makespan); **stall** is the sum over
   all reads of the time the reader waited for data.
 

@@ -110,6 +110,42 @@ TEST_CASE("sim: on equal-size one-unit files belady's hit ratio is at least ever
   CHECK(opt > 0.5);
 }
 
+TEST_CASE("sim: a reader that began after others ended starts after them (DataLoader workers made per epoch)",
+          "[sim]") {
+  // 4 shuffled epochs over 200 one-unit files, 2 readers per epoch, recorded
+  // 1 ms apart (far faster than the modeled misses). With new pids each
+  // epoch, as a DataLoader without persistent workers makes, the replay
+  // used to start each epoch's readers at their trace times while the
+  // previous epoch was still running: the epochs overlapped and lru hit
+  // on the overlap (0.36 instead of 0.15 in a black-box run).
+  const int kItems = 200, kEpochs = 4;
+  std::mt19937 rng(3);
+  std::vector<int> order(kItems);
+  for (int i = 0; i < kItems; ++i) order[i] = i;
+  std::string per_epoch, persistent;
+  uint64_t t = 0;
+  for (int e = 0; e < kEpochs; ++e) {
+    std::shuffle(order.begin(), order.end(), rng);
+    for (int k = 0; k < kItems; ++k) {
+      const std::string row = fmt::format(",d/f{:03},0,{},{}\n", order[k], kMiB, kMiB);
+      per_epoch += fmt::format("{},{}", t, 10 + 2 * e + k % 2) + row;
+      persistent += fmt::format("{},{}", t, 1 + k % 2) + row;
+      t += 1000;
+    }
+    t += 50'000;  // the loader makes its next workers
+  }
+  TempTrace a(per_epoch), b(persistent);
+  const auto ja = Run(a.path, 50 * kMiB, "lru"), jb = Run(b.path, 50 * kMiB, "lru");
+  INFO("new readers per epoch " << ja.dump() << "\npersistent " << jb.dump());
+  CHECK(double(ja["byte_hit_ratio"]) == Approx(double(jb["byte_hit_ratio"])).margin(0.03));
+  CHECK(double(ja["modeled_time_s"]) == Approx(double(jb["modeled_time_s"])).epsilon(0.05));
+  // Each epoch's readers end before the next epoch's begin, 50 ms apart.
+  const auto& ends = ja["details"]["reader_end_s"];
+  for (int e = 0; e + 1 < kEpochs; ++e)
+    CHECK(std::max(double(ends[std::to_string(10 + 2 * e)]), double(ends[std::to_string(11 + 2 * e)])) <
+          double(ja["modeled_time_s"]) - (kEpochs - e - 1) * 1.0);
+}
+
 TEST_CASE("sim: errors name the problem", "[sim]") {
   TempTrace bad("0,1,a,0,10,10\n5,1,a,zero,10,10\n");
   SimOptions o;

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <numeric>
 #include <queue>
 #include <tuple>
 #include <set>
@@ -226,6 +227,15 @@ struct Counters {
 // reader's previous read completed plus the trace gap between the two (its
 // compute time); reads of all readers are processed in order of issue time,
 // so the cache and the connections see them as they would happen.
+//
+// A reader that began after others had ended (in the trace) starts after
+// they end here too, with the same gap: its start is its trace time moved by
+// the largest delay (modeled end - trace end) of those readers. A
+// DataLoader without persistent workers starts new processes each epoch;
+// started at their trace times they overlapped the previous epoch's
+// workers whenever the replay ran slower than the recording, and could not
+// start sooner when it ran faster. Readers that overlap in the trace keep
+// their own clocks (no order between them is known).
 class Clocks {
  public:
   explicit Clocks(const std::vector<Row>& rows) : rows_(rows) {
@@ -238,8 +248,25 @@ class Clocks {
       if (fresh) per_pid_.push_back({rows[i].pid, {}, 0});
       per_pid_[it->second].rows.push_back(i);
     }
-    for (size_t p = 0; p < per_pid_.size(); ++p)
-      heap_.push({double(rows[per_pid_[p].rows[0]].t_us - t0_) / 1e6, seq_++, p});
+    // Readers by trace end; each reader waits for the prefix of that order
+    // that ended before it began (rows are in time order: first rows too).
+    by_end_.resize(per_pid_.size());
+    std::iota(by_end_.begin(), by_end_.end(), size_t{0});
+    std::stable_sort(by_end_.begin(), by_end_.end(), [&](size_t a, size_t b) { return LastUs(a) < LastUs(b); });
+    done_.assign(per_pid_.size(), false);
+    end_s_.assign(per_pid_.size(), 0.0);
+    delay_prefix_.assign(1, 0.0);
+    for (size_t p = 0; p < per_pid_.size(); ++p) {
+      const uint64_t first = FirstUs(p);
+      const size_t before = size_t(std::lower_bound(by_end_.begin(), by_end_.end(), first,
+                                                    [&](size_t q, uint64_t t) { return LastUs(q) < t; }) -
+                                   by_end_.begin());
+      if (before == 0) {
+        heap_.push({double(first - t0_) / 1e6, seq_++, p});
+      } else {
+        waiting_.emplace(before, p);
+      }
+    }
   }
   // The next read to process (in issue-time order); false when all are done.
   bool Next(size_t* row, double* issue) {
@@ -260,6 +287,23 @@ class Clocks {
     if (++rd.pos < rd.rows.size()) {
       const size_t next = rd.rows[rd.pos];
       heap_.push({t + double(rows_[next].t_us - rows_[row].t_us) / 1e6, seq_++, current_});
+      return;
+    }
+    // The reader ended: readers that began after every reader up to the
+    // longest finished prefix (by trace end) had ended may start.
+    done_[current_] = true;
+    end_s_[current_] = t;
+    while (delay_prefix_.size() - 1 < by_end_.size() && done_[by_end_[delay_prefix_.size() - 1]]) {
+      const size_t q = by_end_[delay_prefix_.size() - 1];
+      const double delay = end_s_[q] - double(LastUs(q) - t0_) / 1e6;
+      delay_prefix_.push_back(delay_prefix_.size() == 1 ? delay : std::max(delay_prefix_.back(), delay));
+    }
+    const size_t finished = delay_prefix_.size() - 1;
+    while (!waiting_.empty() && waiting_.begin()->first <= finished) {
+      auto [before, p] = *waiting_.begin();
+      waiting_.erase(waiting_.begin());
+      const double start = double(FirstUs(p) - t0_) / 1e6 + delay_prefix_[before];
+      heap_.push({std::max(start, t), seq_++, p});
     }
   }
   uint64_t t0() const { return t0_; }
@@ -275,6 +319,8 @@ class Clocks {
     std::vector<size_t> rows;
     size_t pos;
   };
+  uint64_t FirstUs(size_t p) const { return rows_[per_pid_[p].rows.front()].t_us; }
+  uint64_t LastUs(size_t p) const { return rows_[per_pid_[p].rows.back()].t_us; }
   using Event = std::tuple<double, uint64_t, size_t>;  // issue time, tie-break, reader
   const std::vector<Row>& rows_;
   uint64_t t0_ = 0;
@@ -282,6 +328,13 @@ class Clocks {
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> heap_;
   uint64_t seq_ = 0;
   size_t current_ = 0;
+  std::vector<size_t> by_end_;    // readers by trace end
+  std::vector<bool> done_;
+  std::vector<double> end_s_;     // modeled end of each reader that ended
+  // delay_prefix_[k]: the largest (modeled end - trace end) of by_end_'s
+  // first k readers, once all k ended (delay_prefix_[0] = 0).
+  std::vector<double> delay_prefix_;
+  std::multimap<size_t, size_t> waiting_;  // readers that wait for a prefix: its length -> reader
 };
 
 nlohmann::json Output(const SimOptions& o, const Counters& c, const Backend& be, uint64_t prefetch_wasted,
