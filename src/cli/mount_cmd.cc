@@ -231,6 +231,7 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
     return std::make_pair(e->etag, e->size);
   };
   std::shared_ptr<engine::LiveEngine> live;
+  std::vector<std::string> policy_warnings;  // logged once logging is set up
   if (UsesPolicyEngine(cfg)) {
     engine::EngineOptions eo;
     eo.policy = cfg.cache.eviction;
@@ -245,6 +246,7 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
                              pf.error().message()));
         return kExitUsage;
       }
+      policy_warnings = engine::QuotaWarnings(*pf, cfg.policy.file, cfg.cache.max_bytes);
       eo.policy_file = std::move(*pf);
     }
     auto le = engine::LiveEngine::Create(std::move(eo), &tree, listing_fn, version_fn);
@@ -292,6 +294,8 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
   }
   // The mount command said it on its stderr (RunMount); the log file has it
   // too (a daemon's, or one set with logging.file; not stderr twice).
+  if (!foreground || !cfg.logging.file.empty())
+    for (const auto& w : policy_warnings) spdlog::warn("{}", w);
   if (!UsesPolicyFile(cfg) && !cfg.policy.file.empty() && (!foreground || !cfg.logging.file.empty()))
     spdlog::warn("config key 'policy.file' ('{}') is not used: it applies to cache.eviction igt, not '{}' "
                  "(its overrides, pins and quotas are not applied either)",
@@ -460,7 +464,11 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
                        "is in use); name one in the config to reload it");
         } else {
           auto pf = engine::LoadPolicyFile(cfg.policy.file);
+          if (pf)
+            for (const auto& w : engine::QuotaWarnings(*pf, cfg.policy.file, cfg.cache.max_bytes))
+              spdlog::warn("policy: {}", w);
           Status rs = pf ? live->Reload(std::move(*pf)) : pf.error();
+          if (!pf) live->NoteReloadFailure(rs.message());
           if (rs.ok()) spdlog::info("policy: reloaded '{}'", cfg.policy.file);
           else spdlog::error("policy: reload of '{}' failed, keeping the old policy: {}", cfg.policy.file, rs.ToString());
         }
@@ -628,6 +636,10 @@ int RunMount(const MountArgs& a) {
     std::fprintf(stderr, "igtcache: warning: config key 'policy.file' ('%s') is not used: it applies to "
                  "cache.eviction igt, not '%s' (its overrides, pins and quotas are not applied either)\n",
                  cfg->policy.file.c_str(), cfg->cache.eviction.c_str());
+  if (UsesPolicyFile(*cfg) && !cfg->policy.file.empty())
+    if (auto pf = engine::LoadPolicyFile(cfg->policy.file))
+      for (const auto& w : engine::QuotaWarnings(*pf, cfg->policy.file, cfg->cache.max_bytes))
+        std::fprintf(stderr, "igtcache: warning: %s\n", w.c_str());
   // FUSE mounts over a non-empty directory (libfuse 3 dropped the check);
   // its entries are hidden until the unmount. Said, not refused. Not looked
   // at under an automount point (x-systemd.automount): listing it would

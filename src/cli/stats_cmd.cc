@@ -182,6 +182,11 @@ std::string StatsTable(const nlohmann::json& j, const nlohmann::json* prev, doub
   line("errors", fmt::format("read {}, backend {}, cache write {}, cache read {}, corrupt units {}",
                              U(j, "read_errors"), U(j, "backend_errors"), U(j, "cache_write_errors"),
                              U(j, "cache_read_errors"), U(j, "cache_corruptions")));
+  // A SIGHUP reload that failed kept the old policy: said here as in the log.
+  if (auto e = j.find("engine"); e != j.end() && e->is_object())
+    if (const std::string err = e->value("policy_reload_error", std::string()); !err.empty())
+      line("policy", fmt::format("the last reload failed ({} failed in all), the old policy is in use: {}",
+                                 U(*e, "policy_reload_failures"), err));
   // The policy file's overrides, as in effect: a user can see that a pin,
   // quota or never_cache took.
   if (auto e = j.find("engine"); e != j.end() && e->is_object())

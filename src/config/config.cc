@@ -531,7 +531,7 @@ std::string ConfigMarkdown() {
       "Do not edit: a test fails when this file and the schema differ. -->\n\n"
       "igtcache reads a YAML file given with `--config FILE`. Every key is optional; unknown "
       "keys and bad values are rejected with an error naming the key. Sizes accept `10G`, "
-      "`512M`, `4K` or a byte count (powers of 1024). Command-line flags (`--cache-dir`, "
+      "`512M`, `4K` or a byte count, in powers of 1024 (`10G`, `10GiB` and `10GB` are all 10 x 2^30 bytes). Command-line flags (`--cache-dir`, "
       "`--cache-size`, `--endpoint`, `--region`, ...) override the file. Relative paths in the "
       "file (`cache.dir`, `logging.file`, `policy.file`) are relative to the file's directory; "
       "on the command line, to the working directory. A key given twice is an error naming it (until "

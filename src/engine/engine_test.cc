@@ -589,6 +589,26 @@ TEST_CASE("sibling directories that each fit but not all together are not all wa
   CHECK(h.ratio() >= 0.3);
 }
 
+TEST_CASE("a readahead unit's fetch and hit are counted in the stream that reads it", "[engine]") {
+  Harness h("igt", 400);
+  h.run_prefetch = true;
+  for (int pass = 0; pass < 1; ++pass)
+    for (uint64_t u = 0; u < 200; ++u) h.Read("models/big.bin", u, 200, true);
+  const auto st = h.engine->Stats();
+  uint64_t sum = 0;
+  const StreamStats* file = nullptr;
+  for (const auto& s : st.streams) {
+    sum += s.prefetch_bytes;
+    if (s.key == "models/big.bin") file = &s;
+  }
+  REQUIRE(file != nullptr);
+  INFO("file stream: prefetched " << file->prefetch_bytes << ", prefetch hits " << file->prefetch_hit_bytes);
+  CHECK(sum == st.prefetch_bytes);
+  CHECK(file->prefetch_hit_bytes > 100 * kUnit);
+  // Before, the fetch stayed in "(readahead)": 0 prefetched, 190 MiB of prefetch hits.
+  CHECK(file->prefetch_bytes >= file->prefetch_hit_bytes);
+}
+
 TEST_CASE("a warm-up retries dropped prefetches pass after pass and ends when all is cached", "[engine]") {
   // The prefetches of the first 200 reads are dropped (busy connections):
   // four passes over the listing come to nothing. Later passes propose the
@@ -804,6 +824,30 @@ TEST_CASE("a reload whose new override stream lists thousands of files moves eve
   REQUIRE(pf.has_value());
   REQUIRE(h.engine->SetPolicyFile(*pf).ok());
   CHECK(StreamCachedBytes(h, "data/") == 40 * kUnit);
+}
+
+TEST_CASE("units cached before a reload made their prefix never_cache are the first victims", "[engine][reload]") {
+  const bool quota = GENERATE(false, true);
+  INFO("with a quota on train/: " << quota);
+  Harness h("igt", 60);
+  h.order = Harness::Order::kEvictFirst;  // as the BlockStore
+  h.tree.NoteListing("train/a/", 20);
+  h.tree.NoteListing("train/b/", 200);
+  std::mt19937 rng(5);
+  auto item = [](const char* dir, int i) { return fmt::format("train/{}/f{:03}", dir, i); };
+  for (int i = 0; i < 20; ++i) h.Read(item("a", i), 0, 1, false);
+  for (int i = 0; i < 40; ++i) h.Read(item("b", int(rng() % 200)), 0, 1, false);
+  // With a quota beside it (over its quota, train/ gave first: the
+  // never_cache units stayed for good, a black-box test found).
+  auto pf = ParsePolicyFile(std::string("profile: training\noverrides:\n  - {prefix: \"train/a/\", never_cache: true}\n") +
+                                (quota ? "  - {prefix: \"train/\", quota: 20M}\n" : ""),
+                            "t.yaml");
+  REQUIRE(pf.has_value());
+  REQUIRE(h.engine->SetPolicyFile(*pf).ok());
+  CHECK(StreamCachedBytes(h, "train/a/") == 20 * kUnit);
+  for (int e = 0; e < 3; ++e)
+    for (int i = 0; i < 200; ++i) h.Read(item("b", int(rng() % 200)), 0, 1, false);
+  CHECK(StreamCachedBytes(h, "train/a/") == 0);
 }
 
 TEST_CASE("files leaving a stream leave its items: counts stay exact through removals and compaction", "[engine][reload]") {
@@ -1190,6 +1234,7 @@ TEST_CASE("policy YAML: every profile parses, errors name the key", "[engine][ya
       {"overrides: [{pattern: random}]\n", "overrides[0].prefix"},
       {"overrides: [{prefix: a/}, {prefix: b/, pattern: zigzag}]\n", "overrides[1].pattern"},
       {"overrides: [{prefix: a/, quota: lots}]\n", "overrides[0].quota"},
+      {"overrides: [{prefix: a/, quota: 0}]\n", "overrides[0].quota: must be more than 0"},
       {"overrides: [{prefix: a/, pin: maybe}]\n", "overrides[0].pin"},
       {"overrides: [{prefix: a/, pin: true, never_cache: true}]\n", "overrides[0].never_cache"},
       {"overrides: [{prefix: a/, colour: red}]\n", "overrides[0].colour"},
@@ -1211,6 +1256,12 @@ TEST_CASE("policy YAML: every profile parses, errors name the key", "[engine][ya
     CHECK(f.error().message().find(c.key) != std::string::npos);
     CHECK(f.error().message().find("x.yaml") != std::string::npos);
   }
+  // A quota the cache cannot exceed is accepted with a warning.
+  auto big = ParsePolicyFile("overrides: [{prefix: a/, quota: 10T}, {prefix: b/, quota: 1M}]\n", "x.yaml");
+  REQUIRE(big.has_value());
+  const auto w = QuotaWarnings(*big, "x.yaml", 64 << 20);
+  REQUIRE(w.size() == 1);
+  CHECK(w[0] == "x.yaml: overrides[0].quota (10.0 TiB) is not below the cache's size (64.0 MiB): it never applies");
   // Keys left with no value (their entries commented out) count as absent.
   auto empty = ParsePolicyFile("profile: serving\npatterns:\n  random:\nallocation:\noverrides:\n", "x.yaml");
   REQUIRE(empty.has_value());

@@ -134,13 +134,27 @@ Status LiveEngine::Reload(PolicyFile pf) {
   std::lock_guard lk(mu_);
   Status s = engine_->SetPolicyFile(std::move(pf));
   NoteNeverCache();
+  if (s.ok()) reload_error_.clear();
+  else NoteReloadFailureLocked(s.message());
   return s;
+}
+
+void LiveEngine::NoteReloadFailure(const std::string& message) {
+  std::lock_guard lk(mu_);
+  NoteReloadFailureLocked(message);
+}
+
+void LiveEngine::NoteReloadFailureLocked(const std::string& message) {
+  ++reload_failures_;
+  reload_error_ = message;
 }
 
 nlohmann::json LiveEngine::StatsJson() const {
   std::lock_guard lk(mu_);
   auto j = ToJson(engine_->Stats());
   j["policy"] = policy_;
+  j["policy_reload_failures"] = reload_failures_;
+  j["policy_reload_error"] = reload_error_;
   return j;
 }
 

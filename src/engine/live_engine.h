@@ -74,8 +74,12 @@ class LiveEngine : public std::enable_shared_from_this<LiveEngine> {
   // (ReadPipeline::Options::admit).
   bool Admit(const std::string& key) const;
 
-  // SIGHUP: swap in a new policy file; the cache and its units stay.
+  // SIGHUP: swap in a new policy file; the cache and its units stay. A
+  // failure is recorded (stats: policy_reload_failures, policy_reload_error)
+  // and the old policy kept; a success clears the error.
   Status Reload(PolicyFile pf);
+  // A reload that failed before Reload (the file did not load or validate).
+  void NoteReloadFailure(const std::string& message);
 
   nlohmann::json StatsJson() const;
   std::string_view policy() const { return policy_; }
@@ -87,6 +91,7 @@ class LiveEngine : public std::enable_shared_from_this<LiveEngine> {
     NoteNeverCache();
   }
   uint64_t NowUs() const;
+  void NoteReloadFailureLocked(const std::string& message);  // requires mu_
   // never_cache_ from the engine's policy file (at creation and each reload). Requires mu_ or construction.
   void NoteNeverCache();
 
@@ -98,6 +103,8 @@ class LiveEngine : public std::enable_shared_from_this<LiveEngine> {
   std::unique_ptr<PolicyEngine> engine_;
   const std::string policy_;
   const VersionFn version_;
+  uint64_t reload_failures_ = 0;
+  std::string reload_error_;  // of the latest reload, if it failed
   // Object versions seen by reads (for prefetching files of the plan),
   // bounded: cleared at kMaxVersions entries.
   struct Seen {

@@ -267,8 +267,11 @@ Result<std::unique_ptr<PolicyEngine>> PolicyEngine::Create(EngineOptions opts, s
 }
 
 void PolicyEngine::NoteQuotas() {
-  has_quota_ = false;
-  for (const auto& o : opts_.policy_file.overrides) has_quota_ |= o.quota_bytes > 0;
+  has_quota_ = has_never_cache_ = false;
+  for (const auto& o : opts_.policy_file.overrides) {
+    has_quota_ |= o.quota_bytes > 0;
+    has_never_cache_ |= o.never_cache;
+  }
 }
 
 Status PolicyEngine::Init() {
@@ -1132,6 +1135,13 @@ void PolicyEngine::MoveUnit(const std::string& id, Unit& u, const FileRec& f) {
     to->consumed_cached_bytes += u.bytes;
   }
   u.read_stamp = 0;  // not read in the new stream's epoch yet
+  // A unit fetched ahead and not read yet counts as the new stream's
+  // prefetch (a readahead unit moves to its file's stream on its first
+  // read: its hit is counted there, and so is its fetch).
+  if (u.prefetched_unread) {
+    from->prefetch_bytes -= std::min(from->prefetch_bytes, u.bytes);
+    to->prefetch_bytes += u.bytes;
+  }
   u.g = to;
   from->unit_ids.erase(&id);
   to->unit_ids.insert(&id);
@@ -1313,12 +1323,15 @@ void PolicyEngine::Allocate(uint64_t now_us) {
 }
 
 PolicyEngine::Group* PolicyEngine::VictimGroup() {
-  // 1. A prefix over its quota gives first (no walk without quotas).
+  // 1. Units under a never_cache prefix (cached before a reload made it so)
+  // go first, then a prefix over its quota (no walk without overrides).
   Group* best = nullptr;
   uint64_t worst_over = 0;
-  if (has_quota_) {
+  if (has_quota_ || has_never_cache_) {
     for (auto& [k, g] : groups_) {
-      if (g->units == 0 || !g->ov || g->ov->quota_bytes == 0) continue;
+      if (g->units == 0 || !g->ov) continue;
+      if (g->ov->never_cache) return g.get();
+      if (g->ov->quota_bytes == 0) continue;
       if (g->bytes > g->ov->quota_bytes && g->bytes - g->ov->quota_bytes > worst_over) {
         worst_over = g->bytes - g->ov->quota_bytes;
         best = g.get();

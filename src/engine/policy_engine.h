@@ -227,7 +227,7 @@ class PolicyEngine {
   // directories beside g's (the same parent): space promised to them.
   uint64_t WarmPromised(const Group* g) const;
   void StopWarm(Group* g);  // no longer holds space (done, idle or dropped)
-  void NoteQuotas();        // has_quota_ from the policy file
+  void NoteQuotas();        // has_quota_ and has_never_cache_ from the policy file
   // The stream the next victim comes from (quota, then lowest value with
   // hysteresis), not made the current one.
   Group* VictimGroup();
@@ -276,6 +276,7 @@ class PolicyEngine {
   uint64_t allocations_ = 0, switches_ = 0, reloads_ = 0;
   Group* victim_group_ = nullptr;  // current giver of space (hysteresis)
   bool has_quota_ = false;  // an override sets a quota (NoteQuotas, at Init and reload)
+  bool has_never_cache_ = false;  // an override is never_cache (NoteQuotas)
   std::vector<const Group*> idle_groups_;  // Idle at the last Allocate (IdleBytes)
   std::vector<Group*> warming_;            // warm-ups under way (Warm)
 };

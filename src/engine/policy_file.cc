@@ -4,6 +4,7 @@
 #include "src/engine/policy_file.h"
 #include "igtcache/file_check.h"
 
+#include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
 #include <fstream>
@@ -249,6 +250,9 @@ Result<PolicyFile> ParseImpl(const Ctx& c, const YAML::Node& root) {
         if (auto s = Scalar(c, q, where + ".quota", qs); !s.ok()) return Err(s);
         auto sz = ParseSize(qs);
         if (!sz) return Err(c.Bad(where + ".quota", sz.error().message()));
+        if (*sz == 0)
+          return Err(c.Bad(where + ".quota", "must be more than 0 (to cache nothing under the prefix, use "
+                                              "never_cache: true; for no quota, leave quota out)"));
         ov.quota_bytes = *sz;
       }
       if (ov.pin && ov.never_cache)
@@ -266,6 +270,18 @@ Result<PolicyFile> ParseImpl(const Ctx& c, const YAML::Node& root) {
 }
 
 }  // namespace
+
+std::vector<std::string> QuotaWarnings(const PolicyFile& pf, const std::string& origin, uint64_t capacity_bytes) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < pf.overrides.size(); ++i) {
+    const auto& o = pf.overrides[i];
+    if (o.quota_bytes > 0 && capacity_bytes > 0 && o.quota_bytes >= capacity_bytes)
+      out.push_back(fmt::format("{}: overrides[{}].quota ({}) is not below the cache's size ({}): it never applies",
+                                origin, i, FormatSize(o.quota_bytes),
+                                FormatSize(capacity_bytes)));
+  }
+  return out;
+}
 
 Result<PolicyFile> ParsePolicyFile(const std::string& yaml_text, const std::string& origin) {
   Ctx c{origin};

@@ -91,5 +91,8 @@ std::vector<std::string> PolicyProfileNames();
 Result<PolicyFile> ParsePolicyFile(const std::string& yaml_text, const std::string& origin);
 // Reads and parses a file; "" gives the "training" profile.
 Result<PolicyFile> LoadPolicyFile(const std::string& path);
+// Warnings for overrides of `pf` (read from `origin`) that can never apply
+// with a cache of `capacity_bytes`: a quota at or above the cache's size.
+std::vector<std::string> QuotaWarnings(const PolicyFile& pf, const std::string& origin, uint64_t capacity_bytes);
 
 }  // namespace igt::engine

@@ -174,12 +174,15 @@ def streams_part(s):
     harness.check(harness.is_mounted(m.mountpoint), "still mounted after SIGHUP")
     harness.check(per2["epoch/train/"]["eviction"] == "lru", "the reloaded file applies (random -> lru)")
     harness.check(st2["cache_units"] == units, f"the cache survived the reload ({units} units)")
+    harness.check(st2["engine"].get("policy_reload_failures") == 0 and st2["engine"].get("policy_reload_error") == "",
+                  "no failed reload in stats")
     pol.write_text("patterns:\n  random: {eviction: arc}\n")
     os.kill(m.proc.pid, signal.SIGHUP)
-    time.sleep(2.5)
-    st3 = s.stats(m)
+    st3 = wait_stats(s, m, lambda j: j.get("engine", {}).get("policy_reload_failures") == 1)
     harness.check(st3["engine"]["policy_reloads"] == 1 and harness.is_mounted(m.mountpoint),
                   "a bad policy file is refused, the mount keeps running")
+    harness.check("arc" in st3["engine"].get("policy_reload_error", ""),
+                  f"stats say why the reload failed: {st3['engine'].get('policy_reload_error')!r}")
     harness.check(s.unmount(m) == 0, "daemon exited 0")
 
 

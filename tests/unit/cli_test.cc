@@ -100,6 +100,16 @@ TEST_CASE("stats table: the policy file's overrides are shown as in effect", "[c
   CHECK(Count(t, "logs/: quota 1.0 GiB, forced sequential (0 B cached)") == 1);
 }
 
+TEST_CASE("stats table: a failed policy reload is said, until one succeeds", "[cli]") {
+  auto j = Stats(1, 0);
+  j["engine"]["policy_reload_failures"] = 2;
+  j["engine"]["policy_reload_error"] = "p.yaml: overrides[0].quota: must be more than 0";
+  CHECK(Count(StatsTable(j, nullptr, 0),
+              "the last reload failed (2 failed in all), the old policy is in use: p.yaml: overrides[0].quota") == 1);
+  j["engine"]["policy_reload_error"] = "";
+  CHECK(Count(StatsTable(j, nullptr, 0), "reload failed") == 0);
+}
+
 TEST_CASE("stats table: backend bytes are set against the bytes read", "[cli]") {
   auto j = Stats(1, 0);
   j["read_bytes"] = 1000;
