@@ -75,6 +75,13 @@ class Reporter {
       std::fputs(line.c_str(), stderr);
     }
   }
+  // A warning for the user before the mount is ready: to the waiting parent
+  // (which prints it on its stderr) or to stderr.
+  void Warn(const std::string& msg) {
+    std::string line = "igtcache: warning: " + msg + "\n";
+    if (fd_ >= 0) (void)!write(fd_, line.data(), line.size());
+    else std::fputs(line.c_str(), stderr);
+  }
   // False if the waiting parent is gone (killed by Ctrl-C or `timeout`):
   // it has already reported a failure, so the mount must not stay. Best
   // effort: a parent killed after this write but before its read is not seen.
@@ -190,6 +197,13 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
     rep.Fail(fmt::format("source {} is not usable: {}", (*backend)->Describe(), s.message()));
     return kExitError;
   }
+  // A source that lists nothing mounts as an empty directory, which is what
+  // a mistyped prefix looks like: said, not refused (a new bucket is empty).
+  if (auto page = (*backend)->List(ListRequest{.prefix = "", .delimiter = "/", .continuation_token = {}, .max_keys = 1});
+      page && page->objects.empty() && page->prefixes.empty() && page->next_token.empty())
+    rep.Warn(fmt::format("source {} lists no objects: the mount will be empty (check the bucket and prefix: a "
+                         "prefix names a directory of keys, not an object)",
+                         (*backend)->Describe()));
   // The access stream tree sees every read the kernel sends (DESIGN.md sec. 3 step 2).
   auto scfg = StreamConfigFrom(cfg);
   if (!scfg) {
@@ -706,11 +720,20 @@ int RunMount(const MountArgs& a) {
   std::string msg;
   char buf[512];
   ssize_t n;
-  while (msg.rfind("OK\n", 0) != 0 &&
+  // Warnings may come first, one per line; then "OK" or the error.
+  const auto ok_at = [&msg]() -> size_t {
+    if (msg.rfind("OK\n", 0) == 0) return 0;
+    const size_t at = msg.find("\nOK\n");
+    return at == std::string::npos ? at : at + 1;
+  };
+  while (ok_at() == std::string::npos &&
          ((n = read(p[0], buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR)))
     if (n > 0) msg.append(buf, static_cast<size_t>(n));
   close(p[0]);
-  if (msg.rfind("OK", 0) == 0) return kExitOk;
+  if (const size_t at = ok_at(); at != std::string::npos) {
+    std::fputs(msg.substr(0, at).c_str(), stderr);
+    return kExitOk;
+  }
   int status = 0;
   waitpid(pid, &status, 0);
   if (msg.empty()) msg = "igtcache: error: the mount daemon exited before the mount was ready\n";

@@ -51,6 +51,18 @@ def main():
         rc = s.unmount(m2)
         harness.check(rc == 0, f"prefix mount: daemon exited 0 after unmount (rc={rc})")
 
+        # A prefix nothing is under (a typo) mounts empty, and the command says so.
+        m3 = s.mount(f"s3://{BUCKET}/no-such-prefix", args=["--endpoint", srv.endpoint, "--region", "us-east-1"],
+                     foreground=False)
+        harness.check("lists no objects" in m3.mount_stderr and "no-such-prefix" in m3.mount_stderr,
+                      f"an empty prefix is said at mount: {m3.mount_stderr.strip()[:300]!r}")
+        harness.check(list(m3.mountpoint.iterdir()) == [], "the mount of an empty prefix is empty")
+        s.unmount(m3)
+        m4 = s.mount(f"s3://{BUCKET}/{sub}", args=["--endpoint", srv.endpoint, "--region", "us-east-1"],
+                     foreground=False)
+        harness.check("lists no objects" not in m4.mount_stderr, f"not for a prefix with objects: {m4.mount_stderr!r}")
+        s.unmount(m4)
+
 
 if __name__ == "__main__":
     harness.run_test("test_s3_mount", main)
