@@ -341,6 +341,40 @@ struct FuseFs::Impl {
     fuse_reply_buf(req, buf.data(), *n);
   }
 
+  // `igtcache warm` (kWarmIoctl): fetch a range of an open file into the
+  // cache. Other ioctls: ENOTTY.
+  static void Ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void* arg, fuse_file_info* fi, unsigned flags,
+                    const void* in_buf, size_t in_bufsz, size_t out_bufsz) noexcept {
+    KernelHandoff();
+    auto* self = Self(req);
+    Handle* h = H(fi);
+    if (static_cast<unsigned long>(cmd) != kWarmIoctl || !self->warm_hook_ ||
+        h->kind != Handle::Kind::kFile || in_bufsz < sizeof(WarmRange) || (flags & FUSE_IOCTL_COMPAT)) {
+      fuse_reply_err(req, ENOTTY);
+      return;
+    }
+    WarmRange r;
+    std::memcpy(&r, in_buf, sizeof r);
+    Status s;
+    try {
+      s = self->warm_hook_(h->file, r.offset, r.length);
+    } catch (const std::exception& e) {
+      s = Status::Internal(e.what());
+    } catch (...) {
+      s = Status::Internal("warm: unknown exception");
+    }
+    if (!s.ok()) {
+      if (WarnAllowed()) spdlog::warn("warm '{}' [{}, +{}): {}", h->file.key, r.offset, r.length, s.ToString());
+      const bool changed = s.code() == Code::kChanged || s.code() == Code::kNotFound;
+      if (changed) self->NoteChanged(ino, h->file.key, h->file.etag);
+      KernelHandoff();
+      Reply(req, changed ? Status::IoError("") : s);
+      return;
+    }
+    KernelHandoff();
+    fuse_reply_ioctl(req, 0, nullptr, 0);
+  }
+
   static void Release(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) noexcept {
     KernelHandoff();
     Handle* h = H(fi);
@@ -469,6 +503,7 @@ Status FuseFs::Mount() {
     o.create = Impl::Create;
     o.setattr = Impl::SetAttr;
     o.write = Impl::Write;
+    o.ioctl = Impl::Ioctl;
     return o;
   }();
 

@@ -29,6 +29,8 @@
 #include "src/fs/namespace.h"
 #include "src/read/read_pipeline.h"
 
+#include <sys/ioctl.h>
+
 struct fuse_session;
 struct fuse_file_info;
 
@@ -55,6 +57,20 @@ using OpenHook = std::function<void(uint64_t pid, const std::string& key, uint64
 // get, e.g. small for a file read at random through mmap (each page fault
 // reads this much around it). 0 leaves it as is. May be empty.
 using ReadaheadHook = std::function<uint64_t(const std::string& key, uint64_t file_size)>;
+
+// `igtcache warm`: an ioctl on a file open on the mount that fetches
+// [offset, offset + length) of it into the cache as a warm-up, not as reads:
+// nothing is returned to the caller, the stream tree does not see it, and
+// the policy engine holds the units for a coming job (docs/POLICIES.md,
+// "igtcache warm"). 0 or -1 with errno (EIO: the fetch failed; ENOTTY: not
+// an igtcache file or an older daemon: read the file instead).
+struct WarmRange {
+  uint64_t offset = 0;
+  uint64_t length = 0;
+};
+inline constexpr unsigned long kWarmIoctl = _IOW('i', 0x57, WarmRange);
+// Fetches a range of a file into the cache as a warm-up (the ioctl above).
+using WarmHook = std::function<Status(const FileVersion& file, uint64_t offset, uint64_t length)>;
 
 class FuseFs {
  public:
@@ -85,6 +101,7 @@ class FuseFs {
   void set_read_hook(ReadHook h) { read_hook_ = std::move(h); }
   void set_open_hook(OpenHook h) { open_hook_ = std::move(h); }
   void set_readahead_hook(ReadaheadHook h) { readahead_hook_ = std::move(h); }
+  void set_warm_hook(WarmHook h) { warm_hook_ = std::move(h); }
 
   // Request handlers (called from the C trampolines in fuse_fs.cc).
   struct Impl;
@@ -113,6 +130,7 @@ class FuseFs {
   ReadHook read_hook_;
   OpenHook open_hook_;
   ReadaheadHook readahead_hook_;
+  WarmHook warm_hook_;
   // The mount's /sys/class/bdi/<dev>/read_ahead_kb if we could write it
   // (root), and the value written last; set at Mount(), then under ra_mu_.
   std::mutex ra_mu_;

@@ -440,6 +440,20 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
         }
       };
     });
+  // `igtcache warm` (kWarmIoctl): the range's units are fetched into the
+  // cache as a warm-up, which the policy engine holds for the job to come
+  // (LiveEngine::NoteWarm); the stream tree does not see it (it is not how
+  // the job reads). In batches of 4 units: at most 4 units of buffers per
+  // warm reader, as its reads of 1 MiB took before.
+  fuse.set_warm_hook([&pipeline, live](const FileVersion& f, uint64_t offset, uint64_t length) -> Status {
+    const uint64_t unit = pipeline.unit_size();
+    if (f.size == 0 || length == 0 || offset >= f.size || unit == 0) return Status::Ok();
+    if (live) live->NoteWarm(f.key);
+    const uint64_t last = (std::min(f.size, offset + std::min(length, f.size - offset)) - 1) / unit;
+    for (uint64_t u = offset / unit; u <= last; u += 4)
+      if (auto s = pipeline.Fetch(f, u, std::min(last, u + 3)); !s.ok()) return s;
+    return Status::Ok();
+  });
   // Per-file kernel readahead: small for a file whose block stream is random
   // or skewed, or sequential but less than half cached (mmap faults then read
   // little around each fault; a sequential reader has the prefetcher ahead of

@@ -826,6 +826,52 @@ TEST_CASE("a reload whose new override stream lists thousands of files moves eve
   CHECK(StreamCachedBytes(h, "data/") == 40 * kUnit);
 }
 
+TEST_CASE("igtcache warm: its units are held until read, then join the reader's stream, and later age out",
+          "[engine]") {
+  Harness h("igt", 40);
+  h.order = Harness::Order::kEvictFirst;  // as the BlockStore
+  h.tree.NoteListing("old/", 100);
+  h.tree.NoteListing("next/", 10);
+  auto item = [](const char* dir, int i) { return fmt::format("{}/f{:03}", dir, i); };
+  std::mt19937 rng(9);
+  for (int i = 0; i < 300; ++i) h.Read(item("old", int(rng() % 100)), 0, 1, false);  // a busy job
+  for (int i = 0; i < 10; ++i) {  // the warm: fetched, not read
+    h.engine->NoteWarm(item("next", i), h.now_us);
+    h.Insert(item("next", i), 0, true);
+  }
+  auto warm_units = [&] {
+    int n = 0;
+    for (int i = 0; i < 10; ++i) n += h.engine->Contains(item("next", i) + "#0");
+    return n;
+  };
+  CHECK(StreamCachedBytes(h, "(warm)") == 10 * kUnit);
+  for (int i = 0; i < 3000; ++i) h.Read(item("old", int(rng() % 100)), 0, 1, false);  // it goes on missing
+  CHECK(warm_units() == 10);
+  for (int i = 0; i < 5; ++i) h.Read(item("next", i), 0, 1, true);  // the new job reads half of it
+  CHECK(h.hits == 5);
+  CHECK(StreamCachedBytes(h, "(warm)") == 5 * kUnit);  // read units joined the reader's stream
+  // Warmed by reading the files, as warm did before: read once, in listing
+  // order, they are a finished scan, and the busy job's misses take them.
+  {
+    Harness r("igt", 40);
+    r.order = Harness::Order::kEvictFirst;
+    r.tree.NoteListing("old/", 100);
+    r.tree.NoteListing("next/", 10);
+    std::mt19937 rng2(9);
+    for (int i = 0; i < 300; ++i) r.Read(item("old", int(rng2() % 100)), 0, 1, false);
+    for (int i = 0; i < 10; ++i) r.Read(item("next", i), 0, 1, false);
+    for (int i = 0; i < 3000; ++i) r.Read(item("old", int(rng2() % 100)), 0, 1, false);
+    int kept = 0;
+    for (int i = 0; i < 10; ++i) kept += r.engine->Contains(item("next", i) + "#0");
+    INFO("read, not warmed: " << kept << " of 10 kept");
+    CHECK(kept < 10);
+  }
+  // Not read for longer than the hold: the rest goes first.
+  h.now_us += PolicyEngine::kUserWarmHoldUs;
+  for (int i = 0; i < 100; ++i) h.Read(item("old", int(rng() % 100)), 0, 1, false);
+  CHECK(StreamCachedBytes(h, "(warm)") == 0);
+}
+
 TEST_CASE("units cached before a reload made their prefix never_cache are the first victims", "[engine][reload]") {
   const bool quota = GENERATE(false, true);
   INFO("with a quota on train/: " << quota);

@@ -139,6 +139,11 @@ Status LiveEngine::Reload(PolicyFile pf) {
   return s;
 }
 
+void LiveEngine::NoteWarm(const std::string& key) {
+  std::lock_guard lk(mu_);
+  engine_->NoteWarm(key, NowUs());
+}
+
 void LiveEngine::NoteReloadFailure(const std::string& message) {
   std::lock_guard lk(mu_);
   NoteReloadFailureLocked(message);

@@ -74,6 +74,9 @@ class LiveEngine : public std::enable_shared_from_this<LiveEngine> {
   // (ReadPipeline::Options::admit).
   bool Admit(const std::string& key) const;
 
+  // PolicyEngine::NoteWarm (`igtcache warm` fetches units of `key`).
+  void NoteWarm(const std::string& key);
+
   // SIGHUP: swap in a new policy file; the cache and its units stay. A
   // failure is recorded (stats: policy_reload_failures, policy_reload_error)
   // and the old policy kept; a success clears the error.

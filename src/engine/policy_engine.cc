@@ -63,6 +63,8 @@ constexpr uint64_t kPathRelabelUs = 10'000'000;
 // The stream that holds readahead units until they are read (not a path: no
 // key of the tree starts with '(').
 constexpr std::string_view kWindowStream = "(readahead)";
+// Units fetched by `igtcache warm`, until read (PolicyEngine::NoteWarm).
+constexpr std::string_view kWarmStream = "(warm)";
 // A file read at random (its block stream labelled random or skewed) of at
 // least this many units, whose missing units fit in the cache's free space,
 // is fetched whole in the background (a fill): free space and idle
@@ -129,6 +131,9 @@ struct PolicyEngine::FileRec {
   uint64_t fill_whole_us = 0;  // when a whole fill was last proposed (0: never)
   // Proposed by a directory warm-up (Warm): takes free space only.
   bool warm_planned = false;
+  // Fetched by `igtcache warm` (NoteWarm) since its last read: its units
+  // wait in the (warm) stream. Cleared by a read.
+  bool user_warm = false;
   // fill_planned and warm_planned are never cleared, so a prefetched unit
   // of a file once filled or warmed is taken for one of those, unless it is
   // in the file's latest readahead range below. Measured with the simulator
@@ -175,6 +180,7 @@ struct PolicyEngine::Group {
   uint64_t relabel_streak = 0;
   bool forced = false;
   bool window = false;  // the (readahead) stream
+  bool user_warm = false;  // the (warm) stream
   const PathOverride* ov = nullptr;
   std::unique_ptr<EvictionPolicy> module;
   std::string module_name;
@@ -757,6 +763,7 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
       g->item_cursor = 0;
     NewVisit(g, &f, fkey);
     f.epoch_planned = false;
+    f.user_warm = false;
   }
 
   ctx.file_label = fl;
@@ -1004,8 +1011,14 @@ void PolicyEngine::OnInsert(const std::string& id, std::string_view path, uint64
   const std::string* fkey = &fit->first;  // GroupFor may add files: fit may not survive a rehash
   if (fresh) f.rank = files_seen_++;
   Group* g = nullptr;
+  // A user's warm-up (NoteWarm) waits in the (warm) stream until read, as
+  // readahead does in the window stream: the file's own stream, if it has
+  // one, may be idle or give space first, and it was not read yet.
+  const bool user_warm = mode_igt_ && prefetched && f.user_warm;
   if (!mode_igt_) {
     g = groups_["*"].get();
+  } else if (user_warm) {
+    g = WarmGroup();
   } else if (f.group) {
     g = f.group;
   } else {
@@ -1024,7 +1037,7 @@ void PolicyEngine::OnInsert(const std::string& id, std::string_view path, uint64
   // modules would take a never-read unit first), a window is not given up
   // while other streams hold space; on its first read the unit moves to the
   // file's stream (OnHit).
-  const bool readahead = mode_igt_ && prefetched &&
+  const bool readahead = mode_igt_ && prefetched && !user_warm &&
                          ((unit_index >= f.ra_first && unit_index <= f.ra_last) ||
                           (!f.epoch_planned && !f.fill_planned && !f.warm_planned));
   if (readahead) g = WindowGroup();
@@ -1209,6 +1222,29 @@ double PolicyEngine::Value(const Group* g) const {
   return v * miss_s / double(g->read_bytes);
 }
 
+PolicyEngine::Group* PolicyEngine::WarmGroup() {
+  auto& slot = groups_[std::string(kWarmStream)];
+  if (!slot) {
+    slot = std::make_unique<Group>();
+    slot->key = std::string(kWarmStream);
+    slot->label = kUnknown;
+    slot->forced = true;
+    slot->user_warm = true;
+    slot->module = *MakeEvictionPolicy("fifo");  // oldest warm-up first
+    slot->module_name = "fifo";
+  }
+  return slot.get();
+}
+
+void PolicyEngine::NoteWarm(std::string_view path, uint64_t now_us) {
+  if (!mode_igt_) return;
+  now_us_ = std::max(now_us_, now_us);
+  auto [fit, fresh] = files_.try_emplace(std::string(path));
+  if (fresh) fit->second.rank = files_seen_++;
+  fit->second.user_warm = true;
+  last_user_warm_us_ = now_us_;
+}
+
 PolicyEngine::Group* PolicyEngine::WindowGroup() {
   auto& slot = groups_[std::string(kWindowStream)];
   if (!slot) {
@@ -1229,6 +1265,8 @@ double PolicyEngine::ByteValue(const Group* g) const {
   if (g->ov && g->ov->never_cache) return -1;
   if (g->window)  // protected until near the readahead share, then stale windows go
     return double(g->bytes) < 0.9 * kMaxPrefetchShare * double(opts_.capacity_bytes) ? kWindowValue : 0.0;
+  if (g->user_warm)  // held for the job to come, for a while after the last warm-up
+    return now_us_ < last_user_warm_us_ + kUserWarmHoldUs ? kWindowValue : 0.0;
   if (Idle(g)) return 0;
   const double avg = g->rate / std::max<double>({1.0, double(g->ws_bytes), double(g->bytes)});
   switch (g->label) {
@@ -1407,7 +1445,7 @@ Status PolicyEngine::SetPolicyFile(PolicyFile pf) {
   NoteQuotas();
   prefetch_ = std::move(pre);
   for (auto& [key, g] : groups_) {
-    if (g->window) continue;  // its own module (fifo), not the file's
+    if (g->window || g->user_warm) continue;  // its own module (fifo), not the file's
     // Overrides point into the new file (a stream keyed by a prefix that is
     // no longer overridden becomes an ordinary stream until re-read).
     g->ov = nullptr;
@@ -1464,7 +1502,7 @@ Status PolicyEngine::SetPolicyFile(PolicyFile pf) {
   if (moved)
     for (auto& [id, u] : units_) {
       const FileRec& f = files_.at(*u.path);
-      if (!u.g->window && f.group && f.group != u.g && f.group->ov) MoveUnit(id, u, f);
+      if (!u.g->window && !u.g->user_warm && f.group && f.group != u.g && f.group->ov) MoveUnit(id, u, f);
     }
   ++reloads_;
   return Status::Ok();

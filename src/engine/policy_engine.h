@@ -166,6 +166,12 @@ class PolicyEngine {
   // so caching it would only churn (EvictionPolicy::AdmitUnit). The
   // simulator inserts, then evicts, which ends the same way.
   bool AdmitInsert(std::string_view path, bool prefetched, uint64_t now_us);
+  // `igtcache warm` is about to fetch units of `path`: prefetched units of it
+  // inserted before its next read wait in the "(warm)" stream, held (worth as
+  // much as a readahead window) for kUserWarmHoldUs after the latest warm-up,
+  // and move to the file's stream on their first read.
+  void NoteWarm(std::string_view path, uint64_t now_us);
+  static constexpr uint64_t kUserWarmHoldUs = 30ull * 60 * 1000 * 1000;  // 30 minutes
 
   bool Contains(const std::string& id) const;
   uint64_t cached_units() const;
@@ -231,6 +237,7 @@ class PolicyEngine {
   // The stream the next victim comes from (quota, then lowest value with
   // hysteresis), not made the current one.
   Group* VictimGroup();
+  Group* WarmGroup();  // the (warm) stream, made on first use
   uint64_t SubUnitBytesOf(const FileRec& f) const;
   uint64_t FreeBytes() const;                 // capacity not taken by cached units (data bytes, estimated)
   // The span of a stream's latest victims whose misses its shadow value
@@ -277,6 +284,7 @@ class PolicyEngine {
   Group* victim_group_ = nullptr;  // current giver of space (hysteresis)
   bool has_quota_ = false;  // an override sets a quota (NoteQuotas, at Init and reload)
   bool has_never_cache_ = false;  // an override is never_cache (NoteQuotas)
+  uint64_t last_user_warm_us_ = 0;  // the latest NoteWarm
   std::vector<const Group*> idle_groups_;  // Idle at the last Allocate (IdleBytes)
   std::vector<Group*> warming_;            // warm-ups under way (Warm)
 };

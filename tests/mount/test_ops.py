@@ -9,7 +9,9 @@
   JSON object per refresh when piped.
 - `igtcache unmount`: returns once the daemon has exited; a second unmount
   is a clear error.
-- warm, stats and unmount also take a path through a symlink to the mount."""
+- warm, stats and unmount also take a path through a symlink to the mount.
+- warm into a cache full of another job's data holds what it fetched until
+  it is read, while the other job's reads go on missing."""
 
 import sys
 sys.dont_write_bytecode = True  # keep tests/mount free of __pycache__
@@ -127,6 +129,65 @@ def main():
         m.unmounted = True
         r = igt("unmount", str(mnt), env=s.igt_env())
         check(r.returncode == 1 and "not mounted" in r.stderr, f"second unmount: clear error ({r.stderr.strip()!r})")
+
+        warm_into_full_cache(s)
+
+
+def warm_into_full_cache(s):
+    """warm into a cache full of another job's data: what it fetched waits in
+    the engine's (warm) stream, and is all there when the job reads it, though
+    other reads kept missing meanwhile. Before, warm read the files like a job
+    would: the stream tree took its listing order for a one-pass scan, whose
+    data is worth nothing once read, and other misses evicted it (a black-box
+    test: a second warm of the same directory missed every file). That takes
+    the engine's allocation periods to show; the engine test "igtcache warm:
+    its units are held until read" shows it without timing (0 of 10 kept when
+    read, 10 of 10 when warmed). Here: the tree never sees the warm."""
+    src = s.mkdir("src_full")
+    rnd = random.Random(12)
+    (src / "old").mkdir()
+    (src / "next").mkdir()
+    size, nsize, nfiles = 100 * 1024, 16 * 1024, 96  # next/: enough files for the tree to label
+    for i in range(60):
+        (src / "old" / f"o{i:02}.bin").write_bytes(rnd.randbytes(size))
+    for i in range(nfiles):
+        (src / "next" / f"n{i:02}.bin").write_bytes(rnd.randbytes(nsize))
+    def read(p):  # every read reaches the daemon: the kernel's copy is dropped after it
+        data = harness.pread_exact(p, 0, 1 << 20)
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+        return data
+
+    m = s.mount(f"file://{src}", args=["--cache-size", "4M"])
+    mnt = m.mountpoint
+    old = sorted((mnt / "old").iterdir())
+    for _ in range(2):
+        for p in rnd.sample(old, len(old)):
+            read(p)
+    st = s.stats(m)
+    check(st["cache_used_bytes"] > 3 * 1024 * 1024, f"the cache is full of old/ ({st['cache_used_bytes']} bytes)")
+    r = igt("warm", str(mnt / "next"), "-j", "4", env=s.igt_env())
+    check(r.returncode == 0 and f"{nfiles} files" in r.stdout, f"warm of next/ ({r.stdout.strip()!r} {r.stderr.strip()!r})")
+    st = s.stats(m)
+    held = {x["stream"]: x["cached_bytes"] for x in st["engine"]["streams"]}.get("(warm)", 0)
+    check(held >= nfiles * nsize, f"the engine holds the warm in its (warm) stream ({held} bytes)")
+    tree = {x.get("path") for x in st.get("streams", [])}
+    check(not any(t and t.startswith("next") for t in tree),
+          f"the warm is not taken for the job's reads: no stream of next/ in the tree ({sorted(t for t in tree if t)})")
+    # The other job goes on missing (old/ does not fit beside next/).
+    for p in rnd.sample(old, 30):
+        check(read(p) == (src / "old" / p.name).read_bytes(), f"old/{p.name} reads back")
+    before = s.stats(m)
+    for p in sorted((mnt / "next").iterdir()):
+        check(read(p) == (src / "next" / p.name).read_bytes(), f"next/{p.name} reads back")
+    after = s.stats(m)
+    check(after["backend_get_bytes"] == before["backend_get_bytes"],
+          f"next/ was served from the cache: {after['backend_get_bytes'] - before['backend_get_bytes']} bytes fetched")
+    check(after["cache_hit_bytes"] - before["cache_hit_bytes"] == nfiles * nsize, "every byte of next/ was a hit")
+    check(s.unmount(m) == 0, "daemon exited 0")
 
 
 if __name__ == "__main__":
