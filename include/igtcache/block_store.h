@@ -80,8 +80,11 @@ class BlockStore {
 
   // Copies bytes [offset, offset+len) of a cached unit into `out` after
   // verifying the checksums that cover them. Returns the bytes copied, or
-  // nullopt on a miss (absent, corrupt -> dropped, I/O error).
-  virtual std::optional<size_t> Read(const UnitKey& key, uint64_t offset, size_t len, char* out) = 0;
+  // nullopt on a miss (absent, corrupt -> dropped, I/O error). `hit` false:
+  // the reader missed and waited for a fetch that has inserted the unit
+  // since; the policy sees a read (OnAccess), not a hit of these bytes.
+  virtual std::optional<size_t> Read(const UnitKey& key, uint64_t offset, size_t len, char* out,
+                                     bool hit = true) = 0;
 
   // Stores a complete unit (temp file + rename, then the index entry),
   // evicting as needed. Failures are counted and returned, never fatal.

@@ -230,7 +230,8 @@ class DiskBlockStore final : public BlockStore {
   }
   static constexpr uint64_t kResumeIntervalUs = 5'000'000;  // 5 s: a cheap probe, not a busy loop
 
-  std::optional<size_t> Read(const UnitKey& key, uint64_t offset, size_t len, char* out) override;
+  std::optional<size_t> Read(const UnitKey& key, uint64_t offset, size_t len, char* out,
+                             bool hit = true) override;
   Status Put(const UnitKey& key, std::string_view data, bool prefetched = false) override;
   bool Contains(const UnitKey& key) override {
     const std::string id = UnitId(key);
@@ -596,7 +597,7 @@ void DiskBlockStore::WriteAccessState(const std::unordered_set<std::string>& ids
   }
 }
 
-std::optional<size_t> DiskBlockStore::Read(const UnitKey& key, uint64_t offset, size_t len, char* out) {
+std::optional<size_t> DiskBlockStore::Read(const UnitKey& key, uint64_t offset, size_t len, char* out, bool hit) {
   const std::string id = UnitId(key);
   uint64_t gen;
   std::shared_ptr<const UnitHeader> header;
@@ -667,7 +668,7 @@ std::optional<size_t> DiskBlockStore::Read(const UnitKey& key, uint64_t offset, 
     std::lock_guard lk(mu_);
     auto it = index_.find(id);
     if (it != index_.end() && it->second.gen == gen) {
-      Touch(id, it->second, *n);
+      Touch(id, it->second, hit ? *n : 0);
       if (new_header) KeepHeaderLocked(it->second, std::move(header));
       if (new_file) KeepOpenLocked(id, it->second, std::move(file), /*read=*/true);
     }
@@ -807,7 +808,9 @@ Status DiskBlockStore::Put(const UnitKey& key, std::string_view data, bool prefe
   {
     std::lock_guard lk(mu_);
     if (auto it = index_.find(id); it != index_.end()) {
-      Touch(id, it->second);
+      // Cached meanwhile by another insert. A reader's miss read it (its
+      // recency counts); a prefetch did not.
+      if (!prefetched) Touch(id, it->second);
       return Status::Ok();
     }
     if (busy_.contains(id)) return Status::Ok();  // another thread is writing (or deleting) it

@@ -806,6 +806,21 @@ TEST_CASE("an insert the policy would evict first is declined: nothing is evicte
   CHECK(g.metrics.cache_insert_declined == 0);
 }
 
+TEST_CASE("a Put of a cached unit touches it for a reader's miss, not for a prefetch", "[block_store]") {
+  for (const bool prefetched : {true, false}) {
+    Fixture f;
+    f.opts.max_bytes = 2 * Disk(Key(0), 1000);
+    auto s = f.Open();
+    REQUIRE(s->Put(Key(0), DataOf(Key(0), 1000)).ok());
+    REQUIRE(s->Put(Key(1), DataOf(Key(1), 1000)).ok());
+    REQUIRE(s->Put(Key(0), DataOf(Key(0), 1000), prefetched).ok());  // cached meanwhile by another insert
+    REQUIRE(s->Put(Key(2), DataOf(Key(2), 1000)).ok());
+    INFO("prefetched " << prefetched);
+    CHECK(s->Contains(Key(0)) == !prefetched);  // a prefetch left unit 0 the least recent
+    CHECK(s->Contains(Key(1)) == prefetched);
+  }
+}
+
 TEST_CASE("fifo eviction ignores reads", "[block_store]") {
   Fixture f;
   f.opts.max_bytes = 2 * Disk(Key(0), 1000);

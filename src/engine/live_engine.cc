@@ -30,9 +30,11 @@ class LiveEngine::Adapter final : public EvictionPolicy {
     e_->engine_->OnInsert(id, meta.object, meta.unit_index, bytes, meta.prefetched, e_->NowUs(),
                           meta.disk_bytes, meta.etag, /*restored=*/last_access_us != 0);
   }
+  // Without bytes: the BlockStore's Put of a unit already cached, for a
+  // reader's miss whose fetch raced another insert: read, not a hit.
   void OnAccess(const std::string& id) override {
     std::lock_guard lk(e_->mu_);
-    e_->engine_->OnHit(id, 0, e_->NowUs());
+    e_->engine_->OnHit(id, 0, e_->NowUs(), /*hit=*/false);
   }
   void OnAccessBytes(const std::string& id, uint64_t bytes) override {
     std::lock_guard lk(e_->mu_);

@@ -1094,7 +1094,7 @@ void PolicyEngine::OnInsert(const std::string& id, std::string_view path, uint64
   }
 }
 
-void PolicyEngine::OnHit(const std::string& id, uint64_t bytes, uint64_t now_us) {
+void PolicyEngine::OnHit(const std::string& id, uint64_t bytes, uint64_t now_us, bool hit) {
   now_us_ = std::max(now_us_, now_us);
   auto it = units_.find(id);
   if (it == units_.end()) return;
@@ -1107,7 +1107,7 @@ void PolicyEngine::OnHit(const std::string& id, uint64_t bytes, uint64_t now_us)
     MoveUnit(it->first, u, fit->second);  // the key in units_: Group::unit_ids holds its address
   Group* g = u.g;
   if (bytes == 0) bytes = u.bytes;  // the whole unit
-  g->hit_bytes += bytes;
+  if (hit) g->hit_bytes += bytes;
   if (u.prefetched_unread) {
     u.prefetched_unread = false;
     if (u.in_share) prefetched_unread_bytes_ -= std::min(prefetched_unread_bytes_, u.bytes);

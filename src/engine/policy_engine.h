@@ -155,8 +155,10 @@ class PolicyEngine {
   void OnInsert(const std::string& id, std::string_view path, uint64_t unit_index, uint64_t bytes,
                 bool prefetched, uint64_t now_us, uint64_t disk_bytes = 0, std::string_view etag = {},
                 bool restored = false);
-  // A cached unit was read (`bytes` of it; 0 = the whole unit).
-  void OnHit(const std::string& id, uint64_t bytes, uint64_t now_us);
+  // A cached unit was read (`bytes` of it; 0 = the whole unit). `hit`
+  // false: read, but not served from the cache (a miss whose own fetch found
+  // the unit inserted meanwhile): not counted in the stream's hit bytes.
+  void OnHit(const std::string& id, uint64_t bytes, uint64_t now_us, bool hit = true);
   // A unit left the cache for any reason.
   void OnRemove(const std::string& id);
   // The next unit to evict (not removed; call OnRemove once it is gone).

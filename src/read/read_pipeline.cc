@@ -214,7 +214,7 @@ Status ReadPipeline::FetchRuns(const FileVersion& file, std::vector<Need>& needs
       if (!store_->Contains(key)) continue;  // the usual case: no buffer needed
       std::shared_ptr<char[]> data(new (std::nothrow) char[n.len]);
       if (!data) continue;  // fetched below instead (no exception may leave with flights open)
-      auto hit = store_->Read(key, 0, n.len, data.get());
+      auto hit = store_->Read(key, 0, n.len, data.get(), /*hit=*/false);
       if (!hit || *hit != n.len) continue;
       Unlist(file, n.index);
       {
@@ -443,7 +443,8 @@ Result<size_t> ReadPipeline::Read(const FileVersion& file, uint64_t offset, size
       // "unread" for the engine and holds readahead room until evicted).
       if (!n.leader && store_ && *keep) {  // not for a file read through
         lk.unlock();
-        auto got = store_->Read(UnitKey{file.key, file.etag, n.index}, from - n.off, to - from, out + (from - offset));
+        auto got = store_->Read(UnitKey{file.key, file.etag, n.index}, from - n.off, to - from, out + (from - offset),
+                                /*hit=*/false);
         if (got && *got == to - from) continue;
         lk.lock();
       }
