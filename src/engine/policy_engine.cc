@@ -1222,19 +1222,24 @@ double PolicyEngine::Value(const Group* g) const {
   return v * miss_s / double(g->read_bytes);
 }
 
-PolicyEngine::Group* PolicyEngine::WarmGroup() {
-  auto& slot = groups_[std::string(kWarmStream)];
+PolicyEngine::Group* PolicyEngine::HoldingGroup(std::string_view key, int label, bool Group::*kind) {
+  auto& slot = groups_[std::string(key)];
   if (!slot) {
     slot = std::make_unique<Group>();
-    slot->key = std::string(kWarmStream);
-    slot->label = kUnknown;
+    slot->key = std::string(key);
+    slot->label = label;
     slot->forced = true;
-    slot->user_warm = true;
-    slot->module = *MakeEvictionPolicy("fifo");  // oldest warm-up first
+    (*slot).*kind = true;
+    // Oldest first: a window nobody reads any more (the reader stopped or
+    // jumped) is older than the windows of readers still going; an older
+    // warm-up than a newer one.
+    slot->module = *MakeEvictionPolicy("fifo");
     slot->module_name = "fifo";
   }
   return slot.get();
 }
+
+PolicyEngine::Group* PolicyEngine::WarmGroup() { return HoldingGroup(kWarmStream, kUnknown, &Group::user_warm); }
 
 void PolicyEngine::NoteWarm(std::string_view path, uint64_t now_us) {
   if (!mode_igt_) return;
@@ -1245,21 +1250,7 @@ void PolicyEngine::NoteWarm(std::string_view path, uint64_t now_us) {
   last_user_warm_us_ = now_us_;
 }
 
-PolicyEngine::Group* PolicyEngine::WindowGroup() {
-  auto& slot = groups_[std::string(kWindowStream)];
-  if (!slot) {
-    slot = std::make_unique<Group>();
-    slot->key = std::string(kWindowStream);
-    slot->label = kSequential;
-    slot->forced = true;
-    slot->window = true;
-    // Oldest first: a window nobody reads any more (the reader stopped or
-    // jumped) is older than the windows of readers still going.
-    slot->module = *MakeEvictionPolicy("fifo");
-    slot->module_name = "fifo";
-  }
-  return slot.get();
-}
+PolicyEngine::Group* PolicyEngine::WindowGroup() { return HoldingGroup(kWindowStream, kSequential, &Group::window); }
 
 double PolicyEngine::ByteValue(const Group* g) const {
   if (g->ov && g->ov->never_cache) return -1;

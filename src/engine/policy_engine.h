@@ -240,6 +240,9 @@ class PolicyEngine {
   // hysteresis), not made the current one.
   Group* VictimGroup();
   Group* WarmGroup();  // the (warm) stream, made on first use
+  // A stream that holds units until read (fifo, forced `label`, `kind` set):
+  // the (readahead) and (warm) streams.
+  Group* HoldingGroup(std::string_view key, int label, bool Group::*kind);
   uint64_t SubUnitBytesOf(const FileRec& f) const;
   uint64_t FreeBytes() const;                 // capacity not taken by cached units (data bytes, estimated)
   // The span of a stream's latest victims whose misses its shadow value
