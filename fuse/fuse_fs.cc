@@ -355,6 +355,12 @@ struct FuseFs::Impl {
     }
     WarmRange r;
     std::memcpy(&r, in_buf, sizeof r);
+    // One call holds a FUSE thread while it fetches: at most kMaxWarmBytes
+    // (the caller goes on from where it returned: warm asks for 64 MiB).
+    if (r.length > kMaxWarmBytes) {
+      fuse_reply_err(req, EINVAL);
+      return;
+    }
     Status s;
     try {
       s = self->warm_hook_(h->file, r.offset, r.length);

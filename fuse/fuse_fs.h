@@ -69,6 +69,7 @@ struct WarmRange {
   uint64_t length = 0;
 };
 inline constexpr unsigned long kWarmIoctl = _IOW('i', 0x57, WarmRange);
+inline constexpr uint64_t kMaxWarmBytes = 64ull << 20;  // per call (EINVAL above)
 // Fetches a range of a file into the cache as a warm-up (the ioctl above).
 using WarmHook = std::function<Status(const FileVersion& file, uint64_t offset, uint64_t length)>;
 

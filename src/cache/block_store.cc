@@ -831,12 +831,13 @@ Status DiskBlockStore::Put(const UnitKey& key, std::string_view data, bool prefe
       // cached unit would not make room.
       fail = Status::NoSpace("cache space is held by inserts in flight");
       contended = true;
-    } else if ((used_bytes_ + reserved_bytes_ + disk > opts_.max_bytes || need_free > 0) &&
+    } else if (used_bytes_ + reserved_bytes_ + disk > opts_.max_bytes && need_free == 0 &&
                !policy_->AdmitUnit(id, n,
                                    UnitMeta{.prefetched = prefetched, .now_us = hooks_.now_us(), .object = key.object,
                                             .unit_index = key.index, .disk_bytes = disk, .etag = key.etag})) {
       // The policy would evict this unit first: evicting another for it
-      // only churns (EvictionPolicy::AdmitUnit).
+      // only churns (EvictionPolicy::AdmitUnit). Not asked when the volume's
+      // free-space floor needs room: that is given back whatever the policy.
       declined = true;
     } else {
       const uint64_t freed = EvictLocked(

@@ -895,6 +895,28 @@ TEST_CASE("min_free_ratio keeps free space on the volume", "[block_store]") {
     CHECK(f.metrics.evictions == 60 - s->unit_count());
     CHECK(s->Contains(Key(59)));
   }
+  SECTION("fake volume, a policy that declines misses: the floor still gets its room") {
+    // keep declines a miss in a full cache (AdmitUnit); the volume's floor is
+    // not the cache's choice: another program filled the disk.
+    f.opts.min_free_ratio = 0.5;
+    f.opts.eviction = "keep";
+    auto hooks = f.Hooks();
+    auto others = std::make_shared<std::atomic<uint64_t>>(0);
+    BlockStore* store = nullptr;
+    hooks.volume_space = [&store, others](const std::string&) -> Result<VolumeSpace> {
+      const uint64_t used = (store ? store->used_bytes() : 0) + others->load();
+      return VolumeSpace{1000000 - used, 1000000};
+    };
+    auto s = f.Open(hooks);
+    store = s.get();
+    for (int i = 0; i < 20; ++i) REQUIRE(s->Put(Key(i), DataOf(Key(i), 1000)).ok());
+    REQUIRE(s->unit_count() == 20);
+    others->store(450000);  // the disk fills: 20 x 4 KiB no longer leave 50% free
+    REQUIRE(s->Put(Key(100), DataOf(Key(100), 1000)).ok());
+    CHECK(1000000 - 450000 - s->used_bytes() >= 500000);
+    CHECK(f.metrics.evictions > 0);
+    CHECK(f.metrics.cache_insert_declined == 0);
+  }
   SECTION("a ratio no cache could meet refuses inserts and evicts nothing") {
     f.opts.min_free_ratio = 0.999;
     auto s = f.Open();

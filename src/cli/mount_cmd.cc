@@ -199,11 +199,14 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
   }
   // A source that lists nothing mounts as an empty directory, which is what
   // a mistyped prefix looks like: said, not refused (a new bucket is empty).
+  std::vector<std::string> startup_warnings;  // logged once logging is set up
   if (auto page = (*backend)->List(ListRequest{.prefix = "", .delimiter = "/", .continuation_token = {}, .max_keys = 1});
-      page && page->objects.empty() && page->prefixes.empty() && page->next_token.empty())
-    rep.Warn(fmt::format("source {} lists no objects: the mount will be empty (check the bucket and prefix: a "
-                         "prefix names a directory of keys, not an object)",
-                         (*backend)->Describe()));
+      page && page->objects.empty() && page->prefixes.empty() && page->next_token.empty()) {
+    startup_warnings.push_back(fmt::format("source {} lists no objects: the mount will be empty (check the bucket and "
+                                           "prefix: a prefix names a directory of keys, not an object)",
+                                           (*backend)->Describe()));
+    rep.Warn(startup_warnings.back());
+  }
   // The access stream tree sees every read the kernel sends (DESIGN.md sec. 3 step 2).
   auto scfg = StreamConfigFrom(cfg);
   if (!scfg) {
@@ -245,7 +248,6 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
     return std::make_pair(e->etag, e->size);
   };
   std::shared_ptr<engine::LiveEngine> live;
-  std::vector<std::string> policy_warnings;  // logged once logging is set up
   if (UsesPolicyEngine(cfg)) {
     engine::EngineOptions eo;
     eo.policy = cfg.cache.eviction;
@@ -260,7 +262,8 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
                              pf.error().message()));
         return kExitUsage;
       }
-      policy_warnings = engine::QuotaWarnings(*pf, cfg.policy.file, cfg.cache.max_bytes);
+      for (auto& w : engine::QuotaWarnings(*pf, cfg.policy.file, cfg.cache.max_bytes))
+        startup_warnings.push_back(std::move(w));
       eo.policy_file = std::move(*pf);
     }
     auto le = engine::LiveEngine::Create(std::move(eo), &tree, listing_fn, version_fn);
@@ -308,8 +311,9 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
   }
   // The mount command said it on its stderr (RunMount); the log file has it
   // too (a daemon's, or one set with logging.file; not stderr twice).
+  // Said on the mount command's stderr too (Reporter::Warn, RunMount).
   if (!foreground || !cfg.logging.file.empty())
-    for (const auto& w : policy_warnings) spdlog::warn("{}", w);
+    for (const auto& w : startup_warnings) spdlog::warn("{}", w);
   if (!UsesPolicyFile(cfg) && !cfg.policy.file.empty() && (!foreground || !cfg.logging.file.empty()))
     spdlog::warn("config key 'policy.file' ('{}') is not used: it applies to cache.eviction igt, not '{}' "
                  "(its overrides, pins and quotas are not applied either)",

@@ -70,7 +70,7 @@ std::string Eta(double s) {
 // progress): the daemon holds such units for the job to come, and its
 // access stream tree does not take them for the job's reads. A daemon
 // without the ioctl (ENOTTY) gets the file read through instead.
-constexpr uint64_t kIoctlChunk = 64ull << 20;
+constexpr uint64_t kIoctlChunk = kMaxWarmBytes;
 std::string WarmFile(const Item& it, char* buf, Progress& p) {
   int fd = open(it.path.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
   if (fd < 0 && errno == EINVAL) fd = open(it.path.c_str(), O_RDONLY | O_CLOEXEC);

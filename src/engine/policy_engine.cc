@@ -1412,14 +1412,18 @@ std::optional<std::string> PolicyEngine::PickVictim(uint64_t now_us) {
 bool PolicyEngine::AdmitInsert(std::string_view path, bool prefetched, uint64_t now_us) {
   // Prefetched units are admitted: the plans that fetch them hold room for
   // them (and their waste is counted when they leave).
-  if (!mode_igt_ || prefetched) return true;
+  if (prefetched) return true;
   now_us_ = std::max(now_us_, now_us);
+  if (!mode_igt_) return !groups_["*"]->module->InsertIsFirstVictim(UnitMeta{.prefetched = false, .now_us = now_us_});
   MaybeAllocate(now_us_);
   auto it = files_.find(std::string(path));
   if (it == files_.end() || !it->second.group) return true;
   Group* g = it->second.group;  // a miss's unit joins its file's stream (OnInsert)
   if (g->units == 0 || VictimGroup() != g) return true;
-  return !g->module->InsertIsFirstVictim(UnitMeta{.prefetched = false, .now_us = now_us_});
+  // As OnInsert tells the module: a straggler's read for the previous epoch
+  // leaves the unit not read in this one (kept, not the first victim).
+  return !g->module->InsertIsFirstVictim(
+      UnitMeta{.prefetched = PrevEpochRead(it->second, g), .now_us = now_us_});
 }
 
 Status PolicyEngine::SetPolicyFile(PolicyFile pf) {

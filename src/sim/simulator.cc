@@ -517,9 +517,10 @@ Result<nlohmann::json> RunEngine(const SimOptions& o, const Trace& tr, uint64_t 
       auto look = [&](const std::string& id, uint64_t bytes) {
         auto it = ready.find(id);
         if (it == ready.end()) return false;
-        if (it->second <= issue) hit += bytes;
+        const bool cached = it->second <= issue;
+        if (cached) hit += bytes;
         else done = std::max(done, it->second);  // in flight: a miss that waits
-        e.OnHit(id, bytes, issue_us);
+        e.OnHit(id, bytes, issue_us, /*hit=*/cached);  // read either way; a stream hit if cached
         return true;
       };
       for (uint64_t i = r.off / unit; i <= (r.off + len - 1) / unit; ++i) {
