@@ -866,6 +866,12 @@ TEST_CASE("igtcache warm: its units are held until read, then join the reader's 
     INFO("read, not warmed: " << kept << " of 10 kept");
     CHECK(kept < 10);
   }
+  // Units cached before the warm (a finished scan's) are held too.
+  for (uint64_t u = 0; u < 4; ++u) h.Read("scan/a.bin", u, 4, false);
+  h.engine->NoteWarm("scan/a.bin", h.now_us);
+  CHECK(StreamCachedBytes(h, "(warm)") == 9 * kUnit);
+  h.Read("scan/a.bin", 0, 4, true);  // read: back to its stream
+  CHECK(StreamCachedBytes(h, "(warm)") == 8 * kUnit);
   // Not read for longer than the hold: the rest goes first.
   h.now_us += PolicyEngine::kUserWarmHoldUs;
   for (int i = 0; i < 100; ++i) h.Read(item("old", int(rng() % 100)), 0, 1, false);

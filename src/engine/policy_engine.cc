@@ -168,6 +168,7 @@ struct PolicyEngine::Unit {
   uint64_t version = 0;        // hash of the unit's ETag (0: not known)
   Unit* file_prev = nullptr;   // the file's other cached units (FileRec::units)
   Unit* file_next = nullptr;
+  const std::string* id = nullptr;  // its key in units_
 };
 
 struct PolicyEngine::Group {
@@ -1063,6 +1064,7 @@ void PolicyEngine::OnInsert(const std::string& id, std::string_view path, uint64
   auto uit = units_.emplace(id, u).first;
   g->unit_ids.insert(&uit->first);
   Unit& nu = uit->second;  // a node of units_: its address is stable
+  nu.id = &uit->first;
   nu.file_next = f.units;
   if (f.units) f.units->file_prev = &nu;
   f.units = &nu;
@@ -1136,9 +1138,9 @@ bool PolicyEngine::PrevEpochRead(const FileRec& f, const Group* g) const {
   return mode_igt_ && g->label == kRandom && g->epoch > 0 && f.group == g && f.epoch_read == g->epoch;
 }
 
-void PolicyEngine::MoveUnit(const std::string& id, Unit& u, const FileRec& f) {
+void PolicyEngine::MoveUnit(const std::string& id, Unit& u, const FileRec& f, Group* dest) {
   Group* from = u.g;
-  Group* to = f.group;
+  Group* to = dest ? dest : f.group;
   from->module->OnRemove(id);
   from->bytes -= u.bytes;
   --from->units;
@@ -1246,8 +1248,14 @@ void PolicyEngine::NoteWarm(std::string_view path, uint64_t now_us) {
   now_us_ = std::max(now_us_, now_us);
   auto [fit, fresh] = files_.try_emplace(std::string(path));
   if (fresh) fit->second.rank = files_seen_++;
-  fit->second.user_warm = true;
+  FileRec& f = fit->second;
+  f.user_warm = true;
   last_user_warm_us_ = now_us_;
+  // Units of it cached already (a finished scan's, worth nothing where they
+  // are) are held as well, until read: Fetch skips them.
+  Group* warm = WarmGroup();
+  for (Unit* u = f.units; u; u = u->file_next)
+    if (u->g != warm && !u->old_version) MoveUnit(*u->id, *u, f, warm);
 }
 
 PolicyEngine::Group* PolicyEngine::WindowGroup() { return HoldingGroup(kWindowStream, kSequential, &Group::window); }

@@ -168,10 +168,11 @@ class PolicyEngine {
   // so caching it would only churn (EvictionPolicy::AdmitUnit). The
   // simulator inserts, then evicts, which ends the same way.
   bool AdmitInsert(std::string_view path, bool prefetched, uint64_t now_us);
-  // `igtcache warm` is about to fetch units of `path`: prefetched units of it
-  // inserted before its next read wait in the "(warm)" stream, held (worth as
-  // much as a readahead window) for kUserWarmHoldUs after the latest warm-up,
-  // and move to the file's stream on their first read.
+  // `igtcache warm` is about to fetch units of `path`: its units cached
+  // already, and prefetched units of it inserted before its next read, wait
+  // in the "(warm)" stream, held (worth as much as a readahead window) for
+  // kUserWarmHoldUs after the latest warm-up, and move to the file's stream
+  // on their first read.
   void NoteWarm(std::string_view path, uint64_t now_us);
   static constexpr uint64_t kUserWarmHoldUs = 30ull * 60 * 1000 * 1000;  // 30 minutes
 
@@ -252,7 +253,8 @@ class PolicyEngine {
   bool Idle(const Group* g) const;  // stopped (kBusyReads), worth 0 until its next read
   uint64_t IdleBytes(const Group* except) const;  // cached bytes of idle streams other than `except`
   void NoteGhost(Group* g, const std::string& id, uint64_t bytes);
-  void MoveUnit(const std::string& id, Unit& u, const FileRec& f);
+  // Moves a cached unit to `dest`, or to its file's stream (f.group).
+  void MoveUnit(const std::string& id, Unit& u, const FileRec& f, Group* dest = nullptr);
   Group* WindowGroup();  // the stream of readahead units not read yet
   void MaybeAllocate(uint64_t now_us);
   void TrimPlan(std::vector<PrefetchRange>& plan);
