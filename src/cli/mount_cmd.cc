@@ -309,9 +309,9 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
     rep.Fail(s.message());
     return kExitUsage;
   }
-  // The mount command said it on its stderr (RunMount); the log file has it
-  // too (a daemon's, or one set with logging.file; not stderr twice).
-  // Said on the mount command's stderr too (Reporter::Warn, RunMount).
+  // The mount command said these on its stderr (Reporter::Warn, RunMount);
+  // the log file has them too (a daemon's, or one set with logging.file; not
+  // stderr twice). So for the unused policy file below.
   if (!foreground || !cfg.logging.file.empty())
     for (const auto& w : startup_warnings) spdlog::warn("{}", w);
   if (!UsesPolicyFile(cfg) && !cfg.policy.file.empty() && (!foreground || !cfg.logging.file.empty()))
