@@ -872,6 +872,20 @@ TEST_CASE("igtcache warm: its units are held until read, then join the reader's 
   CHECK(StreamCachedBytes(h, "(warm)") == 9 * kUnit);
   h.Read("scan/a.bin", 0, 4, true);  // read: back to its stream
   CHECK(StreamCachedBytes(h, "(warm)") == 8 * kUnit);
+  // A pinned prefix's files stay in its stream: pinned for good.
+  {
+    auto pf = ParsePolicyFile("profile: training\noverrides:\n  - {prefix: \"keep/\", pin: true}\n", "t.yaml");
+    REQUIRE(pf.has_value());
+    Harness p("igt", 40, *pf);
+    p.engine->NoteWarm("keep/a.bin", p.now_us);
+    p.Insert("keep/a.bin", 0, true);
+    p.Insert("keep/a.bin", 1, true);
+    std::string all;
+    for (const auto& st : p.engine->Stats().streams) all += st.key + "=" + std::to_string(st.cached_bytes) + " ";
+    INFO(all);
+    CHECK(StreamCachedBytes(p, "(warm)") == 0);
+    CHECK(StreamCachedBytes(p, "keep/") == 2 * kUnit);
+  }
   // Not read for longer than the hold: the rest goes first.
   h.now_us += PolicyEngine::kUserWarmHoldUs;
   for (int i = 0; i < 100; ++i) h.Read(item("old", int(rng() % 100)), 0, 1, false);

@@ -1249,13 +1249,19 @@ void PolicyEngine::NoteWarm(std::string_view path, uint64_t now_us) {
   auto [fit, fresh] = files_.try_emplace(std::string(path));
   if (fresh) fit->second.rank = files_seen_++;
   FileRec& f = fit->second;
+  // A pinned prefix keeps its units in its own stream, held there for good,
+  // not for the (warm) stream's while: inserted like a directory warm-up's.
+  if (const PathOverride* ov = OverrideFor(path); ov && ov->pin) {
+    f.warm_planned = true;
+    return;
+  }
   f.user_warm = true;
   last_user_warm_us_ = now_us_;
   // Units of it cached already (a finished scan's, worth nothing where they
   // are) are held as well, until read: Fetch skips them.
   Group* warm = WarmGroup();
   for (Unit* u = f.units; u; u = u->file_next)
-    if (u->g != warm && !u->old_version) MoveUnit(*u->id, *u, f, warm);
+    if (u->g != warm && !u->old_version && !(u->g->ov && u->g->ov->pin)) MoveUnit(*u->id, *u, f, warm);
 }
 
 PolicyEngine::Group* PolicyEngine::WindowGroup() { return HoldingGroup(kWindowStream, kSequential, &Group::window); }
