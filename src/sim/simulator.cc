@@ -254,7 +254,6 @@ class Clocks {
     std::iota(by_end_.begin(), by_end_.end(), size_t{0});
     std::stable_sort(by_end_.begin(), by_end_.end(), [&](size_t a, size_t b) { return LastUs(a) < LastUs(b); });
     done_.assign(per_pid_.size(), false);
-    end_s_.assign(per_pid_.size(), 0.0);
     delay_prefix_.assign(1, 0.0);
     for (size_t p = 0; p < per_pid_.size(); ++p) {
       const uint64_t first = FirstUs(p);
@@ -292,10 +291,9 @@ class Clocks {
     // The reader ended: readers that began after every reader up to the
     // longest finished prefix (by trace end) had ended may start.
     done_[current_] = true;
-    end_s_[current_] = t;
     while (delay_prefix_.size() - 1 < by_end_.size() && done_[by_end_[delay_prefix_.size() - 1]]) {
       const size_t q = by_end_[delay_prefix_.size() - 1];
-      const double delay = end_s_[q] - double(LastUs(q) - t0_) / 1e6;
+      const double delay = pid_end.at(per_pid_[q].pid) - double(LastUs(q) - t0_) / 1e6;
       delay_prefix_.push_back(delay_prefix_.size() == 1 ? delay : std::max(delay_prefix_.back(), delay));
     }
     const size_t finished = delay_prefix_.size() - 1;
@@ -330,7 +328,6 @@ class Clocks {
   size_t current_ = 0;
   std::vector<size_t> by_end_;    // readers by trace end
   std::vector<bool> done_;
-  std::vector<double> end_s_;     // modeled end of each reader that ended
   // delay_prefix_[k]: the largest (modeled end - trace end) of by_end_'s
   // first k readers, once all k ended (delay_prefix_[0] = 0).
   std::vector<double> delay_prefix_;
