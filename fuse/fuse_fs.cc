@@ -315,7 +315,7 @@ struct FuseFs::Impl {
     Result<size_t> n = Err(Status::Internal("read failed"));
     try {
       if (buf.size() < size) buf.resize(size);
-      n = self->pipeline_->Read(h->file, o, size, buf.data(), run_plan);
+      n = self->pipeline_->Read(h->file, o, size, buf.data(), run_plan, pid);
     } catch (const std::exception& e) {
       n = Err(Status::Internal(e.what()));
     } catch (...) {

@@ -34,6 +34,7 @@ struct Metrics {
   C backend_head_requests{0};
   C backend_retries{0};
   C backend_errors{0};
+  C read_failures_repeated{0};  // reads failed at once: the same reader's read of it had just failed
   // SSD tier.
   C cache_insert_units{0};
   C cache_insert_bytes{0};
@@ -54,7 +55,7 @@ struct Metrics {
     IGT_M(cache_hit_units); IGT_M(cache_hit_bytes); IGT_M(cache_miss_units);
     IGT_M(cache_miss_bytes); IGT_M(backend_get_requests); IGT_M(backend_get_bytes);
     IGT_M(backend_list_requests); IGT_M(backend_head_requests); IGT_M(backend_retries);
-    IGT_M(backend_errors); IGT_M(cache_insert_units); IGT_M(cache_insert_bytes);
+    IGT_M(backend_errors); IGT_M(read_failures_repeated); IGT_M(cache_insert_units); IGT_M(cache_insert_bytes);
     IGT_M(evictions); IGT_M(evicted_bytes); IGT_M(cache_write_errors);
     IGT_M(cache_insert_skipped); IGT_M(cache_insert_declined); IGT_M(cache_read_errors); IGT_M(cache_corruptions); IGT_M(singleflight_waits);
 #undef IGT_M

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <chrono>
 #include <atomic>
 #include <future>
 #include <new>
@@ -335,8 +336,60 @@ Status ReadPipeline::FetchRuns(const FileVersion& file, std::vector<Need>& needs
   return first_error;
 }
 
-Result<size_t> ReadPipeline::Read(const FileVersion& file, uint64_t offset, size_t length,
-                                  char* out, const std::function<void()>& looked_up) {
+namespace {
+// The backend could not answer (its retry budget spent): worth not asking
+// again at once. Not an answer about the object (changed, not found), nor
+// refused credentials (asked again cheaply).
+bool BackendFailure(Code c) { return c == Code::kUnavailable || c == Code::kTimeout || c == Code::kIoError; }
+}  // namespace
+
+void ReadPipeline::RememberFailure(uint64_t reader, const FileVersion& file, uint64_t off, uint64_t end,
+                                   const Status& st) {
+  std::lock_guard lk(failures_mu_);
+  const auto now = std::chrono::steady_clock::now();
+  const auto ttl = std::chrono::milliseconds(opts_.failure_memo_ms);
+  while (!failures_.empty() && (failures_.size() >= kMaxFailures || now - failures_.front().when >= ttl))
+    failures_.pop_front();
+  failures_.push_back({reader, file.key, file.etag, off, end, st, now});
+  failures_size_ = failures_.size();
+}
+
+std::optional<Status> ReadPipeline::TakeFailure(uint64_t reader, const FileVersion& file, uint64_t off,
+                                                uint64_t end) {
+  if (reader == 0 || failures_size_.load(std::memory_order_relaxed) == 0) return std::nullopt;
+  std::lock_guard lk(failures_mu_);
+  const auto now = std::chrono::steady_clock::now();
+  const auto ttl = std::chrono::milliseconds(opts_.failure_memo_ms);
+  for (auto it = failures_.begin(); it != failures_.end(); ++it) {
+    if (it->reader != reader || it->key != file.key || it->etag != file.etag || off >= it->end || it->off >= end ||
+        now - it->when >= ttl)
+      continue;
+    const auto ago = std::chrono::duration_cast<std::chrono::milliseconds>(now - it->when).count();
+    Status st(it->status.code(), fmt::format("{} (the same read failed {} ms ago; not asked again so soon)",
+                                             it->status.message(), ago));
+    failures_.erase(it);
+    failures_size_ = failures_.size();
+    return st;
+  }
+  return std::nullopt;
+}
+
+Result<size_t> ReadPipeline::Read(const FileVersion& file, uint64_t offset, size_t length, char* out,
+                                  const std::function<void()>& looked_up, uint64_t reader) {
+  bool from_memo = false;
+  auto r = ReadOnce(file, offset, length, out, looked_up, reader, from_memo);
+  if (!r && !from_memo && reader != 0 && opts_.failure_memo_ms > 0 && BackendFailure(r.error().code())) {
+    try {
+      RememberFailure(reader, file, offset, std::min<uint64_t>(file.size, offset + length), r.error());
+    } catch (...) {
+      // No memory: not remembered (the next read asks the backend).
+    }
+  }
+  return r;
+}
+
+Result<size_t> ReadPipeline::ReadOnce(const FileVersion& file, uint64_t offset, size_t length, char* out,
+                                      const std::function<void()>& looked_up, uint64_t reader, bool& from_memo) {
   if (offset >= file.size || length == 0) {
     if (looked_up) looked_up();
     return size_t{0};
@@ -372,6 +425,14 @@ Result<size_t> ReadPipeline::Read(const FileVersion& file, uint64_t offset, size
   std::optional<bool> subs;  // misses fetch sub-units: asked on the first miss
   std::vector<Need> needs;
   LeadGuard guard(this, file, needs);
+  // Before this read fetches [from, to) itself: this reader's read of it
+  // failed a moment ago (the kernel reading a page of a failed readahead
+  // again) and fails again at once.
+  std::optional<Status> memo;
+  auto failed_before = [&](uint64_t from, uint64_t to) {
+    if (!memo) memo = TakeFailure(reader, file, from, to);
+    return memo.has_value();
+  };
   for (uint64_t u = first; u <= last; ++u) {
     const uint64_t ustart = u * U;
     const uint64_t from = std::max(offset, ustart), to = std::min(end, ustart + U);
@@ -385,6 +446,7 @@ Result<size_t> ReadPipeline::Read(const FileVersion& file, uint64_t offset, size
     }
     // Whole: joins a whole flight, or starts one unless sub-units of the
     // unit are cached or in flight (the file was read at random before).
+    if (!*subs && failed_before(from, to)) break;
     if (!*subs && AddWholeNeed(file, u, needs)) {
       miss(to - from);
       continue;
@@ -399,19 +461,29 @@ Result<size_t> ReadPipeline::Read(const FileVersion& file, uint64_t offset, size
     // registers ours, and then the rest of the unit waits for it instead.
     std::optional<uint64_t> whole_from;
     ForEachSubUnit(from, to, S, [&](uint64_t idx, uint64_t p) {
-      if (whole_from) return;
+      if (whole_from || memo) return;
       const uint64_t a = std::max(from, p), b = std::min(to, p + S);
       if (hit(idx, p, a, b)) return;
+      if (failed_before(a, b)) return;
       if (AddSubNeed(file, u, idx, p, std::min(S, file.size - p), *keep, needs)) {
         miss(b - a);
         return;
       }
       whole_from = a;
     });
+    if (memo) break;
     if (whole_from) {
       miss(to - *whole_from);
       AddNeed(file, u, ustart, std::min(U, file.size - ustart), needs);
     }
+  }
+  if (memo) {
+    // The flights this read started end (their followers fetch for
+    // themselves); no plan is run for a read that fails.
+    Abandon(file, needs);
+    from_memo = true;
+    if (metrics_) Add(metrics_->read_failures_repeated);
+    return Err(*memo);
   }
   if (looked_up) looked_up();
   if (needs.empty()) return static_cast<size_t>(end - offset);

@@ -17,6 +17,12 @@
 //  - Misses are single-flight: a unit already being fetched by another thread
 //    is waited for, not fetched again. A reader whose wait ends in a failed
 //    prefetch fetches the unit itself, once (the retries were the prefetch's).
+//  - A reader's read that failed for the backend (unavailable, timed out,
+//    I/O error: its retry budget spent) is remembered for a few seconds:
+//    that reader's next read of a missing unit in the same range fails at
+//    once with the same error, once. The kernel reads a page of a failed
+//    readahead again by itself, at once; without this, a read during an
+//    outage waited out the retry budget twice (docs/SEMANTICS.md).
 //  - The units this call must fetch itself are grouped into runs of adjacent
 //    units, each run one ranged GET of at most `max_request_bytes`, checked
 //    against the object's ETag; each fetched unit is inserted into the store.
@@ -27,11 +33,15 @@
 // nothing is cached.
 // Thread-safety: Read() is safe from many threads.
 
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 
@@ -66,6 +76,8 @@ class ReadPipeline {
     // never-cache prefix answers false: its reads are served from the
     // backend, and prefetches of it do nothing). Empty: always.
     std::function<bool(const FileVersion& file)> admit = {};
+    // How long a reader's failed read is remembered (see above); 0: never.
+    uint32_t failure_memo_ms = 3000;
   };
 
   // `store` may be null (no caching). Not owned.
@@ -77,8 +89,10 @@ class ReadPipeline {
   // the flight table but not fetched yet: the point where the simulator
   // issues a read's prefetch plan (a plan submitted there joins the read's
   // own fetches instead of fetching them again, and overlaps their wait).
+  // `reader` names who reads (the FUSE request's thread id; 0: unknown, no
+  // failure memo).
   Result<size_t> Read(const FileVersion& file, uint64_t offset, size_t length, char* out,
-                      const std::function<void()>& looked_up = {});
+                      const std::function<void()>& looked_up = {}, uint64_t reader = 0);
 
   // Fetches units [first, last] into the cache without returning data
   // (used by warm-up and prefetching). Already cached units are skipped; a
@@ -94,6 +108,22 @@ class ReadPipeline {
   struct Flight;
   struct Need;
   class LeadGuard;
+  // A reader's read that failed for the backend (the failure memo above).
+  struct RecentFailure {
+    uint64_t reader;
+    std::string key, etag;
+    uint64_t off, end;  // the read's range
+    Status status;
+    std::chrono::steady_clock::time_point when;
+  };
+
+  Result<size_t> ReadOnce(const FileVersion& file, uint64_t offset, size_t length, char* out,
+                          const std::function<void()>& looked_up, uint64_t reader, bool& from_memo);
+  // Remembers that `reader`'s read of [off, end) of `file` failed with `st`.
+  void RememberFailure(uint64_t reader, const FileVersion& file, uint64_t off, uint64_t end, const Status& st);
+  // The failure remembered for `reader` over a range holding [off, end) of
+  // `file`, taken out (it answers once); nothing if none or expired.
+  std::optional<Status> TakeFailure(uint64_t reader, const FileVersion& file, uint64_t off, uint64_t end);
 
   // Ends every flight of `needs` this call leads and has not completed, with
   // an error: run when an exception leaves Read or Fetch between registering
@@ -148,6 +178,11 @@ class ReadPipeline {
 
   std::mutex mu_;  // guards flights_; never held across I/O (store lookups only)
   std::unordered_map<std::string, std::shared_ptr<Flight>> flights_;
+
+  std::mutex failures_mu_;  // guards failures_
+  std::deque<RecentFailure> failures_;  // oldest first, at most kMaxFailures
+  std::atomic<size_t> failures_size_{0};  // failures_.size(), read without the lock
+  static constexpr size_t kMaxFailures = 256;
 };
 
 }  // namespace igt

@@ -744,3 +744,72 @@ TEST_CASE("what cannot be kept is fetched by the part read, not by the whole uni
   REQUIRE(f.pipe->Read(f.Version("data/y"), 576 << 10, 64 << 10, out.data()).has_value());
   CHECK(f.metrics.backend_get_bytes == before);
 }
+
+TEST_CASE("a reader's read that failed for the backend fails again at once for that reader, once") {
+  Fixture f(true);  // 64 KiB units
+  const std::string data = Pattern(300 << 10, 9);
+  f.mem->Put("x", data);
+  auto x = f.Version("x");
+  std::vector<char> out(200 << 10);
+  // Unit 0 cached before the outage.
+  REQUIRE(f.pipe->Read(x, 0, 4096, out.data(), {}, /*reader=*/7).has_value());
+  f.fb->ResetCounts();
+  f.fb->FailNext(1, Code::kUnavailable, FaultInjectingBackend::kRead);
+  auto n = f.pipe->Read(x, 0, 200 << 10, out.data(), {}, 7);  // a readahead: units 1-3 fetched, fail
+  REQUIRE_FALSE(n.has_value());
+  CHECK(f.fb->counts().reads == 1);
+  // A page of it in the cached unit is served as ever.
+  n = f.pipe->Read(x, 4096, 4096, out.data(), {}, 7);
+  REQUIRE(n.has_value());
+  CHECK(std::equal(out.begin(), out.begin() + 4096, data.begin() + 4096));
+  // The kernel's retry of a missing page: the same error at once, no GET.
+  n = f.pipe->Read(x, 70 << 10, 4096, out.data(), {}, 7);
+  REQUIRE_FALSE(n.has_value());
+  CHECK(n.error().code() == Code::kUnavailable);
+  CHECK(n.error().message().find("failed") != std::string::npos);
+  CHECK(f.fb->counts().reads == 1);
+  CHECK(f.metrics.read_failures_repeated == 1);
+
+  SECTION("once: the reader's next read asks the backend") {
+    n = f.pipe->Read(x, 70 << 10, 4096, out.data(), {}, 7);
+    REQUIRE(n.has_value());
+    CHECK(std::equal(out.begin(), out.begin() + 4096, data.begin() + (70 << 10)));
+    CHECK(f.fb->counts().reads == 2);
+  }
+  SECTION("another reader asks the backend") {
+    n = f.pipe->Read(x, 70 << 10, 4096, out.data(), {}, 8);
+    REQUIRE(n.has_value());
+    CHECK(f.fb->counts().reads == 2);
+  }
+  SECTION("a reader with no name is never answered from memory") {
+    f.fb->FailNext(1, Code::kUnavailable, FaultInjectingBackend::kRead);
+    CHECK_FALSE(f.pipe->Read(x, 140 << 10, 4096, out.data()).has_value());
+    CHECK(f.pipe->Read(x, 140 << 10, 4096, out.data()).has_value());
+    CHECK(f.metrics.read_failures_repeated == 1);
+  }
+}
+
+TEST_CASE("the failure memo keeps no answer about the object, and forgets after failure_memo_ms") {
+  Fixture f(true);
+  f.mem->Put("x", Pattern(300 << 10, 10));
+  auto x = f.Version("x");
+  std::vector<char> out(4096);
+  SECTION("not found, changed, refused credentials: asked again") {
+    for (Code c : {Code::kNotFound, Code::kChanged, Code::kPermissionDenied}) {
+      f.fb->FailNext(1, c, FaultInjectingBackend::kRead);
+      CHECK_FALSE(f.pipe->Read(x, 0, 4096, out.data(), {}, 7).has_value());
+      CHECK(f.pipe->Read(x, 0, 4096, out.data(), {}, 7).has_value());
+      f.store->Remove(UnitKey{"x", x.etag, 0});
+    }
+    CHECK(f.metrics.read_failures_repeated == 0);
+  }
+  SECTION("expired") {
+    ReadPipeline pipe(f.fb.get(), f.store.get(), &f.metrics,
+                      ReadPipeline::Options{.unit_size = 64 << 10, .failure_memo_ms = 1});
+    f.fb->FailNext(1, Code::kTimeout, FaultInjectingBackend::kRead);
+    CHECK_FALSE(pipe.Read(x, 0, 4096, out.data(), {}, 7).has_value());
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    CHECK(pipe.Read(x, 0, 4096, out.data(), {}, 7).has_value());
+    CHECK(f.metrics.read_failures_repeated == 0);
+  }
+}

@@ -129,6 +129,7 @@ def main():
             rule = dict(KINDS)[name]
             keys = sorted(k for k in objs if k.startswith(f"persist_{name}/"))
             proxy.faults(dict(rule, count=-1, methods=["GET"], path_contains=f"persist_{name}/"))
+            before = s.stats(m)
             t0 = time.monotonic()
             with ThreadPoolExecutor(4) as ex:
                 res = list(ex.map(lambda k: try_read(mnt / k), keys))
@@ -144,6 +145,11 @@ def main():
             # kernel may retry a failed readahead once with a plain read.
             bound = 2 * len(keys) * (MAX_RETRIES + 1) * (REQUEST_TIMEOUT_MS / 1000 + 0.5)
             check(took < bound, f"{name}: failing took {took:.1f}s < {bound:.0f}s")
+            # The kernel reads a page of a failed readahead again at once: that
+            # read fails without asking the bucket (else it would wait out the
+            # retry budget a second time).
+            repeated = s.stats(m)["read_failures_repeated"] - before["read_failures_repeated"]
+            check(repeated >= 1, f"{name}: {repeated} kernel retries of a failed page failed at once")
             proxy.clear()
             for k in keys:
                 ok, e = read_checked(mnt, k, objs[k], rng)
