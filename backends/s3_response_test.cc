@@ -133,6 +133,16 @@ TEST_CASE("ResolveEndpoint: addressing styles", "[endpoint]") {
   CHECK(!ResolveEndpoint(o)->path_style);
   o.endpoint = "http://127.0.0.1:1";
   CHECK(!ResolveEndpoint(o));
+  // A legacy bucket name is no host name: path-style, whatever the host.
+  o.endpoint = "https://storage.example.com";
+  o.bucket = "Old_Bucket";
+  CHECK(!ResolveEndpoint(o));  // virtual
+  CHECK_THAT(ResolveEndpoint(o).error().message(), Catch::Contains("addressing=path"));
+  o.addressing = "auto";
+  CHECK(ResolveEndpoint(o)->path_style);
+  CHECK(ResolveEndpoint(o)->RawPath("k") == "/Old_Bucket/k");
+  o.bucket = "with.dots";
+  o.addressing = "virtual";
   o.addressing = "sideways";
   CHECK(ResolveEndpoint(o).error().code() == Code::kInvalidArgument);
   o.addressing = "auto";

@@ -47,7 +47,8 @@ Result<SourceUrl> ParseSourceUrl(std::string_view url) {
     if (bucket.empty()) {
       return Err(Status::InvalidArgument("S3 URL '" + std::string(url) + "' has no bucket name"));
     }
-    if (std::string why = s3::BucketNameProblem(bucket); !why.empty()) {
+    // Legacy names (uppercase, '_') are accepted: old buckets have them.
+    if (std::string why = s3::LegacyBucketNameProblem(bucket); !why.empty()) {
       return Err(Status::InvalidArgument("invalid bucket name '" + bucket + "': " + why));
     }
     std::string prefix;

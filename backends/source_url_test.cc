@@ -51,17 +51,23 @@ TEST_CASE("ParseSourceUrl: s3 URLs", "[url]") {
   REQUIRE(r);
   CHECK(r->prefix == "a/b/");
 
-  for (const char* bad : {"s3://", "s3:///x", "s3://ab", "s3://Upper", "s3://under_score", "s3://-abc",
-                          "s3://abc-", "s3://a..b", "s3://192.168.1.1", "s3://xn--abc",
-                          "s3://aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"}) {
+  // Legacy names (buckets made before March 2018): uppercase, '_', up to 255.
+  for (const char* legacy : {"s3://Upper", "s3://under_score", "s3://My_Bucket/x",
+                             "s3://aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"}) {
+    INFO(legacy);
+    CHECK(ParseSourceUrl(legacy).has_value());
+  }
+  const std::string too_long = "s3://" + std::string(256, 'a');
+  for (const char* bad : {"s3://", "s3:///x", "s3://ab", "s3://-abc", "s3://abc-", "s3://_abc", "s3://a..b",
+                          "s3://192.168.1.1", "s3://a b", "s3://a+b", too_long.c_str()}) {
     INFO(bad);
     auto e = ParseSourceUrl(bad);
     REQUIRE(!e);
     CHECK(e.error().code() == Code::kInvalidArgument);
   }
-  auto e = ParseSourceUrl("s3://Bad_Name/x");
+  auto e = ParseSourceUrl("s3://Bad Name/x");
   REQUIRE(!e);
-  CHECK_THAT(e.error().message(), Catch::Contains("Bad_Name"));
+  CHECK_THAT(e.error().message(), Catch::Contains("Bad Name"));
 }
 
 TEST_CASE("ParseSourceUrl: unknown schemes name the scheme and the supported ones", "[url]") {

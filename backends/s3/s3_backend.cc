@@ -8,6 +8,7 @@
 #include <curl/curl.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
@@ -45,6 +46,18 @@ std::string S3Endpoint::Url(std::string_view full_key, const QueryList& query) c
   return url;
 }
 
+namespace {
+// What both rules ask: a letter or digit at each end, no "..", not an IP address.
+std::string CommonBucketNameProblem(std::string_view b) {
+  auto alnum = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0; };
+  if (!alnum(b.front()) || !alnum(b.back())) return "must begin and end with a letter or digit";
+  if (b.find("..") != std::string_view::npos) return "must not contain two adjacent periods";
+  in_addr addr{};
+  if (inet_pton(AF_INET, std::string(b).c_str(), &addr) == 1) return "must not be an IP address";
+  return "";
+}
+}  // namespace
+
 std::string BucketNameProblem(std::string_view b) {
   if (b.size() < 3 || b.size() > 63) return "must be 3 to 63 characters long";
   for (char c : b) {
@@ -52,14 +65,21 @@ std::string BucketNameProblem(std::string_view b) {
       return "may contain only lowercase letters, digits, '.' and '-'";
     }
   }
-  auto alnum = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
-  if (!alnum(b.front()) || !alnum(b.back())) return "must begin and end with a letter or digit";
-  if (b.find("..") != std::string_view::npos) return "must not contain two adjacent periods";
-  in_addr addr{};
-  if (inet_pton(AF_INET, std::string(b).c_str(), &addr) == 1) return "must not be an IP address";
+  if (std::string why = CommonBucketNameProblem(b); !why.empty()) return why;
   if (b.starts_with("xn--")) return "must not start with 'xn--'";
   if (b.ends_with("-s3alias")) return "must not end with '-s3alias'";
   return "";
+}
+
+std::string LegacyBucketNameProblem(std::string_view b) {
+  if (b.size() < 3 || b.size() > 255) return "must be 3 to 255 characters long";
+  for (char c : b) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '-' && c != '_') {
+      return "may contain only letters, digits, '.', '-' and '_' (uppercase letters, '_' and more than 63 "
+             "characters only in buckets made before March 2018)";
+    }
+  }
+  return CommonBucketNameProblem(b);
 }
 
 Result<S3Endpoint> ResolveEndpoint(const S3Options& opts) {
@@ -106,6 +126,9 @@ Result<S3Endpoint> ResolveEndpoint(const S3Options& opts) {
   // A name without a dot (a compose service, a host-file alias) has no
   // subdomains for virtual-hosted buckets.
   const bool single_label = hostname.find('.') == std::string::npos;
+  // A legacy bucket name (uppercase, '_', over 63 characters) is no host
+  // name: path-style only.
+  const bool dns_bucket = BucketNameProblem(opts.bucket).empty();
   if (opts.addressing == "path") {
     ep.path_style = true;
   } else if (opts.addressing == "virtual") {
@@ -113,9 +136,14 @@ Result<S3Endpoint> ResolveEndpoint(const S3Options& opts) {
       return Err(Status::InvalidArgument("virtual-hosted addressing needs a DNS name, not '" +
                                          hostname + "'; use addressing=path"));
     }
+    if (!dns_bucket) {
+      return Err(Status::InvalidArgument("bucket '" + opts.bucket + "' is not a DNS name (" +
+                                         BucketNameProblem(opts.bucket) +
+                                         "): virtual-hosted addressing cannot reach it; use addressing=path"));
+    }
     ep.path_style = false;
   } else if (opts.addressing == "auto" || opts.addressing.empty()) {
-    ep.path_style = ip_or_local || single_label || opts.bucket.find('.') != std::string::npos;
+    ep.path_style = ip_or_local || single_label || !dns_bucket || opts.bucket.find('.') != std::string::npos;
   } else {
     return Err(Status::InvalidArgument("addressing '" + opts.addressing +
                                        "' is not one of auto, path, virtual"));

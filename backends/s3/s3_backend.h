@@ -36,8 +36,13 @@ Result<S3Endpoint> ResolveEndpoint(const S3Options& opts);
 
 // S3 bucket naming rules (3-63 chars, [a-z0-9.-], starts/ends alnum, no "..",
 // not an IPv4 address, no "xn--" prefix / "-s3alias" suffix). Empty = valid,
-// else the reason.
+// else the reason. Such a name is also a host name (virtual-hosted addressing).
 std::string BucketNameProblem(std::string_view bucket);
+// The legacy rules, which buckets made in us-east-1 before March 2018 (and
+// some S3-compatible stores) still follow: 3-255 chars, [A-Za-z0-9._-],
+// starts/ends alnum, no "..", not an IPv4 address. Empty = valid. Reached
+// with path-style addressing only.
+std::string LegacyBucketNameProblem(std::string_view bucket);
 
 struct Outcome {
   Status status;       // ok -> success

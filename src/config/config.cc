@@ -127,8 +127,9 @@ const std::vector<Key>& Schema() {
        SET_STR(backend.region)},
       {"backend.addressing", Type::kEnum, "auto",
        "path: http://endpoint/bucket/key; virtual: http://bucket.endpoint/key; auto: path for "
-       "IP-address endpoints, host names without a dot (localhost, a compose service) and buckets "
-       "with dots, virtual otherwise (as the AWS CLI does).",
+       "IP-address endpoints, host names without a dot (localhost, a compose service), buckets "
+       "with dots and legacy bucket names (uppercase, '_': path only), virtual otherwise (as the AWS "
+       "CLI does).",
        "auto|path|virtual", SET_STR(backend.addressing)},
       {"backend.profile", Type::kString, "",
        "Profile in ~/.aws/credentials ($AWS_SHARED_CREDENTIALS_FILE), used even when the AWS_* "
