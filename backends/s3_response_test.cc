@@ -150,6 +150,12 @@ TEST_CASE("ResolveEndpoint: addressing styles", "[endpoint]") {
   CHECK(ResolveEndpoint(o).error().code() == Code::kInvalidArgument);
   o.endpoint = "ftp://x";
   CHECK(ResolveEndpoint(o).error().code() == Code::kInvalidArgument);
+  for (const char* spaced : {"http://127.0.0.1:9000 ", " http://127.0.0.1:9000", "http://a b:1", "http://h\t:1"}) {
+    o.endpoint = spaced;
+    auto r = ResolveEndpoint(o);
+    REQUIRE(!r);
+    CHECK_THAT(r.error().message(), Catch::Contains("space or control character"));
+  }
   // No host is said as such (trailing slashes once made it "http:", "needs a scheme").
   for (const char* no_host : {"http://", "http:///", "https://"}) {
     o.endpoint = no_host;

@@ -87,6 +87,11 @@ Result<S3Endpoint> ResolveEndpoint(const S3Options& opts) {
   ep.bucket = opts.bucket;
   std::string region = opts.region.empty() ? "us-east-1" : opts.region;
   ep.endpoint = opts.endpoint.empty() ? "https://s3." + region + ".amazonaws.com" : opts.endpoint;
+  for (char c : ep.endpoint) {
+    if (static_cast<unsigned char>(c) <= 0x20 || c == 0x7f) {
+      return Err(Status::InvalidArgument("endpoint '" + ep.endpoint + "' contains a space or control character"));
+    }
+  }
   // Trailing slashes go, but not into the "://" ("http://" has no host, not no scheme).
   const size_t scheme_end = ep.endpoint.find("://");
   const size_t keep = scheme_end == std::string::npos ? 1 : scheme_end + 3;
@@ -197,8 +202,11 @@ Outcome ClassifyFailure(const HttpResponse& r, const S3Endpoint& ep, std::string
   // caller may read the credentials again (S3Options::refresh_credentials).
   if (e.code == "ExpiredToken" || e.code == "InvalidToken" || e.code == "TokenRefreshRequired" ||
       e.code == "InvalidAccessKeyId") {
+    const char* why = e.code == "InvalidAccessKeyId"
+                          ? "the access key is not known there (mistyped, deleted, or meant for another endpoint)"
+                          : "they expired or were revoked";
     return {Status::PermissionDenied("S3 refused the credentials for " + bucket + " at " + ep.endpoint + " (" +
-                                     detail + "): they expired or were revoked. A mount reads the credentials file again when this "
+                                     detail + "): " + why + ". A mount reads the credentials file again when this "
                                      "happens; credentials from the environment need a new mount"),
             false, true};
   }
@@ -451,6 +459,13 @@ class S3Backend final : public Backend {
       HttpResponse r = pool_.Perform(Build("GET", "", q, {}));
       if (r.curl_code != 0 || r.status != 200) {
         if (r.overflow) return {Status::IoError(what + ": listing reply too large"), false};
+        // S3 answers a listing of a missing bucket with NoSuchBucket; a bare
+        // 404 is another kind of server (a web server, a proxy's error page).
+        if (r.curl_code == 0 && r.status == 404 && ParseErrorXml(r.body).code.empty()) {
+          return {Status::IoError(what + ": " + ep_.endpoint + " answered HTTP 404 with no S3 error: is it an S3 "
+                                  "endpoint? (check --endpoint)"),
+                  false};
+        }
         return ClassifyFailure(r, ep_, what);
       }
       auto parsed = ParseListObjectsV2(r.body);

@@ -64,7 +64,7 @@ std::string ChildKey(const std::string& dir_key, std::string_view name) {
 
 // The version an inode number is derived from: the ETag, or for a server
 // that lists none, the size and modification time (as SameVersion); none for
-// a directory (its mtime is when it was listed).
+// a directory (its mtime is when the mount started).
 std::string VersionOf(bool is_dir, const std::string& etag, uint64_t size, int64_t mtime_ns) {
   if (is_dir) return {};
   return etag.empty() ? fmt::format("{}:{}", size, mtime_ns) : etag;
@@ -88,7 +88,8 @@ struct Namespace::Fetch {
 Namespace::Namespace(Backend* backend, BlockStore* store, Metrics* metrics, Options opts)
     : backend_(backend), store_(store), metrics_(metrics), opts_(opts) {
   Inode root{kRootIno, kRootIno, "", InodeAttr{kRootIno, true, "", 0, 0, ""}, 0, 1};
-  root.attr.mtime_ns = Now() * 1000000;
+  dir_mtime_ns_ = Now() * 1000000;
+  root.attr.mtime_ns = dir_mtime_ns_;
   inodes_.emplace(kRootIno, root);
   by_key_.emplace("/", kRootIno);
 }
@@ -244,6 +245,17 @@ Result<std::shared_ptr<const DirListing>> Namespace::FetchListing(const std::str
   ListRequest req;
   req.prefix = dir_key.empty() ? "" : dir_key + "/";
   size_t skipped = 0;
+  std::string examples;  // the first hidden keys, for the warning
+  auto hide = [&](std::string_view key) {
+    if (++skipped > 3) return;
+    if (!examples.empty()) examples += ", ";
+    examples += '\'';
+    for (unsigned char c : key) {  // control bytes shown, not written to the log
+      if (c < 0x20 || c == 0x7f) examples += fmt::format("\\x{:02x}", c);
+      else examples.push_back(static_cast<char>(c));
+    }
+    examples += '\'';
+  };
   do {
     if (stopping_.load()) return Err(Status::Unavailable("unmounting"));
     if (metrics_) Add(metrics_->backend_list_requests);
@@ -253,7 +265,7 @@ Result<std::shared_ptr<const DirListing>> Namespace::FetchListing(const std::str
       std::string_view name(o.key);
       name.remove_prefix(std::min(name.size(), req.prefix.size()));
       if (!SafeName(name)) {  // "dir/" markers, "a/../b", over-long names
-        if (!name.empty()) ++skipped;
+        if (!name.empty()) hide(o.key);
         continue;
       }
       merged.try_emplace(std::string(name), DirEntry{std::string(name), false, o.size, o.mtime_ns, o.etag});
@@ -263,7 +275,7 @@ Result<std::shared_ptr<const DirListing>> Namespace::FetchListing(const std::str
       name.remove_prefix(std::min(name.size(), req.prefix.size()));
       if (!name.empty() && name.back() == '/') name.remove_suffix(1);
       if (!SafeName(name)) {
-        ++skipped;
+        hide(p);
         continue;
       }
       merged.insert_or_assign(std::string(name), DirEntry{std::string(name), true, 0, 0, ""});
@@ -271,8 +283,8 @@ Result<std::shared_ptr<const DirListing>> Namespace::FetchListing(const std::str
     req.continuation_token = page->next_token;
   } while (!req.continuation_token.empty());
   if (skipped)
-    spdlog::warn("listing of '{}/': {} key(s) with names unsafe for a file system are hidden",
-                 dir_key, skipped);
+    spdlog::warn("listing of '{}/': {} key(s) with names unsafe for a file system are hidden: {}{}", dir_key,
+                 skipped, examples, skipped > 3 ? ", ..." : "");
   listing->entries.reserve(merged.size());
   for (auto& [_, e] : merged) listing->entries.push_back(std::move(e));
   merged.clear();  // before the encoding below: a huge directory held both at once
@@ -513,7 +525,7 @@ Result<InodeAttr> Namespace::Child(const std::string& dir_key, std::string_view 
   a.is_dir = e->is_dir;
   a.key = ChildKey(dir_key, name);
   a.size = e->size;
-  a.mtime_ns = e->is_dir ? (*listing)->fetched_ms * 1000000 : e->mtime_ns;
+  a.mtime_ns = e->is_dir ? dir_mtime_ns_ : e->mtime_ns;
   a.etag = e->etag;
   a.listing_ms = (*listing)->fetched_ms;
   return a;

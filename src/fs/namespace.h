@@ -230,6 +230,9 @@ class Namespace {
   BlockStore* store_;
   Metrics* metrics_;
   Options opts_;
+  // A directory's mtime: when the mount started (S3 prefixes have none; the
+  // time of the listing that named it would change every TTL for nothing).
+  int64_t dir_mtime_ns_ = 0;
   std::function<void(const std::string&, size_t)> listing_hook_;
 
   mutable std::mutex mu_;  // guards inodes_, by_key_
