@@ -110,6 +110,13 @@ class LocalBackend final : public Backend {
     if (!req.prefix.empty()) {
       if (auto s = ValidateKey(req.prefix); !s.ok()) return Err(s);
     }
+    // The source directory itself gone (renamed, deleted, its file system
+    // unmounted) is an outage, not an empty bucket: the mount keeps serving
+    // its stale listings and cached data (as for an S3 outage) instead of
+    // showing an empty tree.
+    if (struct stat rst {}; ::stat(root_.c_str(), &rst) != 0 || !S_ISDIR(rst.st_mode)) {
+      return Err(Status::Unavailable("source directory " + root_ + " is gone (renamed, deleted or unmounted?)"));
+    }
     const size_t max_keys = static_cast<size_t>(std::max(req.max_keys, 1));
     // Split "a/b/na" into directory "a/b/" and name filter "na".
     auto slash = req.prefix.rfind('/');

@@ -266,3 +266,22 @@ TEST_CASE("local: Probe and factory errors", "[local]") {
     CHECK(l.error().code() == Code::kPermissionDenied);
   }
 }
+
+TEST_CASE("local: a source directory gone while mounted is an outage, not an empty bucket", "[local]") {
+  TempDir t;
+  t.Write("src/a/f", "x");
+  auto b = igt::MakeLocalBackend((t.path / "src").string());
+  REQUIRE(b);
+  REQUIRE((*b)->List({}).has_value());
+  fs::rename(t.path / "src", t.path / "moved");
+  for (const char* prefix : {"", "a/"}) {
+    igt::ListRequest r;
+    r.prefix = prefix;
+    auto l = (*b)->List(r);
+    REQUIRE(!l);
+    CHECK(l.error().code() == Code::kUnavailable);
+    CHECK_THAT(l.error().message(), Catch::Contains("is gone"));
+  }
+  fs::rename(t.path / "moved", t.path / "src");
+  CHECK((*b)->List({}).has_value());
+}

@@ -32,6 +32,12 @@ enum class Code {
 
 std::string_view CodeName(Code c);
 
+// The backend could not answer (its retries spent): unreachable, timed out,
+// a server error. Not an answer about the object (not found, changed), nor a
+// refusal (credentials): what a stale listing, a cached unit, or a moment's
+// patience can stand in for.
+inline bool BackendUnreachable(Code c) { return c == Code::kUnavailable || c == Code::kIoError || c == Code::kTimeout; }
+
 class [[nodiscard]] Status {
  public:
   Status() = default;

@@ -193,15 +193,23 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
   }
   obs::BackendStats backend_stats;  // per-request outcomes and latency, for /metrics
   *backend = obs::Instrument(std::move(*backend), &backend_stats);
-  if (auto s = (*backend)->Probe(); !s.ok()) {
-    rep.Fail(fmt::format("source {} is not usable: {}", (*backend)->Describe(), s.message()));
+  // A source that cannot be reached is refused, unless the cache dir holds
+  // what an earlier mount of it listed (decided once the cache dir is open,
+  // below): a restart during an outage (a crash, a reboot) then serves the
+  // cache, as the mount before it did.
+  const Status probe = (*backend)->Probe();
+  if (!probe.ok() && !BackendUnreachable(probe.code())) {
+    rep.Fail(fmt::format("source {} is not usable: {}", (*backend)->Describe(), probe.message()));
     return kExitError;
   }
   // A source that lists nothing mounts as an empty directory, which is what
   // a mistyped prefix looks like: said, not refused (a new bucket is empty).
   std::vector<std::string> startup_warnings;  // logged once logging is set up
-  if (auto page = (*backend)->List(ListRequest{.prefix = "", .delimiter = "/", .continuation_token = {}, .max_keys = 1});
-      page && page->objects.empty() && page->prefixes.empty() && page->next_token.empty()) {
+  auto lists_nothing = [&] {
+    auto page = (*backend)->List(ListRequest{.prefix = "", .delimiter = "/", .continuation_token = {}, .max_keys = 1});
+    return page && page->objects.empty() && page->prefixes.empty() && page->next_token.empty();
+  };
+  if (probe.ok() && lists_nothing()) {
     startup_warnings.push_back(fmt::format("source {} lists no objects: the mount will be empty (check the bucket and "
                                            "prefix: a prefix names a directory of keys, not an object)",
                                            (*backend)->Describe()));
@@ -304,6 +312,17 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
   if (!previous_source) {
     rep.Fail(fmt::format("cache dir '{}': {}", cfg.cache.dir, previous_source.error().message()));
     return kExitError;
+  }
+  if (!probe.ok()) {
+    if (*previous_source || !HasSavedListing(**store, "")) {
+      rep.Fail(fmt::format("source {} is not usable: {}", (*backend)->Describe(), probe.message()));
+      return kExitError;
+    }
+    startup_warnings.push_back(fmt::format(
+        "source {} cannot be reached ({}): mounted on what cache dir '{}' holds (the listings and data an earlier "
+        "mount saved); reads of anything else fail with EIO until the source answers",
+        (*backend)->Describe(), probe.message(), cfg.cache.dir));
+    rep.Warn(startup_warnings.back());
   }
   if (auto s = SetUpLogging(cfg, foreground, cfg.cache.dir); !s.ok()) {
     rep.Fail(s.message());

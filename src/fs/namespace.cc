@@ -56,8 +56,6 @@ std::shared_ptr<DirListing> DecodeListing(const std::string& s) {
 // listing is served: bounds the extra latency an outage adds to lookups.
 constexpr int64_t kStaleRetryMs = 1000;
 
-bool Unreachable(Code c) { return c == Code::kUnavailable || c == Code::kIoError || c == Code::kTimeout; }
-
 std::string ChildKey(const std::string& dir_key, std::string_view name) {
   return dir_key.empty() ? std::string(name) : dir_key + "/" + std::string(name);
 }
@@ -81,6 +79,7 @@ const DirEntry* DirListing::Find(std::string_view name) const {
 struct Namespace::Fetch {
   std::mutex mu;
   std::condition_variable cv;
+  int64_t started_ms = 0;  // set before it is shared
   bool done = false;  // guarded by mu
   Result<std::shared_ptr<const DirListing>> result = Err(Status::Internal("pending"));
 };
@@ -174,13 +173,16 @@ void Namespace::QueueBackground(std::vector<std::string> want) {
   walk_cv_.notify_all();
 }
 
-bool Namespace::QueueRefresh(const std::string& dir_key, std::shared_ptr<Fetch> fetch) {
+bool Namespace::QueueRefresh(const std::string& dir_key, std::shared_ptr<Fetch> fetch, bool bucket_slow) {
   {
     std::lock_guard lk(walk_mu_);
     if (walk_stop_ || !StartWalkThreads()) return false;
-    // Only to an idle thread: else (all held by walks or by refreshes of a
-    // bucket that does not answer) the caller refreshes it itself.
-    if (walk_busy_ + refresh_queue_.size() >= walk_threads_.size()) return false;
+    // To an idle thread; when all are busy (walks, other refreshes), the
+    // caller refreshes it itself, which a bucket that answers makes quick
+    // (queued behind many, its wait could be the whole stale wait). Not when
+    // the bucket is slow: then a refresh may take the whole retry budget,
+    // and it waits in the queue while the caller gets the stale listing.
+    if (!bucket_slow && walk_busy_ + refresh_queue_.size() >= walk_threads_.size()) return false;
     refresh_queue_.emplace_back(dir_key, std::move(fetch));
   }
   walk_cv_.notify_one();
@@ -298,7 +300,7 @@ Result<std::shared_ptr<const DirListing>> Namespace::FetchListing(const std::str
 Result<std::shared_ptr<const DirListing>> Namespace::Listing(const std::string& dir_key, bool background) {
   std::shared_ptr<Fetch> fetch;
   std::shared_ptr<const DirListing> stale_listing;  // what the leader may serve meanwhile
-  bool leader = false, changed = false;
+  bool leader = false, changed = false, bucket_slow = false;
   {
     std::unique_lock lk(listings_mu_);
     std::shared_ptr<const DirListing> stale;
@@ -336,9 +338,31 @@ Result<std::shared_ptr<const DirListing>> Namespace::Listing(const std::string& 
       fetch = it->second;
     } else {
       fetch = std::make_shared<Fetch>();
+      fetch->started_ms = Now();
       fetches_.emplace(dir_key, fetch);
       leader = true;
       stale_listing = stale;
+      // The bucket is slow: it failed a listing lately (served stale), or
+      // a listing has been under way for longer than a lookup waits.
+      bucket_slow = !retry_after_ms_.empty();
+      for (const auto& [k, f] : fetches_)
+        if (!bucket_slow && f->started_ms + static_cast<int64_t>(opts_.stale_wait_ms) < fetch->started_ms)
+          bucket_slow = true;
+    }
+  }
+  // Not in memory (a mount started on the persisted listings of an earlier
+  // one, or a listing dropped for room): the persisted listing, if stale, is
+  // kept and served while the refresh runs, as one kept in memory would be
+  // (also to the lookups that come meanwhile). A fresh one Complete loads
+  // without asking the bucket.
+  if (leader && !stale_listing && !changed && !background && store_) {
+    if (auto raw = store_->GetMeta(MetaKey(dir_key))) {
+      if (auto l = DecodeListing(*raw); l && !Fresh(l->fetched_ms)) {
+        l->seq = listing_seq_.fetch_add(1) + 1;  // as Complete's: a place in the fetch order
+        std::lock_guard lk(listings_mu_);
+        if (!listings_.contains(dir_key)) KeepListingLocked(dir_key, l);
+        stale_listing = std::move(l);
+      }
     }
   }
   if (!leader) {
@@ -352,7 +376,7 @@ Result<std::shared_ptr<const DirListing>> Namespace::Listing(const std::string& 
   // whole retry budget, and the unmount with it).
   // Not with ttl_ms 0 (no stale listing wanted), nor for a listing a read
   // found out of date.
-  if (stale_listing && !background && !changed && opts_.ttl_ms > 0 && QueueRefresh(dir_key, fetch)) {
+  if (stale_listing && !background && !changed && opts_.ttl_ms > 0 && QueueRefresh(dir_key, fetch, bucket_slow)) {
     std::unique_lock lk(fetch->mu);
     if (fetch->cv.wait_for(lk, std::chrono::milliseconds(opts_.stale_wait_ms), [&] { return fetch->done; }))
       return fetch->result;
@@ -391,7 +415,7 @@ Result<std::shared_ptr<const DirListing>> Namespace::Complete(const std::string&
     result = FetchListing(dir_key);
     fetched = static_cast<bool>(result);
   }
-  if (!result && Unreachable(result.error().code())) {
+  if (!result && BackendUnreachable(result.error().code())) {
     // Bucket unreachable: a stale listing beats an error (cached data stays
     // readable during an outage).
     std::shared_ptr<const DirListing> old;
@@ -693,6 +717,11 @@ Result<std::shared_ptr<const DirListing>> Namespace::ReadDir(uint64_t ino) {
   auto l = Listing(key);
   if (l) NoteWalk(key);
   return l;
+}
+
+bool HasSavedListing(BlockStore& store, const std::string& dir_key) {
+  auto raw = store.GetMeta(MetaKey(dir_key));
+  return raw && DecodeListing(*raw) != nullptr;
 }
 
 }  // namespace igt

@@ -221,8 +221,9 @@ class Namespace {
   // use); takes walk_mu_ only.
   void QueueBackground(std::vector<std::string> dirs);
   // Queues the refresh `fetch` of `dir_key` for the background threads,
-  // ahead of walk listings; false if none runs (then the caller does it).
-  bool QueueRefresh(const std::string& dir_key, std::shared_ptr<Fetch> fetch);
+  // ahead of walk listings; false if none runs, or none is idle and the
+  // bucket is not `bucket_slow` (then the caller does it).
+  bool QueueRefresh(const std::string& dir_key, std::shared_ptr<Fetch> fetch, bool bucket_slow);
   // Under walk_mu_: at least one background thread runs (false if none can).
   bool StartWalkThreads();
 
@@ -272,5 +273,9 @@ class Namespace {
 };
 
 int64_t NowMs();
+
+// Whether `store` holds a saved listing of directory `dir_key` ("": the
+// mount's root), fresh or not: an earlier mount of the source listed it.
+bool HasSavedListing(BlockStore& store, const std::string& dir_key);
 
 }  // namespace igt

@@ -359,11 +359,12 @@ struct Outage {
 // bug fails the test instead of hanging it.
 class ListGate {
  public:
-  explicit ListGate(FaultInjectingBackend& fb) : fb_(fb) {
-    fb_.SetBeforeCall([this](FaultInjectingBackend::Op op, const std::string&) {
+  // `all`: every LIST is held until released, not only the first.
+  explicit ListGate(FaultInjectingBackend& fb, bool all = false) : fb_(fb) {
+    fb_.SetBeforeCall([this, all](FaultInjectingBackend::Op op, const std::string&) {
       if (op != FaultInjectingBackend::kList) return;
       std::unique_lock lk(m_);
-      if (held_) return;  // only the first LIST is held
+      if (held_ && !all) return;  // only the first LIST is held
       held_ = true;
       cv_.notify_all();
       gave_up_ = !cv_.wait_for(lk, std::chrono::seconds(30), [&] { return release_; });
@@ -540,4 +541,39 @@ TEST_CASE("listings nobody holds are dropped past max_listed_entries, and come b
   auto f = ns.Lookup(d1->ino, "f3");
   REQUIRE(f.has_value());
   CHECK(f->size == 1);
+}
+
+TEST_CASE("a mount started on persisted listings serves a stale one while the bucket stalls") {
+  // A restart after the TTL: the listings are in the index, not in memory.
+  // A bucket that accepts connections and never answers must not hold the
+  // lookups for the LIST's retry budget (it did: only listings kept in
+  // memory were served stale).
+  const BlockStoreOptions o = FreshStore("igt-ns-restart-stall");
+  auto mem = std::make_shared<MemoryBackend>();
+  mem->Put("d/a.bin", "1");
+  FaultInjectingBackend fb(mem);
+  FakeClockMs clock;
+  auto store = BlockStore::Open(o, nullptr);
+  REQUIRE(store.has_value());
+  const Namespace::Options opts{.ttl_ms = 60000, .prefetch_threads = 1, .stale_wait_ms = 50, .clock_ms = clock.fn()};
+  {
+    Namespace ns(&fb, store->get(), nullptr, opts);
+    auto d = ns.Lookup(Namespace::kRootIno, "d");
+    REQUIRE(d.has_value());
+    REQUIRE(ns.Lookup(d->ino, "a.bin").has_value());
+  }
+  clock.advance(60001);  // the persisted listings are stale now
+  Namespace ns(&fb, store->get(), nullptr, opts);
+  ListGate gate(fb, /*all=*/true);
+  auto d = ns.Lookup(Namespace::kRootIno, "d");  // after stale_wait_ms
+  REQUIRE(d.has_value());
+  CHECK(d->stale);
+  for (int i = 0; i < 5; ++i) CHECK(ns.Lookup(Namespace::kRootIno, "d").has_value());  // at once: in memory
+  clock.advance(100);
+  // The background thread is held by the root's refresh; the bucket is slow:
+  // d's refresh is queued, and the lookup gets d's stale listing.
+  CHECK(ns.Lookup(d->ino, "a.bin").has_value());
+  CHECK(gate.Release());  // no lookup waited for a LIST
+  store->reset();
+  std::filesystem::remove_all(o.dir);
 }

@@ -336,13 +336,6 @@ Status ReadPipeline::FetchRuns(const FileVersion& file, std::vector<Need>& needs
   return first_error;
 }
 
-namespace {
-// The backend could not answer (its retry budget spent): worth not asking
-// again at once. Not an answer about the object (changed, not found), nor
-// refused credentials (asked again cheaply).
-bool BackendFailure(Code c) { return c == Code::kUnavailable || c == Code::kTimeout || c == Code::kIoError; }
-}  // namespace
-
 void ReadPipeline::RememberFailure(uint64_t reader, const FileVersion& file, uint64_t off, uint64_t end,
                                    const Status& st) {
   std::lock_guard lk(failures_mu_);
@@ -378,7 +371,7 @@ Result<size_t> ReadPipeline::Read(const FileVersion& file, uint64_t offset, size
                                   const std::function<void()>& looked_up, uint64_t reader) {
   bool from_memo = false;
   auto r = ReadOnce(file, offset, length, out, looked_up, reader, from_memo);
-  if (!r && !from_memo && reader != 0 && opts_.failure_memo_ms > 0 && BackendFailure(r.error().code())) {
+  if (!r && !from_memo && reader != 0 && opts_.failure_memo_ms > 0 && BackendUnreachable(r.error().code())) {
     try {
       RememberFailure(reader, file, offset, std::min<uint64_t>(file.size, offset + length), r.error());
     } catch (...) {
