@@ -1,6 +1,7 @@
 // `igtcache unmount MOUNTPOINT`: fusermount3 -u (-uz with --lazy), then waits
 // for the daemon to exit so that callers (systemd ExecStop, scripts) know the
 // cache is flushed and unlocked when it returns.
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -13,6 +14,7 @@
 
 #include <fmt/format.h>
 
+#include "fuse/fuse_fs.h"
 #include "src/cli/ops_cmds.h"
 
 namespace igt {
@@ -74,8 +76,15 @@ int RunUnmount(const UnmountArgs& a) {
   }
   // A daemon that died (killed, crashed) leaves its mount answering ENOTCONN:
   // unmounting it is all there is to do, and nothing holds the cache dir.
+  // The mount point's own attributes may still be in the kernel's cache
+  // (a stat just before the kill): opening the stats file asks the daemon.
   struct stat mst {};
-  const bool daemon_gone = ::stat(mnt.c_str(), &mst) != 0 && errno == ENOTCONN;
+  bool daemon_gone = ::stat(mnt.c_str(), &mst) != 0 && errno == ENOTCONN;
+  if (!daemon_gone) {
+    const int fd = ::open((mnt + "/" + kStatsFileName).c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) ::close(fd);
+    else daemon_gone = errno == ENOTCONN;
+  }
   pid_t pid = 0;
   std::string no_pid;  // why the daemon's pid is unknown
   if (auto j = ReadStats(mnt)) {

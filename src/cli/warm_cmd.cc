@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -56,7 +57,16 @@ struct Item {
 
 struct Progress {
   std::atomic<uint64_t> files_done{0}, bytes_done{0}, errors{0};
+  // A file failed with ENOTCONN / ECONNABORTED: the mount's daemon is gone,
+  // and every file left would fail the same way.
+  std::atomic<bool> mount_gone{false};
 };
+
+// Returns strerror(e), noting in `p` an error that means the daemon is gone.
+std::string FileError(int e, Progress& p) {
+  if (e == ENOTCONN || e == ECONNABORTED) p.mount_gone = true;
+  return std::strerror(e);
+}
 
 std::string Eta(double s) {
   if (s < 0 || s > 360000) return "--:--";
@@ -74,7 +84,7 @@ constexpr uint64_t kIoctlChunk = kMaxWarmBytes;
 std::string WarmFile(const Item& it, char* buf, Progress& p) {
   int fd = open(it.path.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
   if (fd < 0 && errno == EINVAL) fd = open(it.path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return std::strerror(errno);
+  if (fd < 0) return FileError(errno, p);
   uint64_t off = 0;
   std::string err;
   bool by_ioctl = true;
@@ -86,7 +96,7 @@ std::string WarmFile(const Item& it, char* buf, Progress& p) {
         by_ioctl = false;  // read it through, from where the ioctls stopped
         break;
       }
-      err = std::strerror(errno);
+      err = FileError(errno, p);
       close(fd);
       return err;
     }
@@ -105,7 +115,7 @@ std::string WarmFile(const Item& it, char* buf, Progress& p) {
       if (fl >= 0 && (fl & O_DIRECT) && fcntl(fd, F_SETFL, fl & ~O_DIRECT) == 0) continue;
     }
     if (n < 0) {
-      err = std::strerror(errno);
+      err = FileError(errno, p);
       break;
     }
     if (n == 0) break;
@@ -223,7 +233,7 @@ int RunWarm(const WarmArgs& a) {
         void* raw = nullptr;
         if (posix_memalign(&raw, kDirectAlign, kChunk) != 0) return;  // the others read its share
         std::unique_ptr<char, decltype(&std::free)> buf(static_cast<char*>(raw), &std::free);
-        for (size_t i; (i = next.fetch_add(1)) < todo.size();) {
+        for (size_t i; !prog.mount_gone && (i = next.fetch_add(1)) < todo.size();) {
           std::string e = WarmFile(todo[i], buf.get(), prog);
           if (!e.empty()) {
             prog.errors.fetch_add(1);
@@ -274,10 +284,11 @@ int RunWarm(const WarmArgs& a) {
     }
     for (auto& t : workers) t.join();
     if (const size_t left = todo.size() - std::min<size_t>(prog.files_done.load(), todo.size()); left > 0) {
-      // Every worker failed to get its read buffer.
+      // The daemon is gone, or every worker failed to get its read buffer.
       prog.errors.fetch_add(left);
-      read_errors.push_back(fmt::format("{} files not read: no reader could allocate its {} buffer", left,
-                                        FormatSize(kChunk)));
+      read_errors.push_back(prog.mount_gone ? fmt::format("{} files not read: the mount's daemon is gone", left)
+                                            : fmt::format("{} files not read: no reader could allocate its {} buffer",
+                                                          left, FormatSize(kChunk)));
     }
     if (a.progress && tty) show(true);
     const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -285,6 +296,21 @@ int RunWarm(const WarmArgs& a) {
     for (const auto& e : read_errors) std::fprintf(stderr, "igtcache: warm: %s\n", e.c_str());
     if (!read_errors.empty()) rc = kExitError;
     auto after = ReadStats(mnt);
+    // Read, but not cached: the cache volume failed the daemon's writes (a
+    // full or read-only disk, a removed cache dir). The job to come would
+    // read all of it from the bucket.
+    if (after) {
+      const uint64_t write_errors = after->value("cache_write_errors", uint64_t{0}) -
+                                    std::min(after->value("cache_write_errors", uint64_t{0}),
+                                             stats->value("cache_write_errors", uint64_t{0}));
+      if (write_errors > 0) {
+        std::fprintf(stderr,
+                     "igtcache: warm: %s: %llu cache writes failed meanwhile (cache_write_errors; the daemon's log "
+                     "says why): what they held is not cached\n",
+                     mnt.c_str(), static_cast<unsigned long long>(write_errors));
+        rc = kExitError;
+      }
+    }
     const size_t read_ok = todo.size() - std::min<size_t>(prog.errors.load(), todo.size());
     std::printf("warm: read %zu %s, %s in %.1f s (%s/s)%s; cache now %s of %s\n", read_ok, Files(read_ok),
                 FormatSize(prog.bytes_done.load()).c_str(), el,

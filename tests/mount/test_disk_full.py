@@ -146,6 +146,12 @@ def main():
             for ln in new_w:
                 log(f"    {ln[-200:]}")
             check(len(new_w) <= 3, f"{len(new_w)} warning(s) logged for {errs} failed inserts")
+            # A warm-up that caches nothing says so (it said it had warmed).
+            r = subprocess.run([harness.igtcache_bin(), "warm", str(m.mountpoint / "ro")], capture_output=True,
+                               text=True, env=s.igt_env(), timeout=120)
+            check(r.returncode == 1 and "cache writes failed" in r.stderr,
+                  f"igtcache warm onto the read-only volume: exit {r.returncode}, says the writes failed "
+                  f"({r.stderr.strip()[-160:]!r})")
             st = read_phase("back")
             check(st["cache_hit_units"] > before["cache_hit_units"],
                   "read-only volume: units cached before are still served from it")
