@@ -114,9 +114,7 @@ class LocalBackend final : public Backend {
     // unmounted) is an outage, not an empty bucket: the mount keeps serving
     // its stale listings and cached data (as for an S3 outage) instead of
     // showing an empty tree.
-    if (struct stat rst {}; ::stat(root_.c_str(), &rst) != 0 || !S_ISDIR(rst.st_mode)) {
-      return Err(Status::Unavailable("source directory " + root_ + " is gone (renamed, deleted or unmounted?)"));
-    }
+    if (RootGone()) return Err(Gone());
     const size_t max_keys = static_cast<size_t>(std::max(req.max_keys, 1));
     // Split "a/b/na" into directory "a/b/" and name filter "na".
     auto slash = req.prefix.rfind('/');
@@ -237,13 +235,24 @@ class LocalBackend final : public Backend {
   // Opens a key as a regular file inside the root. (A symlink swapped
   // between realpath and open could still race; the source is trusted to
   // not be adversarial while mounted, and O_NOFOLLOW closes the last hop.)
+  // The source directory itself is gone (renamed, deleted): an outage, not
+  // a missing object.
+  bool RootGone() const {
+    struct stat st {};
+    return ::stat(root_.c_str(), &st) != 0 || !S_ISDIR(st.st_mode);
+  }
+  Status Gone() const { return Status::Unavailable("source directory " + root_ + " is gone (renamed or deleted?)"); }
+
   Status OpenKey(const std::string& key, int* fd) const {
     if (auto s = ValidateKey(key); !s.ok()) return s;
     if (key.back() == '/') return Status::NotFound("'" + key + "' is a prefix, not an object");
     auto real = Resolve(key);
-    if (!real) return real.error();
+    if (!real) return RootGone() ? Gone() : real.error();
     int f = ::open(real->c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
-    if (f < 0) return ErrnoStatus(errno, "open '" + key + "'");
+    if (f < 0) {
+      const int e = errno;
+      return RootGone() ? Gone() : ErrnoStatus(e, "open '" + key + "'");
+    }
     struct stat st {};
     if (::fstat(f, &st) != 0 || !S_ISREG(st.st_mode)) {
       ::close(f);

@@ -282,6 +282,12 @@ TEST_CASE("local: a source directory gone while mounted is an outage, not an emp
     CHECK(l.error().code() == Code::kUnavailable);
     CHECK_THAT(l.error().message(), Catch::Contains("is gone"));
   }
+  // A read of one of its files too: not a missing (changed) object.
+  char buf[1];
+  auto r = (*b)->Read("a/f", 0, 1, "", buf);
+  REQUIRE(!r);
+  CHECK(r.error().code() == Code::kUnavailable);
+  CHECK((*b)->Stat("a/f").error().code() == Code::kUnavailable);
   fs::rename(t.path / "moved", t.path / "src");
   CHECK((*b)->List({}).has_value());
 }

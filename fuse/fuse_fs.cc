@@ -36,6 +36,7 @@ struct Handle {
   FileVersion file;                            // kFile
   std::shared_ptr<const DirListing> listing;   // kDir
   std::string content;                         // kStats
+  bool direct_io = false;                      // kFile: opened with fi->direct_io (not page-cached)
 };
 
 Handle* H(fuse_file_info* fi) { return reinterpret_cast<Handle*>(fi->fh); }
@@ -253,7 +254,8 @@ struct FuseFs::Impl {
     // readahead without a kernel interface for it). Two opens racing may
     // swap their values: a matter of speed only, never of data.
     if (self->readahead_hook_) self->SetReadahead(self->readahead_hook_(a->key, a->size));
-    auto h = std::make_unique<Handle>(Handle{Handle::Kind::kFile, FileVersion{a->key, a->etag, a->size}, nullptr, {}});
+    auto h = std::make_unique<Handle>(
+        Handle{Handle::Kind::kFile, FileVersion{a->key, a->etag, a->size}, nullptr, {}, fi->direct_io != 0});
     fi->fh = reinterpret_cast<uint64_t>(h.get());
     KernelHandoff();
     if (fuse_reply_open(req, fi) == 0) h.release();
@@ -278,15 +280,18 @@ struct FuseFs::Impl {
     }
     // Every reply is ReadFile's last step: an exception there (an
     // allocation on its error path) came before any reply.
+    // A failed read through the page cache is asked again by the kernel at
+    // once (a page of a failed readahead); a direct one is not.
+    const bool page_cached = !h->direct_io && !(fi->flags & O_DIRECT);
     try {
-      ReadFile(req, ino, size, off, h);
+      ReadFile(req, ino, size, off, h, page_cached);
     } catch (...) {
       Add(self->metrics_->read_errors);
       fuse_reply_err(req, EIO);
     }
   }
 
-  static void ReadFile(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, Handle* h) {
+  static void ReadFile(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, Handle* h, bool page_cached) {
     auto* self = Self(req);
     Add(self->metrics_->read_requests);
     // Recorded as the request arrives, not once served: requests the kernel
@@ -315,7 +320,8 @@ struct FuseFs::Impl {
     Result<size_t> n = Err(Status::Internal("read failed"));
     try {
       if (buf.size() < size) buf.resize(size);
-      n = self->pipeline_->Read(h->file, o, size, buf.data(), run_plan, pid);
+      // The reader is named only where the kernel retries (the failure memo).
+      n = self->pipeline_->Read(h->file, o, size, buf.data(), run_plan, page_cached ? pid : 0);
     } catch (const std::exception& e) {
       n = Err(Status::Internal(e.what()));
     } catch (...) {

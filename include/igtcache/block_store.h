@@ -139,5 +139,7 @@ Status CheckUnitSize(BlockStore& store, uint64_t unit_size_bytes);
 // does not repeat across sources with other bytes. nullopt when the source
 // is the recorded one or none was recorded.
 Result<std::optional<std::string>> CheckSource(BlockStore& store, const std::string& source);
+// The source CheckSource recorded last, if any; changes nothing.
+Result<std::optional<std::string>> RecordedSource(BlockStore& store);
 
 }  // namespace igt

@@ -1233,20 +1233,29 @@ Status CheckUnitSize(BlockStore& store, uint64_t unit_size_bytes) {
   return Status::Ok();
 }
 
-Result<std::optional<std::string>> CheckSource(BlockStore& store, const std::string& source) {
-  constexpr std::string_view kKey = "c/source";
-  auto read = store.LookupMeta(kKey);
+namespace {
+constexpr std::string_view kSourceKey = "c/source";
+}  // namespace
+
+Result<std::optional<std::string>> RecordedSource(BlockStore& store) {
+  auto read = store.LookupMeta(kSourceKey);
   if (!read) {
     return Err(Status(read.error().code(),
                       fmt::format("cannot read the source recorded in its index: {}", read.error().message())));
   }
+  return *read;
+}
+
+Result<std::optional<std::string>> CheckSource(BlockStore& store, const std::string& source) {
+  auto read = RecordedSource(store);
+  if (!read) return Err(read.error());
   const std::optional<std::string>& have = *read;
   if (have && *have == source) return std::optional<std::string>();
   // Listings first: if recording the new source then fails, the next mount
   // drops them again, never trusts them.
   if (auto n = store.DeleteMetaPrefix("l/"); !n)
     return Err(Status(n.error().code(), fmt::format("cannot drop the saved listings: {}", n.error().message())));
-  if (auto s = store.PutMeta(kKey, source); !s.ok())
+  if (auto s = store.PutMeta(kSourceKey, source); !s.ok())
     return Err(Status(s.code(), fmt::format("cannot record the source in its index: {}", s.message())));
   return have;
 }

@@ -197,8 +197,11 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
   // what an earlier mount of it listed (decided once the cache dir is open,
   // below): a restart during an outage (a crash, a reboot) then serves the
   // cache, as the mount before it did.
+  // Only a source that does not answer (refused, timed out): an error reply
+  // (kIoError: a redirect to another region, a 4xx, a non-S3 server, a 5xx)
+  // is more often a setting to fix than an outage.
   const Status probe = (*backend)->Probe();
-  if (!probe.ok() && !BackendUnreachable(probe.code())) {
+  if (!probe.ok() && probe.code() != Code::kUnavailable && probe.code() != Code::kTimeout) {
     rep.Fail(fmt::format("source {} is not usable: {}", (*backend)->Describe(), probe.message()));
     return kExitError;
   }
@@ -308,13 +311,11 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
     return kExitError;
   }
   // The source its saved listings came from: another one's are dropped.
-  auto previous_source = CheckSource(**store, (*backend)->Describe());
-  if (!previous_source) {
-    rep.Fail(fmt::format("cache dir '{}': {}", cfg.cache.dir, previous_source.error().message()));
-    return kExitError;
-  }
   if (!probe.ok()) {
-    if (*previous_source || !HasSavedListing(**store, "")) {
+    // Asked before CheckSource, which drops another source's listings: a
+    // refused mount (a mistyped endpoint) leaves the cache dir as it was.
+    auto recorded = RecordedSource(**store);
+    if (!recorded || *recorded != (*backend)->Describe() || !HasSavedListing(**store, "")) {
       rep.Fail(fmt::format("source {} is not usable: {}", (*backend)->Describe(), probe.message()));
       return kExitError;
     }
@@ -323,6 +324,11 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
         "mount saved); reads of anything else fail with EIO until the source answers",
         (*backend)->Describe(), probe.message(), cfg.cache.dir));
     rep.Warn(startup_warnings.back());
+  }
+  auto previous_source = CheckSource(**store, (*backend)->Describe());
+  if (!previous_source) {
+    rep.Fail(fmt::format("cache dir '{}': {}", cfg.cache.dir, previous_source.error().message()));
+    return kExitError;
   }
   if (auto s = SetUpLogging(cfg, foreground, cfg.cache.dir); !s.ok()) {
     rep.Fail(s.message());

@@ -235,6 +235,8 @@ int RunWarm(const WarmArgs& a) {
         std::unique_ptr<char, decltype(&std::free)> buf(static_cast<char*>(raw), &std::free);
         for (size_t i; !prog.mount_gone && (i = next.fetch_add(1)) < todo.size();) {
           std::string e = WarmFile(todo[i], buf.get(), prog);
+          // The daemon is gone: counted with the files not read, one line.
+          if (!e.empty() && prog.mount_gone) continue;
           if (!e.empty()) {
             prog.errors.fetch_add(1);
             std::lock_guard lk(err_mu);
@@ -305,8 +307,8 @@ int RunWarm(const WarmArgs& a) {
                                              stats->value("cache_write_errors", uint64_t{0}));
       if (write_errors > 0) {
         std::fprintf(stderr,
-                     "igtcache: warm: %s: %llu cache writes failed meanwhile (cache_write_errors; the daemon's log "
-                     "says why): what they held is not cached\n",
+                     "igtcache: warm: %s: %llu cache writes failed on the mount meanwhile (cache_write_errors; the "
+                     "daemon's log says why): what they held, maybe some of what warm read, is not cached\n",
                      mnt.c_str(), static_cast<unsigned long long>(write_errors));
         rc = kExitError;
       }

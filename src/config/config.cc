@@ -493,6 +493,9 @@ Status Validate(const Config& c) {
       return bad("backend.endpoint", "'" + e + "' has no host, e.g. http://127.0.0.1:9000");
     if (rest.find_first_of("?#") != std::string::npos)
       return bad("backend.endpoint", "'" + e + "' must not have a query or fragment");
+    for (char ch : e)
+      if (static_cast<unsigned char>(ch) <= 0x20 || ch == 0x7f)
+        return bad("backend.endpoint", "'" + e + "' contains a space or control character");
   }
   if (!c.metrics.addr.empty()) {
     const auto colon = c.metrics.addr.rfind(':');

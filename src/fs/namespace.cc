@@ -80,6 +80,7 @@ struct Namespace::Fetch {
   std::mutex mu;
   std::condition_variable cv;
   int64_t started_ms = 0;  // set before it is shared
+  bool background = false;  // a walk's (set before it is shared)
   bool done = false;  // guarded by mu
   Result<std::shared_ptr<const DirListing>> result = Err(Status::Internal("pending"));
 };
@@ -301,13 +302,30 @@ Result<std::shared_ptr<const DirListing>> Namespace::Listing(const std::string& 
   std::shared_ptr<Fetch> fetch;
   std::shared_ptr<const DirListing> stale_listing;  // what the leader may serve meanwhile
   bool leader = false, changed = false, bucket_slow = false;
+  // Not in memory (a mount started on the persisted listings of an earlier
+  // one, or a listing dropped for room): the persisted listing, if stale, is
+  // taken in below and served while the refresh runs, as one kept in memory
+  // would be (also to the lookups and walks that come meanwhile: it is in
+  // memory before the refresh is published). A fresh one Complete loads
+  // without asking the bucket.
+  std::shared_ptr<DirListing> persisted;
+  if (!background && store_ && !CachedListing(dir_key)) {
+    if (auto raw = store_->GetMeta(MetaKey(dir_key)))
+      if (auto l = DecodeListing(*raw); l && !Fresh(l->fetched_ms)) persisted = std::move(l);
+  }
   {
     std::unique_lock lk(listings_mu_);
     std::shared_ptr<const DirListing> stale;
     // A read found this listing out of date: it is not served to lookups
     // until listed again (except while the bucket is down, below).
     changed = changed_.contains(dir_key);
-    if (auto it = listings_.find(dir_key); it != listings_.end()) {
+    auto it = listings_.find(dir_key);
+    if (it == listings_.end() && persisted && !changed) {
+      persisted->seq = listing_seq_.fetch_add(1) + 1;  // as Complete's: a place in the fetch order
+      KeepListingLocked(dir_key, persisted);
+      it = listings_.find(dir_key);
+    }
+    if (it != listings_.end()) {
       it->second->used.store(++use_clock_, std::memory_order_relaxed);
       if (!changed && Fresh(it->second->fetched_ms)) return it->second;
       stale = it->second;
@@ -339,30 +357,18 @@ Result<std::shared_ptr<const DirListing>> Namespace::Listing(const std::string& 
     } else {
       fetch = std::make_shared<Fetch>();
       fetch->started_ms = Now();
+      fetch->background = background;
       fetches_.emplace(dir_key, fetch);
       leader = true;
       stale_listing = stale;
-      // The bucket is slow: it failed a listing lately (served stale), or
-      // a listing has been under way for longer than a lookup waits.
-      bucket_slow = !retry_after_ms_.empty();
+      // The bucket is slow: a listing failed for it lately, or a lookup's
+      // listing (not a walk's: a big directory's pages take their time) has
+      // been under way for longer than a lookup waits.
+      const int64_t now = fetch->started_ms;
+      bucket_slow = last_unreachable_ms_ > 0 && now - last_unreachable_ms_ < kSlowBucketMs;
       for (const auto& [k, f] : fetches_)
-        if (!bucket_slow && f->started_ms + static_cast<int64_t>(opts_.stale_wait_ms) < fetch->started_ms)
+        if (!bucket_slow && !f->background && f->started_ms + static_cast<int64_t>(opts_.stale_wait_ms) < now)
           bucket_slow = true;
-    }
-  }
-  // Not in memory (a mount started on the persisted listings of an earlier
-  // one, or a listing dropped for room): the persisted listing, if stale, is
-  // kept and served while the refresh runs, as one kept in memory would be
-  // (also to the lookups that come meanwhile). A fresh one Complete loads
-  // without asking the bucket.
-  if (leader && !stale_listing && !changed && !background && store_) {
-    if (auto raw = store_->GetMeta(MetaKey(dir_key))) {
-      if (auto l = DecodeListing(*raw); l && !Fresh(l->fetched_ms)) {
-        l->seq = listing_seq_.fetch_add(1) + 1;  // as Complete's: a place in the fetch order
-        std::lock_guard lk(listings_mu_);
-        if (!listings_.contains(dir_key)) KeepListingLocked(dir_key, l);
-        stale_listing = std::move(l);
-      }
     }
   }
   if (!leader) {
@@ -441,6 +447,7 @@ Result<std::shared_ptr<const DirListing>> Namespace::Complete(const std::string&
     // the bucket itself and sees the outcome.
     if (stale) retry_after_ms_[dir_key] = Now() + kStaleRetryMs;
     else retry_after_ms_.erase(dir_key);
+    if (stale || (!result && BackendUnreachable(result.error().code()))) last_unreachable_ms_ = Now();
     // Fetched after the latest note of a change: up to date again. (A note
     // made during the fetch stays: the LIST may predate that change.)
     if (auto c = changed_.find(dir_key); fetched && c != changed_.end() && c->second == note) changed_.erase(c);

@@ -234,6 +234,11 @@ class Namespace {
   // A directory's mtime: when the mount started (S3 prefixes have none; the
   // time of the listing that named it would change every TTL for nothing).
   int64_t dir_mtime_ns_ = 0;
+  // When a listing last failed for an unreachable bucket (0: never); under
+  // listings_mu_. Within kSlowBucketMs of it the bucket counts as slow
+  // (Listing: refreshes are queued, not made by the lookups themselves).
+  int64_t last_unreachable_ms_ = 0;
+  static constexpr int64_t kSlowBucketMs = 10000;
   std::function<void(const std::string&, size_t)> listing_hook_;
 
   mutable std::mutex mu_;  // guards inodes_, by_key_

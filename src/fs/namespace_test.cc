@@ -563,17 +563,19 @@ TEST_CASE("a mount started on persisted listings serves a stale one while the bu
     REQUIRE(ns.Lookup(d->ino, "a.bin").has_value());
   }
   clock.advance(60001);  // the persisted listings are stale now
-  Namespace ns(&fb, store->get(), nullptr, opts);
-  ListGate gate(fb, /*all=*/true);
-  auto d = ns.Lookup(Namespace::kRootIno, "d");  // after stale_wait_ms
-  REQUIRE(d.has_value());
-  CHECK(d->stale);
-  for (int i = 0; i < 5; ++i) CHECK(ns.Lookup(Namespace::kRootIno, "d").has_value());  // at once: in memory
-  clock.advance(100);
-  // The background thread is held by the root's refresh; the bucket is slow:
-  // d's refresh is queued, and the lookup gets d's stale listing.
-  CHECK(ns.Lookup(d->ino, "a.bin").has_value());
-  CHECK(gate.Release());  // no lookup waited for a LIST
+  {
+    ListGate gate(fb, /*all=*/true);  // before ns: ns (its threads) goes first
+    Namespace ns(&fb, store->get(), nullptr, opts);
+    auto d = ns.Lookup(Namespace::kRootIno, "d");  // after stale_wait_ms
+    REQUIRE(d.has_value());
+    CHECK(d->stale);
+    for (int i = 0; i < 5; ++i) CHECK(ns.Lookup(Namespace::kRootIno, "d").has_value());  // at once: in memory
+    clock.advance(100);
+    // The background thread is held by the root's refresh; the bucket is
+    // slow: d's refresh is queued, and the lookup gets d's stale listing.
+    CHECK(ns.Lookup(d->ino, "a.bin").has_value());
+    CHECK(gate.Release());  // no lookup waited for a LIST
+  }
   store->reset();
   std::filesystem::remove_all(o.dir);
 }

@@ -81,6 +81,11 @@ std::string ReadPipeline::FlightKey(const FileVersion& f, uint64_t index) const 
   return k;
 }
 
+bool ReadPipeline::InFlight(const FileVersion& file, uint64_t index) {
+  std::lock_guard lk(mu_);
+  return InFlightLocked(file, index);
+}
+
 void ReadPipeline::Unlist(const FileVersion& file, uint64_t index) {
   std::lock_guard lk(mu_);
   flights_.erase(FlightKey(file, index));
@@ -418,9 +423,10 @@ Result<size_t> ReadPipeline::ReadOnce(const FileVersion& file, uint64_t offset, 
   std::optional<bool> subs;  // misses fetch sub-units: asked on the first miss
   std::vector<Need> needs;
   LeadGuard guard(this, file, needs);
-  // Before this read fetches [from, to) itself: this reader's read of it
-  // failed a moment ago (the kernel reading a page of a failed readahead
-  // again) and fails again at once.
+  // Before this read fetches [from, to) itself (not when another fetch of
+  // it is under way, which it joins): this reader's read of it failed a
+  // moment ago (the kernel reading a page of a failed readahead again) and
+  // fails again at once.
   std::optional<Status> memo;
   auto failed_before = [&](uint64_t from, uint64_t to) {
     if (!memo) memo = TakeFailure(reader, file, from, to);
@@ -439,7 +445,7 @@ Result<size_t> ReadPipeline::ReadOnce(const FileVersion& file, uint64_t offset, 
     }
     // Whole: joins a whole flight, or starts one unless sub-units of the
     // unit are cached or in flight (the file was read at random before).
-    if (!*subs && failed_before(from, to)) break;
+    if (!*subs && !InFlight(file, u) && failed_before(from, to)) break;
     if (!*subs && AddWholeNeed(file, u, needs)) {
       miss(to - from);
       continue;
@@ -457,7 +463,7 @@ Result<size_t> ReadPipeline::ReadOnce(const FileVersion& file, uint64_t offset, 
       if (whole_from || memo) return;
       const uint64_t a = std::max(from, p), b = std::min(to, p + S);
       if (hit(idx, p, a, b)) return;
-      if (failed_before(a, b)) return;
+      if (!InFlight(file, idx) && failed_before(a, b)) return;
       if (AddSubNeed(file, u, idx, p, std::min(S, file.size - p), *keep, needs)) {
         miss(b - a);
         return;

@@ -89,8 +89,8 @@ class ReadPipeline {
   // the flight table but not fetched yet: the point where the simulator
   // issues a read's prefetch plan (a plan submitted there joins the read's
   // own fetches instead of fetching them again, and overlaps their wait).
-  // `reader` names who reads (the FUSE request's thread id; 0: unknown, no
-  // failure memo).
+  // `reader` names who reads (the FUSE request's thread id, for a read the
+  // kernel retries when it fails; 0: unknown, no failure memo).
   Result<size_t> Read(const FileVersion& file, uint64_t offset, size_t length, char* out,
                       const std::function<void()>& looked_up = {}, uint64_t reader = 0);
 
@@ -165,6 +165,8 @@ class ReadPipeline {
   // Whether piece `index` has a flight in the table not abandoned; the
   // caller holds mu_.
   bool InFlightLocked(const FileVersion& file, uint64_t index) const;
+  // InFlightLocked, taking mu_.
+  bool InFlight(const FileVersion& file, uint64_t index);
   // Whether piece `index` (a unit or sub-unit) is in flight or cached; the
   // caller holds mu_.
   bool TakenLocked(const FileVersion& file, uint64_t index) const;
