@@ -1592,5 +1592,44 @@ TEST_CASE("a skewed stream beside a busy uniform one keeps its hot items", "[eng
     CHECK(igt.zipf + igt.train >= lru.zipf + lru.train);
   }
 }
+
+TEST_CASE("readahead a stopped reader left is given up once stale, and goes at a never_cache reload", "[engine]") {
+  // A scan reads 10 units of a big file and stops; its readahead waits in
+  // (readahead). A training job then needs the space. Before, the window
+  // (under 90% of the readahead share) stayed for good.
+  auto window_bytes = [](Harness& h) {
+    for (const auto& s : h.engine->Stats().streams)
+      if (s.key == "(readahead)") return s.cached_bytes;
+    return uint64_t{0};
+  };
+  for (const bool reload : {false, true}) {
+    INFO((reload ? "never_cache reload" : "stale"));
+    Harness h("igt", 100);
+    h.run_prefetch = true;
+    h.tree.NoteListing("data/train/", 300);
+    for (uint64_t u = 0; u < 10; ++u) h.Read("raw/part0.bin", u, 400, false);
+    const uint64_t held = window_bytes(h);
+    REQUIRE(held > 0);
+    if (reload) {
+      PolicyFile pf = *PolicyProfile("training");
+      PathOverride o;
+      o.prefix = "raw/";
+      o.never_cache = true;
+      pf.overrides.push_back(o);
+      REQUIRE(h.engine->SetPolicyFile(pf).ok());
+      CHECK(window_bytes(h) == 0);  // moved to the never_cache stream
+    } else {
+      h.now_us += 31'000'000;  // the scan stopped half a minute ago
+    }
+    std::mt19937 rng(5);
+    std::vector<int> order(300);
+    std::iota(order.begin(), order.end(), 0);
+    for (int e = 0; e < 2; ++e) {
+      std::shuffle(order.begin(), order.end(), rng);
+      for (int i : order) h.Read(Item(i), 0, 1, false);
+    }
+    CHECK(window_bytes(h) == 0);
+  }
+}
 }  // namespace
 }  // namespace igt::engine

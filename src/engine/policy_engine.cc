@@ -51,6 +51,12 @@ constexpr uint64_t kWarmStallUs = 10'000'000;
 // "Protected" value of a sequential stream holding only its readahead
 // window (prefetched, unread units): it gives space only when nothing else can.
 constexpr double kWindowValue = 1e30;
+// A readahead unit nobody has read this long after its insert belongs to a
+// reader that stopped or jumped: the (readahead) stream gives space while
+// its oldest unit is that stale (a live black-box test: a scan stopped after
+// 10 MiB left 13 MiB of windows, 20% of the cache, for good beside a
+// training job short of space).
+constexpr uint64_t kWindowStaleUs = 30'000'000;
 // A directory with fewer children than this is not a retention stream of its
 // own (two subtrees read in turn look "random" over 2 children): the
 // streams below it are used instead.
@@ -164,6 +170,7 @@ struct PolicyEngine::Unit {
   bool in_share = false;       // counted in prefetched_unread_bytes_
   bool consumed = false;       // read at least once since insert
   uint64_t read_stamp = 0;     // g->epoch + 1 when read in that epoch
+  uint64_t inserted_us = 0;    // engine time of the insert
   bool old_version = false;    // not of the file's current version (FileRec::etag)
   uint64_t version = 0;        // hash of the unit's ETag (0: not known)
   Unit* file_prev = nullptr;   // the file's other cached units (FileRec::units)
@@ -1047,6 +1054,7 @@ void PolicyEngine::OnInsert(const std::string& id, std::string_view path, uint64
   u.path = fkey;
   u.index = unit_index;
   u.bytes = bytes;
+  u.inserted_us = now_us_;
   u.disk_bytes = disk_bytes ? disk_bytes : bytes;
   u.version = etag.empty() ? 0 : std::hash<std::string_view>{}(etag) | 1;
   if (u.version && !f.version) f.version = u.version;
@@ -1266,10 +1274,23 @@ void PolicyEngine::NoteWarm(std::string_view path, uint64_t now_us) {
 
 PolicyEngine::Group* PolicyEngine::WindowGroup() { return HoldingGroup(kWindowStream, kSequential, &Group::window); }
 
+bool PolicyEngine::WindowStale(const Group* g) const {
+  // fifo: its victim is the oldest insert (units only leave the window).
+  auto v = g->module->PickVictim();
+  if (!v) return false;
+  auto it = units_.find(*v);
+  return it != units_.end() && now_us_ > it->second.inserted_us + kWindowStaleUs;
+}
+
 double PolicyEngine::ByteValue(const Group* g) const {
   if (g->ov && g->ov->never_cache) return -1;
-  if (g->window)  // protected until near the readahead share, then stale windows go
+  if (g->window) {
+    // Windows whose reader stopped go first, before streams merely idle
+    // (worth 0), after never_cache (-1); the others are protected until
+    // near the readahead share, then the oldest windows go.
+    if (WindowStale(g)) return -0.5;
     return double(g->bytes) < 0.9 * kMaxPrefetchShare * double(opts_.capacity_bytes) ? kWindowValue : 0.0;
+  }
   if (g->user_warm)  // held for the job to come, for a while after the last warm-up
     return now_us_ < last_user_warm_us_ + kUserWarmHoldUs ? kWindowValue : 0.0;
   if (Idle(g)) return 0;
@@ -1472,7 +1493,7 @@ Status PolicyEngine::SetPolicyFile(PolicyFile pf) {
   // Files under an override (one this file adds or widens) join its stream
   // now, and their cached units with them: a new pin or quota applies to
   // what is cached, not only to what is read again. (Readahead units not read
-  // yet stay in the window stream, as on an insert.)
+  // yet stay in the window stream, as on an insert, unless never_cache.)
   // The overrides' streams are made first: a new one may add the files of
   // its listing to files_, which must not happen while walking it.
   struct Joining {
@@ -1511,7 +1532,10 @@ Status PolicyEngine::SetPolicyFile(PolicyFile pf) {
   if (moved)
     for (auto& [id, u] : units_) {
       const FileRec& f = files_.at(*u.path);
-      if (!u.g->window && !u.g->user_warm && f.group && f.group != u.g && f.group->ov) MoveUnit(id, u, f);
+      // Held units (readahead, warm-up) stay where they wait, but not under
+      // a never_cache prefix: those go to its stream, the first victims.
+      const bool held = u.g->window || u.g->user_warm;
+      if (f.group && f.group != u.g && f.group->ov && (!held || f.group->ov->never_cache)) MoveUnit(id, u, f);
     }
   ++reloads_;
   return Status::Ok();

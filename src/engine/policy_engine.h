@@ -256,6 +256,8 @@ class PolicyEngine {
   // Moves a cached unit to `dest`, or to its file's stream (f.group).
   void MoveUnit(const std::string& id, Unit& u, const FileRec& f, Group* dest = nullptr);
   Group* WindowGroup();  // the stream of readahead units not read yet
+  // Whether the window stream's oldest unit has waited kWindowStaleUs unread.
+  bool WindowStale(const Group* g) const;
   void MaybeAllocate(uint64_t now_us);
   void TrimPlan(std::vector<PrefetchRange>& plan);
 
