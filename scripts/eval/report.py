@@ -352,7 +352,7 @@ scripts/build.sh && scripts/eval.sh            # rewrites this file and docs/img
 - Backend: 16 connections; a GET delivers its k-th byte 25 ms + k / (90 MB/s) after it starts
   on a free connection; GETs of at most 8 MiB; adjacent missing units of one read are one GET.
   Each prefetch GET runs only on a connection that is idle at that moment while another idle one
-  remains for demand reads, and with at most 256 MiB in flight; the rest of a plan is dropped. A
+  remains for demand reads, and with at most `cache.prefetch_budget_bytes` (128 MiB) in flight; the rest of a plan is dropped. A
   fill (whole, or partial up to a byte limit the engine renews on every read of the file) is
   queued instead and pumped after every read while 3 connections are idle.
   A miss in a file igt reads as sub-units (random or skewed) fetches the 64 KiB pieces it covers.

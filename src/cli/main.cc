@@ -174,7 +174,7 @@ int main(int argc, char** argv) {
   sim->add_option("--listing", so.listing_path,
                   "CSV path,size of every object, read or not (default: the trace's files)");
   sim->add_option("--policy", so.policy, "igt | lru | lfu | fifo | 2random | lru-readahead | belady")->capture_default_str();
-  sim->add_option("--config", so.config_path, "YAML config (stream.*, cache.unit_size_bytes, policy.file)");
+  sim->add_option("--config", so.config_path, "YAML config (stream.*, cache.unit_size_bytes, cache.sub_unit_bytes, cache.prefetch_budget_bytes, policy.file)");
   sim->add_option("--unit-size", sim_unit_size, "Cache unit (default cache.unit_size_bytes, 1M)");
   sim->add_option("--latency-ms", so.latency_ms, "Modeled time to first byte")->check(in_range(0, 1e6))->capture_default_str();
   sim->add_option("--bandwidth", so.bandwidth_bytes_per_s, "Modeled bytes/s per connection")->check(in_range(1, 1e13))->capture_default_str();

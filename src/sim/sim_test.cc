@@ -57,6 +57,25 @@ TEST_CASE("sim: output has exactly the documented keys", "[sim]") {
   CHECK(j["backend_bytes"] == 100);
 }
 
+TEST_CASE("sim: the prefetch budget is the config's, as a mount's", "[sim]") {
+  TempTrace t("0,1,a/f,0,100,100\n");
+  auto j = Run(t.path, 10 * kMiB, "igt");
+  CHECK(j["details"]["prefetch_budget_bytes"] == 128 * kMiB);  // cache.prefetch_budget_bytes' default
+  char tmpl[] = "/tmp/igt_sim_cfg_XXXXXX";
+  const int fd = mkstemp(tmpl);
+  REQUIRE(fd >= 0);
+  close(fd);
+  std::ofstream(tmpl) << "cache:\n  prefetch_budget_bytes: 32M\n";
+  SimOptions o;
+  o.trace_path = t.path;
+  o.cache_bytes = 10 * kMiB;
+  o.config_path = tmpl;
+  auto k = RunSim(o);
+  std::remove(tmpl);
+  REQUIRE(k.has_value());
+  CHECK((*k)["details"]["prefetch_budget_bytes"] == 32 * kMiB);
+}
+
 TEST_CASE("sim: one miss costs latency + bytes / bandwidth", "[sim]") {
   TempTrace t("0,1,big,0,1048576,10485760\n");
   auto j = Run(t.path, 100 * kMiB, "lru");

@@ -794,7 +794,10 @@ Result<nlohmann::json> RunSim(const SimOptions& o) {
   auto tr = LoadTrace(o.trace_path, o.listing_path);
   if (!tr) return Err(tr.error());
   if (o.policy == "belady") return RunBelady(o, *tr, unit);
-  return RunEngine(o, *tr, unit, cfg->cache.sub_unit_bytes, *scfg, pf);
+  // The prefetch budget a mount with this config would have.
+  SimOptions mo = o;
+  mo.prefetch_budget_bytes = cfg->cache.prefetch_budget_bytes;
+  return RunEngine(mo, *tr, unit, cfg->cache.sub_unit_bytes, *scfg, pf);
 }
 
 }  // namespace igt::sim

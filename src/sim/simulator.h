@@ -74,7 +74,9 @@ struct SimOptions {
   double bandwidth_bytes_per_s = 90e6;     // per connection
   uint32_t connections = 16;               // bounded connection pool
   uint64_t max_request_bytes = 8 << 20;    // largest ranged GET (backend.max_request_bytes)
-  uint64_t prefetch_budget_bytes = 256ull << 20;  // prefetch bytes in flight at most
+  // Prefetch bytes in flight at most. RunSim sets it from the config
+  // (cache.prefetch_budget_bytes, as a mount with it would have).
+  uint64_t prefetch_budget_bytes = 128ull << 20;
   uint64_t seed = 1;                       // 2random
 };
 
