@@ -209,9 +209,10 @@ int RunWarm(const WarmArgs& a) {
         skipped.push_back(std::move(it));
       }
     }
-    std::printf("warm: %s: %zu %s, %s to read (cache %s used of %s)\n", mnt.c_str(), todo.size(),
-                Files(todo.size()), FormatSize(total).c_str(), FormatSize(used).c_str(), FormatSize(limit).c_str());
-    if (used > budget)
+    if (a.progress)  // -q: the summary only
+      std::printf("warm: %s: %zu %s, %s to read (cache %s used of %s)\n", mnt.c_str(), todo.size(),
+                  Files(todo.size()), FormatSize(total).c_str(), FormatSize(used).c_str(), FormatSize(limit).c_str());
+    if (a.progress && used > budget)
       std::printf("warm: note: up to %s of older cached data may be evicted to make room\n",
                   FormatSize(used - budget).c_str());
     std::fflush(stdout);
