@@ -310,7 +310,6 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
                          s.code() == Code::kCorruption ? "; delete that cache dir (or use another cache.dir)" : ""));
     return kExitError;
   }
-  // The source its saved listings came from: another one's are dropped.
   if (!probe.ok()) {
     // Asked before CheckSource, which drops another source's listings: a
     // refused mount (a mistyped endpoint) leaves the cache dir as it was.
@@ -325,6 +324,7 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
         (*backend)->Describe(), probe.message(), cfg.cache.dir));
     rep.Warn(startup_warnings.back());
   }
+  // The source its saved listings came from: another one's are dropped.
   auto previous_source = CheckSource(**store, (*backend)->Describe());
   if (!previous_source) {
     rep.Fail(fmt::format("cache dir '{}': {}", cfg.cache.dir, previous_source.error().message()));

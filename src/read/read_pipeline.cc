@@ -428,8 +428,9 @@ Result<size_t> ReadPipeline::ReadOnce(const FileVersion& file, uint64_t offset, 
   // moment ago (the kernel reading a page of a failed readahead again) and
   // fails again at once.
   std::optional<Status> memo;
-  auto failed_before = [&](uint64_t from, uint64_t to) {
-    if (!memo) memo = TakeFailure(reader, file, from, to);
+  auto failed_before = [&](uint64_t index, uint64_t from, uint64_t to) {
+    if (!memo && reader != 0 && failures_size_.load(std::memory_order_relaxed) > 0 && !InFlight(file, index))
+      memo = TakeFailure(reader, file, from, to);
     return memo.has_value();
   };
   for (uint64_t u = first; u <= last; ++u) {
@@ -445,7 +446,7 @@ Result<size_t> ReadPipeline::ReadOnce(const FileVersion& file, uint64_t offset, 
     }
     // Whole: joins a whole flight, or starts one unless sub-units of the
     // unit are cached or in flight (the file was read at random before).
-    if (!*subs && !InFlight(file, u) && failed_before(from, to)) break;
+    if (!*subs && failed_before(u, from, to)) break;
     if (!*subs && AddWholeNeed(file, u, needs)) {
       miss(to - from);
       continue;
@@ -463,7 +464,7 @@ Result<size_t> ReadPipeline::ReadOnce(const FileVersion& file, uint64_t offset, 
       if (whole_from || memo) return;
       const uint64_t a = std::max(from, p), b = std::min(to, p + S);
       if (hit(idx, p, a, b)) return;
-      if (!InFlight(file, idx) && failed_before(a, b)) return;
+      if (failed_before(idx, a, b)) return;
       if (AddSubNeed(file, u, idx, p, std::min(S, file.size - p), *keep, needs)) {
         miss(b - a);
         return;
