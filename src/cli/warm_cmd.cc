@@ -303,14 +303,13 @@ int RunWarm(const WarmArgs& a) {
     // full or read-only disk, a removed cache dir). The job to come would
     // read all of it from the bucket.
     if (after) {
-      const uint64_t write_errors = after->value("cache_write_errors", uint64_t{0}) -
-                                    std::min(after->value("cache_write_errors", uint64_t{0}),
-                                             stats->value("cache_write_errors", uint64_t{0}));
-      if (write_errors > 0) {
+      const uint64_t was = stats->value("cache_write_errors", uint64_t{0});
+      const uint64_t now = after->value("cache_write_errors", uint64_t{0});
+      if (now > was) {
         std::fprintf(stderr,
                      "igtcache: warm: %s: %llu cache writes failed on the mount meanwhile (cache_write_errors; the "
                      "daemon's log says why): what they held, maybe some of what warm read, is not cached\n",
-                     mnt.c_str(), static_cast<unsigned long long>(write_errors));
+                     mnt.c_str(), static_cast<unsigned long long>(now - was));
         rc = kExitError;
       }
     }

@@ -1597,11 +1597,7 @@ TEST_CASE("readahead a stopped reader left is given up once stale, and goes at a
   // A scan reads 10 units of a big file and stops; its readahead waits in
   // (readahead). A training job then needs the space. Before, the window
   // (under 90% of the readahead share) stayed for good.
-  auto window_bytes = [](Harness& h) {
-    for (const auto& s : h.engine->Stats().streams)
-      if (s.key == "(readahead)") return s.cached_bytes;
-    return uint64_t{0};
-  };
+  auto window_bytes = [](Harness& h) { return StreamCachedBytes(h, "(readahead)"); };
   for (const bool reload : {false, true}) {
     INFO((reload ? "never_cache reload" : "stale"));
     Harness h("igt", 100);

@@ -81,6 +81,10 @@ struct Namespace::Fetch {
   std::condition_variable cv;
   int64_t started_ms = 0;  // set before it is shared
   bool background = false;  // a walk's (set before it is shared)
+  // The leader read the persisted listing already (Listing): `persisted`,
+  // if fresh, or nothing. Set before it is shared; Complete reads it.
+  bool looked = false;
+  std::shared_ptr<DirListing> persisted;
   bool done = false;  // guarded by mu
   Result<std::shared_ptr<const DirListing>> result = Err(Status::Internal("pending"));
 };
@@ -303,24 +307,28 @@ Result<std::shared_ptr<const DirListing>> Namespace::Listing(const std::string& 
   std::shared_ptr<const DirListing> stale_listing;  // what the leader may serve meanwhile
   bool leader = false, changed = false, bucket_slow = false;
   // Not in memory (a mount started on the persisted listings of an earlier
-  // one, or a listing dropped for room): the persisted listing, if stale, is
-  // taken in below and served while the refresh runs, as one kept in memory
-  // would be (also to the lookups and walks that come meanwhile: it is in
-  // memory before the refresh is published). A fresh one Complete loads
-  // without asking the bucket.
+  // one, or a listing dropped for room): the persisted listing is read (the
+  // lock let go meanwhile, then the look begins again). A stale one is taken
+  // in and served while the refresh runs, as one kept in memory would be
+  // (also to the lookups and walks that come meanwhile: it is in memory
+  // before the refresh is published); a fresh one goes to Complete with the
+  // fetch, which serves it without asking the bucket or the index again.
   std::shared_ptr<DirListing> persisted;
-  if (!background && store_ && !CachedListing(dir_key)) {
-    if (auto raw = store_->GetMeta(MetaKey(dir_key)))
-      if (auto l = DecodeListing(*raw); l && !Fresh(l->fetched_ms)) persisted = std::move(l);
-  }
-  {
+  bool looked = false;  // the persisted listing was read (persisted: it, if any)
+  while (true) {
     std::unique_lock lk(listings_mu_);
     std::shared_ptr<const DirListing> stale;
     // A read found this listing out of date: it is not served to lookups
     // until listed again (except while the bucket is down, below).
     changed = changed_.contains(dir_key);
     auto it = listings_.find(dir_key);
-    if (it == listings_.end() && persisted && !changed) {
+    if (it == listings_.end() && !looked && !background && store_) {
+      lk.unlock();
+      looked = true;
+      if (auto raw = store_->GetMeta(MetaKey(dir_key))) persisted = DecodeListing(*raw);
+      continue;
+    }
+    if (it == listings_.end() && persisted && !changed && !Fresh(persisted->fetched_ms)) {
       persisted->seq = listing_seq_.fetch_add(1) + 1;  // as Complete's: a place in the fetch order
       KeepListingLocked(dir_key, persisted);
       it = listings_.find(dir_key);
@@ -358,6 +366,8 @@ Result<std::shared_ptr<const DirListing>> Namespace::Listing(const std::string& 
       fetch = std::make_shared<Fetch>();
       fetch->started_ms = Now();
       fetch->background = background;
+      fetch->looked = looked;
+      if (looked && persisted && Fresh(persisted->fetched_ms)) fetch->persisted = persisted;
       fetches_.emplace(dir_key, fetch);
       leader = true;
       stale_listing = stale;
@@ -370,6 +380,7 @@ Result<std::shared_ptr<const DirListing>> Namespace::Listing(const std::string& 
         if (!bucket_slow && !f->background && f->started_ms + static_cast<int64_t>(opts_.stale_wait_ms) < now)
           bucket_slow = true;
     }
+    break;
   }
   if (!leader) {
     std::unique_lock lk(fetch->mu);
@@ -409,11 +420,12 @@ Result<std::shared_ptr<const DirListing>> Namespace::Complete(const std::string&
   // is persisted), maybe dropped from memory since: it gets a place in the
   // fetch order, else it would count as older than the inodes made from it.
   if (store_ && !in_memory && note == 0) {
-    if (auto raw = store_->GetMeta(MetaKey(dir_key))) {
-      if (auto l = DecodeListing(*raw); l && Fresh(l->fetched_ms)) {
-        l->seq = listing_seq_.fetch_add(1) + 1;
-        result = std::shared_ptr<const DirListing>(l);
-      }
+    std::shared_ptr<DirListing> l = fetch->persisted;
+    if (!fetch->looked)
+      if (auto raw = store_->GetMeta(MetaKey(dir_key))) l = DecodeListing(*raw);
+    if (l && Fresh(l->fetched_ms)) {
+      l->seq = listing_seq_.fetch_add(1) + 1;
+      result = std::shared_ptr<const DirListing>(l);
     }
   }
   bool fetched = false, stale = false;
