@@ -124,6 +124,27 @@ Fit TerminalFit() {
   return f;
 }
 
+// Every line cut to `cols` bytes (at a UTF-8 character's start): a line the
+// terminal wrapped would push the redrawn screen past its last row, and the
+// top lines (the summary) would scroll away.
+std::string CutLines(const std::string& text, size_t cols) {
+  std::string out;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    size_t n = end - start;
+    if (n > cols) {
+      n = cols;
+      while (n > 0 && (static_cast<unsigned char>(text[start + n]) & 0xC0) == 0x80) --n;
+    }
+    out.append(text, start, n);
+    if (end < text.size()) out += '\n';
+    start = end + 1;
+  }
+  return out;
+}
+
 int PrintOnce(const std::string& mnt, bool json) {
   if (json) {  // byte-for-byte what the mount serves
     std::ifstream in(NormalizeMountpoint(mnt) + "/" + kStatsFileName);
@@ -246,13 +267,18 @@ std::string StatsTable(const nlohmann::json& j, const nlohmann::json* prev, doub
                      "form streams)\n"
                    : "(none detected yet: a stream needs a few dozen reads)\n";
   for (const auto& r : rows) {
-    std::string p = r.path.size() > max_path ? "..." + r.path.substr(r.path.size() - (max_path - 3)) : r.path;
+    std::string p = r.path;
+    if (p.size() > max_path) {  // its start cut off, at a UTF-8 character's start
+      size_t from = p.size() - (max_path - 3);
+      while (from < p.size() && (static_cast<unsigned char>(p[from]) & 0xC0) == 0x80) ++from;
+      p = "..." + p.substr(from);
+    }
     if (p.empty()) p = "/";
     o += fmt::format("{:<{}}  {:<10}  {:<5}  {:>8}  {:>10}  {:>9}\n", p, w, r.label, r.gran, r.samples, r.cached,
                      r.hit);
   }
   if (more) o += fmt::format("... and {} more streams (igtcache stats --json lists them all)\n", more);
-  return o;
+  return max_cols == SIZE_MAX ? o : CutLines(o, max_cols);
 }
 
 int RunStats(const StatsArgs& a) {

@@ -72,19 +72,41 @@ TEST_CASE("stats table: rows fit the columns given, long paths cut at their star
   auto j = Stats(1, 0);
   const std::string longp(100, 'a');
   j["streams"].push_back({{"path", longp + "/end/"}, {"label", "random"}, {"granularity", "block"}});
+  auto fits = [](const std::string& t, size_t cols) {
+    for (size_t p = 0; p < t.size();) {
+      size_t e = t.find('\n', p);
+      if (e == std::string::npos) e = t.size();
+      if (e - p > cols) return false;
+      p = e + 1;
+    }
+    return true;
+  };
   const auto t = StatsTable(j, nullptr, 0, SIZE_MAX, 80);
-  size_t start = t.find("STREAM");
-  REQUIRE(start != std::string::npos);
-  for (size_t p = start; p < t.size();) {
-    const size_t e = t.find('\n', p);
-    CHECK(e - p <= 80);
-    p = e + 1;
-  }
+  // Every line, the summary's too (a wrapped one scrolled --watch's screen).
+  CHECK(fits(t, 80));
+  CHECK(Count(t, "STREAM") == 1);
   CHECK(Count(t, "/end/") == 1);
   CHECK(Count(t, "...") >= 1);
   const auto wide = StatsTable(j, nullptr, 0);  // 60 characters of path at most
   CHECK(Count(wide, std::string(57, 'a') + "/end/") == 0);
   CHECK(Count(wide, std::string(52, 'a') + "/end/") == 1);
+  CHECK(!fits(wide, 80));  // not cut without a terminal's width (stats without --watch)
+  // A narrow terminal; a multi-byte character is not split.
+  j["streams"].push_back({{"path", "\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9/"}, {"label", "random"}, {"granularity", "file"}});
+  std::string src = "file:///x";
+  for (int i = 0; i < 20; ++i) src += "\xc3\xa9";
+  j["source"] = src;  // the header line's byte 30 is inside a character
+  std::string deep = "dd";
+  for (int i = 0; i < 40; ++i) deep += "\xc3\xa9";
+  j["streams"].push_back({{"path", deep + "/"}, {"label", "random"}, {"granularity", "file"}});
+  const auto narrow = StatsTable(j, nullptr, 0, SIZE_MAX, 30);
+  CHECK(fits(narrow, 30));
+  CHECK(Count(narrow, "\ncache ") == 1);
+  // No line ends inside a character, and a path cut at its start starts at one.
+  for (size_t p = 0; (p = narrow.find('\n', p)) != std::string::npos; ++p)
+    CHECK((p == 0 || (static_cast<unsigned char>(narrow[p - 1]) & 0xC0) != 0xC0));
+  for (size_t p = 0; (p = narrow.find("...", p)) != std::string::npos; p += 3)
+    CHECK((static_cast<unsigned char>(narrow[p + 3]) & 0xC0) != 0x80);
 }
 
 TEST_CASE("stats table: the policy file's overrides are shown as in effect", "[cli]") {
