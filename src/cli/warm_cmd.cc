@@ -314,10 +314,19 @@ int RunWarm(const WarmArgs& a) {
       }
     }
     const size_t read_ok = todo.size() - std::min<size_t>(prog.errors.load(), todo.size());
-    std::printf("warm: read %zu %s, %s in %.1f s (%s/s)%s; cache now %s of %s\n", read_ok, Files(read_ok),
+    // What the mount fetched from the source meanwhile: files already cached
+    // are read too (from the cache), so "read" alone overstates the warm-up.
+    // Other readers of the mount count in it as well.
+    std::string fetched;
+    if (after) {
+      const uint64_t was = stats->value("backend_get_bytes", uint64_t{0});
+      const uint64_t now = after->value("backend_get_bytes", uint64_t{0});
+      fetched = fmt::format(", {} fetched from the source", FormatSize(now - std::min(was, now)));
+    }
+    std::printf("warm: read %zu %s, %s in %.1f s (%s/s)%s%s; cache now %s of %s\n", read_ok, Files(read_ok),
                 FormatSize(prog.bytes_done.load()).c_str(), el,
                 FormatSize(el > 0 ? static_cast<uint64_t>(static_cast<double>(prog.bytes_done.load()) / el) : 0).c_str(),
-                read_errors.empty() ? "" : fmt::format(", {} failed", prog.errors.load()).c_str(),
+                fetched.c_str(), read_errors.empty() ? "" : fmt::format(", {} failed", prog.errors.load()).c_str(),
                 after ? FormatSize(after->value("cache_used_bytes", uint64_t{0})).c_str() : "?",
                 FormatSize(limit).c_str());
     if (!skipped.empty()) {
