@@ -119,4 +119,9 @@ Status FaultInjectingBackend::Probe() {
   return inner_->Probe();
 }
 
+Status FaultInjectingBackend::QuickProbe() {
+  if (Status s = Enter(kProbe, ""); !s.ok()) return s;
+  return inner_->QuickProbe();
+}
+
 }  // namespace igt

@@ -75,6 +75,7 @@ class FaultInjectingBackend : public Backend {
   Result<size_t> Read(const std::string& key, uint64_t offset, size_t length, std::string_view etag,
                       char* out) override;
   Status Probe() override;
+  Status QuickProbe() override;
   std::string Describe() const override { return "fault(" + inner_->Describe() + ")"; }
   void Cancel() override { inner_->Cancel(); }
 

@@ -169,7 +169,8 @@ HttpResponse HttpPool::Perform(const HttpRequest& req) {
   }
   hdrs = curl_slist_append(hdrs, "Expect:");  // no 100-continue round trip on PUT
 
-  long stall_s = std::max(1, (opts_.request_timeout_ms + 999) / 1000);
+  const int timeout_ms = req.request_timeout_ms > 0 ? req.request_timeout_ms : opts_.request_timeout_ms;
+  long stall_s = std::max(1, (timeout_ms + 999) / 1000);
   curl_easy_setopt(h, CURLOPT_URL, req.url.c_str());
   // The path goes out as signed: curl would otherwise squash "/./" and
   // "/../" segments of a key, and request (or sign) another one.
@@ -184,7 +185,7 @@ HttpResponse HttpPool::Perform(const HttpRequest& req) {
   // large ranged GET on a slow link is not aborted and restarted from zero
   // while it makes progress (at kMinAvgBytesPerS it still ends).
   const uint64_t expect = req.sink ? req.sink_capacity : 0;
-  const uint64_t total_ms = uint64_t(opts_.request_timeout_ms) + expect * 1000 / kMinAvgBytesPerS;
+  const uint64_t total_ms = uint64_t(timeout_ms) + expect * 1000 / kMinAvgBytesPerS;
   curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, static_cast<long>(std::min<uint64_t>(total_ms, LONG_MAX)));
   curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, kStallBytesPerS);
   curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, stall_s);

@@ -38,6 +38,8 @@ struct HttpRequest {
   // (e.g. a body whose framing disagrees with its Content-Range), so the
   // connection may hold stray bytes: it is closed instead of being reused.
   std::function<bool(const HttpResponse&)> keep_connection;
+  // > 0: this request's stall limit instead of the pool's request_timeout_ms.
+  int request_timeout_ms = 0;
 };
 
 struct HttpResponse {

@@ -378,12 +378,9 @@ class S3Backend final : public Backend {
     return got;
   }
 
-  Status Probe() override {
-    QueryList q{{"list-type", "2"}, {"encoding-type", "url"}, {"delimiter", "/"}, {"max-keys", "1"}};
-    if (!opts_.prefix.empty()) q.emplace_back("prefix", opts_.prefix);
-    auto r = ListRaw(q, "probe listing of " + Describe());
-    if (!r) return r.error();
-    return Status::Ok();
+  Status Probe() override { return ProbeWith(opts_.max_retries, 0); }
+  Status QuickProbe() override {
+    return ProbeWith(0, std::min(opts_.request_timeout_ms, Backend::kQuickProbeMs));
   }
 
   void Cancel() override {
@@ -453,10 +450,22 @@ class S3Backend final : public Backend {
     return req;
   }
 
-  Result<ListObjectsResult> ListRaw(const QueryList& q, const std::string& what) {
+  // A listing of one key: the source exists and answers. `timeout_ms` > 0
+  // replaces the request timeout.
+  Status ProbeWith(int max_retries, int timeout_ms) {
+    QueryList q{{"list-type", "2"}, {"encoding-type", "url"}, {"delimiter", "/"}, {"max-keys", "1"}};
+    if (!opts_.prefix.empty()) q.emplace_back("prefix", opts_.prefix);
+    auto r = ListRaw(q, "probe listing of " + Describe(), max_retries, timeout_ms);
+    return r ? Status::Ok() : r.error();
+  }
+
+  Result<ListObjectsResult> ListRaw(const QueryList& q, const std::string& what, int max_retries = -1,
+                                    int timeout_ms = 0) {
     ListObjectsResult out;
-    Status st = WithRetries([&]() -> Outcome {
-      HttpResponse r = pool_.Perform(Build("GET", "", q, {}));
+    Status st = WithRetries(max_retries < 0 ? opts_.max_retries : max_retries, [&]() -> Outcome {
+      HttpRequest req = Build("GET", "", q, {});
+      req.request_timeout_ms = timeout_ms;
+      HttpResponse r = pool_.Perform(req);
       if (r.curl_code != 0 || r.status != 200) {
         if (r.overflow) return {Status::IoError(what + ": listing reply too large"), false};
         // S3 answers a listing of a missing bucket with NoSuchBucket; a bare
@@ -482,6 +491,10 @@ class S3Backend final : public Backend {
   // [0, retry_base_ms * 2^n].
   template <class F>
   Status WithRetries(F&& attempt) {
+    return WithRetries(opts_.max_retries, std::forward<F>(attempt));
+  }
+  template <class F>
+  Status WithRetries(int max_retries, F&& attempt) {
     const auto start = std::chrono::steady_clock::now();
     bool refreshed = false;
     for (int n = 0;; ++n) {
@@ -497,7 +510,7 @@ class S3Backend final : public Backend {
           continue;
         }
       }
-      bool give_up = !o.retry || n >= opts_.max_retries || pool_.cancelled();
+      bool give_up = !o.retry || n >= max_retries || pool_.cancelled();
       int64_t sleep_ms = 0;
       if (!give_up) {
         // 2^20 * base is already beyond any sane deadline; cap the shift.

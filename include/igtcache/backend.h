@@ -47,6 +47,14 @@ class Backend {
   // unreachable). Cheap: one request.
   virtual Status Probe() = 0;
 
+  // Probe() with one attempt and a short timeout (kQuickProbeMs): asked
+  // first when a mount starts, so that a restart during an outage can come
+  // up on the cache dir's saved listings without waiting out the retry
+  // budget; Probe() is asked after it failed when the cache dir holds
+  // nothing to serve. Sources that never block for long need not act.
+  virtual Status QuickProbe() { return Probe(); }
+  static constexpr int kQuickProbeMs = 5000;
+
   // "file:///data", "s3://bucket/prefix @ http://127.0.0.1:9000": for logs
   // and stats. Never contains credentials.
   virtual std::string Describe() const = 0;

@@ -200,24 +200,30 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
   // Only a source that does not answer (refused, timed out): an error reply
   // (kIoError: a redirect to another region, a 4xx, a non-S3 server, a 5xx)
   // is more often a setting to fix than an outage.
-  const Status probe = (*backend)->Probe();
-  if (!probe.ok() && probe.code() != Code::kUnavailable && probe.code() != Code::kTimeout) {
+  // One short attempt first: when it finds the source unreachable and the
+  // cache dir has something to serve, the mount comes up at once (a stalled
+  // bucket held a restart for the whole retry budget, 60 s by default);
+  // else the whole budget is spent as before, here for an error reply (a 5xx
+  // may pass) or below once the cache dir is known to hold nothing.
+  auto unreachable = [](const Status& s) { return s.code() == Code::kUnavailable || s.code() == Code::kTimeout; };
+  Status probe = (*backend)->QuickProbe();
+  if (!probe.ok() && !unreachable(probe)) probe = (*backend)->Probe();
+  if (!probe.ok() && !unreachable(probe)) {
     rep.Fail(fmt::format("source {} is not usable: {}", (*backend)->Describe(), probe.message()));
     return kExitError;
   }
   // A source that lists nothing mounts as an empty directory, which is what
   // a mistyped prefix looks like: said, not refused (a new bucket is empty).
   std::vector<std::string> startup_warnings;  // logged once logging is set up
-  auto lists_nothing = [&] {
+  auto warn_if_empty = [&] {
     auto page = (*backend)->List(ListRequest{.prefix = "", .delimiter = "/", .continuation_token = {}, .max_keys = 1});
-    return page && page->objects.empty() && page->prefixes.empty() && page->next_token.empty();
-  };
-  if (probe.ok() && lists_nothing()) {
+    if (!page || !page->objects.empty() || !page->prefixes.empty() || !page->next_token.empty()) return;
     startup_warnings.push_back(fmt::format("source {} lists no objects: the mount will be empty (check the bucket and "
                                            "prefix: a prefix names a directory of keys, not an object)",
                                            (*backend)->Describe()));
     rep.Warn(startup_warnings.back());
-  }
+  };
+  if (probe.ok()) warn_if_empty();
   // The access stream tree sees every read the kernel sends (DESIGN.md sec. 3 step 2).
   auto scfg = StreamConfigFrom(cfg);
   if (!scfg) {
@@ -315,14 +321,19 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
     // refused mount (a mistyped endpoint) leaves the cache dir as it was.
     auto recorded = RecordedSource(**store);
     if (!recorded || *recorded != (*backend)->Describe() || !HasSavedListing(**store, "")) {
-      rep.Fail(fmt::format("source {} is not usable: {}", (*backend)->Describe(), probe.message()));
-      return kExitError;
+      probe = (*backend)->Probe();  // nothing to serve instead: the whole retry budget
+      if (!probe.ok()) {
+        rep.Fail(fmt::format("source {} is not usable: {}", (*backend)->Describe(), probe.message()));
+        return kExitError;
+      }
+      warn_if_empty();
+    } else {
+      startup_warnings.push_back(fmt::format(
+          "source {} cannot be reached ({}): mounted on what cache dir '{}' holds (the listings and data an earlier "
+          "mount saved); reads of anything else fail with EIO until the source answers",
+          (*backend)->Describe(), probe.message(), cfg.cache.dir));
+      rep.Warn(startup_warnings.back());
     }
-    startup_warnings.push_back(fmt::format(
-        "source {} cannot be reached ({}): mounted on what cache dir '{}' holds (the listings and data an earlier "
-        "mount saved); reads of anything else fail with EIO until the source answers",
-        (*backend)->Describe(), probe.message(), cfg.cache.dir));
-    rep.Warn(startup_warnings.back());
   }
   // The source its saved listings came from: another one's are dropped.
   auto previous_source = CheckSource(**store, (*backend)->Describe());

@@ -79,12 +79,8 @@ class InstrumentedBackend final : public Backend {
     stats_->Record(BackendOp::kRead, r ? Code::kOk : r.error().code(), t.ns(), r ? *r : 0);
     return r;
   }
-  Status Probe() override {
-    Timer t;
-    Status s = inner_->Probe();
-    stats_->Record(BackendOp::kProbe, s.code(), t.ns(), 0);
-    return s;
-  }
+  Status Probe() override { return TimedProbe(&Backend::Probe); }
+  Status QuickProbe() override { return TimedProbe(&Backend::QuickProbe); }
   std::string Describe() const override { return inner_->Describe(); }
   void Cancel() override { inner_->Cancel(); }
 
@@ -96,6 +92,13 @@ class InstrumentedBackend final : public Backend {
                                        std::chrono::steady_clock::now() - start).count());
     }
   };
+  Status TimedProbe(Status (Backend::*probe)()) {
+    Timer t;
+    Status s = (inner_.get()->*probe)();
+    stats_->Record(BackendOp::kProbe, s.code(), t.ns(), 0);
+    return s;
+  }
+
   const std::unique_ptr<Backend> inner_;
   BackendStats* const stats_;
 };

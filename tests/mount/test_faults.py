@@ -11,7 +11,8 @@ error document with status 200):
 Finally the proxy is taken down and the mount restarted on the same cache
 dir (it comes up, with a warning), and every object read successfully
 before is served from the cache, byte for byte (what was cached during the
-faults is right), with cache_corruptions == 0.
+faults is right), with cache_corruptions == 0; then restarted again with
+the bucket stalled (one probe attempt, no retries before it comes up).
 
 The retry budget is small (config below) so the failing phases stay short.
 """
@@ -186,6 +187,21 @@ def main():
               f"cache verified clean (corruptions {st['cache_corruptions']}, "
               f"GETs {st['backend_get_requests']})")
         proxy.up()
+        check(s.unmount(m) == 0, "daemon exited 0")
+
+        # 4) Restart with the bucket stalled (it accepts, then never answers):
+        # one short probe, no retries, then the mount comes up on the cache
+        # (it waited out the whole retry budget first).
+        proxy.faults({"kind": "stall", "after_bytes": 0, "stall_s": 20, "count": -1})
+        m = s.mount(f"s3://{BUCKET}", cache_dir=cache, args=args)
+        warned = [ln for ln in m.proc.stderr_text().splitlines() if "cannot be reached" in ln]
+        check(len(warned) == 1, f"mounted with the bucket stalled, with a warning ({warned[-1:]!r})")
+        st = s.stats(m)  # before any lookup: only the probe has asked the bucket
+        check(st["backend_retries"] == 0, f"one probe attempt, no retries ({st['backend_retries']})")
+        k = sorted(good)[0]
+        got, e = try_read(m.mountpoint / k)
+        check(got == objs[k], f"bucket stalled: {k} served from the cache ({errname(e) if e else 'ok'})")
+        proxy.clear()
         check(s.unmount(m) == 0, "daemon exited 0")
 
 
