@@ -19,8 +19,6 @@ import argparse
 import io
 import json
 import os
-import shutil
-import subprocess
 import sys
 import time
 
@@ -72,13 +70,22 @@ class ImageFolderBytes(Dataset):
         return self.load(data), label
 
 
-def igtcache_stats(path: str, igtcache: str) -> dict | None:
-    """The stats of the igtcache mount holding `path`, or None if it is not one."""
+def igtcache_stats(path: str) -> dict | None:
+    """The stats of the igtcache mount holding `path`, or None if it is not one.
+
+    Read from the mount's `.igtcache.stats` file, the JSON `igtcache stats
+    --json` prints: no igtcache binary is needed on PATH.
+    """
     p = os.path.abspath(path)
     while True:
-        if os.path.exists(os.path.join(p, ".igtcache.stats")):
-            r = subprocess.run([igtcache, "stats", "--json", p], capture_output=True, text=True)
-            return json.loads(r.stdout) if r.returncode == 0 else None
+        f = os.path.join(p, ".igtcache.stats")
+        if os.path.exists(f):
+            try:
+                with open(f, "rb") as fh:
+                    return json.loads(fh.read())
+            except (OSError, ValueError) as e:
+                print(f"igtcache stats unreadable ({f}: {e}); no cache report", file=sys.stderr)
+                return None
         if p == "/":
             return None
         p = os.path.dirname(p)
@@ -90,8 +97,6 @@ def main():
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--workers", type=int, default=4, help="DataLoader worker processes")
-    ap.add_argument("--igtcache", default=shutil.which("igtcache") or "igtcache",
-                    help="the igtcache binary (for the stats report)")
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
 
@@ -104,7 +109,7 @@ def main():
     loss_fn = nn.CrossEntropyLoss()
     print(f"dataset: {len(ds)} samples, {len(ds.classes)} classes from {a.data}")
 
-    before = igtcache_stats(a.data, a.igtcache)
+    before = igtcache_stats(a.data)
     if before is None:
         print("note: --data is not inside an igtcache mount; no cache stats will be shown")
     for epoch in range(1, a.epochs + 1):
@@ -119,7 +124,7 @@ def main():
             total_loss += loss.item() * len(y)
         dt = time.monotonic() - t0
         line = f"epoch {epoch}: {n} samples in {dt:.2f} s = {n / dt:.1f} samples/s, loss {total_loss / n:.3f}"
-        st = igtcache_stats(a.data, a.igtcache)
+        st = igtcache_stats(a.data)
         if st is not None and before is not None:
             hit = st["cache_hit_bytes"] - before["cache_hit_bytes"]
             miss = st["cache_miss_bytes"] - before["cache_miss_bytes"]
@@ -130,7 +135,7 @@ def main():
             before = st
         print(line, flush=True)
 
-    st = igtcache_stats(a.data, a.igtcache)
+    st = igtcache_stats(a.data)
     if st is not None:
         keys = ["cache_hit_bytes", "cache_miss_bytes", "backend_get_requests", "backend_get_bytes",
                 "cache_used_bytes", "cache_limit_bytes", "evictions"]

@@ -51,8 +51,7 @@ def main():
         total = make_images(src / "train")
         m = s.mount(f"file://{src}")
         r = subprocess.run([PY, str(ROOT / "examples" / "pytorch_dataloader.py"), "--data",
-                            str(m.mountpoint / "train"), "--epochs", "2", "--workers", "2", "--batch-size", "16",
-                            "--igtcache", harness.igtcache_bin()],
+                            str(m.mountpoint / "train"), "--epochs", "2", "--workers", "2", "--batch-size", "16"],
                            capture_output=True, text=True, timeout=300, env=s.igt_env())
         log("  output:\n    " + r.stdout.strip().replace("\n", "\n    "))
         check(r.returncode == 0, f"example exited 0 (stderr {r.stderr.strip()[-1500:]!r})")
