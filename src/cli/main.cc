@@ -15,6 +15,7 @@
 #include "igtcache/version.h"
 #include "src/cli/mount_cmd.h"
 #include "src/engine/policy_file.h"
+#include "src/obs/prometheus_exporter.h"
 #include "src/cli/ops_cmds.h"
 #include "src/config/stream_settings.h"
 #include "src/sim/simulator.h"
@@ -211,13 +212,25 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "igtcache: error: %s\n", c.error().message().c_str());
       return igt::kExitUsage;
     }
-    // The policy file too, as a mount with the policy engine loads it.
+    // The metrics address as the mount checks it (an IPv6 one needs a
+    // server built with IPv6).
+    if (!c->metrics.addr.empty())
+      if (auto s = igt::obs::ValidateMetricsAddr(c->metrics.addr); !s.ok()) {
+        std::fprintf(stderr, "igtcache: error: %s: config key 'metrics.addr': %s\n", config_check.c_str(),
+                     s.message().c_str());
+        return igt::kExitUsage;
+      }
+    // The policy file too, as a mount with the policy engine loads it, with
+    // the mount's warnings.
     if (igt::UsesPolicyFile(*c)) {
-      if (auto pf = igt::engine::LoadPolicyFile(c->policy.file); !pf) {
+      auto pf = igt::engine::LoadPolicyFile(c->policy.file);
+      if (!pf) {
         std::fprintf(stderr, "igtcache: error: %s: config key 'policy.file': %s\n", config_check.c_str(),
                      pf.error().message().c_str());
         return igt::kExitUsage;
       }
+      for (const auto& w : igt::engine::QuotaWarnings(*pf, c->policy.file, c->cache.max_bytes))
+        std::fprintf(stderr, "igtcache: warning: %s\n", w.c_str());
     } else if (!c->policy.file.empty()) {
       std::fprintf(stderr, "igtcache: warning: %s: config key 'policy.file' is not used: it applies to "
                    "cache.eviction igt, not '%s'\n", config_check.c_str(), c->cache.eviction.c_str());

@@ -717,8 +717,16 @@ int RunMount(const MountArgs& a) {
       !ec && it != fs::directory_iterator())
     std::fprintf(stderr, "igtcache: warning: mount point '%s' is not empty: its entries are hidden while it is "
                  "mounted\n", a.mountpoint.c_str());
-  if (!cfg->logging.file.empty())
+  if (!cfg->logging.file.empty()) {
     cfg->logging.file = fs::absolute(cfg->logging.file, ec).string();
+    // spdlog would create a missing directory, a mistyped one included (as
+    // root, anywhere): a log file goes in a directory that exists, as a
+    // --trace-out does.
+    const fs::path dir = fs::path(cfg->logging.file).parent_path();
+    if (!fs::is_directory(dir, ec))
+      return fail(kExitUsage, fmt::format("log file '{}': directory '{}' {}", cfg->logging.file, dir.string(),
+                                          fs::exists(dir, ec) ? "is not a directory" : "does not exist"));
+  }
   if (!cfg->policy.file.empty())  // read again on SIGHUP, after the daemon left this dir
     cfg->policy.file = fs::absolute(cfg->policy.file, ec).string();
   if (!args.trace_out.empty()) {

@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <civetweb.h>
 #include <prometheus/collectable.h>
 #include <prometheus/exposer.h>
 #include <prometheus/metric_family.h>
@@ -307,6 +308,8 @@ class StatsCollectable final : public prometheus::Collectable {
   const BackendStats* const backend_;
 };
 
+constexpr unsigned kCivetwebIpv6 = 8;  // mg_check_feature(): "IPv6 support"
+
 // Why `addr` (valid: ValidateMetricsAddr) cannot be bound, from a bind() of
 // our own: the HTTP server's error says only "null context when constructing
 // CivetServer". Empty if the probe binds (the cause was something else).
@@ -346,6 +349,8 @@ std::string BindFailure(const std::string& addr) {
 
 }  // namespace
 
+bool MetricsServerHasIpv6() { return mg_check_feature(kCivetwebIpv6) != 0; }
+
 Status ValidateMetricsAddr(const std::string& addr) {
   auto bad = [&](const std::string& why) {
     return Status::InvalidArgument(
@@ -367,6 +372,11 @@ Status ValidateMetricsAddr(const std::string& addr) {
                            ? inet_pton(AF_INET6, host.substr(1, host.size() - 2).c_str(), &a6) == 1
                            : inet_pton(AF_INET, host.c_str(), &a4) == 1;
   if (!literal) return bad("the host must be an IPv4 address or a bracketed IPv6 address");
+  // The server binds an IPv6 address only when built with IPv6 (Debian's
+  // civetweb 1.15 is not): refused here, not with its "null context" later.
+  if (host.front() == '[' && !MetricsServerHasIpv6())
+    return bad("IPv6 addresses are not supported: the HTTP server this igtcache was built with (civetweb) has no "
+               "IPv6; use an IPv4 address (0.0.0.0 for every interface)");
   return Status::Ok();
 }
 

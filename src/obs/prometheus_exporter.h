@@ -28,8 +28,10 @@ namespace igt::obs {
 using StatsSource = std::function<std::string()>;
 
 // Checks "HOST:PORT" ("127.0.0.1:9100", "[::1]:9100", "0.0.0.0:9100"); port
-// 0 picks a free one. Returns InvalidArgument naming what is wrong.
+// 0 picks a free one. Returns InvalidArgument naming what is wrong; an IPv6
+// address too when the HTTP server has no IPv6 (MetricsServerHasIpv6).
 Status ValidateMetricsAddr(const std::string& addr);
+bool MetricsServerHasIpv6();
 
 // Renders one snapshot in the Prometheus text exposition format (0.0.4).
 // `backend` may be null (no backend families then).

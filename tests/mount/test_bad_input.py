@@ -167,6 +167,12 @@ def main():
                                      ["--trace-out", str(mnt / "t.csv")], ["inside mount point"], fg, want_rc=2)
                 problems += run_case(s, "log file inside the mount point", f"file://{src_dir}", mnt,
                                      ["--log-file", str(mnt / "igt.log")], ["inside mount point"], fg, want_rc=2)
+                # A mistyped directory is not created (spdlog would have).
+                missing = s.tmp / f"no_such_log_dir_{fg}"
+                problems += run_case(s, "log file in a missing directory", f"file://{src_dir}", mnt,
+                                     ["--log-file", str(missing / "igt.log")], ["does not exist"], fg, want_rc=2)
+                if missing.exists():
+                    problems.append(f"log file in a missing directory [{fg}]: {missing} was created")
 
             # Missing mount point.
             for fg in (False, True):
@@ -216,7 +222,21 @@ def main():
             if ro_mounted:
                 subprocess.run(["umount", str(ro)], capture_output=True)
 
-        n = 2 * (len(cases) + 7)
+        # `config --check` says what the mount would: a quota the cache cannot
+        # exceed is a warning, a metrics address the server cannot bind an
+        # error (IPv6, unless the HTTP server was built with it).
+        pol = s.write_config("quota_pol.yaml", "profile: training\noverrides:\n  - prefix: train/\n    quota: 100G\n")
+        cq = s.write_config("quota.yaml", f"cache:\n  max_bytes: 64M\npolicy:\n  file: {pol}\n")
+        r = subprocess.run([harness.igtcache_bin(), "config", "--check", str(cq)], capture_output=True, text=True)
+        check(r.returncode == 0 and "never applies" in r.stderr,
+              f"config --check: a quota above the cache size warns ({r.returncode}, {r.stderr.strip()[:120]!r})")
+        v6 = s.write_config("v6.yaml", 'metrics:\n  addr: "[::1]:0"\n')
+        r = subprocess.run([harness.igtcache_bin(), "config", "--check", str(v6)], capture_output=True, text=True)
+        check(r.returncode == 0 or (r.returncode == 2 and "IPv6" in r.stderr and "metrics.addr" in r.stderr),
+              f"config --check: an IPv6 metrics address is valid or refused naming IPv6 "
+              f"({r.returncode}, {r.stderr.strip()[:120]!r})")
+
+        n = 2 * (len(cases) + 8)
         if problems:
             raise harness.TestFailure(f"{len(problems)} of {n} bad-input runs misbehaved:\n    "
                                       + "\n    ".join(problems))
