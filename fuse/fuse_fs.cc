@@ -166,6 +166,7 @@ struct FuseFs::Impl {
 
   static void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) noexcept {
     auto* self = Self(req);
+    spdlog::trace("fuse: lookup '{}' in inode {}", name, parent);
     fuse_entry_param e{};
     if (parent == Namespace::kRootIno && std::strcmp(name, kStatsFileName) == 0) {
       e.ino = kStatsIno;
@@ -248,6 +249,7 @@ struct FuseFs::Impl {
     }
     self->OpenVersion(ino, a->etag, fi);
     Add(self->metrics_->opens);
+    spdlog::trace("fuse: open '{}' ({} bytes) by pid {}", a->key, a->size, fuse_req_ctx(req)->pid);
     if (self->open_hook_) self->open_hook_(fuse_req_ctx(req)->pid, a->key, a->size);
     // The kernel copies the mount's readahead into the file when the open
     // returns, so setting it now gives this file its own (per-file
@@ -301,6 +303,7 @@ struct FuseFs::Impl {
     const uint64_t o = static_cast<uint64_t>(off), fsz = h->file.size;
     const uint64_t len = o < fsz ? std::min<uint64_t>(size, fsz - o) : 0;
     const uint64_t pid = fuse_req_ctx(req)->pid;
+    spdlog::trace("fuse: read '{}' [{}, +{}) by pid {}", h->file.key, o, len, pid);
     // The hooks (stream tree, policy engine, prefetcher) only advise: one
     // that throws (out of memory, a bug) costs this read its prefetches, not
     // its data, and never the daemon (these handlers are noexcept).
@@ -396,6 +399,7 @@ struct FuseFs::Impl {
   }
 
   static void OpenDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) noexcept {
+    spdlog::trace("fuse: opendir inode {}", ino);
     auto l = Self(req)->ns_->ReadDir(ino);
     if (!l) return Reply(req, l.error());
     auto h = std::make_unique<Handle>(Handle{Handle::Kind::kDir, {}, *l, {}});

@@ -2,6 +2,9 @@
 
 #include <chrono>
 
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
 namespace igt::obs {
 
 std::string_view BackendOpName(BackendOp op) {
@@ -63,20 +66,24 @@ class InstrumentedBackend final : public Backend {
   Result<ListPage> List(const ListRequest& req) override {
     Timer t;
     auto r = inner_->List(req);
-    stats_->Record(BackendOp::kList, r ? Code::kOk : r.error().code(), t.ns(), 0);
+    Done(BackendOp::kList, r ? Status::Ok() : r.error(), t, 0, [&] {
+      return fmt::format("'{}'{}{}", req.prefix, req.continuation_token.empty() ? "" : " (next page)",
+                         r ? fmt::format(": {} objects, {} prefixes", r->objects.size(), r->prefixes.size()) : "");
+    });
     return r;
   }
   Result<ObjectInfo> Stat(const std::string& key) override {
     Timer t;
     auto r = inner_->Stat(key);
-    stats_->Record(BackendOp::kStat, r ? Code::kOk : r.error().code(), t.ns(), 0);
+    Done(BackendOp::kStat, r ? Status::Ok() : r.error(), t, 0, [&] { return fmt::format("'{}'", key); });
     return r;
   }
   Result<size_t> Read(const std::string& key, uint64_t offset, size_t length, std::string_view etag,
                       char* out) override {
     Timer t;
     auto r = inner_->Read(key, offset, length, etag, out);
-    stats_->Record(BackendOp::kRead, r ? Code::kOk : r.error().code(), t.ns(), r ? *r : 0);
+    Done(BackendOp::kRead, r ? Status::Ok() : r.error(), t, r ? *r : 0,
+         [&] { return fmt::format("'{}' [{}, +{})", key, offset, length); });
     return r;
   }
   Status Probe() override { return TimedProbe(&Backend::Probe); }
@@ -95,8 +102,20 @@ class InstrumentedBackend final : public Backend {
   Status TimedProbe(Status (Backend::*probe)()) {
     Timer t;
     Status s = (inner_.get()->*probe)();
-    stats_->Record(BackendOp::kProbe, s.code(), t.ns(), 0);
+    Done(BackendOp::kProbe, s, t, 0, [] { return std::string(); });
     return s;
+  }
+
+  // Counted, and at debug level logged: one line per backend call (after
+  // its retries), `what` made only when the line is written.
+  template <class F>
+  void Done(BackendOp op, const Status& s, const Timer& t, uint64_t bytes, F&& what) {
+    const uint64_t ns = t.ns();
+    stats_->Record(op, s.code(), ns, bytes);
+    if (!spdlog::should_log(spdlog::level::debug)) return;
+    spdlog::debug("backend: {} {} -> {}{} in {:.1f} ms", BackendOpName(op), what(),
+                  s.ok() ? "ok" : s.ToString(), bytes ? fmt::format(", {} bytes", bytes) : "",
+                  static_cast<double>(ns) / 1e6);
   }
 
   const std::unique_ptr<Backend> inner_;
