@@ -21,12 +21,13 @@ _igtcache() {
   fi
 
   case "$prev" in
-    --config|--log-file|--trace-out|--trace) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+    --config|--log-file|--trace-out|--trace|--listing|--check) COMPREPLY=($(compgen -f -- "$cur")); return ;;
     --cache-dir) COMPREPLY=($(compgen -d -- "$cur")); return ;;
     --addressing) COMPREPLY=($(compgen -W "auto path virtual" -- "$cur")); return ;;
     --log-level) COMPREPLY=($(compgen -W "trace debug info warn error off" -- "$cur")); return ;;
     --policy) COMPREPLY=($(compgen -W "igt lru lfu fifo 2random lru-readahead belady" -- "$cur")); return ;;
-    --cache-size|--endpoint|--region|--profile|--metrics-addr|-o|--interval|--timeout|-j|--jobs) return ;;
+    --cache-size|--endpoint|--region|--profile|--metrics-addr|-o|--interval|--timeout|-j|--jobs|--unit-size|\
+      --latency-ms|--bandwidth|--connections) return ;;
   esac
 
   case "$sub" in
@@ -58,9 +59,9 @@ _igtcache() {
       else
         COMPREPLY=($(compgen -f -- "$cur"))
       fi ;;
-    config) COMPREPLY=($(compgen -W "--markdown --example --help" -- "$cur")) ;;
+    config) COMPREPLY=($(compgen -W "--markdown --example --check --help" -- "$cur")) ;;
     classify) COMPREPLY=($(compgen -W "--trace --config --help" -- "$cur")) ;;
-    sim) COMPREPLY=($(compgen -W "--trace --cache-size --policy --config --unit-size --latency-ms
+    sim) COMPREPLY=($(compgen -W "--trace --cache-size --listing --policy --config --unit-size --latency-ms
           --bandwidth --connections --help" -- "$cur")) ;;
   esac
 }
