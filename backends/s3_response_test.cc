@@ -137,7 +137,7 @@ TEST_CASE("ResolveEndpoint: addressing styles", "[endpoint]") {
   o.endpoint = "https://storage.example.com";
   o.bucket = "Old_Bucket";
   CHECK(!ResolveEndpoint(o));  // virtual
-  CHECK_THAT(ResolveEndpoint(o).error().message(), Catch::Contains("addressing=path"));
+  CHECK_THAT(ResolveEndpoint(o).error().message(), Catch::Contains("--addressing path"));
   o.addressing = "auto";
   CHECK(ResolveEndpoint(o)->path_style);
   CHECK(ResolveEndpoint(o)->RawPath("k") == "/Old_Bucket/k");

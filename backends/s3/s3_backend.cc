@@ -139,12 +139,12 @@ Result<S3Endpoint> ResolveEndpoint(const S3Options& opts) {
   } else if (opts.addressing == "virtual") {
     if (ip_or_local) {
       return Err(Status::InvalidArgument("virtual-hosted addressing needs a DNS name, not '" +
-                                         hostname + "'; use addressing=path"));
+                                         hostname + "'; use path-style addressing (--addressing path, backend.addressing: path)"));
     }
     if (!dns_bucket) {
       return Err(Status::InvalidArgument("bucket '" + opts.bucket + "' is not a DNS name (" +
                                          BucketNameProblem(opts.bucket) +
-                                         "): virtual-hosted addressing cannot reach it; use addressing=path"));
+                                         "): virtual-hosted addressing cannot reach it; use path-style addressing (--addressing path, backend.addressing: path)"));
     }
     ep.path_style = false;
   } else if (opts.addressing == "auto" || opts.addressing.empty()) {

@@ -107,19 +107,24 @@ int main(int argc, char** argv) {
   const CLI::Validator non_empty(
       [](std::string& v) { return v.empty() ? std::string("an empty value is not allowed") : std::string(); },
       "NONEMPTY");
-  // A finite number in [lo, hi] (CLI::Range lets NaN through).
-  auto in_range = [](double lo, double hi) {
+  // A finite number in [lo, hi] (CLI::Range lets NaN through); a whole one
+  // for an integer option (else CLI11's "Could not convert: --jobs = 1.5").
+  auto number_in = [](double lo, double hi, bool whole) {
     return CLI::Validator(
-        [lo, hi](std::string& v) {
+        [lo, hi, whole](std::string& v) {
           char* end = nullptr;
-          const double x = std::strtod(v.c_str(), &end);
+          // Whole: digits only, as the option's integer conversion takes them.
+          const double x = whole ? static_cast<double>(std::strtoll(v.c_str(), &end, 10)) : std::strtod(v.c_str(), &end);
+          const char* kind = whole ? "a whole number" : "a number";
           if (v.empty() || *end != '\0' || !std::isfinite(x))
-            return fmt::format("'{}' is not a number (expected one in [{}, {}])", v, lo, hi);
+            return fmt::format("'{}' is not {} (expected one in [{}, {}])", v, kind, lo, hi);
           if (x < lo || x > hi) return fmt::format("{} is out of range: must be in [{}, {}]", v, lo, hi);
           return std::string();
         },
         fmt::format("in [{}, {}]", lo, hi));
   };
+  auto in_range = [&](double lo, double hi) { return number_in(lo, hi, false); };
+  auto whole_in_range = [&](double lo, double hi) { return number_in(lo, hi, true); };
   igt::MountArgs m;
   auto* mount = app.add_subcommand("mount", "Mount SOURCE (file:///dir or s3://bucket[/prefix]) on MOUNTPOINT");
   mount->add_option("SOURCE", m.source, "file:///abs/dir or s3://bucket[/prefix]")->required();
@@ -152,7 +157,7 @@ int main(int argc, char** argv) {
   igt::WarmArgs wa;
   auto* warm = app.add_subcommand("warm", "Fetch files or directories of a mount into its cache");
   warm->add_option("PATH", wa.paths, "Files or directories inside an igtcache mount")->required();
-  warm->add_option("-j,--jobs", wa.jobs, "Parallel readers (default 8)")->check(in_range(1, 1024));
+  warm->add_option("-j,--jobs", wa.jobs, "Parallel readers (default 8)")->check(whole_in_range(1, 1024));
   bool warm_quiet = false;
   warm->add_flag("-q,--quiet", warm_quiet, "No progress output, only the summary");
 
@@ -179,7 +184,9 @@ int main(int argc, char** argv) {
   sim->add_option("--unit-size", sim_unit_size, "Cache unit (default cache.unit_size_bytes, 1M)");
   sim->add_option("--latency-ms", so.latency_ms, "Modeled time to first byte")->check(in_range(0, 1e6))->capture_default_str();
   sim->add_option("--bandwidth", so.bandwidth_bytes_per_s, "Modeled bytes/s per connection")->check(in_range(1, 1e13))->capture_default_str();
-  sim->add_option("--connections", so.connections, "Modeled backend connections")->capture_default_str();
+  sim->add_option("--connections", so.connections, "Modeled backend connections")
+      ->check(whole_in_range(1, 65536))
+      ->capture_default_str();
 
   bool markdown = false, example = false;
   auto* config = app.add_subcommand("config", "Print the configuration reference");

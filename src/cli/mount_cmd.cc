@@ -122,8 +122,12 @@ Result<std::unique_ptr<Backend>> BuildBackend(const SourceUrl& url, const Config
   o.bucket = url.bucket;
   o.prefix = url.prefix;
   o.endpoint = c.backend.endpoint;
+  bool endpoint_from_env = false;
   if (o.endpoint.empty())
-    if (const char* e = std::getenv("AWS_ENDPOINT_URL"); e && *e) o.endpoint = e;
+    if (const char* e = std::getenv("AWS_ENDPOINT_URL"); e && *e) {
+      o.endpoint = e;
+      endpoint_from_env = true;
+    }
   o.region = c.backend.region.empty() ? RegionFromEnv() : c.backend.region;
   o.addressing = c.backend.addressing;
   o.no_sign_request = c.backend.no_sign_request;
@@ -136,14 +140,19 @@ Result<std::unique_ptr<Backend>> BuildBackend(const SourceUrl& url, const Config
   o.metrics = m;
   if (!o.no_sign_request) {
     auto cred = ResolveCredentials(c.backend.profile);
-    if (!cred)
+    if (!cred)  // the message starts "no AWS credentials: ..."
       return Err(Status::PermissionDenied(
-          fmt::format("no credentials for {}: {} (or set backend.no_sign_request for a public "
-                      "bucket)", "s3://" + url.bucket, cred.error().message())));
+          fmt::format("{} (mounting s3://{}; or set backend.no_sign_request for a public bucket)",
+                      cred.error().message(), url.bucket)));
     o.credentials = *cred;
     o.refresh_credentials = [profile = c.backend.profile] { return ResolveCredentials(profile); };
   }
-  return MakeS3Backend(o);
+  auto b = MakeS3Backend(o);
+  // Named where the user set it.
+  if (!b && endpoint_from_env && b.error().code() == Code::kInvalidArgument &&
+      b.error().message().find(o.endpoint) != std::string::npos)
+    return Err(Status::InvalidArgument("$AWS_ENDPOINT_URL: " + b.error().message()));
+  return b;
 }
 
 // The block store keeps unit files open (a quarter of the soft fd limit at

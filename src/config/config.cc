@@ -81,7 +81,8 @@ const std::vector<Key>& Schema() {
        "are skipped) to keep it.",
        nullptr, SET_RATIO(cache.min_free_ratio)},
       {"cache.unit_size_bytes", Type::kSize, "1M",
-       "Cache unit: large objects are cached in blocks of this size; smaller objects whole. "
+       "Cache unit: large objects are cached in blocks of this size; smaller objects whole. A multiple of "
+       "64K from 64K to 64M. "
        "Larger units mean fewer requests, more read amplification for random access. A cache dir records "
        "the size on first use; a mount with another size, or over units with no record of their size, is "
        "refused (units cut with one size would serve wrong bytes under another).",
