@@ -60,7 +60,7 @@ _igtcache() {
         COMPREPLY=($(compgen -f -- "$cur"))
       fi ;;
     config) COMPREPLY=($(compgen -W "--markdown --example --check --help" -- "$cur")) ;;
-    classify) COMPREPLY=($(compgen -W "--trace --config --help" -- "$cur")) ;;
+    classify) COMPREPLY=($(compgen -W "--trace --listing --config --help" -- "$cur")) ;;
     sim) COMPREPLY=($(compgen -W "--trace --cache-size --listing --policy --config --unit-size --latency-ms
           --bandwidth --connections --help" -- "$cur")) ;;
   esac

@@ -61,7 +61,7 @@ int RunSimCmd(igt::sim::SimOptions o, const std::string& cache_size, const std::
   return igt::kExitOk;
 }
 
-int RunClassify(const std::string& trace, const std::string& config_path) {
+int RunClassify(const std::string& trace, const std::string& listing, const std::string& config_path) {
   auto cfg = igt::LoadConfig(config_path);
   if (!cfg) {
     std::fprintf(stderr, "igtcache: error: %s\n", cfg.error().message().c_str());
@@ -72,7 +72,7 @@ int RunClassify(const std::string& trace, const std::string& config_path) {
     std::fprintf(stderr, "igtcache: error: %s\n", scfg.error().message().c_str());
     return igt::kExitUsage;
   }
-  auto j = igt::stream::ClassifyTrace(trace, *scfg);
+  auto j = igt::stream::ClassifyTrace(trace, *scfg, listing);
   if (!j) {
     std::fprintf(stderr, "igtcache: error: %s\n", j.error().message().c_str());
     // A missing or bad --trace, --listing or --config is the command line's.
@@ -167,9 +167,11 @@ int main(int argc, char** argv) {
   unmount->add_flag("-z,--lazy", ua.lazy, "Lazy unmount: detach now, finish when no longer busy");
   unmount->add_option("--timeout", ua.timeout_s, "Seconds to wait for the daemon to exit (default 30)")->check(in_range(0, 86400));
 
-  std::string trace_in, classify_config;
+  std::string trace_in, classify_listing, classify_config;
   auto* classify = app.add_subcommand("classify", "Label the access streams of a trace (JSON)");
   classify->add_option("--trace", trace_in, "Trace CSV (docs/TRACES.md)")->required();
+  classify->add_option("--listing", classify_listing,
+                       "CSV path,size of every object, read or not (default: the trace's files)");
   classify->add_option("--config", classify_config, "YAML config (stream.* keys)");
 
   igt::sim::SimOptions so;
@@ -211,7 +213,7 @@ int main(int argc, char** argv) {
     return igt::RunWarm(wa);
   }
   if (*unmount) return igt::RunUnmount(ua);
-  if (*classify) return RunClassify(trace_in, classify_config);
+  if (*classify) return RunClassify(trace_in, classify_listing, classify_config);
   if (*sim) return RunSimCmd(so, sim_cache_size, sim_unit_size);
   if (*config && !config_check.empty()) {
     auto c = igt::LoadConfig(config_check);

@@ -58,66 +58,14 @@ std::string Parent(std::string_view p) {
   return s == std::string_view::npos ? std::string() : std::string(p.substr(0, s + 1));
 }
 
-// Reads a listing CSV (header `path,size`; a path containing `,` or `"` is
-// quoted, inner quotes doubled) into `t.files`: objects the trace does not
-// read are added without rows. Errors name the file and line.
+// The listing's objects into `t.files`: objects the trace does not read are
+// added without rows; a size that differs from the trace's takes the larger.
 Status LoadListing(const std::string& path, Trace& t, std::unordered_map<std::string, uint32_t>& ids) {
-  if (IsDirectoryPath(path)) return Status::InvalidArgument(fmt::format("{}: is a directory, not a listing", path));
-  std::ifstream in(path);
-  if (!in) return Status::InvalidArgument(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
-  uint64_t line = 0;
-  auto fail = [&](const std::string& what) {
-    return Status::InvalidArgument(fmt::format("{}:{}: {}", path, line, what));
-  };
-  std::string raw;
-  while (std::getline(in, raw)) {
-    ++line;
-    std::string_view l(raw);
-    if (!l.empty() && l.back() == '\r') l.remove_suffix(1);
-    if (line == 1 && l.substr(0, 3) == "\xEF\xBB\xBF") l.remove_prefix(3);
-    if (line == 1) {
-      if (l != "path,size") return fail(fmt::format("expected header 'path,size', got '{}'", l));
-      continue;
-    }
-    if (l.empty()) continue;
-    std::string p;
-    std::string_view rest;
-    if (l.front() == '"') {
-      size_t i = 1;
-      for (; i < l.size(); ++i) {
-        if (l[i] != '"') {
-          p.push_back(l[i]);
-        } else if (i + 1 < l.size() && l[i + 1] == '"') {
-          p.push_back('"');
-          ++i;
-        } else {
-          break;
-        }
-      }
-      if (i >= l.size() || i + 1 >= l.size() || l[i + 1] != ',') return fail("unterminated quoted path, or no size after it");
-      rest = l.substr(i + 2);
-    } else {
-      const size_t c = l.find(',');
-      if (c == std::string_view::npos || l.find(',', c + 1) != std::string_view::npos)
-        return fail("expected 2 columns (path,size); quote a path that has a comma");
-      p = std::string(l.substr(0, c));
-      rest = l.substr(c + 1);
-    }
-    uint64_t size = 0;
-    auto [end, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), size);
-    if (ec == std::errc::result_out_of_range) return fail(fmt::format("size out of range: '{}'", rest));
-    if (ec != std::errc() || end != rest.data() + rest.size() || rest.empty())
-      return fail(fmt::format("size is not a non-negative integer: '{}'", rest));
-    if (!p.empty() && p.back() == '/') continue;  // a "folder" marker object: a mount lists it as a directory
-    if (p.empty() || p.front() == '/')
-      return fail(fmt::format("path must be relative and not empty: '{}'", p));
+  return stream::ReadListing(path, [&](std::string p, uint64_t size) {
     auto [it, fresh] = ids.try_emplace(p, uint32_t(t.files.size()));
     if (fresh) t.files.push_back({std::move(p), size});
     t.files[it->second].size = std::max(t.files[it->second].size, size);
-  }
-  if (in.bad()) return fail(fmt::format("read error: {}", std::strerror(errno)));
-  if (line == 0) return Status::InvalidArgument(fmt::format("{}: empty (expected header 'path,size')", path));
-  return Status::Ok();
+  });
 }
 
 Result<Trace> LoadTrace(const std::string& path, const std::string& listing_path) {

@@ -11,25 +11,23 @@
 
 namespace igt::stream {
 
-Status ReplayTrace(const std::string& trace_path, AccessStreamTree& tree) {
+Status ReplayTrace(const std::string& trace_path, AccessStreamTree& tree, const std::string& listing_path) {
   // Read twice (below): a pipe would be empty the second time.
   struct stat st {};
   if (::stat(trace_path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
     return Status::InvalidArgument(fmt::format("{}: not a regular file (the trace is read twice: save a piped "
                                                "trace to a file first)", trace_path));
-  // Pass 1: validate, and collect each directory's distinct children.
+  // Pass 1: validate, and collect each directory's distinct children (the
+  // listing's objects too).
   std::unordered_map<std::string, std::unordered_set<std::string>> children;  // dir -> child keys
   {
     auto reader = TraceReader::Open(trace_path);
     if (!reader) return reader.error();
     std::unordered_set<std::string> seen_paths;
     TraceRecord r;
-    while (true) {
-      auto more = (*reader)->Next(r);
-      if (!more) return more.error();
-      if (!*more) break;
-      if (!seen_paths.insert(r.path).second) continue;
-      std::string_view p = r.path;
+    auto count = [&](const std::string& path) {
+      if (!seen_paths.insert(path).second) return;
+      std::string_view p = path;
       size_t pos = 0;
       while (pos < p.size()) {
         size_t slash = p.find('/', pos);
@@ -44,7 +42,15 @@ Status ReplayTrace(const std::string& trace_path, AccessStreamTree& tree) {
         if (last) break;
         pos = slash + 1;
       }
+    };
+    while (true) {
+      auto more = (*reader)->Next(r);
+      if (!more) return more.error();
+      if (!*more) break;
+      count(r.path);
     }
+    if (!listing_path.empty())
+      if (Status s = ReadListing(listing_path, [&](std::string path, uint64_t) { count(path); }); !s.ok()) return s;
   }
   for (const auto& [dir, kids] : children) tree.NoteListing(dir, kids.size());
   children.clear();
@@ -63,10 +69,11 @@ Status ReplayTrace(const std::string& trace_path, AccessStreamTree& tree) {
   return Status::Ok();
 }
 
-Result<nlohmann::json> ClassifyTrace(const std::string& trace_path, const StreamConfig& cfg) {
+Result<nlohmann::json> ClassifyTrace(const std::string& trace_path, const StreamConfig& cfg,
+                                     const std::string& listing_path) {
   if (Status s = Validate(cfg); !s.ok()) return Err(std::move(s));
   AccessStreamTree tree(cfg);
-  if (Status s = ReplayTrace(trace_path, tree); !s.ok()) return Err(std::move(s));
+  if (Status s = ReplayTrace(trace_path, tree, listing_path); !s.ok()) return Err(std::move(s));
   tree.RetestAll(/*only_pending=*/true);
   return StreamsToJson(tree.Snapshot());
 }

@@ -20,11 +20,14 @@
 namespace igt::stream {
 
 // Errors: NotFound/IoError for the file, InvalidArgument "<file>:<line>: <what>"
-// for a malformed row (nothing is recorded then).
-Status ReplayTrace(const std::string& trace_path, AccessStreamTree& tree);
+// for a malformed row (nothing is recorded then). `listing_path` (optional,
+// docs/TRACES.md "Listings"): objects the trace does not read count as
+// their directories' children too, as a mount's listings make them.
+Status ReplayTrace(const std::string& trace_path, AccessStreamTree& tree, const std::string& listing_path = {});
 
 // Validates `cfg`, replays the trace, re-tests every stream with new samples,
 // and returns {"streams": [...]} for every node with >= min_samples samples.
-Result<nlohmann::json> ClassifyTrace(const std::string& trace_path, const StreamConfig& cfg);
+Result<nlohmann::json> ClassifyTrace(const std::string& trace_path, const StreamConfig& cfg,
+                                     const std::string& listing_path = {});
 
 }  // namespace igt::stream

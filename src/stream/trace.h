@@ -20,6 +20,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -56,6 +57,12 @@ void AppendTraceRow(std::string& out, uint64_t time_us, uint32_t pid, std::strin
 // Parses one data row (no line terminator) into `out`. On error returns
 // InvalidArgument "<what is wrong>" (without the line prefix).
 Status ParseTraceRow(std::string_view line, TraceRecord& out);
+
+// Reads a listing CSV (docs/TRACES.md, "Listings": header `path,size`; a
+// path containing `,` or `"` is quoted, inner quotes doubled) and calls
+// `each` for every object row ("folder" markers ending in '/' skipped).
+// Errors: InvalidArgument "<file>:<line>: <what>".
+Status ReadListing(const std::string& path, const std::function<void(std::string path, uint64_t size)>& each);
 
 class TraceReader {
  public:

@@ -7,6 +7,7 @@
 #include <sys/resource.h>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <thread>
 #include <unistd.h>
 #include <vector>
@@ -114,6 +115,41 @@ TEST_CASE("ClassifyTrace reports a malformed line and a missing file", "[trace]"
   auto v = ClassifyTrace(p, bad);
   REQUIRE_FALSE(v.has_value());
   CHECK_THAT(v.error().message(), Catch::Contains("stream.alpha"));
+}
+
+TEST_CASE("ClassifyTrace with a listing: files nobody read count as children", "[trace]") {
+  // 4 of 48 class directories read evenly: the trace alone sees 4 children
+  // (uniform: random); the listing shows 48, of which 4 are hot (skewed), as
+  // a mount labels it.
+  std::string trace = std::string(kTraceHeader) + "\n", listing = "path,size\n";
+  for (int c = 0; c < 48; ++c)
+    for (int f = 0; f < 40; ++f) listing += "train/c" + std::to_string(c) + "/f" + std::to_string(f) + ",100\n";
+  std::mt19937_64 rng(3);
+  for (int i = 0; i < 400; ++i) {
+    const int c = int(rng() % 4) * 12, f = int(rng() % 40);
+    trace += std::to_string(i * 1000) + ",7,train/c" + std::to_string(c) + "/f" + std::to_string(f) + ",0,100,100\n";
+  }
+  const std::string tp = TempPath("cls.csv"), lp = TempPath("cls_listing.csv");
+  WriteFile(tp, trace);
+  WriteFile(lp, listing);
+  auto pattern_of = [](const nlohmann::json& j, const std::string& path) {
+    for (const auto& s : j["streams"])
+      if (s["path"] == path) return s["pattern"].get<std::string>();
+    return std::string("(none)");
+  };
+  auto alone = ClassifyTrace(tp, StreamConfig{});
+  auto listed = ClassifyTrace(tp, StreamConfig{}, lp);
+  REQUIRE(alone.has_value());
+  REQUIRE(listed.has_value());
+  CHECK(pattern_of(*alone, "train/") == "random");
+  CHECK(pattern_of(*listed, "train/") == "skewed");
+  // A bad listing is named with its line.
+  WriteFile(lp, "path,size\ntrain/a,ten\n");
+  auto bad = ClassifyTrace(tp, StreamConfig{}, lp);
+  REQUIRE_FALSE(bad.has_value());
+  CHECK_THAT(bad.error().message(), Catch::Contains(lp + ":2: size is not a non-negative integer"));
+  std::remove(tp.c_str());
+  std::remove(lp.c_str());
 }
 
 TEST_CASE("TraceWriter writes every appended row from many threads", "[trace]") {
