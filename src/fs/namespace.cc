@@ -134,11 +134,12 @@ void Namespace::NoteWalk(const std::string& dir_key) {
     it->second = name;
     if (!walking) return;
   }
-  std::shared_ptr<const DirListing> siblings;
+  std::shared_ptr<const DirListing> siblings, own;
   std::vector<std::string> want;
   {
     std::lock_guard lk(listings_mu_);
     if (auto it = listings_.find(parent); it != listings_.end()) siblings = it->second;
+    if (auto it = listings_.find(dir_key); it != listings_.end()) own = it->second;
     if (!siblings) return;
     auto e = std::upper_bound(siblings->entries.begin(), siblings->entries.end(), name,
                               [](const std::string& n, const DirEntry& d) { return n < d.name; });
@@ -153,7 +154,24 @@ void Namespace::NoteWalk(const std::string& dir_key) {
       want.push_back(std::move(key));
     }
   }
-  QueueBackground(std::move(want));
+  // The walker goes into this directory's subdirectories first (depth first:
+  // ls -R, os.walk, find), then on to the siblings.
+  if (own) QueueBackground(UnlistedSubdirs(dir_key, *own), /*descend=*/true, /*front=*/true);
+  QueueBackground(std::move(want), /*descend=*/true);
+}
+
+std::vector<std::string> Namespace::UnlistedSubdirs(const std::string& dir_key, const DirListing& l) {
+  std::vector<std::string> out;
+  std::lock_guard lk(listings_mu_);
+  for (size_t scanned = 0; scanned < l.entries.size() && scanned < 4096 && out.size() < kWalkAhead; ++scanned) {
+    const DirEntry& e = l.entries[scanned];
+    if (!e.is_dir) continue;
+    std::string key = dir_key.empty() ? e.name : dir_key + "/" + e.name;
+    if (auto it = listings_.find(key); it != listings_.end() && Fresh(it->second->fetched_ms)) continue;
+    if (fetches_.contains(key)) continue;
+    out.push_back(std::move(key));
+  }
+  return out;
 }
 
 bool Namespace::StartWalkThreads() {
@@ -166,13 +184,22 @@ bool Namespace::StartWalkThreads() {
   return !walk_threads_.empty();
 }
 
-void Namespace::QueueBackground(std::vector<std::string> want) {
+void Namespace::QueueBackground(std::vector<std::string> want, bool descend, bool front) {
   if (want.empty()) return;
   {
     std::lock_guard lk(walk_mu_);
     if (walk_stop_) return;
-    for (auto& k : want)
-      if (walk_queued_.insert(k).second) walk_queue_.push_back(std::move(k));
+    // At the front in their order: the first is listed first.
+    std::vector<WalkItem> added;
+    for (auto& k : want) {
+      // A walk's descent stays within kWalkAhead listings queued.
+      if (descend && walk_queue_.size() + added.size() >= kWalkAhead) break;
+      if (walk_queued_.insert(k).second) added.push_back({std::move(k), descend});
+    }
+    if (front) walk_queue_.insert(walk_queue_.begin(), std::make_move_iterator(added.begin()),
+                                  std::make_move_iterator(added.end()));
+    else walk_queue_.insert(walk_queue_.end(), std::make_move_iterator(added.begin()),
+                            std::make_move_iterator(added.end()));
     StartWalkThreads();  // a hint only if none starts
   }
   walk_cv_.notify_all();
@@ -209,11 +236,14 @@ void Namespace::WalkWorker() {
       --walk_busy_;
       continue;
     }
-    std::string key = std::move(walk_queue_.front());
+    WalkItem item = std::move(walk_queue_.front());
     walk_queue_.pop_front();
+    const std::string& key = item.key;
     lk.unlock();
     auto r = Listing(key, /*background=*/true);  // single-flight with the walker's own ReadDir
     if (!r) spdlog::debug("walk prefetch of '{}/': {}", key, r.error().ToString());
+    // Depth first, as the walker: this directory's subdirectories come next.
+    if (r && item.descend) QueueBackground(UnlistedSubdirs(key, **r), /*descend=*/true, /*front=*/true);
     lk.lock();
     --walk_busy_;
     walk_queued_.erase(key);

@@ -10,10 +10,14 @@
 // Directory walks (ls -R, os.walk, an ImageFolder scan) read sibling
 // directories one after the other, each a LIST the walker waits for. When
 // ReadDir() reads a second child of the same parent in a row, the listings
-// of the next `prefetch_dirs` sibling directories (in listing order) are
-// fetched in the background, `prefetch_threads` at once. Only ReadDir
-// triggers this, never a prefetched listing, so nothing crawls the bucket
-// beyond what the walker reaches.
+// of the directories the walk reaches next are fetched in the background,
+// `prefetch_threads` at once: the subdirectories of the directory just read,
+// then the next `prefetch_dirs` siblings (in listing order), and, as each of
+// these listings arrives, its own subdirectories, depth first as walkers
+// descend, at most kWalkAhead listings queued. Only a ReadDir that finds a
+// walk starts this: nothing crawls the bucket for a reader that is not
+// walking, and a walk that stops leaves at most kWalkAhead listings fetched
+// beyond it.
 //
 // When the bucket cannot be reached (Unavailable, IoError, Timeout) and a
 // listing is stale, the stale listing (memory, else the persisted one) is
@@ -219,7 +223,11 @@ class Namespace {
   void WalkWorker();
   // Queues listings of `dirs` for the background threads (started on first
   // use); takes walk_mu_ only.
-  void QueueBackground(std::vector<std::string> dirs);
+  // `descend`: walk items, whose subdirectories are queued in turn.
+  void QueueBackground(std::vector<std::string> dirs, bool descend = false, bool front = false);
+  // The subdirectories of `l` (of `dir_key`) not fresh, fetched or queued.
+  std::vector<std::string> UnlistedSubdirs(const std::string& dir_key, const DirListing& l);
+  static constexpr size_t kWalkAhead = 64;
   // Queues the refresh `fetch` of `dir_key` for the background threads,
   // ahead of walk listings; false if none runs, or none is idle and the
   // bucket is not `bucket_slow` (then the caller does it).
@@ -268,7 +276,11 @@ class Namespace {
   std::mutex walk_mu_;
   std::condition_variable walk_cv_;
   std::unordered_map<std::string, std::string> walk_last_;  // parent -> child last read (bounded)
-  std::deque<std::string> walk_queue_;                      // dir keys to list
+  struct WalkItem {
+    std::string key;
+    bool descend = false;  // a walk's: its subdirectories are queued once listed
+  };
+  std::deque<WalkItem> walk_queue_;                          // dir keys to list
   std::deque<std::pair<std::string, std::shared_ptr<Fetch>>> refresh_queue_;  // stale refreshes, first
   std::unordered_set<std::string> walk_queued_;             // queued or being listed
   std::vector<std::thread> walk_threads_;                   // started on first use
