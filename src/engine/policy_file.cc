@@ -46,7 +46,9 @@ PolicyFile Training() {
   f.patterns[kRandomIdx] = {{"epoch", {}}, {"keep", {}}};
   // Skewed: counts halve every minute, so yesterday's hot set gives way.
   f.patterns[kSkewedIdx] = {{"none", {}}, {"lfu", {{"half_life_ms", 60000}}}};
-  f.patterns[kUnknownIdx] = {{"readahead", {{"units", 2}}}, {"lru", {}}};
+  // Unknown: 2 units, doubling up to 16 while reads continue (a file read
+  // from its start waits for its label, 32 reads, with a window that grows).
+  f.patterns[kUnknownIdx] = {{"readahead", {{"units", 2}, {"max_units", 16}}}, {"lru", {}}};
   return f;
 }
 
