@@ -46,9 +46,7 @@ PolicyFile Training() {
   f.patterns[kRandomIdx] = {{"epoch", {}}, {"keep", {}}};
   // Skewed: counts halve every minute, so yesterday's hot set gives way.
   f.patterns[kSkewedIdx] = {{"none", {}}, {"lfu", {{"half_life_ms", 60000}}}};
-  // Unknown: 2 units, doubling up to 16 while reads continue (a file read
-  // from its start waits for its label, 32 reads, with a window that grows).
-  f.patterns[kUnknownIdx] = {{"readahead", {{"units", 2}, {"max_units", 16}}}, {"lru", {}}};
+  f.patterns[kUnknownIdx] = {{"readahead", {{"units", 2}}}, {"lru", {}}};
   return f;
 }
 
