@@ -113,10 +113,12 @@ int main(int argc, char** argv) {
     return CLI::Validator(
         [lo, hi, whole](std::string& v) {
           char* end = nullptr;
-          // Whole: digits only, as the option's integer conversion takes them.
           const double x = whole ? static_cast<double>(std::strtoll(v.c_str(), &end, 10)) : std::strtod(v.c_str(), &end);
           const char* kind = whole ? "a whole number" : "a number";
-          if (v.empty() || *end != '\0' || !std::isfinite(x))
+          // Whole: decimal digits, no leading 0 (the option's own conversion
+          // reads "010" as octal 8).
+          const bool octal = whole && v.size() > 1 && v[0] == '0';
+          if (v.empty() || *end != '\0' || !std::isfinite(x) || octal)
             return fmt::format("'{}' is not {} (expected one in [{}, {}])", v, kind, lo, hi);
           if (x < lo || x > hi) return fmt::format("{} is out of range: must be in [{}, {}]", v, lo, hi);
           return std::string();

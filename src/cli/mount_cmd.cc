@@ -338,8 +338,8 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
       warn_if_empty();
     } else {
       startup_warnings.push_back(fmt::format(
-          "source {} cannot be reached ({}): mounted on what cache dir '{}' holds (the listings and data an earlier "
-          "mount saved); reads of anything else fail with EIO until the source answers",
+          "source {} did not answer ({}): mounted on what cache dir '{}' holds (the listings and data an earlier "
+          "mount saved); while it does not answer, reads of anything else fail with EIO",
           (*backend)->Describe(), probe.message(), cfg.cache.dir));
       rep.Warn(startup_warnings.back());
     }

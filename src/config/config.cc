@@ -115,7 +115,8 @@ const std::vector<Key>& Schema() {
       {"metadata.prefetch_dirs", Type::kInt, "8",
        "Directory walks (ls -R, os.walk, a dataset scan): once two sibling directories were read "
        "in a row, the listings of the next this many siblings are fetched in the background "
-       "(4 at once). 0: off.",
+       "(4 at once), and, depth first, the subdirectories of those and of the directory just "
+       "read, at most 64 listings ahead of the walk. 0: off.",
        nullptr, SET_U64(metadata.prefetch_dirs)},
       {"metadata.negative_ttl_ms", Type::kInt, "5000",
        "How long the kernel may remember that a name does not exist.", nullptr,

@@ -128,6 +128,7 @@ void Namespace::NoteWalk(const std::string& dir_key) {
   {
     // A walk: a second child of the same parent read in a row.
     std::lock_guard lk(walk_mu_);
+    walk_ahead_.erase(dir_key);  // read: no longer ahead of the walk
     if (walk_last_.size() >= 4096) walk_last_.clear();
     auto [it, added] = walk_last_.try_emplace(parent, name);
     const bool walking = !added && it->second != name;
@@ -141,6 +142,9 @@ void Namespace::NoteWalk(const std::string& dir_key) {
     if (auto it = listings_.find(parent); it != listings_.end()) siblings = it->second;
     if (auto it = listings_.find(dir_key); it != listings_.end()) own = it->second;
     if (!siblings) return;
+    // The bucket cannot be reached: the walk is served stale listings, and
+    // fetching more would spend a retry budget on a thread each.
+    if (last_unreachable_ms_ > 0 && Now() - last_unreachable_ms_ < kSlowBucketMs) return;
     auto e = std::upper_bound(siblings->entries.begin(), siblings->entries.end(), name,
                               [](const std::string& n, const DirEntry& d) { return n < d.name; });
     // The next directories in listing order (files between them skipped, a
@@ -189,12 +193,18 @@ void Namespace::QueueBackground(std::vector<std::string> want, bool descend, boo
   {
     std::lock_guard lk(walk_mu_);
     if (walk_stop_) return;
+    // A walk's descent stays within kWalkAhead listings ahead of the walkers.
+    if (descend) {
+      const int64_t now = Now();
+      std::erase_if(walk_ahead_, [&](const auto& e) { return now - e.second >= kWalkAheadIdleMs; });
+    }
     // At the front in their order: the first is listed first.
     std::vector<WalkItem> added;
     for (auto& k : want) {
-      // A walk's descent stays within kWalkAhead listings queued.
-      if (descend && walk_queue_.size() + added.size() >= kWalkAhead) break;
-      if (walk_queued_.insert(k).second) added.push_back({std::move(k), descend});
+      if (descend && walk_ahead_.size() >= kWalkAhead) break;
+      if (!walk_queued_.insert(k).second) continue;
+      if (descend) walk_ahead_.emplace(k, Now());
+      added.push_back({std::move(k), descend});
     }
     if (front) walk_queue_.insert(walk_queue_.begin(), std::make_move_iterator(added.begin()),
                                   std::make_move_iterator(added.end()));
@@ -242,8 +252,10 @@ void Namespace::WalkWorker() {
     lk.unlock();
     auto r = Listing(key, /*background=*/true);  // single-flight with the walker's own ReadDir
     if (!r) spdlog::debug("walk prefetch of '{}/': {}", key, r.error().ToString());
-    // Depth first, as the walker: this directory's subdirectories come next.
-    if (r && item.descend) QueueBackground(UnlistedSubdirs(key, **r), /*descend=*/true, /*front=*/true);
+    // Depth first, as the walker: this directory's subdirectories come next
+    // (not below a stale listing: the bucket did not answer).
+    if (r && item.descend && Fresh((*r)->fetched_ms))
+      QueueBackground(UnlistedSubdirs(key, **r), /*descend=*/true, /*front=*/true);
     lk.lock();
     --walk_busy_;
     walk_queued_.erase(key);

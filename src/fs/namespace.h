@@ -13,11 +13,13 @@
 // of the directories the walk reaches next are fetched in the background,
 // `prefetch_threads` at once: the subdirectories of the directory just read,
 // then the next `prefetch_dirs` siblings (in listing order), and, as each of
-// these listings arrives, its own subdirectories, depth first as walkers
-// descend, at most kWalkAhead listings queued. Only a ReadDir that finds a
-// walk starts this: nothing crawls the bucket for a reader that is not
-// walking, and a walk that stops leaves at most kWalkAhead listings fetched
-// beyond it.
+// these listings arrives fresh, its own subdirectories, depth first as
+// walkers descend. At most kWalkAhead listings are ahead of the walkers
+// (queued, or listed and not read by a ReadDir since; one not read within
+// kWalkAheadIdleMs no longer counts): the descent follows the walk and stops
+// with it, at most kWalkAhead listings beyond. Only a ReadDir that finds a
+// walk starts this, and not while the bucket is unreachable (within
+// kSlowBucketMs of a failed listing): stale listings are not descended.
 //
 // When the bucket cannot be reached (Unavailable, IoError, Timeout) and a
 // listing is stale, the stale listing (memory, else the persisted one) is
@@ -190,6 +192,11 @@ class Namespace {
   // its number of entries (the access stream tree's N). Set before use.
   void set_listing_hook(std::function<void(const std::string&, size_t)> h) { listing_hook_ = std::move(h); }
 
+  // The walk prefetch's descent: listings ahead of the walkers at most, and
+  // how long one nobody reads counts.
+  static constexpr size_t kWalkAhead = 64;
+  static constexpr int64_t kWalkAheadIdleMs = 30000;
+
  private:
   struct Inode {
     uint64_t ino;
@@ -227,7 +234,6 @@ class Namespace {
   void QueueBackground(std::vector<std::string> dirs, bool descend = false, bool front = false);
   // The subdirectories of `l` (of `dir_key`) not fresh, fetched or queued.
   std::vector<std::string> UnlistedSubdirs(const std::string& dir_key, const DirListing& l);
-  static constexpr size_t kWalkAhead = 64;
   // Queues the refresh `fetch` of `dir_key` for the background threads,
   // ahead of walk listings; false if none runs, or none is idle and the
   // bucket is not `bucket_slow` (then the caller does it).
@@ -283,6 +289,9 @@ class Namespace {
   std::deque<WalkItem> walk_queue_;                          // dir keys to list
   std::deque<std::pair<std::string, std::shared_ptr<Fetch>>> refresh_queue_;  // stale refreshes, first
   std::unordered_set<std::string> walk_queued_;             // queued or being listed
+  // Descent listings ahead of the walkers: queued, or listed and not read by
+  // a ReadDir yet, with when they were queued (kWalkAhead at most).
+  std::unordered_map<std::string, int64_t> walk_ahead_;
   std::vector<std::thread> walk_threads_;                   // started on first use
   bool walk_stop_ = false;
   size_t walk_busy_ = 0;  // background threads working on an item

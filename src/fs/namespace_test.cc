@@ -563,6 +563,50 @@ TEST_CASE("a walk down a deep tree prefetches the listings below the directories
   CHECK(ns.CachedListing("t/b") == nullptr);
 }
 
+TEST_CASE("the walk prefetch's descent stops with the walk, kWalkAhead listings beyond it at most") {
+  // A 4-way tree 5 levels deep below t/a/b (1364 directories): a walk that
+  // stops right after it is seen must not list the subtrees it never reads
+  // (the first version of the descent bounded only the queue, and crawled
+  // whole subtrees).
+  auto mem = std::make_shared<MemoryBackend>();
+  std::vector<std::string> level{"t/a/b"};
+  for (int d = 0; d < 5; ++d) {
+    std::vector<std::string> next;
+    for (const auto& p : level)
+      for (char c : std::string("wxyz")) next.push_back(p + "/" + c);
+    level = std::move(next);
+  }
+  for (const auto& p : level) mem->Put(p + "/f", "x");
+  mem->Put("t/a/a/f", "x");
+  FaultInjectingBackend fb(mem);
+  Namespace ns(&fb, nullptr, nullptr, Namespace::Options{.ttl_ms = 60000});
+  auto read = [&](const std::string& path) {
+    uint64_t ino = Namespace::kRootIno;
+    for (size_t pos = 0; pos < path.size();) {
+      const size_t slash = std::min(path.find('/', pos), path.size());
+      auto e = ns.Lookup(ino, path.substr(pos, slash - pos));
+      REQUIRE(e.has_value());
+      ino = e->ino;
+      pos = slash + 1;
+    }
+    REQUIRE(ns.ReadDir(ino).has_value());
+  };
+  for (const char* p : {"t", "t/a", "t/a/a"}) read(p);
+  const uint64_t before = fb.counts().lists;
+  read("t/a/b");  // a walk: t/a/b's subtree is what it reaches next
+  // Until the background has nothing left to do (no new LIST for 300 ms).
+  uint64_t last = 0, now = fb.counts().lists;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  do {
+    last = now;
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    now = fb.counts().lists;
+  } while (now != last && std::chrono::steady_clock::now() < until);
+  INFO("listings after the walk stopped: " << now - before);
+  CHECK(now - before <= 1 + Namespace::kWalkAhead);
+  CHECK(now - before >= 1 + 4);  // t/a/b and at least its own subdirectories
+}
+
 TEST_CASE("listings nobody holds are dropped past max_listed_entries, and come back on use") {
   auto mem = std::make_shared<MemoryBackend>();
   for (int d = 0; d < 10; ++d)

@@ -102,7 +102,7 @@ class InstrumentedBackend final : public Backend {
   Status TimedProbe(Status (Backend::*probe)()) {
     Timer t;
     Status s = (inner_.get()->*probe)();
-    Done(BackendOp::kProbe, s, t, 0, [] { return std::string(); });
+    Done(BackendOp::kProbe, s, t, 0, [this] { return Describe(); });
     return s;
   }
 

@@ -52,7 +52,8 @@ constexpr double kChiSquareMinExpected = 2.0;
 // window whose D distinct children each expect at least kSubsetMinExpected
 // samples (then a child of the subset is missing from the window with
 // probability e^-5 < 1%: the subset is seen whole) and that are at least
-// kSubsetMinChildren is tested again over those D alone. Reads spread evenly
+// kSubsetMinChildren, or at least 4/5 of the N, is tested again over those D
+// alone. Reads spread evenly
 // over part of a directory (a training split listed in a manifest, some of
 // the classes of an image folder) are random, not skewed: no child is
 // hotter than another.

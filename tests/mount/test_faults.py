@@ -174,7 +174,7 @@ def main():
         # cache, byte-exact.
         proxy.down()
         m = s.mount(f"s3://{BUCKET}", cache_dir=cache, args=args)
-        warned = [ln for ln in m.proc.stderr_text().splitlines() if "cannot be reached" in ln]
+        warned = [ln for ln in m.proc.stderr_text().splitlines() if "did not answer" in ln]
         check(len(warned) == 1, f"mounted with the backend down, with a warning ({warned[-1:]!r})")
         bad = []
         for k in sorted(good):
@@ -194,7 +194,7 @@ def main():
         # (it waited out the whole retry budget first).
         proxy.faults({"kind": "stall", "after_bytes": 0, "stall_s": 20, "count": -1})
         m = s.mount(f"s3://{BUCKET}", cache_dir=cache, args=args)
-        warned = [ln for ln in m.proc.stderr_text().splitlines() if "cannot be reached" in ln]
+        warned = [ln for ln in m.proc.stderr_text().splitlines() if "did not answer" in ln]
         check(len(warned) == 1, f"mounted with the bucket stalled, with a warning ({warned[-1:]!r})")
         st = s.stats(m)  # before any lookup: only the probe has asked the bucket
         check(st["backend_retries"] == 0, f"one probe attempt, no retries ({st['backend_retries']})")
