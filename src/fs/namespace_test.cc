@@ -519,6 +519,20 @@ TEST_CASE("a walk over sibling directories prefetches the next ones' listings, o
   CHECK(fb.counts().lists == all);
 }
 
+// Looks up `path` ("a/b/c") component by component and reads the directory,
+// as a walker does.
+void ReadDirAt(Namespace& ns, const std::string& path) {
+  uint64_t ino = Namespace::kRootIno;
+  for (size_t pos = 0; pos < path.size();) {
+    const size_t slash = std::min(path.find('/', pos), path.size());
+    auto e = ns.Lookup(ino, path.substr(pos, slash - pos));
+    REQUIRE(e.has_value());
+    ino = e->ino;
+    pos = slash + 1;
+  }
+  REQUIRE(ns.ReadDir(ino).has_value());
+}
+
 TEST_CASE("a walk down a deep tree prefetches the listings below the directories it reaches next") {
   // t/ with 3 subdirectories a b c, each with 3, each with 3 (39 below t).
   // A depth-first walker (ls -R, os.walk, find) reads a directory's first
@@ -538,17 +552,7 @@ TEST_CASE("a walk down a deep tree prefetches the listings below the directories
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     return fb.counts().lists;
   };
-  auto read = [&](const std::string& path) {
-    uint64_t ino = Namespace::kRootIno;
-    for (size_t pos = 0; pos < path.size();) {
-      const size_t slash = std::min(path.find('/', pos), path.size());
-      auto e = ns.Lookup(ino, path.substr(pos, slash - pos));
-      REQUIRE(e.has_value());
-      ino = e->ino;
-      pos = slash + 1;
-    }
-    REQUIRE(ns.ReadDir(ino).has_value());
-  };
+  auto read = [&](const std::string& path) { ReadDirAt(ns, path); };
   // Depth first: t, t/a, t/a/a, its leaves a b c, then t/a/b.
   for (const char* p : {"t", "t/a", "t/a/a", "t/a/a/a", "t/a/a/b", "t/a/a/c"}) read(p);
   const uint64_t before = wait_lists(fb.counts().lists);
@@ -580,17 +584,7 @@ TEST_CASE("the walk prefetch's descent stops with the walk, kWalkAhead listings 
   mem->Put("t/a/a/f", "x");
   FaultInjectingBackend fb(mem);
   Namespace ns(&fb, nullptr, nullptr, Namespace::Options{.ttl_ms = 60000});
-  auto read = [&](const std::string& path) {
-    uint64_t ino = Namespace::kRootIno;
-    for (size_t pos = 0; pos < path.size();) {
-      const size_t slash = std::min(path.find('/', pos), path.size());
-      auto e = ns.Lookup(ino, path.substr(pos, slash - pos));
-      REQUIRE(e.has_value());
-      ino = e->ino;
-      pos = slash + 1;
-    }
-    REQUIRE(ns.ReadDir(ino).has_value());
-  };
+  auto read = [&](const std::string& path) { ReadDirAt(ns, path); };
   for (const char* p : {"t", "t/a", "t/a/a"}) read(p);
   const uint64_t before = fb.counts().lists;
   read("t/a/b");  // a walk: t/a/b's subtree is what it reaches next
