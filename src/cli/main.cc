@@ -119,7 +119,8 @@ int main(int argc, char** argv) {
           // reads "010" as octal 8).
           const bool octal = whole && v.size() > 1 && v[0] == '0';
           if (v.empty() || *end != '\0' || !std::isfinite(x) || octal)
-            return fmt::format("'{}' is not {} (expected one in [{}, {}])", v, kind, lo, hi);
+            return fmt::format("'{}' is not {}{} (expected one in [{}, {}])", v, kind,
+                               octal ? " without leading zeros" : "", lo, hi);
           if (x < lo || x > hi) return fmt::format("{} is out of range: must be in [{}, {}]", v, lo, hi);
           return std::string();
         },

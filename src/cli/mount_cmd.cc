@@ -339,7 +339,8 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
     } else {
       startup_warnings.push_back(fmt::format(
           "source {} did not answer ({}): mounted on what cache dir '{}' holds (the listings and data an earlier "
-          "mount saved); while it does not answer, reads of anything else fail with EIO",
+          "mount saved); while it does not answer, reads of anything else fail with EIO once the retry budget "
+          "is spent",
           (*backend)->Describe(), probe.message(), cfg.cache.dir));
       rep.Warn(startup_warnings.back());
     }

@@ -117,9 +117,11 @@ struct Fit {
 };
 Fit TerminalFit() {
   winsize ws{};
-  if (::ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) != 0 || ws.ws_row == 0) return {};
+  if (::ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) != 0) return {};
   Fit f;
-  f.rows = ws.ws_row > 17 ? ws.ws_row - 16 : 1;
+  // A size with columns only (rows 0: `stty cols 40` in a new pty) still
+  // cuts the lines.
+  if (ws.ws_row > 0) f.rows = ws.ws_row > 17 ? ws.ws_row - 16 : 1;
   if (ws.ws_col > 0) f.cols = ws.ws_col;
   return f;
 }
