@@ -126,6 +126,9 @@ Fit TerminalFit() {
   return f;
 }
 
+// Not the first byte of a UTF-8 character: text is cut before or after it.
+bool Utf8Continuation(char c) { return (static_cast<unsigned char>(c) & 0xC0) == 0x80; }
+
 // Every line cut to `cols` bytes (at a UTF-8 character's start): a line the
 // terminal wrapped would push the redrawn screen past its last row, and the
 // top lines (the summary) would scroll away.
@@ -138,7 +141,7 @@ std::string CutLines(const std::string& text, size_t cols) {
     size_t n = end - start;
     if (n > cols) {
       n = cols;
-      while (n > 0 && (static_cast<unsigned char>(text[start + n]) & 0xC0) == 0x80) --n;
+      while (n > 0 && Utf8Continuation(text[start + n])) --n;
     }
     out.append(text, start, n);
     if (end < text.size()) out += '\n';
@@ -272,7 +275,7 @@ std::string StatsTable(const nlohmann::json& j, const nlohmann::json* prev, doub
     std::string p = r.path;
     if (p.size() > max_path) {  // its start cut off, at a UTF-8 character's start
       size_t from = p.size() - (max_path - 3);
-      while (from < p.size() && (static_cast<unsigned char>(p[from]) & 0xC0) == 0x80) ++from;
+      while (from < p.size() && Utf8Continuation(p[from])) ++from;
       p = "..." + p.substr(from);
     }
     if (p.empty()) p = "/";

@@ -299,30 +299,28 @@ int RunWarm(const WarmArgs& a) {
     for (const auto& e : read_errors) std::fprintf(stderr, "igtcache: warm: %s\n", e.c_str());
     if (!read_errors.empty()) rc = kExitError;
     auto after = ReadStats(mnt);
+    // How much a counter of the mount grew while warm ran (0 without stats).
+    auto grew = [&](const char* counter) {
+      if (!after) return uint64_t{0};
+      const uint64_t was = stats->value(counter, uint64_t{0}), now = after->value(counter, uint64_t{0});
+      return now - std::min(was, now);
+    };
     // Read, but not cached: the cache volume failed the daemon's writes (a
     // full or read-only disk, a removed cache dir). The job to come would
     // read all of it from the bucket.
-    if (after) {
-      const uint64_t was = stats->value("cache_write_errors", uint64_t{0});
-      const uint64_t now = after->value("cache_write_errors", uint64_t{0});
-      if (now > was) {
-        std::fprintf(stderr,
-                     "igtcache: warm: %s: %llu cache writes failed on the mount meanwhile (cache_write_errors; the "
-                     "daemon's log says why): what they held, maybe some of what warm read, is not cached\n",
-                     mnt.c_str(), static_cast<unsigned long long>(now - was));
-        rc = kExitError;
-      }
+    if (const uint64_t failed = grew("cache_write_errors"); failed > 0) {
+      std::fprintf(stderr,
+                   "igtcache: warm: %s: %llu cache writes failed on the mount meanwhile (cache_write_errors; the "
+                   "daemon's log says why): what they held, maybe some of what warm read, is not cached\n",
+                   mnt.c_str(), static_cast<unsigned long long>(failed));
+      rc = kExitError;
     }
     const size_t read_ok = todo.size() - std::min<size_t>(prog.errors.load(), todo.size());
     // What the mount fetched from the source meanwhile: files already cached
     // are read too (from the cache), so "read" alone overstates the warm-up.
     // Other readers of the mount count in it as well.
-    std::string fetched;
-    if (after) {
-      const uint64_t was = stats->value("backend_get_bytes", uint64_t{0});
-      const uint64_t now = after->value("backend_get_bytes", uint64_t{0});
-      fetched = fmt::format(", {} fetched from the source", FormatSize(now - std::min(was, now)));
-    }
+    const std::string fetched =
+        after ? fmt::format(", {} fetched from the source", FormatSize(grew("backend_get_bytes"))) : "";
     std::printf("warm: read %zu %s, %s in %.1f s (%s/s)%s%s; cache now %s of %s\n", read_ok, Files(read_ok),
                 FormatSize(prog.bytes_done.load()).c_str(), el,
                 FormatSize(el > 0 ? static_cast<uint64_t>(static_cast<double>(prog.bytes_done.load()) / el) : 0).c_str(),

@@ -136,7 +136,6 @@ void Namespace::NoteWalk(const std::string& dir_key) {
     if (!walking) return;
   }
   std::shared_ptr<const DirListing> siblings, own;
-  std::vector<std::string> want;
   {
     std::lock_guard lk(listings_mu_);
     if (auto it = listings_.find(parent); it != listings_.end()) siblings = it->second;
@@ -145,30 +144,24 @@ void Namespace::NoteWalk(const std::string& dir_key) {
     // The bucket cannot be reached: the walk is served stale listings, and
     // fetching more would spend a retry budget on a thread each.
     if (last_unreachable_ms_ > 0 && Now() - last_unreachable_ms_ < kSlowBucketMs) return;
-    auto e = std::upper_bound(siblings->entries.begin(), siblings->entries.end(), name,
-                              [](const std::string& n, const DirEntry& d) { return n < d.name; });
-    // The next directories in listing order (files between them skipped, a
-    // bounded scan).
-    for (size_t scanned = 0; e != siblings->entries.end() && want.size() < opts_.prefetch_dirs && scanned < 4096;
-         ++e, ++scanned) {
-      if (!e->is_dir) continue;
-      std::string key = parent.empty() ? e->name : parent + "/" + e->name;
-      if (auto l = listings_.find(key); l != listings_.end() && Fresh(l->second->fetched_ms)) continue;
-      if (fetches_.contains(key)) continue;
-      want.push_back(std::move(key));
-    }
   }
   // The walker goes into this directory's subdirectories first (depth first:
-  // ls -R, os.walk, find), then on to the siblings.
-  if (own) QueueBackground(UnlistedSubdirs(dir_key, *own), /*descend=*/true, /*front=*/true);
-  QueueBackground(std::move(want), /*descend=*/true);
+  // ls -R, os.walk, find), then on to the next siblings in listing order.
+  if (own) QueueBackground(UnlistedSubdirs(dir_key, *own, 0, kWalkAhead), /*descend=*/true, /*front=*/true);
+  const auto next = std::upper_bound(siblings->entries.begin(), siblings->entries.end(), name,
+                                     [](const std::string& n, const DirEntry& d) { return n < d.name; });
+  QueueBackground(UnlistedSubdirs(parent, *siblings, static_cast<size_t>(next - siblings->entries.begin()),
+                                  opts_.prefetch_dirs),
+                  /*descend=*/true);
 }
 
-std::vector<std::string> Namespace::UnlistedSubdirs(const std::string& dir_key, const DirListing& l) {
+std::vector<std::string> Namespace::UnlistedSubdirs(const std::string& dir_key, const DirListing& l, size_t from,
+                                                    size_t limit) {
   std::vector<std::string> out;
   std::lock_guard lk(listings_mu_);
-  for (size_t scanned = 0; scanned < l.entries.size() && scanned < 4096 && out.size() < kWalkAhead; ++scanned) {
-    const DirEntry& e = l.entries[scanned];
+  // Files between the directories skipped: a bounded scan.
+  for (size_t i = from; i < l.entries.size() && i - from < 4096 && out.size() < limit; ++i) {
+    const DirEntry& e = l.entries[i];
     if (!e.is_dir) continue;
     std::string key = dir_key.empty() ? e.name : dir_key + "/" + e.name;
     if (auto it = listings_.find(key); it != listings_.end() && Fresh(it->second->fetched_ms)) continue;
@@ -255,7 +248,7 @@ void Namespace::WalkWorker() {
     // Depth first, as the walker: this directory's subdirectories come next
     // (not below a stale listing: the bucket did not answer).
     if (r && item.descend && Fresh((*r)->fetched_ms))
-      QueueBackground(UnlistedSubdirs(key, **r), /*descend=*/true, /*front=*/true);
+      QueueBackground(UnlistedSubdirs(key, **r, 0, kWalkAhead), /*descend=*/true, /*front=*/true);
     lk.lock();
     --walk_busy_;
     walk_queued_.erase(key);

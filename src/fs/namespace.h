@@ -232,8 +232,10 @@ class Namespace {
   // use); takes walk_mu_ only.
   // `descend`: walk items, whose subdirectories are queued in turn.
   void QueueBackground(std::vector<std::string> dirs, bool descend = false, bool front = false);
-  // The subdirectories of `l` (of `dir_key`) not fresh, fetched or queued.
-  std::vector<std::string> UnlistedSubdirs(const std::string& dir_key, const DirListing& l);
+  // Up to `limit` subdirectories of `l` (of `dir_key`) from entry `from` on,
+  // whose listings are not fresh nor being fetched; takes listings_mu_.
+  std::vector<std::string> UnlistedSubdirs(const std::string& dir_key, const DirListing& l, size_t from,
+                                           size_t limit);
   // Queues the refresh `fetch` of `dir_key` for the background threads,
   // ahead of walk listings; false if none runs, or none is idle and the
   // bucket is not `bucket_slow` (then the caller does it).
