@@ -78,6 +78,7 @@ class FaultInjectingBackend : public Backend {
   Status QuickProbe() override;
   std::string Describe() const override { return "fault(" + inner_->Describe() + ")"; }
   void Cancel() override { inner_->Cancel(); }
+  void NoteUnreachable() override { inner_->NoteUnreachable(); }
 
  private:
   // Counts the call, runs hook and latency, and decides on an injected failure.

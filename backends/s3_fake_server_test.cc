@@ -527,3 +527,70 @@ TEST_CASE("S3 fake: expired credentials are read again once, and used if they ch
   CHECK(reads == 4);
   CHECK_THAT(Head(s.requests().back(), "authorization"), Catch::Contains("Credential=AKIDTHIRD/"));
 }
+
+TEST_CASE("S3 fake: after a whole retry budget without an answer requests get one attempt until one is answered",
+          "[s3fake]") {
+  FakeServer s;
+  igt::Metrics m;
+  auto b = igt::MakeS3Backend(Opts(s, &m));  // max_retries 3
+  REQUIRE(b);
+  char buf[10];
+  auto no_answer = [&](int n) {
+    for (int i = 0; i < n; ++i) s.Push("");  // the connection closes with no reply
+  };
+  no_answer(4);
+  auto r = (*b)->Read("k", 0, 10, "", buf);
+  REQUIRE(!r);
+  CHECK(r.error().code() == Code::kUnavailable);
+  CHECK(m.backend_retries == 3);
+  CHECK(m.backend_outage == 1);
+  CHECK(s.requests().size() == 4);
+
+  // Outage mode: one attempt per request, whatever the request.
+  no_answer(2);
+  CHECK(!(*b)->Read("k", 0, 10, "", buf));
+  CHECK(!(*b)->List(igt::ListRequest{}));
+  CHECK(m.backend_retries == 3);
+  CHECK(s.requests().size() == 6);
+
+  // An answer ends it, even an error (the source is there): a 404 here.
+  s.Push(FakeServer::Reply(404, {}, "<Error><Code>NoSuchKey</Code><Message>no</Message></Error>"));
+  auto st = (*b)->Stat("gone");
+  REQUIRE(!st);
+  CHECK(st.error().code() == Code::kNotFound);
+  CHECK(m.backend_outage == 0);
+  no_answer(1);
+  s.Push(FakeServer::Reply(206, kOkHeaders, kTen));
+  auto ok = (*b)->Read("k", 0, 10, "e1", buf);  // the whole budget again: one retry, then data
+  REQUIRE(ok);
+  CHECK(*ok == 10);
+  CHECK(m.backend_retries == 4);
+}
+
+TEST_CASE("S3 fake: a mount on a source that did not answer starts in outage mode with short attempts",
+          "[s3fake]") {
+  FakeServer s;
+  igt::Metrics m;
+  auto o = Opts(s, &m);
+  o.request_timeout_ms = 120000;  // a stalled attempt would wait this long, but for outage mode
+  auto b = igt::MakeS3Backend(o);
+  REQUIRE(b);
+  (*b)->NoteUnreachable();
+  CHECK(m.backend_outage == 1);
+  s.Push("STALL:HTTP/1.1 206 X\r\nContent-Range: bytes 0-9/10\r\nContent-Length: 10\r\n\r\n01234");
+  char buf[10];
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = (*b)->Read("k", 0, 10, "", buf);
+  const auto waited = std::chrono::steady_clock::now() - t0;
+  REQUIRE(!r);
+  CHECK(r.error().code() == Code::kUnavailable);
+  CHECK(s.requests().size() == 1);
+  CHECK(m.backend_retries == 0);
+  // Cut off after kQuickProbeMs without progress, not request_timeout_ms
+  // (a bound far above the 5 s, not a timing measurement).
+  CHECK(waited < std::chrono::seconds(60));
+  // The full Probe (a mount with nothing saved) keeps the whole budget.
+  for (int i = 0; i < 4; ++i) s.Push("");
+  CHECK(!(*b)->Probe().ok());
+  CHECK(m.backend_retries == 3);
+}

@@ -287,7 +287,7 @@ class S3Backend final : public Backend {
     ObjectInfo info;
     Status st = WithRetries([&]() -> Outcome {
       HttpRequest req = Build("HEAD", full, {}, {});
-      HttpResponse r = pool_.Perform(req);
+      HttpResponse r = Send(req);
       if (r.curl_code != 0 || r.status != 200) return ClassifyFailure(r, ep_, "key " + Quote(key));
       const std::string* len = r.Header("content-length");
       auto size = len ? ParseU64(*len) : std::nullopt;
@@ -316,7 +316,7 @@ class S3Backend final : public Backend {
       req.sink = out;
       req.sink_capacity = length;
       req.keep_connection = [](const HttpResponse& r) { return !MisframedBody(r); };
-      HttpResponse r = pool_.Perform(req);
+      HttpResponse r = Send(req);
       if ((r.curl_code == 0 || r.overflow) && r.status == 200 && LooksLikeErrorDocument(r, out)) {
         // S3 documents 200 replies carrying an <Error> body (e.g. an internal
         // error after the status was sent); such a body is never data.
@@ -381,6 +381,11 @@ class S3Backend final : public Backend {
   Status Probe() override { return ProbeWith(opts_.max_retries, 0); }
   Status QuickProbe() override {
     return ProbeWith(0, std::min(opts_.request_timeout_ms, Backend::kQuickProbeMs));
+  }
+
+  void NoteUnreachable() override {
+    if (outage_.exchange(true)) return;
+    if (opts_.metrics) opts_.metrics->backend_outage.store(1, std::memory_order_relaxed);
   }
 
   void Cancel() override {
@@ -462,10 +467,10 @@ class S3Backend final : public Backend {
   Result<ListObjectsResult> ListRaw(const QueryList& q, const std::string& what, int max_retries = -1,
                                     int timeout_ms = 0) {
     ListObjectsResult out;
-    Status st = WithRetries(max_retries < 0 ? opts_.max_retries : max_retries, [&]() -> Outcome {
+    Status st = WithRetries(max_retries, [&]() -> Outcome {
       HttpRequest req = Build("GET", "", q, {});
-      req.request_timeout_ms = timeout_ms;
-      HttpResponse r = pool_.Perform(req);
+      if (timeout_ms > 0) req.request_timeout_ms = timeout_ms;
+      HttpResponse r = Send(req);
       if (r.curl_code != 0 || r.status != 200) {
         if (r.overflow) return {Status::IoError(what + ": listing reply too large"), false};
         // S3 answers a listing of a missing bucket with NoSuchBucket; a bare
@@ -491,10 +496,19 @@ class S3Backend final : public Backend {
   // [0, retry_base_ms * 2^n].
   template <class F>
   Status WithRetries(F&& attempt) {
-    return WithRetries(opts_.max_retries, std::forward<F>(attempt));
+    return WithRetries(kDefaultBudget, std::forward<F>(attempt));
   }
+  // kDefaultBudget: opts_.max_retries, or one short attempt in outage mode.
+  static constexpr int kDefaultBudget = -1;
   template <class F>
   Status WithRetries(int max_retries, F&& attempt) {
+    const bool short_attempts = max_retries == kDefaultBudget && outage_.load(std::memory_order_relaxed);
+    if (max_retries == kDefaultBudget) max_retries = short_attempts ? 0 : opts_.max_retries;
+    struct ShortScope {  // Send shortens this thread's requests meanwhile
+      bool prev = t_short_attempt_;
+      explicit ShortScope(bool on) { t_short_attempt_ = on; }
+      ~ShortScope() { t_short_attempt_ = prev; }
+    } short_scope(short_attempts);
     const auto start = std::chrono::steady_clock::now();
     bool refreshed = false;
     for (int n = 0;; ++n) {
@@ -502,6 +516,9 @@ class S3Backend final : public Backend {
         return Status::Unavailable(std::string(HttpPool::kCancelledMessage) + " (S3 endpoint " + ep_.endpoint + ")");
       const uint64_t gen = CredentialsGeneration();
       Outcome o = attempt();
+      // Answered (data, or an answer such as NotFound or a 4xx): the source
+      // is there; a 5xx answered too, but is retried.
+      if (o.status.ok() || o.status.code() != Code::kUnavailable) EndOutage();
       if (o.status.ok()) return Status::Ok();
       if (o.credentials_refused && !refreshed && !anonymous_) {
         refreshed = true;
@@ -529,6 +546,9 @@ class S3Backend final : public Backend {
         if (opts_.metrics && s.code() != Code::kNotFound && s.code() != Code::kChanged && !pool_.cancelled()) {
           Add(opts_.metrics->backend_errors);
         }
+        // The whole default budget spent without an answer: an outage.
+        if (s.code() == Code::kUnavailable && o.retry && n > 0 && !short_attempts && !pool_.cancelled())
+          BeginOutage(s);
         return s;
       }
       if (opts_.metrics) Add(opts_.metrics->backend_retries);
@@ -578,8 +598,41 @@ class S3Backend final : public Backend {
   uint64_t cred_gen_ = 0;
   HttpPool pool_;
   std::mutex cancel_mu_;  // only for the wait between retries
+
+  // Outage mode: the source did not answer for a whole retry budget (its
+  // connections refused or timed out), or a mount came up on its cache dir
+  // because it did not answer (NoteUnreachable). Until it answers again,
+  // requests on the default budget get one attempt, aborted after
+  // kQuickProbeMs without progress: an uncached read fails in seconds, not
+  // after the retry budget again and again (as the AWS SDKs stop retrying
+  // once failures have drained their retry quota). The first answer, to any
+  // request (a listing refreshed in the background), ends it.
+  std::atomic<bool> outage_{false};
+  static thread_local bool t_short_attempt_;  // set by WithRetries for Send
+
+  HttpResponse Send(HttpRequest& req) {
+    if (t_short_attempt_) {
+      const int quick = std::min(opts_.request_timeout_ms, Backend::kQuickProbeMs);
+      req.request_timeout_ms = req.request_timeout_ms > 0 ? std::min(req.request_timeout_ms, quick) : quick;
+    }
+    return pool_.Perform(req);
+  }
+  void BeginOutage(const Status& why) {
+    if (outage_.exchange(true)) return;
+    if (opts_.metrics) opts_.metrics->backend_outage.store(1, std::memory_order_relaxed);
+    spdlog::warn("s3: {} did not answer for a whole retry budget ({}); until it answers again, each request gets "
+                 "one attempt of at most {} ms without progress (reads of uncached data fail fast with EIO)",
+                 ep_.endpoint, why.message(), std::min(opts_.request_timeout_ms, Backend::kQuickProbeMs));
+  }
+  void EndOutage() {
+    if (!outage_.load(std::memory_order_relaxed) || !outage_.exchange(false)) return;
+    if (opts_.metrics) opts_.metrics->backend_outage.store(0, std::memory_order_relaxed);
+    spdlog::info("s3: {} answers again; requests get the whole retry budget again", ep_.endpoint);
+  }
   std::condition_variable cancel_cv_;
 };
+
+thread_local bool S3Backend::t_short_attempt_ = false;
 
 }  // namespace
 }  // namespace igt::s3

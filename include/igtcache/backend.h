@@ -55,6 +55,12 @@ class Backend {
   virtual Status QuickProbe() { return Probe(); }
   static constexpr int kQuickProbeMs = 5000;
 
+  // The mount came up on its cache dir because the source did not answer
+  // QuickProbe: later requests fail fast (one short attempt) until the
+  // source answers one, instead of each waiting out the retry budget.
+  // Sources that never block for long need not act.
+  virtual void NoteUnreachable() {}
+
   // "file:///data", "s3://bucket/prefix @ http://127.0.0.1:9000": for logs
   // and stats. Never contains credentials.
   virtual std::string Describe() const = 0;

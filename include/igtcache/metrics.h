@@ -46,6 +46,9 @@ struct Metrics {
   C cache_read_errors{0};      // failed unit reads: degraded to a miss
   C cache_corruptions{0};      // unit files that failed their checksum: dropped
   C singleflight_waits{0};     // misses that joined another thread's fetch
+  // A gauge, not a counter: 1 while the S3 source is in outage mode (it did
+  // not answer for a whole retry budget: one short attempt per request).
+  C backend_outage{0};
 
   // Snapshot of every counter by name (for JSON / Prometheus).
   std::map<std::string, uint64_t> Snapshot() const {
@@ -58,6 +61,7 @@ struct Metrics {
     IGT_M(backend_errors); IGT_M(read_failures_repeated); IGT_M(cache_insert_units); IGT_M(cache_insert_bytes);
     IGT_M(evictions); IGT_M(evicted_bytes); IGT_M(cache_write_errors);
     IGT_M(cache_insert_skipped); IGT_M(cache_insert_declined); IGT_M(cache_read_errors); IGT_M(cache_corruptions); IGT_M(singleflight_waits);
+    IGT_M(backend_outage);
 #undef IGT_M
     return m;
   }

@@ -337,11 +337,13 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
       }
       warn_if_empty();
     } else {
+      (*backend)->NoteUnreachable();
       startup_warnings.push_back(fmt::format(
           "source {} did not answer ({}): mounted on what cache dir '{}' holds (the listings and data an earlier "
-          "mount saved); while it does not answer, reads of anything else fail with EIO once the retry budget "
-          "is spent",
-          (*backend)->Describe(), probe.message(), cfg.cache.dir));
+          "mount saved); until it answers, reads of anything else fail with EIO after one attempt (at most {:.0f} s "
+          "without progress)",
+          (*backend)->Describe(), probe.message(), cfg.cache.dir,
+          std::min<double>(cfg.backend.request_timeout_ms, Backend::kQuickProbeMs) / 1000));
       rep.Warn(startup_warnings.back());
     }
   }

@@ -197,6 +197,9 @@ std::string StatsTable(const nlohmann::json& j, const nlohmann::json* prev, doub
                               prev ? Rate(got, U(*prev, "backend_get_bytes"), dt) : "",
                               U(j, "backend_list_requests"), U(j, "backend_head_requests"),
                               U(j, "backend_retries")));
+  if (U(j, "backend_outage") != 0)
+    line("source", "NOT ANSWERING for a whole retry budget: one short attempt per request (uncached reads fail "
+                   "with EIO) until it answers again");
   if (const auto* pb = Find(j, "prefetch_bytes")) {
     const auto* pw = Find(j, "prefetch_wasted_bytes");
     const auto* ph = Find(j, "prefetch_hit_bytes");

@@ -90,6 +90,7 @@ class InstrumentedBackend final : public Backend {
   Status QuickProbe() override { return TimedProbe(&Backend::QuickProbe); }
   std::string Describe() const override { return inner_->Describe(); }
   void Cancel() override { inner_->Cancel(); }
+  void NoteUnreachable() override { inner_->NoteUnreachable(); }
 
  private:
   struct Timer {

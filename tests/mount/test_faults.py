@@ -22,6 +22,7 @@ sys.dont_write_bytecode = True  # keep tests/mount free of __pycache__
 
 import errno
 import random
+import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -89,6 +90,8 @@ def main():
             objs.update(objects_for(f"burst_{name}"))
         for name in PERSISTENT:
             objs.update(objects_for(f"persist_{name}"))
+        cold = "cold/never_read.bin"  # listed, never read before part 3
+        objs[cold] = content("cold", 200_000)
         faultlib.put_objects(srv, BUCKET, objs)
         proxy = faultlib.start_proxy(s, srv.endpoint, ttfb_ms=1)
         cfg = faultlib.config(
@@ -186,7 +189,20 @@ def main():
         check(st["cache_corruptions"] == 0 and st["backend_get_requests"] == 0,
               f"cache verified clean (corruptions {st['cache_corruptions']}, "
               f"GETs {st['backend_get_requests']})")
+        # What is not cached fails after one attempt (outage mode), not
+        # after the retry budget; the first answer ends outage mode.
+        check(st["backend_outage"] == 1, "outage mode from the start (stats backend_outage 1)")
+        got, e = try_read(m.mountpoint / cold)
+        st = s.stats(m)
+        check(got is None and e == errno.EIO and st["backend_retries"] == 0,
+              f"backend down: an uncached object fails with EIO after one attempt, no retries "
+              f"({errname(e) if e else 'read'}, {st['backend_retries']} retries)")
         proxy.up()
+        # Another process: this one's failed read is remembered for 3 s.
+        r = subprocess.run(["cat", str(m.mountpoint / cold)], capture_output=True)
+        check(r.returncode == 0 and r.stdout == objs[cold],
+              f"backend back: the uncached object is read (cat exit {r.returncode} {r.stderr[-200:]!r})")
+        check(s.stats(m)["backend_outage"] == 0, "outage mode ended by the first answer")
         check(s.unmount(m) == 0, "daemon exited 0")
 
         # 4) Restart with the bucket stalled (it accepts, then never answers):
