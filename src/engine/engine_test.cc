@@ -1627,5 +1627,29 @@ TEST_CASE("readahead a stopped reader left is given up once stale, and goes at a
     CHECK(window_bytes(h) == 0);
   }
 }
+TEST_CASE("read cursors of readers gone idle are forgotten (new DataLoader workers every epoch)", "[engine]") {
+  Harness h("igt", 1024);
+  auto epoch = [&](uint32_t first_pid) {
+    for (int i = 0; i < 300; ++i) {
+      h.now_us += 1000;
+      const std::string p = "ds/f" + std::to_string(i) + ".bin";
+      const uint32_t pid = first_pid + i % 4;  // four workers
+      h.tree.Record(h.now_us, pid, p, 0, 4096, 4096);
+      h.engine->OnRead(h.now_us, pid, p, 0, 4096, 4096);
+    }
+  };
+  epoch(100);
+  CHECK(h.engine->Stats().readers == 300);
+  h.now_us += 61'000'000;  // the next epoch's workers start after a pause
+  epoch(200);
+  // The first epoch's cursors went at an allocation during the second.
+  CHECK(h.engine->Stats().readers == 300);
+  for (int e = 0; e < 5; ++e) {
+    h.now_us += 61'000'000;
+    epoch(300 + 10 * e);
+  }
+  CHECK(h.engine->Stats().readers == 300);
+}
+
 }  // namespace
 }  // namespace igt::engine

@@ -18,6 +18,9 @@ namespace {
 constexpr int kUnknown = 0, kSequential = 1, kRandom = 2, kSkewed = 3;
 // Reader continuation table cap (entries of ~80 B): cleared when reached.
 constexpr size_t kMaxReaders = 65536;
+// A reader's cursor in a file not read for this long is forgotten: its next
+// read there starts a new visit, as a jump would.
+constexpr uint64_t kReaderIdleUs = 60'000'000;
 // A read starting within this many units of where the reader's last read
 // ended still continues it (reordered readahead requests).
 constexpr uint64_t kReorderUnits = 4;
@@ -713,7 +716,7 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
   std::string rkey = std::to_string(pid);
   rkey += '\0';
   rkey += path;
-  auto [rit, rfresh] = reader_end_.try_emplace(std::move(rkey), 0);
+  auto [rit, rfresh] = reader_end_.try_emplace(std::move(rkey));
   // Continues the reader's previous read: starts where it ended, or close to
   // it (the kernel's readahead requests of one reader are served by several
   // FUSE threads and may arrive out of order). In a file read at random or
@@ -721,8 +724,10 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
   // near the last read must not start a readahead window.
   const bool jumpy = f.block_label == kRandom || f.block_label == kSkewed;
   const uint64_t slack = jumpy ? 0 : kReorderUnits * opts_.unit_bytes;
-  const bool continues = !rfresh && offset != 0 && offset + slack >= rit->second && offset <= rit->second + slack;
-  rit->second = continues ? std::max(rit->second, offset + length) : offset + length;
+  ReaderEnd& re = rit->second;
+  const bool continues = !rfresh && offset != 0 && offset + slack >= re.end && offset <= re.end + slack;
+  re.end = continues ? std::max(re.end, offset + length) : offset + length;
+  re.last_us = now_us_;
   cur_path_ = &fit->first;
   cur_new_visit_ = !continues;
 
@@ -1339,6 +1344,7 @@ void PolicyEngine::MaybeAllocate(uint64_t now_us) {
 
 void PolicyEngine::Allocate(uint64_t now_us) {
   const double dt = std::max(1e-3, double(now_us - std::min(now_us, last_alloc_us_)) / 1e6);
+  std::erase_if(reader_end_, [&](const auto& r) { return r.second.last_us + kReaderIdleUs < now_us; });
   // A warm-up holds its space only while it goes on: its stream still
   // random or skewed and admitted, read in this period, and proposing files
   // within kWarmStallUs (two sibling warm-ups could each wait for room the
@@ -1580,6 +1586,7 @@ EngineStats PolicyEngine::Stats() const {
   s.allocations = allocations_;
   s.victim_stream_switches = switches_;
   s.policy_reloads = reloads_;
+  s.readers = reader_end_.size();
   for (const auto& [k, g] : groups_) {
     StreamStats st;
     st.key = g->key;
@@ -1624,6 +1631,7 @@ nlohmann::json ToJson(const EngineStats& s) {
   j["allocations"] = s.allocations;
   j["victim_stream_switches"] = s.victim_stream_switches;
   j["policy_reloads"] = s.policy_reloads;
+  j["readers"] = s.readers;
   auto& arr = j["streams"] = nlohmann::json::array();
   for (const auto& st : s.streams) {
     arr.push_back({{"stream", st.key}, {"pattern", st.label}, {"eviction", st.eviction},

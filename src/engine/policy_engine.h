@@ -109,6 +109,7 @@ struct EngineStats {
   uint64_t allocations = 0;         // allocation periods run
   uint64_t victim_stream_switches = 0;
   uint64_t policy_reloads = 0;      // SetPolicyFile calls that succeeded
+  uint64_t readers = 0;             // (pid, file) read cursors tracked
   std::vector<StreamStats> streams;  // by cached bytes, largest first
   std::vector<OverrideStats> overrides;  // in the policy file's order
 };
@@ -271,9 +272,14 @@ class PolicyEngine {
   std::unordered_map<std::string, Unit> units_;
   std::unordered_map<std::string, FileRec> files_;
   uint64_t files_seen_ = 0;
-  // Per (pid, file): where the reader's last read ended. Bounded: cleared at
-  // kMaxReaders entries.
-  std::unordered_map<std::string, uint64_t> reader_end_;
+  // Per (pid, file): where the reader's last read ended, and when. Entries
+  // not read for kReaderIdleUs are swept at each allocation (a DataLoader's
+  // workers are new pids every epoch: kept, they grew the daemon by about
+  // 1 MB an epoch on 3,000 files); cleared at kMaxReaders entries.
+  struct ReaderEnd {
+    uint64_t end = 0, last_us = 0;
+  };
+  std::unordered_map<std::string, ReaderEnd> reader_end_;
   std::array<std::unique_ptr<PrefetchPolicy>, 4> prefetch_;  // by pattern
   std::unique_ptr<PrefetchPolicy> baseline_prefetch_;        // lru-readahead
 
