@@ -442,6 +442,14 @@ class DiskBlockStore final : public BlockStore {
   Status WriteError(Status s) {
     inserts_failing_.store(true, std::memory_order_relaxed);
     Add(metrics_->cache_write_errors);
+    if (struct stat st; ::stat(opts_.dir.c_str(), &st) != 0 && errno == ENOENT) {
+      // Not made again: its index and unit files went with it.
+      WarnOnce("dir-gone", fmt::format("igtcache: cache dir {} was deleted while mounted: nothing is cached any "
+                                       "more and what was cached is gone; reads are served from the backend. "
+                                       "Unmount and mount again to start a new cache there",
+                                       opts_.dir));
+      return s;
+    }
     WarnOnce("write:" + s.ToString(),
              fmt::format("igtcache: cannot write to the cache in {}: {} (serving from the backend; will retry)",
                          opts_.dir, s.ToString()));

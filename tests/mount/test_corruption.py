@@ -12,6 +12,7 @@ sys.dont_write_bytecode = True  # keep tests/mount free of __pycache__
 
 import hashlib
 import os
+import shutil
 from pathlib import Path
 
 import harness
@@ -104,6 +105,20 @@ def main():
               f"== {2 * UNIT})")
         log(f"  (info) cache_corruptions={st['cache_corruptions']} cache_read_errors={st.get('cache_read_errors')}")
         check(s.unmount(m) == 0, "daemon exited 0")
+
+        # 3) The cache dir deleted under a live mount (a cleanup script, a
+        # wrong rm -rf): every read still right, from the source, and the
+        # log says what happened.
+        cache2 = s.mkdir("cache2")
+        m = s.mount(source, cache_dir=cache2)
+        first = sorted(want)[0]
+        check((m.mountpoint / first).read_bytes() == want[first], f"{first} read before the deletion")
+        shutil.rmtree(cache2)
+        st = read_all(s, m, want)
+        check(st["cache_write_errors"] >= 1, f"cache_write_errors {st['cache_write_errors']} >= 1")
+        check(s.unmount(m) == 0, "daemon exited 0")
+        said = [ln for ln in m.proc.stderr_text().splitlines() if "was deleted while mounted" in ln]
+        check(len(said) == 1, f"the log says the cache dir was deleted, once ({said[:1]!r})")
 
 
 if __name__ == "__main__":
