@@ -1,6 +1,7 @@
 #include "src/cli/mount_cmd.h"
 
 #include <fcntl.h>
+#include <spdlog/pattern_formatter.h>
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
@@ -97,6 +98,32 @@ class Reporter {
   int fd_;
 };
 
+// The message of a log line with its control characters escaped (\xNN): an
+// object key may hold a newline or an escape sequence, and must not forge a
+// log line or drive the terminal showing the log.
+class EscapedMessage final : public spdlog::custom_flag_formatter {
+ public:
+  void format(const spdlog::details::log_msg& msg, const std::tm&, spdlog::memory_buf_t& dest) override {
+    static constexpr char kHex[] = "0123456789abcdef";
+    for (const char c : std::string_view(msg.payload.data(), msg.payload.size())) {
+      const auto u = static_cast<unsigned char>(c);
+      if (u >= 0x20 && u != 0x7f) {
+        dest.push_back(c);
+        continue;
+      }
+      const char esc[4] = {'\\', 'x', kHex[u >> 4], kHex[u & 15]};
+      dest.append(esc, esc + 4);
+    }
+  }
+  std::unique_ptr<custom_flag_formatter> clone() const override { return std::make_unique<EscapedMessage>(); }
+};
+
+void EscapeControlCharacters(spdlog::logger& logger) {
+  auto f = std::make_unique<spdlog::pattern_formatter>();
+  f->add_flag<EscapedMessage>('*').set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%n] [%l] %*");
+  logger.set_formatter(std::move(f));
+}
+
 Status SetUpLogging(const Config& c, bool foreground, const std::string& cache_dir) {
   try {
     std::string file = c.logging.file;
@@ -106,6 +133,7 @@ Status SetUpLogging(const Config& c, bool foreground, const std::string& cache_d
       logger = spdlog::stderr_logger_mt("igtcache");
     else
       logger = spdlog::basic_logger_mt("igtcache", file);
+    EscapeControlCharacters(*logger);
     logger->set_level(spdlog::level::from_str(c.logging.level));
     logger->flush_on(spdlog::level::warn);
     spdlog::set_default_logger(logger);
@@ -188,6 +216,7 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
   // through `rep` anyway.
   {
     auto early = spdlog::stderr_logger_mt("igtcache-early");
+    EscapeControlCharacters(*early);
     early->set_level(foreground ? spdlog::level::from_str(cfg.logging.level) : spdlog::level::err);
     spdlog::set_default_logger(early);
   }

@@ -214,7 +214,8 @@ def main():
                  "g/.", "h/./../up2.bin"]
         stub = StubS3({**{k: b"nasty:" + k.encode() for k in nasty}, **objs})
         log(f"  S3 stub on {stub.endpoint} with {len(nasty)} nasty keys")
-        m = s.mount(f"s3://{BUCKET}", cache_dir=s.tmp / "cache-nasty", args=["--endpoint", stub.endpoint])
+        m = s.mount(f"s3://{BUCKET}", cache_dir=s.tmp / "cache-nasty",
+                    args=["--endpoint", stub.endpoint, "--log-level", "trace"])
         seen, outside = [], []
         root = os.path.realpath(m.mountpoint)
         for d, dirs, fs in os.walk(m.mountpoint):
@@ -240,6 +241,14 @@ def main():
               "nothing appeared outside the mount point")
         check(s.unmount(m) == 0, "daemon exited 0")
         stub.close()
+        # The keys' control characters are escaped in the log (trace: every
+        # lookup, open and read, and every backend call): none forges a line.
+        lines = m.proc.stderr_text().splitlines()
+        forged = [ln for ln in lines if ln and not ln.startswith(("[", "igtcache:"))]
+        raw = [ln for ln in lines if any(c in ln for c in "\t\x1b\x7f")]
+        check(not forged and not raw and any("\\x0a" in ln for ln in lines),
+              f"{len(lines)} log lines at trace, control characters escaped (\\x0a), no forged line "
+              f"({(forged + raw)[:2]!r})")
 
 
 class StubS3:
