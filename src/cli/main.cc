@@ -241,7 +241,7 @@ int main(int argc, char** argv) {
                      pf.error().message().c_str());
         return igt::kExitUsage;
       }
-      for (const auto& w : igt::engine::QuotaWarnings(*pf, c->policy.file, c->cache.max_bytes))
+      for (const auto& w : igt::engine::PolicyWarnings(*pf, c->policy.file, c->cache.max_bytes))
         std::fprintf(stderr, "igtcache: warning: %s\n", w.c_str());
     } else if (!c->policy.file.empty()) {
       std::fprintf(stderr, "igtcache: warning: %s: config key 'policy.file' is not used: it applies to "

@@ -317,7 +317,7 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
                              pf.error().message()));
         return kExitUsage;
       }
-      for (auto& w : engine::QuotaWarnings(*pf, cfg.policy.file, cfg.cache.max_bytes))
+      for (auto& w : engine::PolicyWarnings(*pf, cfg.policy.file, cfg.cache.max_bytes))
         startup_warnings.push_back(std::move(w));
       eo.policy_file = std::move(*pf);
     }
@@ -574,7 +574,7 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
         } else {
           auto pf = engine::LoadPolicyFile(cfg.policy.file);
           if (pf)
-            for (const auto& w : engine::QuotaWarnings(*pf, cfg.policy.file, cfg.cache.max_bytes))
+            for (const auto& w : engine::PolicyWarnings(*pf, cfg.policy.file, cfg.cache.max_bytes))
               spdlog::warn("policy: {}", w);
           Status rs = pf ? live->Reload(std::move(*pf)) : pf.error();
           if (!pf) live->NoteReloadFailure(rs.message());
@@ -747,7 +747,7 @@ int RunMount(const MountArgs& a) {
                  cfg->policy.file.c_str(), cfg->cache.eviction.c_str());
   if (UsesPolicyFile(*cfg) && !cfg->policy.file.empty())
     if (auto pf = engine::LoadPolicyFile(cfg->policy.file))
-      for (const auto& w : engine::QuotaWarnings(*pf, cfg->policy.file, cfg->cache.max_bytes))
+      for (const auto& w : engine::PolicyWarnings(*pf, cfg->policy.file, cfg->cache.max_bytes))
         std::fprintf(stderr, "igtcache: warning: %s\n", w.c_str());
   // FUSE mounts over a non-empty directory (libfuse 3 dropped the check);
   // its entries are hidden until the unmount. Said, not refused. Not looked

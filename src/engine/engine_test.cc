@@ -1325,9 +1325,18 @@ TEST_CASE("policy YAML: every profile parses, errors name the key", "[engine][ya
   // A quota the cache cannot exceed is accepted with a warning.
   auto big = ParsePolicyFile("overrides: [{prefix: a/, quota: 10T}, {prefix: b/, quota: 1M}]\n", "x.yaml");
   REQUIRE(big.has_value());
-  const auto w = QuotaWarnings(*big, "x.yaml", 64 << 20);
+  const auto w = PolicyWarnings(*big, "x.yaml", 64 << 20);
   REQUIRE(w.size() == 1);
   CHECK(w[0] == "x.yaml: overrides[0].quota (10.0 TiB) is not below the cache's size (64.0 MiB): it never applies");
+  // A leading '/' is taken from the mount root, and said.
+  auto abs = ParsePolicyFile("overrides: [{prefix: /mnt/data/train, pin: true}, {prefix: models/, pin: true}]\n",
+                             "x.yaml");
+  REQUIRE(abs.has_value());
+  CHECK(abs->overrides[0].prefix == "mnt/data/train");
+  const auto wa = PolicyWarnings(*abs, "x.yaml", 64 << 20);
+  REQUIRE(wa.size() == 1);
+  CHECK(wa[0] == "x.yaml: overrides[0].prefix starts with '/': prefixes are paths from the mount root, so it is "
+                 "taken as 'mnt/data/train' (not a path of the mount point)");
   // Keys left with no value (their entries commented out) count as absent.
   auto empty = ParsePolicyFile("profile: serving\npatterns:\n  random:\nallocation:\noverrides:\n", "x.yaml");
   REQUIRE(empty.has_value());

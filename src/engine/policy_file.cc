@@ -230,7 +230,10 @@ Result<PolicyFile> ParseImpl(const Ctx& c, const YAML::Node& root) {
       PathOverride ov;
       if (!n["prefix"]) return Err(c.Bad(where + ".prefix", "missing"));
       if (auto s = Scalar(c, n["prefix"], where + ".prefix", ov.prefix); !s.ok()) return Err(s);
-      while (!ov.prefix.empty() && ov.prefix.front() == '/') ov.prefix.erase(0, 1);
+      while (!ov.prefix.empty() && ov.prefix.front() == '/') {
+        ov.prefix.erase(0, 1);
+        ov.had_leading_slash = true;
+      }
       // Matched literally against keys as the mount names them: a prefix no
       // key can start with would be accepted and never apply.
       if (auto bad = UnmatchablePrefix(ov.prefix)) return Err(c.Bad(where + ".prefix", "'" + ov.prefix + "' " + *bad));
@@ -271,7 +274,7 @@ Result<PolicyFile> ParseImpl(const Ctx& c, const YAML::Node& root) {
 
 }  // namespace
 
-std::vector<std::string> QuotaWarnings(const PolicyFile& pf, const std::string& origin, uint64_t capacity_bytes) {
+std::vector<std::string> PolicyWarnings(const PolicyFile& pf, const std::string& origin, uint64_t capacity_bytes) {
   std::vector<std::string> out;
   for (size_t i = 0; i < pf.overrides.size(); ++i) {
     const auto& o = pf.overrides[i];
@@ -279,6 +282,10 @@ std::vector<std::string> QuotaWarnings(const PolicyFile& pf, const std::string& 
       out.push_back(fmt::format("{}: overrides[{}].quota ({}) is not below the cache's size ({}): it never applies",
                                 origin, i, FormatSize(o.quota_bytes),
                                 FormatSize(capacity_bytes)));
+    if (o.had_leading_slash)
+      out.push_back(fmt::format("{}: overrides[{}].prefix starts with '/': prefixes are paths from the mount root, "
+                                "so it is taken as '{}' (not a path of the mount point)",
+                                origin, i, o.prefix));
   }
   return out;
 }

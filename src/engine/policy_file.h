@@ -54,6 +54,7 @@ struct PathOverride {
   bool pin = false;            // never evicted while anything else can be
   bool never_cache = false;    // units under it are not admitted
   uint64_t quota_bytes = 0;    // 0 = no quota; above it the prefix is evicted first
+  bool had_leading_slash = false;  // written "/x" in the file: taken as "x" (PolicyWarnings)
 
   // Whether `path` (relative to the mount root) is under the prefix: "data/"
   // and "data" cover "data/x", never "database/x" or "data.csv"; "data" also
@@ -91,8 +92,10 @@ std::vector<std::string> PolicyProfileNames();
 Result<PolicyFile> ParsePolicyFile(const std::string& yaml_text, const std::string& origin);
 // Reads and parses a file; "" gives the "training" profile.
 Result<PolicyFile> LoadPolicyFile(const std::string& path);
-// Warnings for overrides of `pf` (read from `origin`) that can never apply
-// with a cache of `capacity_bytes`: a quota at or above the cache's size.
-std::vector<std::string> QuotaWarnings(const PolicyFile& pf, const std::string& origin, uint64_t capacity_bytes);
+// Warnings for overrides of `pf` (read from `origin`): a quota at or above
+// `capacity_bytes` (the cache's size), which never applies; a prefix written
+// with a leading '/', taken relative to the mount root (an absolute path of
+// the mount point would match nothing).
+std::vector<std::string> PolicyWarnings(const PolicyFile& pf, const std::string& origin, uint64_t capacity_bytes);
 
 }  // namespace igt::engine
