@@ -4,11 +4,14 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "backends/local_backend.h"
 #include "igtcache/backends.h"
@@ -290,4 +293,39 @@ TEST_CASE("local: a source directory gone while mounted is an outage, not an emp
   CHECK((*b)->Stat("a/f").error().code() == Code::kUnavailable);
   fs::rename(t.path / "moved", t.path / "src");
   CHECK((*b)->List({}).has_value());
+}
+
+TEST_CASE("local: the pages of one listing come from one read of the directory", "[local]") {
+  // Each page read the whole directory again (with a stat of every entry):
+  // quadratic, 8 minutes for 200,000 files. Now the later pages of a
+  // listing are of the directory as its first page found it, as S3's are.
+  TempDir t;
+  for (int i = 0; i < 2500; ++i) t.Write(fmt::format("big/f{:05}", i), "x");
+  auto b = igt::MakeLocalBackend(t.path.string());
+  REQUIRE(b);
+  igt::ListRequest req;
+  req.prefix = "big/";
+  req.max_keys = 1000;
+  auto p1 = (*b)->List(req);
+  REQUIRE(p1);
+  REQUIRE(p1->objects.size() == 1000);
+  REQUIRE(!p1->next_token.empty());
+  t.Write("big/f99999", "late");  // after the first page: not in this listing
+  std::vector<std::string> all = Keys(*p1);
+  req.continuation_token = p1->next_token;
+  for (;;) {
+    auto p = (*b)->List(req);
+    REQUIRE(p);
+    auto k = Keys(*p);
+    all.insert(all.end(), k.begin(), k.end());
+    if (p->next_token.empty()) break;
+    req.continuation_token = p->next_token;
+  }
+  REQUIRE(all.size() == 2500);
+  CHECK(std::is_sorted(all.begin(), all.end()));
+  CHECK(std::adjacent_find(all.begin(), all.end()) == all.end());
+  CHECK(all.back() == "big/f02499");
+  // A new listing reads the directory again.
+  req.continuation_token.clear();
+  CHECK(ListAll(**b, req).size() == 2501);
 }

@@ -3,7 +3,7 @@ file (run by scripts/bench_small_files.sh; never by the test suite). Needs
 root (drops the page cache).
 
 A local directory of N small files (1,000 per directory, an image-folder
-layout) is mounted as the bucket (`file://`) with an empty cache large enough
+layout; --per-dir changes that) is mounted as the bucket (`file://`) with an empty cache large enough
 for all of it. One process lists it (`find`), then reads every file whole in
 a new shuffled order each time with 4 threads, twice (epoch 1 cold, epoch 2 from the
 cache), the page cache dropped before each pass. The baseline is the same
@@ -49,7 +49,7 @@ PER_DIR = 1000
 
 def make_files(root: Path, n: int, size: int) -> list[str]:
     rels = []
-    payload = bytes(range(256)) * (size // 256 + 1)
+    payload = bytes(range(256)) * (size // 256 + 2)  # room for any start below 256
     for i in range(n):
         d = root / f"class_{i // PER_DIR:04d}"
         if i % PER_DIR == 0:
@@ -183,8 +183,11 @@ def render(n: int, size: int, cache_size: str, base: dict, runs: list[dict], whe
 
 
 def main() -> int:
+    global PER_DIR
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--files", type=int, default=100000)
+    ap.add_argument("--per-dir", type=int, default=PER_DIR,
+                    help="files per directory (default 1000; --files for one flat directory)")
     ap.add_argument("--size", type=int, default=2048, help="bytes per file")
     ap.add_argument("--compare", action="append", default=[], metavar="LABEL=BINARY",
                     help="also run another igtcache binary (e.g. an older build), same data, same run")
@@ -205,6 +208,7 @@ def main() -> int:
     with harness.Session("bench-small-files") as s:
         src = s.mkdir("src")
         t0 = time.monotonic()
+        PER_DIR = max(1, a.per_dir)
         rels = make_files(src, a.files, a.size)
         harness.log(f"  made {a.files} files in {time.monotonic() - t0:.0f} s")
         orders = []
