@@ -1660,5 +1660,30 @@ TEST_CASE("read cursors of readers gone idle are forgotten (new DataLoader worke
   CHECK(h.engine->Stats().readers == 300);
 }
 
+TEST_CASE("units of a version no longer current are the first victims", "[engine]") {
+  Harness h("igt", 64);
+  // A live stream read at random, and a file rewritten in place.
+  for (int k = 0; k < 200; ++k) h.Read(Item(k % 40), 0, 1, false);
+  const std::string p = "ds/rewritten.bin";
+  for (uint64_t u = 0; u < 3; ++u)
+    h.engine->OnInsert("old#" + std::to_string(u), p, u, kUnit, false, h.now_us, 0, "e1");
+  h.engine->OnInsert("late#0", "ds/late.bin", 0, kUnit, false, h.now_us, 0, "e9");
+  h.engine->NewVersion(p, "e2");
+  h.engine->OnInsert("new#0", p, 0, kUnit, false, h.now_us, 0, "e2");
+  h.engine->OnInsert("old#3", p, 3, kUnit, false, h.now_us, 0, "e1");  // a late unit of the old version
+  std::vector<std::string> victims;
+  for (int k = 0; k < 5; ++k) {
+    auto v = h.engine->PickVictim(h.now_us);
+    REQUIRE(v);
+    victims.push_back(*v);
+    h.engine->OnRemove(*v);
+  }
+  std::sort(victims.begin(), victims.begin() + 4);
+  CHECK(std::vector<std::string>(victims.begin(), victims.begin() + 4) ==
+        std::vector<std::string>{"old#0", "old#1", "old#2", "old#3"});
+  CHECK(victims[4] != "new#0");
+  CHECK(h.engine->CachedBytes(p) == kUnit);
+}
+
 }  // namespace
 }  // namespace igt::engine

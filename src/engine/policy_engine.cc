@@ -1094,6 +1094,8 @@ void PolicyEngine::OnInsert(const std::string& id, std::string_view path, uint64
   if (!u.old_version) {
     ++f.cached_units;
     f.cached_bytes += bytes;
+  } else if (mode_igt_) {
+    old_units_.push_back(id);
   }
   if (prefetched) {
     if (readahead || (!mode_igt_ && !f.fill_planned && !f.warm_planned && !f.epoch_planned)) {
@@ -1437,6 +1439,15 @@ std::optional<std::string> PolicyEngine::PickVictim(uint64_t now_us) {
   now_us_ = std::max(now_us_, now_us);
   if (!mode_igt_) return groups_["*"]->module->PickVictim();
   MaybeAllocate(now_us_);
+  while (!old_units_.empty()) {
+    auto it = units_.find(old_units_.front());
+    if (it == units_.end() || !it->second.old_version) {  // gone, or current again (a version back)
+      old_units_.pop_front();
+      continue;
+    }
+    last_victim_.clear();  // no ghost: a dead version is not read again
+    return it->first;
+  }
   Group* best = VictimGroup();
   if (!best) return std::nullopt;
   if (best != victim_group_) {
@@ -1566,8 +1577,12 @@ void PolicyEngine::NewVersion(std::string_view path, std::string_view etag) {
   // Only this file's units (a walk of every cached unit here made a
   // re-uploaded data set cost files x units).
   for (Unit* u = f.units; u; u = u->file_next) {
+    const bool was_old = u->old_version;
     u->old_version = u->version != v;
-    if (u->old_version) continue;
+    if (u->old_version) {
+      if (!was_old && mode_igt_) old_units_.push_back(*u->id);
+      continue;
+    }
     ++f.cached_units;
     f.cached_bytes += u->bytes;
   }
