@@ -384,6 +384,7 @@ class S3Backend final : public Backend {
   }
 
   void NoteUnreachable() override {
+    std::lock_guard lk(outage_mu_);
     if (outage_.exchange(true)) return;
     if (opts_.metrics) opts_.metrics->backend_outage.store(1, std::memory_order_relaxed);
   }
@@ -602,31 +603,41 @@ class S3Backend final : public Backend {
   // Outage mode: the source did not answer for a whole retry budget (its
   // connections refused or timed out), or a mount came up on its cache dir
   // because it did not answer (NoteUnreachable). Until it answers again,
-  // requests on the default budget get one attempt, aborted after
+  // requests on the default budget get one attempt, a GET's aborted after
   // kQuickProbeMs without progress: an uncached read fails in seconds, not
   // after the retry budget again and again (as the AWS SDKs stop retrying
   // once failures have drained their retry quota). The first answer, to any
   // request (a listing refreshed in the background), ends it.
   std::atomic<bool> outage_{false};
+  std::mutex outage_mu_;  // BeginOutage / EndOutage / NoteUnreachable
   static thread_local bool t_short_attempt_;  // set by WithRetries for Send
 
   HttpResponse Send(HttpRequest& req) {
-    if (t_short_attempt_) {
+    // GETs only: without a sink (LIST, HEAD) the timeout caps the whole
+    // request, and a slow listing must still be able to end outage mode.
+    if (t_short_attempt_ && req.sink) {
       const int quick = std::min(opts_.request_timeout_ms, Backend::kQuickProbeMs);
       req.request_timeout_ms = req.request_timeout_ms > 0 ? std::min(req.request_timeout_ms, quick) : quick;
     }
     return pool_.Perform(req);
   }
   void BeginOutage(const Status& why) {
-    if (outage_.exchange(true)) return;
-    if (opts_.metrics) opts_.metrics->backend_outage.store(1, std::memory_order_relaxed);
+    {
+      std::lock_guard lk(outage_mu_);  // flag and gauge change together
+      if (outage_.exchange(true)) return;
+      if (opts_.metrics) opts_.metrics->backend_outage.store(1, std::memory_order_relaxed);
+    }
     spdlog::warn("s3: {} did not answer for a whole retry budget ({}); until it answers again, each request gets "
-                 "one attempt of at most {} ms without progress (reads of uncached data fail fast with EIO)",
+                 "one attempt, a read's cut off after {} ms without data (reads of uncached data fail fast with EIO)",
                  ep_.endpoint, why.message(), std::min(opts_.request_timeout_ms, Backend::kQuickProbeMs));
   }
   void EndOutage() {
-    if (!outage_.load(std::memory_order_relaxed) || !outage_.exchange(false)) return;
-    if (opts_.metrics) opts_.metrics->backend_outage.store(0, std::memory_order_relaxed);
+    if (!outage_.load(std::memory_order_relaxed)) return;
+    {
+      std::lock_guard lk(outage_mu_);
+      if (!outage_.exchange(false)) return;
+      if (opts_.metrics) opts_.metrics->backend_outage.store(0, std::memory_order_relaxed);
+    }
     spdlog::info("s3: {} answers again; requests get the whole retry budget again", ep_.endpoint);
   }
   std::condition_variable cancel_cv_;

@@ -107,7 +107,7 @@ class EscapedMessage final : public spdlog::custom_flag_formatter {
     static constexpr char kHex[] = "0123456789abcdef";
     for (const char c : std::string_view(msg.payload.data(), msg.payload.size())) {
       const auto u = static_cast<unsigned char>(c);
-      if (u >= 0x20 && u != 0x7f) {
+      if (u >= 0x20 && u != 0x7f && c != '\\') {  // a backslash too: told apart from an escape
         dest.push_back(c);
         continue;
       }

@@ -1649,12 +1649,12 @@ TEST_CASE("read cursors of readers gone idle are forgotten (new DataLoader worke
   };
   epoch(100);
   CHECK(h.engine->Stats().readers == 300);
-  h.now_us += 61'000'000;  // the next epoch's workers start after a pause
+  h.now_us += 601'000'000;  // the next epoch's workers start after a pause
   epoch(200);
   // The first epoch's cursors went at an allocation during the second.
   CHECK(h.engine->Stats().readers == 300);
   for (int e = 0; e < 5; ++e) {
-    h.now_us += 61'000'000;
+    h.now_us += 601'000'000;
     epoch(300 + 10 * e);
   }
   CHECK(h.engine->Stats().readers == 300);
@@ -1668,9 +1668,12 @@ TEST_CASE("units of a version no longer current are the first victims", "[engine
   for (uint64_t u = 0; u < 3; ++u)
     h.engine->OnInsert("old#" + std::to_string(u), p, u, kUnit, false, h.now_us, 0, "e1");
   h.engine->OnInsert("late#0", "ds/late.bin", 0, kUnit, false, h.now_us, 0, "e9");
+  h.engine->OnInsert("old#3", p, 3, kUnit, false, h.now_us, 0, "e1");
   h.engine->NewVersion(p, "e2");
   h.engine->OnInsert("new#0", p, 0, kUnit, false, h.now_us, 0, "e2");
-  h.engine->OnInsert("old#3", p, 3, kUnit, false, h.now_us, 0, "e1");  // a late unit of the old version
+  // A late unit of the old version (a handle opened before the change):
+  // kept in its stream's order, not queued.
+  h.engine->OnInsert("late#1", p, 1, kUnit, false, h.now_us, 0, "e1");
   std::vector<std::string> victims;
   for (int k = 0; k < 5; ++k) {
     auto v = h.engine->PickVictim(h.now_us);

@@ -20,7 +20,7 @@ constexpr int kUnknown = 0, kSequential = 1, kRandom = 2, kSkewed = 3;
 constexpr size_t kMaxReaders = 65536;
 // A reader's cursor in a file not read for this long is forgotten: its next
 // read there starts a new visit, as a jump would.
-constexpr uint64_t kReaderIdleUs = 60'000'000;
+constexpr uint64_t kReaderIdleUs = 600'000'000;
 // A read starting within this many units of where the reader's last read
 // ended still continues it (reordered readahead requests).
 constexpr uint64_t kReorderUnits = 4;
@@ -1094,8 +1094,6 @@ void PolicyEngine::OnInsert(const std::string& id, std::string_view path, uint64
   if (!u.old_version) {
     ++f.cached_units;
     f.cached_bytes += bytes;
-  } else if (mode_igt_) {
-    old_units_.push_back(id);
   }
   if (prefetched) {
     if (readahead || (!mode_igt_ && !f.fill_planned && !f.warm_planned && !f.epoch_planned)) {
@@ -1468,6 +1466,12 @@ bool PolicyEngine::AdmitInsert(std::string_view path, bool prefetched, uint64_t 
   now_us_ = std::max(now_us_, now_us);
   if (!mode_igt_) return !groups_["*"]->module->InsertIsFirstVictim(UnitMeta{.prefetched = false, .now_us = now_us_});
   MaybeAllocate(now_us_);
+  // A dead version would go first (PickVictim), not this unit.
+  while (!old_units_.empty()) {
+    auto u = units_.find(old_units_.front());
+    if (u != units_.end() && u->second.old_version) return true;
+    old_units_.pop_front();
+  }
   auto it = files_.find(std::string(path));
   if (it == files_.end() || !it->second.group) return true;
   Group* g = it->second.group;  // a miss's unit joins its file's stream (OnInsert)

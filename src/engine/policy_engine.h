@@ -273,7 +273,7 @@ class PolicyEngine {
   std::unordered_map<std::string, FileRec> files_;
   uint64_t files_seen_ = 0;
   // Per (pid, file): where the reader's last read ended, and when. Entries
-  // not read for kReaderIdleUs are swept at each allocation (a DataLoader's
+  // not read for kReaderIdleUs (10 min) are swept at each allocation (a DataLoader's
   // workers are new pids every epoch: kept, they grew the daemon by about
   // 1 MB an epoch on 3,000 files); cleared at kMaxReaders entries.
   struct ReaderEnd {
@@ -295,10 +295,11 @@ class PolicyEngine {
   uint64_t last_alloc_us_ = 0;
   // The id PickVictim returned last: OnRemove notes a ghost for evictions only.
   std::string last_victim_;
-  // Units of versions of files that are no longer current (NewVersion, or
-  // inserted as such), oldest first: the first victims of igt, before any
-  // stream's. No read can hit them (a unit is keyed by its ETag), but each
-  // sat in its stream's order like a live unit: a data set rewritten in
+  // Units of versions of files that are no longer current (as NewVersion
+  // found them), oldest first: the first victims of igt, before any
+  // stream's. Only a handle opened before the change still reads them (a
+  // unit is keyed by its ETag), but each sat in its stream's order like a
+  // live unit: a data set rewritten in
   // place filled the cache with dead versions and evicted live units first
   // (a soak test: 9,082 of 10,082 units dead). Entries that left already are
   // skipped when met.
