@@ -1688,5 +1688,45 @@ TEST_CASE("units of a version no longer current are the first victims", "[engine
   CHECK(h.engine->CachedBytes(p) == kUnit);
 }
 
+TEST_CASE("class directories of one image folder share the room of their epoch prefetch", "[engine]") {
+  // 10 class directories of 60 one-unit files under train/ (too few to make
+  // train/ a stream: each class is one), a cache of a third, shuffled epochs,
+  // prefetches done at once (a fast source). Each class planned its unread
+  // items against its own read items while its siblings' inserts took them:
+  // prefetched items were evicted unread (a live DataLoader: ~55 MiB an
+  // epoch of 300 MB wasted).
+  std::map<std::string, std::vector<ListedFile>> dirs;
+  std::vector<ListedFile> top{{"train/", 0, true}}, train;
+  std::vector<std::string> files;
+  for (int d = 0; d < 10; ++d) {
+    const std::string dir = "train/c" + std::to_string(10 + d) + "/";
+    train.push_back({dir, 0, true});
+    for (int i = 0; i < 60; ++i) {
+      dirs[dir].push_back({dir + "f" + std::to_string(100 + i), kUnit});
+      files.push_back(dirs[dir].back().path);
+    }
+  }
+  ListingFn listing = [&](std::string_view dir) -> const std::vector<ListedFile>* {
+    if (dir.empty()) return &top;
+    if (dir == "train/") return &train;
+    auto it = dirs.find(std::string(dir));
+    return it == dirs.end() ? nullptr : &it->second;
+  };
+  Harness h("igt", 200, *PolicyProfile("training"), listing);
+  h.run_prefetch = true;
+  h.tree.NoteListing("", 1);
+  h.tree.NoteListing("train/", train.size());
+  for (const auto& [dir, l] : dirs) h.tree.NoteListing(dir, l.size());
+  std::mt19937 rng(4);
+  for (int e = 0; e < 5; ++e) {
+    std::shuffle(files.begin(), files.end(), rng);
+    for (const auto& f : files) h.Read(f, 0, 1, e >= 2);
+  }
+  const auto st = h.engine->Stats();
+  INFO("prefetched " << st.prefetch_bytes / kUnit << " units, wasted " << st.prefetch_wasted_bytes / kUnit
+                     << ", hit ratio of epochs 3-5 " << h.ratio());
+  CHECK(st.prefetch_wasted_bytes * 20 <= st.prefetch_bytes);
+}
+
 }  // namespace
 }  // namespace igt::engine

@@ -668,8 +668,21 @@ std::vector<ListedFile> PolicyEngine::UnreadItems(Group* g, size_t n) {
   // Room for items not read yet: free space and the space of items already
   // read this epoch, less what earlier plans still in flight will take
   // (planning beyond it would evict prefetched items before they are read).
-  uint64_t avail = free_bytes + g->read_cached_bytes;
-  avail -= std::min(avail, g->epoch_inflight_bytes);
+  // Sibling streams (an image folder's class directories) share it: victims
+  // are chosen across streams, so a sibling's inserts take this stream's
+  // read items and this one's take theirs; each planning against its own
+  // let them all plan the same room, and once it was gone their prefetched
+  // items were evicted newest first, unread (a live DataLoader over 10 class
+  // directories: ~55 MiB an epoch wasted, 0.9x the data fetched per epoch
+  // against 0.67x for the same files in one directory).
+  uint64_t avail = free_bytes + g->read_cached_bytes, inflight = g->epoch_inflight_bytes;
+  if (SiblingUniform(g))
+    for (const auto& [k, h] : groups_)
+      if (h.get() != g && SiblingUniform(h.get()) && h->parent == g->parent) {
+        avail += h->read_cached_bytes;
+        inflight += h->epoch_inflight_bytes;
+      }
+  avail -= std::min(avail, inflight);
   while (out.size() < n && g->item_cursor < g->items.size()) {
     const std::string* key = g->items[g->item_cursor];
     if (!key) {  // left the stream
@@ -1227,6 +1240,11 @@ void PolicyEngine::OnRemove(const std::string& id) {
   units_.erase(it);
 }
 
+bool PolicyEngine::SiblingUniform(const Group* g) {
+  return g->label == kRandom && !g->ov && !g->window && !g->user_warm && !g->key.empty() && g->key.back() == '/' &&
+         g->key.front() != '?';
+}
+
 double PolicyEngine::Value(const Group* g) const {
   const double v = ByteValue(g);
   if (v <= 0 || v >= kWindowValue || g->read_bytes == 0) return v;
@@ -1410,12 +1428,35 @@ PolicyEngine::Group* PolicyEngine::VictimGroup() {
   }
   if (best) return best;
   // 2. The lowest marginal value, with hysteresis; pinned prefixes last.
+  // Sibling uniform streams are valued alike: the mean of their values, each
+  // then halved while it holds items read this epoch (ByteValue). Their rates
+  // are estimates of one epoch's pace and drift apart by chance: valued
+  // apart, the sibling with the lowest estimate gave its unread (just
+  // prefetched) items while others still held read ones.
+  std::unordered_map<std::string_view, std::pair<double, int>> pool;  // parent -> (sum, count)
+  for (auto& [k, g] : groups_)
+    if (SiblingUniform(g.get()) && !Idle(g.get())) {
+      auto& p = pool[g->parent];
+      p.first += g->read_cached_bytes > 0 ? 2 * Value(g.get()) : Value(g.get());
+      ++p.second;
+    }
+  auto value = [&](const Group* g) {
+    if (SiblingUniform(g) && !Idle(g))
+      if (auto it = pool.find(g->parent); it != pool.end() && it->second.second >= 2) {
+        const double mean = it->second.first / it->second.second;
+        // No rate measured yet (the first allocation period): the one holding
+        // read items still goes first.
+        if (mean <= 0) return g->read_cached_bytes > 0 ? 0.0 : std::numeric_limits<double>::min();
+        return g->read_cached_bytes > 0 ? 0.5 * mean : mean;
+      }
+    return Value(g);
+  };
   double best_v = std::numeric_limits<double>::infinity();
   bool best_pinned = true;
   for (auto& [k, g] : groups_) {
     if (g->units == 0) continue;
     const bool pinned = g->ov && g->ov->pin;
-    const double v = Value(g.get());
+    const double v = value(g.get());
     if ((best_pinned && !pinned) || (pinned == best_pinned && v < best_v)) {
       best = g.get();
       best_v = v;
@@ -1424,7 +1465,7 @@ PolicyEngine::Group* PolicyEngine::VictimGroup() {
   }
   if (best && victim_group_ && victim_group_ != best && victim_group_->units > 0 &&
       !(victim_group_->ov && victim_group_->ov->pin && !best_pinned)) {
-    const double cur = Value(victim_group_);
+    const double cur = value(victim_group_);
     const double h = opts_.policy_file.hysteresis;
     // Keep taking from the current giver unless the new one is cheaper by
     // more than the hysteresis margin.

@@ -241,6 +241,10 @@ class PolicyEngine {
   // The stream the next victim comes from (quota, then lowest value with
   // hysteresis), not made the current one.
   Group* VictimGroup();
+  // A directory stream labelled random (no override, not a holding stream):
+  // its siblings of this kind under the same parent (an image folder's class
+  // directories) share room and value (UnreadItems, VictimGroup).
+  static bool SiblingUniform(const Group* g);
   Group* WarmGroup();  // the (warm) stream, made on first use
   // A stream that holds units until read (fifo, forced `label`, `kind` set):
   // the (readahead) and (warm) streams.
