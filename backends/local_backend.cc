@@ -369,14 +369,22 @@ class LocalBackend final : public Backend {
     if (!read) return Err(read.error());
     auto entries = std::make_shared<const std::vector<Entry>>(std::move(*read));
     std::lock_guard lk(pages_mu_);
-    for (auto it = pages_.begin(); it != pages_.end();)  // expired, or too many listings at once
-      it = now - it->second.at >= kPagesKept || pages_.size() > kMaxKeptListings ? pages_.erase(it) : std::next(it);
+    SweepPagesLocked(now);
+    while (pages_.size() >= kMaxKeptListings) {  // too many listings at once: the least recently paged goes
+      auto oldest = std::min_element(pages_.begin(), pages_.end(),
+                                     [](const auto& a, const auto& b) { return a.second.at < b.second.at; });
+      pages_.erase(oldest);
+    }
     pages_[key] = Kept{entries, now};
     return entries;
   }
   void ForgetPages(const std::string& dir, const std::string& name_filter) {
     std::lock_guard lk(pages_mu_);
     pages_.erase(dir + '\0' + name_filter);
+    SweepPagesLocked(std::chrono::steady_clock::now());  // an abandoned listing is not kept past kPagesKept
+  }
+  void SweepPagesLocked(std::chrono::steady_clock::time_point now) {
+    std::erase_if(pages_, [&](const auto& p) { return now - p.second.at >= kPagesKept; });
   }
   static constexpr std::chrono::milliseconds kPagesKept{30'000};
   static constexpr size_t kMaxKeptListings = 16;

@@ -565,6 +565,24 @@ TEST_CASE("S3 fake: after a whole retry budget without an answer requests get on
   REQUIRE(ok);
   CHECK(*ok == 10);
   CHECK(m.backend_retries == 4);
+
+  // A budget in which the source answered once (a 503) is no outage.
+  s.Push(FakeServer::Reply(503, {}, "<Error><Code>SlowDown</Code><Message>slow</Message></Error>"));
+  no_answer(3);
+  CHECK(!(*b)->Read("k", 0, 10, "e1", buf));
+  CHECK(m.backend_outage == 0);
+  CHECK(m.backend_retries == 7);
+
+  // The call whose attempt ends outage mode gets the whole budget: a 503
+  // answer, then data.
+  no_answer(4);
+  CHECK(!(*b)->Read("k", 0, 10, "e1", buf));
+  CHECK(m.backend_outage == 1);
+  s.Push(FakeServer::Reply(503, {}, "<Error><Code>SlowDown</Code><Message>slow</Message></Error>"));
+  s.Push(FakeServer::Reply(206, kOkHeaders, kTen));
+  auto back = (*b)->Read("k", 0, 10, "e1", buf);
+  REQUIRE(back);
+  CHECK(m.backend_outage == 0);
 }
 
 TEST_CASE("S3 fake: a mount on a source that did not answer starts in outage mode with short attempts",

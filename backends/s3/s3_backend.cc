@@ -503,8 +503,10 @@ class S3Backend final : public Backend {
   static constexpr int kDefaultBudget = -1;
   template <class F>
   Status WithRetries(int max_retries, F&& attempt) {
-    const bool short_attempts = max_retries == kDefaultBudget && outage_.load(std::memory_order_relaxed);
-    if (max_retries == kDefaultBudget) max_retries = short_attempts ? 0 : opts_.max_retries;
+    const bool default_budget = max_retries == kDefaultBudget;
+    bool short_attempts = default_budget && outage_.load(std::memory_order_relaxed);
+    if (default_budget) max_retries = short_attempts ? 0 : opts_.max_retries;
+    bool answered = false;  // a whole reply came back for some attempt of this call
     struct ShortScope {  // Send shortens this thread's requests meanwhile
       bool prev = t_short_attempt_;
       explicit ShortScope(bool on) { t_short_attempt_ = on; }
@@ -516,10 +518,20 @@ class S3Backend final : public Backend {
       if (pool_.cancelled())
         return Status::Unavailable(std::string(HttpPool::kCancelledMessage) + " (S3 endpoint " + ep_.endpoint + ")");
       const uint64_t gen = CredentialsGeneration();
+      t_last_answered_ = false;
       Outcome o = attempt();
-      // Answered (data, or an answer such as NotFound or a 4xx): the source
-      // is there; a 5xx answered too, but is retried.
-      if (o.status.ok() || o.status.code() != Code::kUnavailable) EndOutage();
+      // Answered (a whole reply came back: data, NotFound, a 4xx, a 5xx that
+      // is retried; not a body cut short or stalled): the source is there.
+      // In outage mode this call then gets the whole budget from here on.
+      if (t_last_answered_ || o.status.ok()) {
+        answered = true;
+        EndOutage();
+        if (short_attempts) {
+          short_attempts = false;
+          t_short_attempt_ = short_scope.prev;
+          max_retries = opts_.max_retries;
+        }
+      }
       if (o.status.ok()) return Status::Ok();
       if (o.credentials_refused && !refreshed && !anonymous_) {
         refreshed = true;
@@ -548,7 +560,9 @@ class S3Backend final : public Backend {
           Add(opts_.metrics->backend_errors);
         }
         // The whole default budget spent without an answer: an outage.
-        if (s.code() == Code::kUnavailable && o.retry && n > 0 && !short_attempts && !pool_.cancelled())
+        // The whole default budget spent with no answer at all.
+        if (default_budget && !answered && s.code() == Code::kUnavailable && o.retry && !short_attempts &&
+            !pool_.cancelled())
           BeginOutage(s);
         return s;
       }
@@ -611,6 +625,7 @@ class S3Backend final : public Backend {
   std::atomic<bool> outage_{false};
   std::mutex outage_mu_;  // BeginOutage / EndOutage / NoteUnreachable
   static thread_local bool t_short_attempt_;  // set by WithRetries for Send
+  static thread_local bool t_last_answered_;  // this thread's last Send got a whole reply
 
   HttpResponse Send(HttpRequest& req) {
     // GETs only: without a sink (LIST, HEAD) the timeout caps the whole
@@ -619,7 +634,9 @@ class S3Backend final : public Backend {
       const int quick = std::min(opts_.request_timeout_ms, Backend::kQuickProbeMs);
       req.request_timeout_ms = req.request_timeout_ms > 0 ? std::min(req.request_timeout_ms, quick) : quick;
     }
-    return pool_.Perform(req);
+    HttpResponse r = pool_.Perform(req);
+    t_last_answered_ = r.curl_code == 0 && r.status != 0;
+    return r;
   }
   void BeginOutage(const Status& why) {
     {
@@ -644,6 +661,7 @@ class S3Backend final : public Backend {
 };
 
 thread_local bool S3Backend::t_short_attempt_ = false;
+thread_local bool S3Backend::t_last_answered_ = false;
 
 }  // namespace
 }  // namespace igt::s3
