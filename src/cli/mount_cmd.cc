@@ -61,13 +61,37 @@ std::string DefaultCacheDir() {
   return "/var/cache/igtcache";
 }
 
+// Text for a log line or the user's terminal with its control characters
+// and backslashes escaped (\xNN): an object key, or an S3 server's error
+// message, may hold a newline or an escape sequence, and must not forge a log
+// line or drive the terminal showing it.
+template <class Out>
+void AppendEscaped(std::string_view text, Out& out) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  for (const char c : text) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u >= 0x20 && u != 0x7f && c != '\\') {  // a backslash too: told apart from an escape
+      out.push_back(c);
+      continue;
+    }
+    const char esc[4] = {'\\', 'x', kHex[u >> 4], kHex[u & 15]};
+    out.append(esc, esc + 4);
+  }
+}
+
+std::string Escaped(std::string_view text) {
+  std::string out;
+  AppendEscaped(text, out);
+  return out;
+}
+
 // Reports the mount's outcome to the waiting parent (daemon mode) or to
 // stderr (foreground).
 class Reporter {
  public:
   explicit Reporter(int fd) : fd_(fd) {}
   void Fail(const std::string& msg) {
-    std::string line = "igtcache: error: " + msg + "\n";
+    std::string line = "igtcache: error: " + Escaped(msg) + "\n";
     if (fd_ >= 0) {
       (void)!write(fd_, line.data(), line.size());
       close(fd_);
@@ -79,7 +103,7 @@ class Reporter {
   // A warning for the user before the mount is ready: to the waiting parent
   // (which prints it on its stderr) or to stderr.
   void Warn(const std::string& msg) {
-    std::string line = "igtcache: warning: " + msg + "\n";
+    std::string line = "igtcache: warning: " + Escaped(msg) + "\n";
     if (fd_ >= 0) (void)!write(fd_, line.data(), line.size());
     else std::fputs(line.c_str(), stderr);
   }
@@ -98,22 +122,10 @@ class Reporter {
   int fd_;
 };
 
-// The message of a log line with its control characters escaped (\xNN): an
-// object key may hold a newline or an escape sequence, and must not forge a
-// log line or drive the terminal showing the log.
 class EscapedMessage final : public spdlog::custom_flag_formatter {
  public:
   void format(const spdlog::details::log_msg& msg, const std::tm&, spdlog::memory_buf_t& dest) override {
-    static constexpr char kHex[] = "0123456789abcdef";
-    for (const char c : std::string_view(msg.payload.data(), msg.payload.size())) {
-      const auto u = static_cast<unsigned char>(c);
-      if (u >= 0x20 && u != 0x7f && c != '\\') {  // a backslash too: told apart from an escape
-        dest.push_back(c);
-        continue;
-      }
-      const char esc[4] = {'\\', 'x', kHex[u >> 4], kHex[u & 15]};
-      dest.append(esc, esc + 4);
-    }
+    AppendEscaped(std::string_view(msg.payload.data(), msg.payload.size()), dest);
   }
   std::unique_ptr<custom_flag_formatter> clone() const override { return std::make_unique<EscapedMessage>(); }
 };
@@ -648,7 +660,7 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
 
 int RunMount(const MountArgs& a) {
   auto fail = [](int code, const std::string& m) {
-    std::fprintf(stderr, "igtcache: error: %s\n", m.c_str());
+    std::fprintf(stderr, "igtcache: error: %s\n", Escaped(m).c_str());
     return code;
   };
   auto cfg = LoadConfig(a.config_path);

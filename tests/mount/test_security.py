@@ -249,6 +249,13 @@ def main():
         check(not forged and not raw and any("\\x0a" in ln for ln in lines),
               f"{len(lines)} log lines at trace, control characters escaped (\\x0a), no forged line "
               f"({(forged + raw)[:2]!r})")
+        # And the mount command's own errors on the user's terminal (they
+        # quote sources, keys, an S3 server's messages).
+        r = subprocess.run([harness.igtcache_bin(), "mount", "file:///nonexistent/a\x1b[31mred\nforged",
+                            str(s.mkdir("mnt-esc"))], capture_output=True, stdin=subprocess.DEVNULL, timeout=60)
+        err = r.stderr.decode(errors="replace")
+        check(r.returncode != 0 and "\x1b" not in err and "\\x1b[31mred\\x0aforged" in err and err.count("\n") == 1,
+              f"a failing mount's error is one line with the control characters escaped ({err.strip()[:120]!r})")
 
 
 class StubS3:
