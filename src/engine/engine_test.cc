@@ -1686,6 +1686,24 @@ TEST_CASE("units of a version no longer current are the first victims", "[engine
         std::vector<std::string>{"old#0", "old#1", "old#2", "old#3"});
   CHECK(victims[4] != "new#0");
   CHECK(h.engine->CachedBytes(p) == kUnit);
+
+  // At start-up the current version's unit may come first: the dead ones
+  // are then queued by the first read's NewVersion of the current version.
+  const std::string q = "ds/restored.bin";
+  h.engine->OnInsert("cur#0", q, 0, kUnit, false, h.now_us, 0, "e7", /*restored=*/true);
+  for (uint64_t u = 0; u < 2; ++u)
+    h.engine->OnInsert("dead#" + std::to_string(u), q, u, kUnit, false, h.now_us, 0, "e6", /*restored=*/true);
+  h.engine->NewVersion(q, "e7");
+  std::vector<std::string> first;
+  for (int k = 0; k < 2; ++k) {
+    auto v = h.engine->PickVictim(h.now_us);
+    REQUIRE(v);
+    first.push_back(*v);
+    h.engine->OnRemove(*v);
+  }
+  std::sort(first.begin(), first.end());
+  CHECK(first == std::vector<std::string>{"dead#0", "dead#1"});
+  CHECK(h.engine->CachedBytes(q) == kUnit);
 }
 
 TEST_CASE("class directories of one image folder share the room of their epoch prefetch", "[engine]") {

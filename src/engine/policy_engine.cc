@@ -175,6 +175,7 @@ struct PolicyEngine::Unit {
   uint64_t read_stamp = 0;     // g->epoch + 1 when read in that epoch
   uint64_t inserted_us = 0;    // engine time of the insert
   bool old_version = false;    // not of the file's current version (FileRec::etag)
+  bool queued_old = false;     // in old_units_ (NewVersion)
   uint64_t version = 0;        // hash of the unit's ETag (0: not known)
   Unit* file_prev = nullptr;   // the file's other cached units (FileRec::units)
   Unit* file_next = nullptr;
@@ -1481,6 +1482,7 @@ std::optional<std::string> PolicyEngine::PickVictim(uint64_t now_us) {
   while (!old_units_.empty()) {
     auto it = units_.find(old_units_.front());
     if (it == units_.end() || !it->second.old_version) {  // gone, or current again (a version back)
+      if (it != units_.end()) it->second.queued_old = false;
       old_units_.pop_front();
       continue;
     }
@@ -1511,6 +1513,7 @@ bool PolicyEngine::AdmitInsert(std::string_view path, bool prefetched, uint64_t 
   while (!old_units_.empty()) {
     auto u = units_.find(old_units_.front());
     if (u != units_.end() && u->second.old_version) return true;
+    if (u != units_.end()) u->second.queued_old = false;
     old_units_.pop_front();
   }
   auto it = files_.find(std::string(path));
@@ -1609,7 +1612,17 @@ void PolicyEngine::NewVersion(std::string_view path, std::string_view etag) {
   if (fit == files_.end()) return;
   FileRec& f = fit->second;
   const uint64_t v = std::hash<std::string_view>{}(etag) | 1;
-  if (f.version == v) return;
+  if (f.version == v) {
+    // Already current: units of other versions not queued yet (inserted as
+    // such, or restored at start-up after a unit of this one) are queued now.
+    if (mode_igt_)
+      for (Unit* u = f.units; u; u = u->file_next)
+        if (u->old_version && !u->queued_old) {
+          u->queued_old = true;
+          old_units_.push_back(*u->id);
+        }
+    return;
+  }
   const bool unknown = f.version == 0;
   f.version = v;
   // No version known yet and nothing cached: no unit to mark (the common
@@ -1622,10 +1635,12 @@ void PolicyEngine::NewVersion(std::string_view path, std::string_view etag) {
   // Only this file's units (a walk of every cached unit here made a
   // re-uploaded data set cost files x units).
   for (Unit* u = f.units; u; u = u->file_next) {
-    const bool was_old = u->old_version;
     u->old_version = u->version != v;
     if (u->old_version) {
-      if (!was_old && mode_igt_) old_units_.push_back(*u->id);
+      if (!u->queued_old && mode_igt_) {
+        u->queued_old = true;
+        old_units_.push_back(*u->id);
+      }
       continue;
     }
     ++f.cached_units;
