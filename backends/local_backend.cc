@@ -370,7 +370,16 @@ class LocalBackend final : public Backend {
     auto entries = std::make_shared<const std::vector<Entry>>(std::move(*read));
     std::lock_guard lk(pages_mu_);
     SweepPagesLocked(now);
-    while (pages_.size() >= kMaxKeptListings) {  // too many listings at once: the least recently paged goes
+    // Too many listings at once, or too many entries kept in all (a
+    // 1,000,000-entry directory keeps ~200 MB): the least recently paged go,
+    // never the one just read.
+    pages_.erase(key);
+    auto kept_entries = [&] {
+      size_t n = entries->size();
+      for (const auto& [k, p] : pages_) n += p.entries->size();
+      return n;
+    };
+    while (!pages_.empty() && (pages_.size() >= kMaxKeptListings || kept_entries() > kMaxKeptEntries)) {
       auto oldest = std::min_element(pages_.begin(), pages_.end(),
                                      [](const auto& a, const auto& b) { return a.second.at < b.second.at; });
       pages_.erase(oldest);
@@ -388,6 +397,7 @@ class LocalBackend final : public Backend {
   }
   static constexpr std::chrono::milliseconds kPagesKept{30'000};
   static constexpr size_t kMaxKeptListings = 16;
+  static constexpr size_t kMaxKeptEntries = 2'000'000;
   struct Kept {
     Entries entries;
     std::chrono::steady_clock::time_point at;

@@ -387,6 +387,7 @@ class S3Backend final : public Backend {
     std::lock_guard lk(outage_mu_);
     if (outage_.exchange(true)) return;
     if (opts_.metrics) opts_.metrics->backend_outage.store(1, std::memory_order_relaxed);
+    outage_since_ = std::chrono::steady_clock::now();
   }
 
   void Cancel() override {
@@ -638,25 +639,46 @@ class S3Backend final : public Backend {
     t_last_answered_ = r.curl_code == 0 && r.status != 0;
     return r;
   }
+  // The log says when outage mode begins and ends, at most once a minute
+  // each for a source that flaps (the next line counts the ones left out).
   void BeginOutage(const Status& why) {
+    const auto now = std::chrono::steady_clock::now();
+    uint64_t quiet = 0;
     {
       std::lock_guard lk(outage_mu_);  // flag and gauge change together
       if (outage_.exchange(true)) return;
       if (opts_.metrics) opts_.metrics->backend_outage.store(1, std::memory_order_relaxed);
+      outage_since_ = now;
+      ++outages_;
+      if (logged_outage_ != std::chrono::steady_clock::time_point{} && now - logged_outage_ < kOutageLogEvery) return;
+      logged_outage_ = now;
+      quiet = outages_ - 1 - logged_outages_;
+      logged_outages_ = outages_;
     }
     spdlog::warn("s3: {} did not answer for a whole retry budget ({}); until it answers again, each request gets "
-                 "one attempt, a read's cut off after {} ms without data (reads of uncached data fail fast with EIO)",
-                 ep_.endpoint, why.message(), std::min(opts_.request_timeout_ms, Backend::kQuickProbeMs));
+                 "one attempt, a read's cut off after {} ms without data (reads of uncached data fail fast with "
+                 "EIO){}",
+                 ep_.endpoint, why.message(), std::min(opts_.request_timeout_ms, Backend::kQuickProbeMs),
+                 quiet ? fmt::format(" [{} more outages since the last such line]", quiet) : "");
   }
   void EndOutage() {
     if (!outage_.load(std::memory_order_relaxed)) return;
+    double secs = 0;
     {
       std::lock_guard lk(outage_mu_);
       if (!outage_.exchange(false)) return;
       if (opts_.metrics) opts_.metrics->backend_outage.store(0, std::memory_order_relaxed);
+      const auto now = std::chrono::steady_clock::now();
+      if (logged_answer_ != std::chrono::steady_clock::time_point{} && now - logged_answer_ < kOutageLogEvery) return;
+      logged_answer_ = now;
+      secs = std::chrono::duration<double>(now - outage_since_).count();
     }
-    spdlog::info("s3: {} answers again; requests get the whole retry budget again", ep_.endpoint);
+    spdlog::info("s3: {} answers again after {:.1f} s; requests get the whole retry budget again", ep_.endpoint, secs);
   }
+  static constexpr std::chrono::seconds kOutageLogEvery{60};
+  // Under outage_mu_.
+  std::chrono::steady_clock::time_point outage_since_{}, logged_outage_{}, logged_answer_{};
+  uint64_t outages_ = 0, logged_outages_ = 0;
   std::condition_variable cancel_cv_;
 };
 
