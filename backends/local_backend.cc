@@ -230,7 +230,13 @@ class LocalBackend final : public Backend {
   Result<std::string> Resolve(const std::string& rel) const {
     std::string path = root_ == "/" ? "/" + rel : root_ + "/" + rel;
     char buf[PATH_MAX];
-    if (!::realpath(path.c_str(), buf)) return Err(ErrnoStatus(errno, "'" + rel + "'"));
+    if (!::realpath(path.c_str(), buf)) {
+      if (errno == ENAMETOOLONG)
+        return Err(Status::IoError(fmt::format("'{}': its path in the source is {} bytes, longer than the system's "
+                                               "limit ({}); it cannot be listed or read through a file:// source",
+                                               rel, path.size(), PATH_MAX)));
+      return Err(ErrnoStatus(errno, "'" + rel + "'"));
+    }
     std::string real(buf);
     if (!Inside(real)) return Err(Status::NotFound("'" + rel + "' points outside the source root"));
     return real;

@@ -401,7 +401,13 @@ struct FuseFs::Impl {
   static void OpenDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) noexcept {
     spdlog::trace("fuse: opendir inode {}", ino);
     auto l = Self(req)->ns_->ReadDir(ino);
-    if (!l) return Reply(req, l.error());
+    if (!l) {
+      // Said, as for lookups and reads: an EIO with nothing logged left a
+      // user no way to tell why a directory cannot be listed.
+      if (l.error().code() != Code::kNotFound && WarnAllowed())
+        spdlog::warn("opendir inode {}: {}", ino, l.error().ToString());
+      return Reply(req, l.error());
+    }
     auto h = std::make_unique<Handle>(Handle{Handle::Kind::kDir, {}, *l, {}});
     fi->fh = reinterpret_cast<uint64_t>(h.get());
     // No kernel readdir cache: it is one per directory, shared by every
