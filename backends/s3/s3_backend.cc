@@ -466,7 +466,7 @@ class S3Backend final : public Backend {
     return r ? Status::Ok() : r.error();
   }
 
-  Result<ListObjectsResult> ListRaw(const QueryList& q, const std::string& what, int max_retries = -1,
+  Result<ListObjectsResult> ListRaw(const QueryList& q, const std::string& what, int max_retries = kDefaultBudget,
                                     int timeout_ms = 0) {
     ListObjectsResult out;
     Status st = WithRetries(max_retries, [&]() -> Outcome {
@@ -560,8 +560,7 @@ class S3Backend final : public Backend {
         if (opts_.metrics && s.code() != Code::kNotFound && s.code() != Code::kChanged && !pool_.cancelled()) {
           Add(opts_.metrics->backend_errors);
         }
-        // The whole default budget spent without an answer: an outage.
-        // The whole default budget spent with no answer at all.
+        // The whole default budget spent with no answer at all: an outage.
         if (default_budget && !answered && s.code() == Code::kUnavailable && o.retry && !short_attempts &&
             !pool_.cancelled())
           BeginOutage(s);
