@@ -355,7 +355,7 @@ class LocalBackend final : public Backend {
 
   // ReadDir for a listing's pages: the first page (no token) reads the
   // directory, and the entries of a directory longer than one page are kept
-  // for its next pages (asked with a token within kPagesKeptMs), which then
+  // for its next pages (asked with a token within kPagesKept), which then
   // cost their own entries only. Each page read it whole before (with a
   // stat of every entry): a 200,000-file directory took 8 minutes to list.
   // Like an S3 listing's, its later pages show the directory as it was when
