@@ -1746,5 +1746,42 @@ TEST_CASE("class directories of one image folder share the room of their epoch p
   CHECK(st.prefetch_wasted_bytes * 20 <= st.prefetch_bytes);
 }
 
+TEST_CASE("a flat data set at the mount's root is a stream of its own", "[engine]") {
+  // 300 one-unit files at the root, a cache of a third, shuffled epochs: the
+  // root is their stream once labelled (it was never one: unlabelled, LRU),
+  // and files under a subdirectory keep theirs.
+  std::vector<ListedFile> top;
+  std::vector<std::string> files;
+  for (int i = 0; i < 300; ++i) {
+    top.push_back({"img" + std::to_string(1000 + i) + ".jpg", kUnit});
+    files.push_back(top.back().path);
+  }
+  top.push_back({"other/", 0, true});
+  std::vector<ListedFile> other{{"other/a.bin", kUnit}};
+  ListingFn listing = [&](std::string_view dir) -> const std::vector<ListedFile>* {
+    if (dir.empty()) return &top;
+    return dir == "other/" ? &other : nullptr;
+  };
+  Harness h("igt", 100, *PolicyProfile("training"), listing);
+  h.run_prefetch = true;
+  h.tree.NoteListing("", top.size());
+  std::mt19937 rng(5);
+  for (int e = 0; e < 4; ++e) {
+    std::shuffle(files.begin(), files.end(), rng);
+    for (const auto& f : files) h.Read(f, 0, 1, e >= 2);
+  }
+  h.Read("other/a.bin", 0, 1, false);
+  const auto st = h.engine->Stats();
+  std::string root_label, other_stream;
+  for (const auto& s : st.streams) {
+    if (s.key == "/") root_label = s.label;
+    if (s.cached_units > 0 && s.key.find("other") != std::string::npos) other_stream = s.key;
+  }
+  INFO("hit ratio of epochs 3-4 " << h.ratio());
+  CHECK(root_label == "random");
+  CHECK(other_stream != "/");
+  CHECK(h.ratio() >= 0.3);  // keep: about c/D, 1/3 (LRU: about 0)
+}
+
 }  // namespace
 }  // namespace igt::engine

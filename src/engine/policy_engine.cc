@@ -74,6 +74,8 @@ constexpr uint64_t kPathRelabelUs = 10'000'000;
 constexpr std::string_view kWindowStream = "(readahead)";
 // Units fetched by `igtcache warm`, until read (PolicyEngine::NoteWarm).
 constexpr std::string_view kWarmStream = "(warm)";
+// The stream of the files at the mount's root (GroupFor).
+constexpr std::string_view kRootStream = "/";
 // A file read at random (its block stream labelled random or skewed) of at
 // least this many units, whose missing units fit in the cache's free space,
 // is fetched whole in the background (a fill): free space and idle
@@ -372,7 +374,7 @@ PolicyEngine::Group* PolicyEngine::GetGroup(const std::string& key, int label, c
     // worth nothing once the job moved on, and were the first victims: a
     // warm of 1,250 files into a nearly full cache evicted 31 of its own.
     std::unordered_set<Group*> left;
-    for (const auto& lf : SubtreeFiles(key)) {
+    for (const auto& lf : key == kRootStream ? RootFiles() : SubtreeFiles(key)) {
       raw->subtree_bytes += lf.size;
       auto [fit, fresh] = files_.try_emplace(lf.path);
       raw->subtree.push_back({&fit->first, lf.size});
@@ -416,6 +418,15 @@ PolicyEngine::Group* PolicyEngine::GetGroup(const std::string& key, int label, c
     }
   }
   return raw;
+}
+
+std::vector<ListedFile> PolicyEngine::RootFiles() const {
+  std::vector<ListedFile> out;
+  if (const auto* l = listing_(""))
+    for (const auto& lf : *l)
+      if (!lf.is_dir && out.size() < kMaxSubtreeFiles) out.push_back(lf);
+  std::sort(out.begin(), out.end(), [](const ListedFile& a, const ListedFile& b) { return a.path < b.path; });
+  return out;
 }
 
 std::vector<ListedFile> PolicyEngine::SubtreeFiles(const std::string& dir) const {
@@ -551,6 +562,17 @@ PolicyEngine::Group* PolicyEngine::GroupFor(std::string_view path, uint64_t now_
       }
     }
     return GetGroup(key, l, ov);
+  }
+  if (top_key.empty() && path.find('/') == std::string_view::npos) {
+    // A file at the mount's root (a flat data set mounted as it is: s3://b/
+    // train/ on /mnt/train): the root is its stream once labelled, for the
+    // files at the root only (reads under a subdirectory keep theirs, so jobs
+    // sharing a mount are not mixed). Without it a flat data set at the root
+    // stayed unlabelled, LRU, no epoch prefetch: 0.94x the data fetched per
+    // epoch against 0.70x for the same files in a subdirectory (a verifier's
+    // DataLoader run).
+    const int rl = labelled("/");
+    if (rl != kUnknown && n_children >= kMinRetentionChildren) return GetGroup(std::string(kRootStream), rl, nullptr);
   }
   if (top_key.empty()) return GetGroup("?" + ParentDir(path), kUnknown, nullptr);
   return GetGroup(top_key, top_label, nullptr);
@@ -1243,7 +1265,7 @@ void PolicyEngine::OnRemove(const std::string& id) {
 
 bool PolicyEngine::SiblingUniform(const Group* g) {
   return g->label == kRandom && !g->ov && !g->window && !g->user_warm && !g->key.empty() && g->key.back() == '/' &&
-         g->key.front() != '?';
+         g->key.front() != '?' && g->key != kRootStream;
 }
 
 double PolicyEngine::Value(const Group* g) const {

@@ -224,6 +224,8 @@ class PolicyEngine {
   std::vector<ListedFile> UnreadItems(Group* g, size_t n);
   // Files of `dir` and of its direct subdirectories, by path, at most
   // kMaxSubtreeFiles (from listing_, which may not know some directories).
+  // The files at the mount's root (the root stream's items), not below.
+  std::vector<ListedFile> RootFiles() const;
   std::vector<ListedFile> SubtreeFiles(const std::string& dir) const;
   static constexpr size_t kMaxSubtreeFiles = 1 << 17;
   static constexpr size_t kMaxReadDirs = 1 << 12;
