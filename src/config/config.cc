@@ -154,7 +154,8 @@ const std::vector<Key>& Schema() {
       {"backend.retry_base_ms", Type::kInt, "100", "First retry delay; doubles per retry.",
        nullptr, SET_U64(backend.retry_base_ms)},
       {"backend.retry_deadline_ms", Type::kInt, "60000",
-       "Total time budget of one request across its retries.", nullptr,
+       "Time budget of one request across its retries: no retry starts past it (the attempt under way may "
+       "run on, up to backend.request_timeout_ms).", nullptr,
        SET_U64(backend.retry_deadline_ms)},
       {"backend.max_connections", Type::kInt, "32", "Pooled, reused HTTP connections.", nullptr,
        SET_U64(backend.max_connections)},

@@ -1643,8 +1643,8 @@ TEST_CASE("read cursors of readers gone idle are forgotten (new DataLoader worke
       h.now_us += 1000;
       const std::string p = "ds/f" + std::to_string(i) + ".bin";
       const uint32_t pid = first_pid + i % 4;  // four workers
-      h.tree.Record(h.now_us, pid, p, 0, 4096, 4096);
-      h.engine->OnRead(h.now_us, pid, p, 0, 4096, 4096);
+      h.tree.Record(h.now_us, pid, p, 0, 4096, 8192);  // the first half: a cursor kept
+      h.engine->OnRead(h.now_us, pid, p, 0, 4096, 8192);
     }
   };
   epoch(100);
@@ -1658,6 +1658,11 @@ TEST_CASE("read cursors of readers gone idle are forgotten (new DataLoader worke
     epoch(300 + 10 * e);
   }
   CHECK(h.engine->Stats().readers == 300);
+  // A whole file read at once leaves none.
+  h.now_us += 601'000'000;
+  h.tree.Record(h.now_us, 7, "ds/whole.bin", 0, 4096, 4096);
+  h.engine->OnRead(h.now_us, 7, "ds/whole.bin", 0, 4096, 4096);
+  CHECK(h.engine->Stats().readers == 0);
 }
 
 TEST_CASE("units of a version no longer current are the first victims", "[engine]") {

@@ -764,6 +764,9 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
   const bool continues = !rfresh && offset != 0 && offset + slack >= re.end && offset <= re.end + slack;
   re.end = continues ? std::max(re.end, offset + length) : offset + length;
   re.last_us = now_us_;
+  // A whole file in one read (a DataLoader's sample) has nothing left to
+  // continue: no cursor kept (they were ~370 B each, one per worker and file).
+  if (offset == 0 && length >= file_size) reader_end_.erase(rit);
   cur_path_ = &fit->first;
   cur_new_visit_ = !continues;
 
