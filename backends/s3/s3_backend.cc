@@ -385,9 +385,7 @@ class S3Backend final : public Backend {
 
   void NoteUnreachable() override {
     std::lock_guard lk(outage_mu_);
-    if (outage_.exchange(true)) return;
-    if (opts_.metrics) opts_.metrics->backend_outage.store(1, std::memory_order_relaxed);
-    outage_since_ = std::chrono::steady_clock::now();
+    SetOutageLocked(std::chrono::steady_clock::now());
   }
 
   void Cancel() override {
@@ -644,10 +642,8 @@ class S3Backend final : public Backend {
     const auto now = std::chrono::steady_clock::now();
     uint64_t quiet = 0;
     {
-      std::lock_guard lk(outage_mu_);  // flag and gauge change together
-      if (outage_.exchange(true)) return;
-      if (opts_.metrics) opts_.metrics->backend_outage.store(1, std::memory_order_relaxed);
-      outage_since_ = now;
+      std::lock_guard lk(outage_mu_);
+      if (!SetOutageLocked(now)) return;
       ++outages_;
       if (logged_outage_ != std::chrono::steady_clock::time_point{} && now - logged_outage_ < kOutageLogEvery) return;
       logged_outage_ = now;
@@ -659,6 +655,13 @@ class S3Backend final : public Backend {
                  "EIO){}",
                  ep_.endpoint, why.message(), std::min(opts_.request_timeout_ms, Backend::kQuickProbeMs),
                  quiet ? fmt::format(" [{} more outages since the last such line]", quiet) : "");
+  }
+  // Under outage_mu_ (flag and gauge change together): false if it was on.
+  bool SetOutageLocked(std::chrono::steady_clock::time_point now) {
+    if (outage_.exchange(true)) return false;
+    if (opts_.metrics) opts_.metrics->backend_outage.store(1, std::memory_order_relaxed);
+    outage_since_ = now;
+    return true;
   }
   void EndOutage() {
     if (!outage_.load(std::memory_order_relaxed)) return;

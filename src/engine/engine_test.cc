@@ -551,28 +551,44 @@ TEST_CASE("a small directory read skewed is warmed while it fits in free space",
   CHECK(warmed(6) == 0);    // 6 MiB: they do not fit, nothing is proposed
 }
 
+// An image folder: `n` class directories "<parent>c10/", ... of `per` one-unit
+// files each, and the listings of the mount root, the parent and the classes.
+struct ClassFolder {
+  std::string parent;
+  std::vector<ListedFile> root, classes;  // root: the parent, or the classes when parent is ""
+  std::map<std::string, std::vector<ListedFile>> dirs;
+  std::vector<std::string> files;
+  ClassFolder(std::string p, int n, int per) : parent(std::move(p)) {
+    for (int d = 0; d < n; ++d) {
+      const std::string dir = parent + "c" + std::to_string(10 + d) + "/";
+      classes.push_back({dir, 0, true});
+      for (int i = 0; i < per; ++i) {
+        dirs[dir].push_back({dir + "f" + std::to_string(100 + i), kUnit});
+        files.push_back(dirs[dir].back().path);
+      }
+    }
+    root = parent.empty() ? classes : std::vector<ListedFile>{{parent, 0, true}};
+  }
+  ListingFn Listing() const {
+    return [this](std::string_view dir) -> const std::vector<ListedFile>* {
+      if (dir.empty()) return &root;
+      if (dir == parent) return &classes;
+      auto it = dirs.find(std::string(dir));
+      return it == dirs.end() ? nullptr : &it->second;
+    };
+  }
+};
+
 TEST_CASE("sibling directories that each fit but not all together are not all warmed at once", "[engine]") {
   // 30 class directories of 100 one-unit files at the top of the mount (so
   // each is a stream) and a cache of a third of them, read in shuffled epochs. Each directory fits in free
   // space on its own: all warmed at once, they evicted each other's files
   // before those were read.
-  std::map<std::string, std::vector<ListedFile>> dirs;
-  std::vector<ListedFile> top;
-  std::vector<std::string> files;
-  for (int d = 0; d < 30; ++d) {
-    const std::string dir = "c" + std::to_string(10 + d) + "/";
-    top.push_back({dir, 0, true});
-    for (int i = 0; i < 100; ++i) {
-      dirs[dir].push_back({dir + "f" + std::to_string(100 + i), kUnit});
-      files.push_back(dirs[dir].back().path);
-    }
-  }
-  ListingFn listing = [&](std::string_view dir) -> const std::vector<ListedFile>* {
-    if (dir.empty()) return &top;
-    auto it = dirs.find(std::string(dir));
-    return it == dirs.end() ? nullptr : &it->second;
-  };
-  Harness h("igt", 1000, *PolicyProfile("training"), listing);
+  ClassFolder cf("", 30, 100);
+  auto& files = cf.files;
+  const auto& top = cf.classes;
+  const auto& dirs = cf.dirs;
+  Harness h("igt", 1000, *PolicyProfile("training"), cf.Listing());
   h.run_prefetch = true;
   h.prefetch_delay = 200;
   h.tree.NoteListing("", top.size());
@@ -1718,24 +1734,11 @@ TEST_CASE("class directories of one image folder share the room of their epoch p
   // items against its own read items while its siblings' inserts took them:
   // prefetched items were evicted unread (a live DataLoader: ~55 MiB an
   // epoch of 300 MB wasted).
-  std::map<std::string, std::vector<ListedFile>> dirs;
-  std::vector<ListedFile> top{{"train/", 0, true}}, train;
-  std::vector<std::string> files;
-  for (int d = 0; d < 10; ++d) {
-    const std::string dir = "train/c" + std::to_string(10 + d) + "/";
-    train.push_back({dir, 0, true});
-    for (int i = 0; i < 60; ++i) {
-      dirs[dir].push_back({dir + "f" + std::to_string(100 + i), kUnit});
-      files.push_back(dirs[dir].back().path);
-    }
-  }
-  ListingFn listing = [&](std::string_view dir) -> const std::vector<ListedFile>* {
-    if (dir.empty()) return &top;
-    if (dir == "train/") return &train;
-    auto it = dirs.find(std::string(dir));
-    return it == dirs.end() ? nullptr : &it->second;
-  };
-  Harness h("igt", 200, *PolicyProfile("training"), listing);
+  ClassFolder cf("train/", 10, 60);
+  auto& files = cf.files;
+  const auto& train = cf.classes;
+  const auto& dirs = cf.dirs;
+  Harness h("igt", 200, *PolicyProfile("training"), cf.Listing());
   h.run_prefetch = true;
   h.tree.NoteListing("", 1);
   h.tree.NoteListing("train/", train.size());

@@ -1500,19 +1500,23 @@ PolicyEngine::Group* PolicyEngine::VictimGroup() {
   return best;
 }
 
+const std::string* PolicyEngine::FrontOldUnit() {
+  while (!old_units_.empty()) {
+    auto it = units_.find(old_units_.front());
+    if (it != units_.end() && it->second.old_version) return &it->first;
+    if (it != units_.end()) it->second.queued_old = false;  // current again (a version back)
+    old_units_.pop_front();                                 // or gone
+  }
+  return nullptr;
+}
+
 std::optional<std::string> PolicyEngine::PickVictim(uint64_t now_us) {
   now_us_ = std::max(now_us_, now_us);
   if (!mode_igt_) return groups_["*"]->module->PickVictim();
   MaybeAllocate(now_us_);
-  while (!old_units_.empty()) {
-    auto it = units_.find(old_units_.front());
-    if (it == units_.end() || !it->second.old_version) {  // gone, or current again (a version back)
-      if (it != units_.end()) it->second.queued_old = false;
-      old_units_.pop_front();
-      continue;
-    }
+  if (const std::string* dead = FrontOldUnit()) {
     last_victim_.clear();  // no ghost: a dead version is not read again
-    return it->first;
+    return *dead;
   }
   Group* best = VictimGroup();
   if (!best) return std::nullopt;
@@ -1535,12 +1539,7 @@ bool PolicyEngine::AdmitInsert(std::string_view path, bool prefetched, uint64_t 
   if (!mode_igt_) return !groups_["*"]->module->InsertIsFirstVictim(UnitMeta{.prefetched = false, .now_us = now_us_});
   MaybeAllocate(now_us_);
   // A dead version would go first (PickVictim), not this unit.
-  while (!old_units_.empty()) {
-    auto u = units_.find(old_units_.front());
-    if (u != units_.end() && u->second.old_version) return true;
-    if (u != units_.end()) u->second.queued_old = false;
-    old_units_.pop_front();
-  }
+  if (FrontOldUnit()) return true;
   auto it = files_.find(std::string(path));
   if (it == files_.end() || !it->second.group) return true;
   Group* g = it->second.group;  // a miss's unit joins its file's stream (OnInsert)

@@ -310,6 +310,9 @@ class PolicyEngine {
   // (a soak test: 9,082 of 10,082 units dead). Entries that left already are
   // skipped when met.
   std::deque<std::string> old_units_;
+  // The id of the first unit of old_units_ still cached and still old, or
+  // null; drops the entries before it.
+  const std::string* FrontOldUnit();
   uint64_t allocations_ = 0, switches_ = 0, reloads_ = 0;
   Group* victim_group_ = nullptr;  // current giver of space (hysteresis)
   bool has_quota_ = false;  // an override sets a quota (NoteQuotas, at Init and reload)
