@@ -698,6 +698,14 @@ void FuseFs::NoteChanged(uint64_t ino, const std::string& key, const std::string
                      [&] { return inval_sent_ >= mine || loop_done_ || session_ended_; });
 }
 
+void FuseFs::DropEntries(std::vector<std::pair<uint64_t, std::string>> entries) {
+  if (entries.empty()) return;
+  std::lock_guard lk(watch_mu_);
+  if (loop_done_ || session_ended_) return;
+  for (auto& e : entries) inval_entries_.push_back(std::move(e));
+  watch_cv_.notify_all();
+}
+
 // The page cache of `ino` for an open of version `etag` (fi->keep_cache,
 // fi->direct_io), counting the handle. The cache is kept while the
 // version is the same; a new version drops it, unless handles of the old

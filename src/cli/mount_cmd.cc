@@ -565,6 +565,35 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
   ns.set_listing_hook([&tree, now_us](const std::string& dir_key, size_t entries) {  // now_us dies before ns
     tree.NoteListing(dir_key, entries, now_us());
   });
+  // Objects a relisting found deleted: the kernel drops their entries (and
+  // then forgets their inodes), the engine its records of them. The hook may
+  // run on a namespace thread until ns goes, after fuse: it reaches fuse
+  // through fuse_view, cleared under its lock before fuse is destroyed.
+  struct FuseView {
+    std::mutex mu;
+    FuseFs* fuse = nullptr;  // guarded by mu
+  };
+  auto fuse_view = std::make_shared<FuseView>();
+  fuse_view->fuse = &fuse;
+  struct ClearFuseView {
+    std::shared_ptr<FuseView> v;
+    ~ClearFuseView() {
+      std::lock_guard lk(v->mu);
+      v->fuse = nullptr;
+    }
+  } clear_fuse_view{fuse_view};
+  ns.set_gone_hook([&ns, &tree, fuse_view, live](const std::string& dir_key, const std::vector<DirEntry>& gone) {
+    {
+      std::lock_guard lk(fuse_view->mu);
+      if (fuse_view->fuse) fuse_view->fuse->DropEntries(ns.LiveEntries(dir_key, gone));
+    }
+    std::vector<std::string> paths;
+    paths.reserve(gone.size());
+    for (const DirEntry& e : gone)
+      paths.push_back((dir_key.empty() ? "" : dir_key + "/") + e.name + (e.is_dir ? "/" : ""));
+    tree.Forget(paths);
+    if (live) live->NoteGone(paths);
+  });
   // Maintenance: detector re-tests and ageing, once a second.
   std::mutex maint_mu;
   std::condition_variable maint_cv;

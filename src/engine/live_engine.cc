@@ -79,6 +79,18 @@ uint64_t LiveEngine::NowUs() const {
           .count());
 }
 
+void LiveEngine::NoteGone(const std::vector<std::string>& paths) {
+  std::lock_guard lk(mu_);
+  for (const std::string& p : paths) {
+    if (p.empty() || p.back() != '/') {
+      versions_.erase(p);
+      continue;
+    }
+    std::erase_if(versions_, [&](const auto& kv) { return kv.first.starts_with(p); });
+  }
+  engine_->NoteGone(paths);
+}
+
 std::vector<LivePrefetch> LiveEngine::OnRead(uint64_t now_us, uint32_t pid, const std::string& key,
                                              const std::string& etag, uint64_t offset, uint64_t length,
                                              uint64_t size) {

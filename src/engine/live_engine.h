@@ -74,6 +74,10 @@ class LiveEngine : public std::enable_shared_from_this<LiveEngine> {
   // (ReadPipeline::Options::admit).
   bool Admit(const std::string& key) const;
 
+  // PolicyEngine::NoteGone: objects (or "dir/" prefixes) the source no
+  // longer has; the versions reads saw of them are dropped too.
+  void NoteGone(const std::vector<std::string>& paths);
+
   // PolicyEngine::NoteWarm (`igtcache warm` fetches units of `key`).
   void NoteWarm(const std::string& key);
 

@@ -109,6 +109,10 @@ constexpr double kMaxPrefetchShare = 0.25;
 // victims (a shadow of its boundary, ShadowBytes): the span is at most this
 // share of the cache's capacity. See ByteValue.
 constexpr double kShadowShare = 1.0 / 16;
+// FileRec::version of a file the source no longer has (NoteGone): even, so
+// no ETag's hash (always odd) is it, and every unit of it is of another
+// version.
+constexpr uint64_t kGoneVersion = 2;
 
 std::string ParentDir(std::string_view path) {
   auto p = path.rfind('/');
@@ -163,6 +167,9 @@ struct PolicyEngine::FileRec {
   // 64 MiB cache: the dd read 5.8 GiB from the backend in 4.1 s; now
   // 0.4 GiB in 0.7 s (a fresh cache: 0.32 GiB, 0.4 s).
   uint64_t ra_first = 1, ra_last = 0;
+  // The source no longer has it (NoteGone): in no stream, its units of
+  // old versions; the record goes with its last unit. A read clears it.
+  bool gone = false;
 };
 
 struct PolicyEngine::Unit {
@@ -238,12 +245,15 @@ struct PolicyEngine::Group {
   uint32_t warm_passes = 0;
   uint64_t warm_pass_proposed = 0;
   bool warming = false;
+  // Its file or directory is gone from the source (NoteGone): dropped once
+  // it holds no unit (Allocate), unless a read finds it again (GetGroup).
+  bool gone = false;
   uint64_t warm_progress_us = 0;  // when the warm-up began or last proposed a file
   std::string parent;             // the parent directory of a directory stream (WarmPromised)
   // SubtreeFiles of the directory when the stream was created (its items,
   // by path in files_, with their listed sizes), and their bytes.
   struct SubtreeFile {
-    const std::string* path;  // key in files_ (never erased)
+    const std::string* path;  // key in files_ (NoteGone takes it out before the record goes)
     uint64_t size;
   };
   std::vector<SubtreeFile> subtree;
@@ -353,6 +363,7 @@ PolicyEngine::Group* PolicyEngine::GetGroup(const std::string& key, int label, c
   auto it = groups_.find(key);
   if (it != groups_.end()) {
     Group* g = it->second.get();
+    g->gone = false;
     if (!g->forced && g->label != label) SetLabel(g, label);
     return g;
   }
@@ -375,8 +386,9 @@ PolicyEngine::Group* PolicyEngine::GetGroup(const std::string& key, int label, c
     // warm of 1,250 files into a nearly full cache evicted 31 of its own.
     std::unordered_set<Group*> left;
     for (const auto& lf : key == kRootStream ? RootFiles() : SubtreeFiles(key)) {
-      raw->subtree_bytes += lf.size;
       auto [fit, fresh] = files_.try_emplace(lf.path);
+      if (fit->second.gone) continue;  // listed before the source dropped it
+      raw->subtree_bytes += lf.size;
       raw->subtree.push_back({&fit->first, lf.size});
       if (fresh) {
         fit->second.size = lf.size;
@@ -580,6 +592,14 @@ PolicyEngine::Group* PolicyEngine::GroupFor(std::string_view path, uint64_t now_
 
 void PolicyEngine::JoinGroup(FileRec& f, const std::string* key, Group* g) {
   if (f.group == g) return;
+  LeaveGroup(f, key);
+  f.group = g;
+  f.item_pos = g->items.size();
+  g->items.push_back(key);
+  g->ws_bytes += f.size;
+}
+
+void PolicyEngine::LeaveGroup(FileRec& f, const std::string* key) {
   if (Group* old = f.group) {
     // Before, a file whose stream changed stayed an item of the old one and
     // joined the new one again on every switch back (duplicate items and a
@@ -600,10 +620,72 @@ void PolicyEngine::JoinGroup(FileRec& f, const std::string* key, Group* g) {
     if (f.epoch_read == old->epoch && old->prev_epoch_read_count > 0) --old->prev_epoch_read_count;
   }
   f.epoch_read = 0;
-  f.group = g;
-  f.item_pos = g->items.size();
-  g->items.push_back(key);
-  g->ws_bytes += f.size;
+  f.group = nullptr;
+}
+
+void PolicyEngine::NoteGone(const std::vector<std::string>& paths) {
+  std::unordered_set<const std::string*> gone;  // keys in files_
+  for (const std::string& p : paths) {
+    if (!p.empty() && p.back() == '/') {
+      for (const auto& [k, f] : files_)  // a directory gone: rare, O(files)
+        if (k.starts_with(p)) gone.insert(&k);
+    } else if (auto it = files_.find(p); it != files_.end()) {
+      gone.insert(&it->first);
+    }
+  }
+  gone_files_ += gone.size();
+  // Streams of the files and directories gone go once empty (Allocate).
+  std::unordered_set<std::string_view> gone_files;
+  std::vector<std::string_view> gone_dirs;
+  for (const std::string& p : paths) {
+    if (!p.empty() && p.back() == '/') gone_dirs.push_back(p);
+    else gone_files.insert(p);
+  }
+  for (auto& [k, g] : groups_) {
+    if (gone_files.contains(k)) g->gone = true;
+    for (std::string_view d : gone_dirs)
+      if (k.starts_with(d)) g->gone = true;
+  }
+  // Out of the directory streams' file lists (whose warm-up cursor counts
+  // only the files before it that stay).
+  for (auto& [_, g] : groups_) {
+    if (g->subtree.empty()) continue;
+    size_t out = 0, cursor = g->warm_cursor;
+    for (size_t i = 0; i < g->subtree.size(); ++i) {
+      if (gone.contains(g->subtree[i].path)) {
+        g->subtree_bytes -= std::min(g->subtree_bytes, g->subtree[i].size);
+        if (i < g->warm_cursor) --cursor;
+        continue;
+      }
+      g->subtree[out++] = g->subtree[i];
+    }
+    g->subtree.resize(out);
+    g->warm_cursor = std::min(cursor, out);
+  }
+  for (const std::string* k : gone) {
+    FileRec& f = files_.find(*k)->second;
+    LeaveGroup(f, k);
+    f.gone = true;
+    f.version = kGoneVersion;
+    f.cached_units = 0;
+    f.cached_bytes = 0;
+    f.epoch_planned = f.fill_planned = f.warm_planned = f.user_warm = false;
+    for (Unit* u = f.units; u; u = u->file_next) {
+      u->old_version = true;
+      if (!u->queued_old && mode_igt_) {
+        u->queued_old = true;
+        old_units_.push_back(*u->id);
+      }
+    }
+    if (!f.units) EraseFile(*k);
+  }
+}
+
+void PolicyEngine::EraseFile(const std::string& key) {
+  auto it = files_.find(key);
+  if (it == files_.end()) return;
+  if (cur_path_ == &it->first) cur_path_ = nullptr;
+  files_.erase(it);
 }
 
 void PolicyEngine::CompactItems(Group* g) {
@@ -747,6 +829,10 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
   FileRec& f = fit->second;
   if (fresh) f.rank = files_seen_++;
   f.size = file_size;
+  if (f.gone) {  // read again (a handle open on it, or a new object of the name)
+    f.gone = false;
+    f.version = 0;  // NewVersion tells which units count
+  }
 
   if (reader_end_.size() >= kMaxReaders) reader_end_.clear();
   std::string rkey = std::to_string(pid);
@@ -1056,12 +1142,21 @@ void PolicyEngine::OnInsert(const std::string& id, std::string_view path, uint64
                             bool prefetched, uint64_t now_us, uint64_t disk_bytes, std::string_view etag,
                             bool restored) {
   now_us_ = std::max(now_us_, now_us);
-  if (units_.count(id)) OnRemove(id);
+  bool was_gone = false;  // replacing the last unit of a gone file (whose record goes with it)
+  if (auto it = units_.find(id); it != units_.end()) {
+    auto fit = files_.find(*it->second.path);
+    was_gone = fit != files_.end() && fit->second.gone;
+    OnRemove(id);
+  }
   if (IsSubUnit(unit_index)) unit_index = SubUnitOffset(unit_index) / opts_.unit_bytes;
   auto [fit, fresh] = files_.try_emplace(std::string(path));
   FileRec& f = fit->second;
   const std::string* fkey = &fit->first;  // GroupFor may add files: fit may not survive a rehash
   if (fresh) f.rank = files_seen_++;
+  if (fresh && was_gone) {
+    f.gone = true;
+    f.version = kGoneVersion;
+  }
   Group* g = nullptr;
   // A user's warm-up (NoteWarm) waits in the (warm) stream until read, as
   // readahead does in the window stream: the file's own stream, if it has
@@ -1076,7 +1171,7 @@ void PolicyEngine::OnInsert(const std::string& id, std::string_view path, uint64
   } else {
     int pl, fl, dl;
     g = GroupFor(path, now_us_, &pl, &fl, &dl);
-    JoinGroup(f, fkey, g);
+    if (!f.gone) JoinGroup(f, fkey, g);  // a gone file's unit (a fetch under way) is a first victim
   }
   if (auto gh = g->ghost_set.find(id); gh != g->ghost_set.end()) {
     g->repeats = true;  // fetched again after eviction
@@ -1102,7 +1197,7 @@ void PolicyEngine::OnInsert(const std::string& id, std::string_view path, uint64
   u.disk_bytes = disk_bytes ? disk_bytes : bytes;
   u.version = etag.empty() ? 0 : std::hash<std::string_view>{}(etag) | 1;
   if (u.version && !f.version) f.version = u.version;
-  u.old_version = u.version && u.version != f.version;
+  u.old_version = f.gone || (u.version && u.version != f.version);
   u.prefetched_unread = prefetched;
   const bool prev_epoch = PrevEpochRead(f, g);
   if (!prefetched) {
@@ -1117,6 +1212,10 @@ void PolicyEngine::OnInsert(const std::string& id, std::string_view path, uint64
   g->unit_ids.insert(&uit->first);
   Unit& nu = uit->second;  // a node of units_: its address is stable
   nu.id = &uit->first;
+  if (f.gone && mode_igt_) {
+    nu.queued_old = true;
+    old_units_.push_back(id);
+  }
   nu.file_next = f.units;
   if (f.units) f.units->file_prev = &nu;
   f.units = &nu;
@@ -1264,6 +1363,7 @@ void PolicyEngine::OnRemove(const std::string& id) {
   }
   g->unit_ids.erase(&it->first);
   units_.erase(it);
+  if (fit != files_.end() && fit->second.gone && !fit->second.units) EraseFile(fit->first);
 }
 
 bool PolicyEngine::SiblingUniform(const Group* g) {
@@ -1414,10 +1514,12 @@ void PolicyEngine::Allocate(uint64_t now_us) {
     g->epoch_inflight_bytes = 0;
     g->value = Value(g.get());
   }
-  // Drop empty, idle unlabelled streams (their files re-home on next read).
+  // Drop empty, idle unlabelled streams (their files re-home on next read),
+  // and empty streams of files and directories the source no longer has.
   for (auto it = groups_.begin(); it != groups_.end();) {
     Group* g = it->second.get();
-    if (g->units == 0 && g->rate == 0 && g->key.size() > 0 && g->key[0] == '?' && g != victim_group_) {
+    const bool unlabelled_idle = g->rate == 0 && g->key.size() > 0 && g->key[0] == '?';
+    if (g->units == 0 && (unlabelled_idle || g->gone) && g != victim_group_) {
       for (const std::string* k : g->items) {
         if (!k) continue;
         auto f = files_.find(*k);
@@ -1594,7 +1696,7 @@ Status PolicyEngine::SetPolicyFile(PolicyFile pf) {
   std::map<const PathOverride*, Group*> ov_groups;  // the policy file's order (one vector)
   for (auto& [path, f] : files_) {
     const PathOverride* ov = OverrideFor(path);
-    if (!ov || (f.group && f.group->ov == ov)) continue;
+    if (!ov || f.gone || (f.group && f.group->ov == ov)) continue;
     joining.push_back({&f, &path, ov});
     ov_groups.emplace(ov, nullptr);
   }
@@ -1686,6 +1788,8 @@ EngineStats PolicyEngine::Stats() const {
   s.victim_stream_switches = switches_;
   s.policy_reloads = reloads_;
   s.readers = reader_end_.size();
+  s.files = files_.size();
+  s.gone_files = gone_files_;
   for (const auto& [k, g] : groups_) {
     StreamStats st;
     st.key = g->key;
@@ -1731,6 +1835,8 @@ nlohmann::json ToJson(const EngineStats& s) {
   j["victim_stream_switches"] = s.victim_stream_switches;
   j["policy_reloads"] = s.policy_reloads;
   j["readers"] = s.readers;
+  j["files"] = s.files;
+  j["gone_files"] = s.gone_files;
   auto& arr = j["streams"] = nlohmann::json::array();
   for (const auto& st : s.streams) {
     arr.push_back({{"stream", st.key}, {"pattern", st.label}, {"eviction", st.eviction},

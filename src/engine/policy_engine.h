@@ -110,6 +110,8 @@ struct EngineStats {
   uint64_t victim_stream_switches = 0;
   uint64_t policy_reloads = 0;      // SetPolicyFile calls that succeeded
   uint64_t readers = 0;             // (pid, file) read cursors tracked
+  uint64_t files = 0;               // file records (PolicyEngine::file_records)
+  uint64_t gone_files = 0;          // files NoteGone was told of, in all
   std::vector<StreamStats> streams;  // by cached bytes, largest first
   std::vector<OverrideStats> overrides;  // in the policy file's order
 };
@@ -141,6 +143,20 @@ class PolicyEngine {
   // units as not its own (they stay, and are evicted as any unit). Units
   // inserted with another version than the current one do not count either.
   void NewVersion(std::string_view path, std::string_view etag);
+
+  // Objects the source no longer has (a relisting found them gone):
+  // `paths` are files, or directories ("a/b/", everything below). Each
+  // file leaves its stream's items and working set, its cached units are
+  // queued as the first victims (as a dead version's), and its record is
+  // dropped once it holds no unit. Without this, every name ever read
+  // kept a record for good: a bucket whose names roll (a checkpoint or
+  // shard per hour, the old ones deleted) grew the daemon without bound.
+  // A read of such a file later (a handle still open on it) makes it a
+  // file of its stream again.
+  void NoteGone(const std::vector<std::string>& paths);
+  // Files the engine keeps a record of (read, listed beside a stream, or
+  // holding cached units).
+  size_t file_records() const { return files_.size(); }
 
   // False for units under a never-cache prefix (do not insert them).
   bool Admit(std::string_view path) const;
@@ -220,6 +236,9 @@ class PolicyEngine {
   // Makes `g` the stream of file `key`: it leaves its old stream's items and
   // working set (a file is an item of one stream at a time).
   void JoinGroup(FileRec& f, const std::string* key, Group* g);
+  void LeaveGroup(FileRec& f, const std::string* key);  // f.group becomes null
+  // Drops the record of file `key` (NoteGone: gone, no unit left).
+  void EraseFile(const std::string& key);
   void CompactItems(Group* g);  // drops the null items, keeping order and the cursor
   std::vector<ListedFile> UnreadItems(Group* g, size_t n);
   // Files of `dir` and of its direct subdirectories, by path, at most
@@ -314,6 +333,7 @@ class PolicyEngine {
   // null; drops the entries before it.
   const std::string* FrontOldUnit();
   uint64_t allocations_ = 0, switches_ = 0, reloads_ = 0;
+  uint64_t gone_files_ = 0;  // NoteGone's files, in all
   Group* victim_group_ = nullptr;  // current giver of space (hysteresis)
   bool has_quota_ = false;  // an override sets a quota (NoteQuotas, at Init and reload)
   bool has_never_cache_ = false;  // an override is never_cache (NoteQuotas)

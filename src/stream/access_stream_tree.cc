@@ -746,6 +746,35 @@ void AccessStreamTree::Maintain(uint64_t now_us) {
   for (int i = 0; i < 3; ++i) TryReclaimLocked();
 }
 
+size_t AccessStreamTree::Forget(const std::vector<std::string>& paths) {
+  std::lock_guard plk(prune_mu_);  // nothing else is unlinked or freed meanwhile
+  size_t pruned = 0;
+  std::vector<Node*> nodes;  // pre-order: each below its parent
+  for (const std::string& p : paths) {
+    if (p.empty() || p == "/") continue;  // never the root
+    nodes.clear();
+    {
+      EpochGuard g(*this);
+      Node* n = Lookup(p, false, 0);
+      if (!n || n == root_ || n->is_dir != (p.back() == '/')) continue;
+      std::vector<Node*> stack{n};
+      while (!stack.empty()) {
+        Node* c = stack.back();
+        stack.pop_back();
+        nodes.push_back(c);
+        if (!c->dir) continue;
+        std::shared_lock lk(c->dir->mu);
+        for (auto& kv : c->dir->map) stack.push_back(kv.second);
+      }
+    }
+    // Children first: a directory is unlinked once empty.
+    for (auto it = nodes.rbegin(); it != nodes.rend(); ++it)
+      if (UnlinkLocked(*it)) ++pruned;
+  }
+  TryReclaimLocked();
+  return pruned;
+}
+
 // ------------------------------------------------------------ queries
 
 void AccessStreamTree::NoteListing(std::string_view dir_path, uint64_t n_children, uint64_t now_us) {

@@ -123,6 +123,11 @@ class AccessStreamTree {
   // can hold. Its cost follows the streams read since their last test, not
   // the size of the tree.
   void Maintain(uint64_t now_us);
+  // Objects the source no longer has (a relisting found them gone): the
+  // nodes of these files, and of these directories ("a/b/") with all below
+  // them, are pruned now rather than after idle_prune_ms. Returns the
+  // number of nodes pruned.
+  size_t Forget(const std::vector<std::string>& paths);
 
   // Re-tests every stream with >= min_samples (only those with samples since
   // their last test if `only_pending`). Returns the number of tests run.
