@@ -1791,5 +1791,100 @@ TEST_CASE("a flat data set at the mount's root is a stream of its own", "[engine
   CHECK(h.ratio() >= 0.3);  // keep: about c/D, 1/3 (LRU: about 0)
 }
 
+TEST_CASE("files the source no longer has are forgotten: rolling names do not grow the engine", "[engine]") {
+  // A checkpoint a step, 4 units each, read through, the one three steps
+  // back deleted (a relisting tells NoteGone). Every name used to keep its
+  // record (and a stream, once read at random) for good.
+  Harness h("igt", 16);
+  auto name = [](int i) { return fmt::format("ckpt/step-{:06d}.pt", i); };
+  for (int i = 0; i < 3000; ++i) {
+    for (uint64_t u = 0; u < 4; ++u) h.Read(name(i), u, 4, false);
+    if (i >= 3) h.engine->NoteGone({name(i - 3)});
+    if (i % 500 == 0) h.engine->Allocate(h.now_us);
+  }
+  h.engine->Allocate(h.now_us);
+  const auto st = h.engine->Stats();
+  CHECK(st.gone_files == 2997);
+  // Records left: the live files, and gone ones whose units are still cached
+  // (first victims, dropped with their last unit).
+  CHECK(st.files <= 3 + 16);
+  CHECK(st.streams.size() <= 8);
+  CHECK(h.engine->cached_bytes() <= 16 * kUnit);
+}
+
+TEST_CASE("units of gone files are the first victims, and a gone file read again is a file again", "[engine]") {
+  Harness h("igt", 64);
+  for (int k = 0; k < 200; ++k) h.Read(Item(k % 40), 0, 1, false);
+  for (uint64_t u = 0; u < 3; ++u) h.Read("old/gone.bin", u, 3, false);
+  h.engine->NoteGone({"old/"});  // its directory went
+  CHECK(h.engine->CachedBytes("old/gone.bin") == 0);
+  // A fetch under way lands after the relisting: a first victim as well.
+  h.engine->OnInsert("old/gone.bin#late", "old/gone.bin", 1, kUnit, true, h.now_us, 0, "e1");
+  std::vector<std::string> victims;
+  for (int k = 0; k < 4; ++k) {
+    auto v = h.engine->PickVictim(h.now_us);
+    REQUIRE(v);
+    victims.push_back(*v);
+    h.engine->OnRemove(*v);
+  }
+  std::sort(victims.begin(), victims.end());
+  CHECK(victims == std::vector<std::string>{"old/gone.bin#0", "old/gone.bin#1", "old/gone.bin#2", "old/gone.bin#late"});
+  const size_t records = h.engine->file_records();
+  CHECK(records == 40);  // its record went with its last unit
+  // The name comes back (a new object, or a handle still open on it).
+  h.Read("old/gone.bin", 0, 3, false);
+  CHECK(h.engine->CachedBytes("old/gone.bin") == kUnit);
+  CHECK(h.engine->file_records() == records + 1);
+}
+
+TEST_CASE("files gone from an image folder leave its streams' items, warm-up and epoch plans", "[engine]") {
+  ClassFolder cf("train/", 10, 60);
+  Harness h("igt", 200, *PolicyProfile("training"), cf.Listing());
+  h.run_prefetch = true;
+  h.tree.NoteListing("", 1);
+  h.tree.NoteListing("train/", cf.classes.size());
+  for (const auto& [dir, l] : cf.dirs) h.tree.NoteListing(dir, l.size());
+  std::mt19937 rng(7);
+  auto files = cf.files;
+  std::shuffle(files.begin(), files.end(), rng);
+  for (size_t i = 0; i < files.size() / 2; ++i) h.Read(files[i], 0, 1, false);
+  // A class directory and every tenth file of the others are deleted; the
+  // listings stop naming them.
+  std::set<std::string> gone;
+  std::vector<std::string> paths{"train/c13/"};
+  for (auto& [dir, l] : cf.dirs) {
+    std::vector<ListedFile> kept;
+    for (size_t i = 0; i < l.size(); ++i) {
+      if (dir == "train/c13/" || i % 10 == 0) {
+        gone.insert(l[i].path);
+        if (dir != "train/c13/") paths.push_back(l[i].path);
+      } else {
+        kept.push_back(l[i]);
+      }
+    }
+    l = kept;
+  }
+  std::erase_if(cf.classes, [](const ListedFile& f) { return f.path == "train/c13/"; });
+  h.engine->NoteGone(paths);
+  std::vector<std::string> rest;
+  for (const auto& f : cf.files)
+    if (!gone.count(f)) rest.push_back(f);
+  size_t planned_gone = 0;
+  for (int e = 0; e < 3; ++e) {
+    std::shuffle(rest.begin(), rest.end(), rng);
+    for (const auto& f : rest) {
+      h.now_us += 1000;
+      h.tree.Record(h.now_us, 1, f, 0, kUnit, kUnit);
+      for (const auto& r : h.engine->OnRead(h.now_us, 1, f, 0, kUnit, kUnit)) planned_gone += gone.count(r.path);
+      if (!h.engine->Contains(f + "#0")) h.Insert(f, 0, false);
+    }
+  }
+  CHECK(planned_gone == 0);
+  const auto st = h.engine->Stats();
+  uint64_t items = 0;
+  for (const auto& s : st.streams) items += s.items;
+  CHECK(items <= rest.size());
+}
+
 }  // namespace
 }  // namespace igt::engine

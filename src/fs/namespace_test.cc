@@ -662,3 +662,48 @@ TEST_CASE("a mount started on persisted listings serves a stale one while the bu
   store->reset();
   std::filesystem::remove_all(o.dir);
 }
+
+TEST_CASE("a relisting tells the gone hook which names the bucket no longer has, and which have inodes") {
+  auto mem = std::make_shared<MemoryBackend>();
+  mem->Put("d/keep.bin", "k");
+  mem->Put("d/old.bin", "o");
+  mem->Put("d/unseen.bin", "u");
+  mem->Put("d/sub/x.bin", "x");
+  mem->Put("d/flip", "a file, then a directory");
+  FakeClockMs clock;
+  Namespace ns(mem.get(), nullptr, nullptr, Namespace::Options{.ttl_ms = 1000, .clock_ms = clock.fn()});
+  std::vector<std::pair<std::string, std::vector<DirEntry>>> calls;
+  ns.set_gone_hook([&](const std::string& dir, const std::vector<DirEntry>& gone) { calls.emplace_back(dir, gone); });
+  auto d = ns.Lookup(Namespace::kRootIno, "d");
+  REQUIRE(d.has_value());
+  REQUIRE(ns.Lookup(d->ino, "old.bin").has_value());
+  REQUIRE(ns.Lookup(d->ino, "sub").has_value());
+  REQUIRE(ns.Lookup(d->ino, "flip").has_value());
+  CHECK(calls.empty());  // first listings replace nothing
+  mem->Delete("d/old.bin");
+  mem->Delete("d/unseen.bin");
+  mem->Delete("d/sub/x.bin");
+  mem->Delete("d/flip");
+  mem->Put("d/flip/y.bin", "y");
+  mem->Put("d/new.bin", "n");
+  clock.advance(2000);  // past the TTL: the next lookup relists
+  REQUIRE(ns.Lookup(d->ino, "keep.bin").has_value());
+  REQUIRE(calls.size() == 1);
+  CHECK(calls[0].first == "d");
+  std::vector<std::string> names;
+  for (const auto& e : calls[0].second) names.push_back(e.name + (e.is_dir ? "/" : ""));
+  CHECK(names == std::vector<std::string>{"flip", "old.bin", "sub/", "unseen.bin"});
+  // The kernel entries to drop: names looked up (with an inode), not the unseen one.
+  auto live = ns.LiveEntries("d", calls[0].second);
+  std::vector<std::string> live_names;
+  for (const auto& [parent, name] : live) {
+    CHECK(parent == d->ino);
+    live_names.push_back(name);
+  }
+  CHECK(live_names == std::vector<std::string>{"flip", "old.bin", "sub"});
+  // The same listing again: nothing more is gone.
+  clock.advance(2000);
+  REQUIRE(ns.Lookup(d->ino, "keep.bin").has_value());
+  CHECK(calls.size() == 1);
+  CHECK(Namespace::GoneEntries(DirListing{}, DirListing{}).empty());
+}

@@ -519,3 +519,21 @@ TEST_CASE("the phase-change check still runs when min_samples is above 64", "[tr
   CHECK(tree.Memory().change_points == 1);  // was 0: the 64 newest were always "too few"
   CHECK(tree.Find(path)->label == Label::kRandom);
 }
+
+TEST_CASE("Forget prunes the nodes of gone files and of gone directories with all below them") {
+  AccessStreamTree tree(StreamConfig{});
+  uint64_t t = 1;
+  for (int i = 0; i < 20; ++i) tree.Record(t++, 1, "a/f" + std::to_string(i), 0, 4096, 4096);
+  for (int i = 0; i < 5; ++i) tree.Record(t++, 1, "a/sub/g" + std::to_string(i), 0, 4096, 4096);
+  tree.Record(t++, 1, "b/h", 0, 4096, 4096);
+  const size_t before = tree.Memory().nodes;
+  CHECK(tree.Forget({"a/f3", "a/sub/", "missing/x", "b/h/"}) == 1 + 6);  // "b/h/" names no directory
+  CHECK(tree.Memory().nodes == before - 7);
+  CHECK_FALSE(tree.Find("a/f3").has_value());
+  CHECK_FALSE(tree.Find("a/sub/g0").has_value());
+  CHECK(tree.Find("a/f4").has_value());
+  CHECK(tree.Find("b/h").has_value());
+  // Read again: a new node.
+  tree.Record(t++, 1, "a/f3", 0, 4096, 4096);
+  CHECK(tree.Find("a/f3").has_value());
+}

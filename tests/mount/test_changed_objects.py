@@ -189,6 +189,7 @@ def main():
         check(not (m.mountpoint / "gone.bin").exists(), "gone.bin absent after the remount")
         check(s.unmount(m) == 0, "daemon exited 0")
         change_found_by_a_read(s, srv)
+        rolling_names(s, srv)
 
 
 def change_found_by_a_read(s, srv):
@@ -231,6 +232,49 @@ def change_found_by_a_read(s, srv):
     w = which(got, {"v1": v1["now/a.bin"], "v2": v2}) if got is not None else errname(e)
     check(got == v2, f"now/a.bin: reopened after the failed read, reads {w} (TTL {ttl_ms // 1000} s)")
     check(gone, "now/gone.bin: absent after the failed read")
+    check(s.unmount(m) == 0, "daemon exited 0")
+
+
+def rolling_names(s, srv):
+    """Names that roll (a checkpoint per step, the old ones deleted): once a
+    relisting finds a name gone, its kernel entry is dropped (the kernel then
+    forgets its inode) and the policy engine and the stream tree forget it.
+    Before, every name ever opened kept an inode, an engine record and a
+    tree node for good (a soak test: about 1.5 MB per 1,000 names)."""
+    steps, keep = 150, 5
+    cfg = faultlib.config(s, name="igt-roll.yaml", metadata={"ttl_ms": 0, "negative_ttl_ms": 0})
+    m = s.mount(f"s3://{BUCKET}", args=["--config", str(cfg), "--endpoint", srv.endpoint,
+                                         "--region", "us-east-1", "--cache-size", "64M"])
+    mnt = m.mountpoint
+    name = lambda i: f"roll/step-{i:04d}.bin"  # noqa: E731
+    for i in range(steps):
+        data = content(f"roll{i}", 64 * 1024 + i)
+        faultlib.put_objects(srv, BUCKET, {name(i): data})
+        got, e = try_read(mnt / name(i))
+        if got != data:
+            raise harness.TestFailure(f"{name(i)}: read {len(got) if got else errname(e)} instead of its bytes")
+        if i >= keep:
+            faultlib.delete_object(srv, BUCKET, name(i - keep))
+    check(True, f"{steps} rolling names read right, each deleted {keep} steps later")
+    listed = sorted(os.listdir(mnt / "roll"))
+    check(listed == [name(i)[5:] for i in range(steps - keep, steps)], f"roll/ lists the {keep} live names")
+    check(not (mnt / name(0)).exists(), "a deleted name is absent")
+    # The kernel's forgets arrive after the invalidations: polled.
+    deadline = time.monotonic() + 20
+    while True:
+        st = s.stats(m)
+        if st["inodes"] <= keep + 4 or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    eng = st["engine"]
+    log(f"  inodes {st['inodes']}, engine files {eng['files']} (gone {eng['gone_files']}), "
+        f"tree nodes {st['stream_tree_nodes']}, cached units {st['cache_units']}")
+    check(st["inodes"] <= keep + 4, f"inodes: {st['inodes']} after {steps} names (root, roll/, {keep} live, "
+          "the 'changed' test's leftovers at most)")
+    check(eng["gone_files"] >= steps - keep, f"engine told of {eng['gone_files']} gone names")
+    check(eng["files"] <= st["cache_units"] + keep + 2,
+          f"engine records: {eng['files']} (live names, and gone ones whose units are still cached)")
+    check(st["stream_tree_nodes"] <= keep + 8, f"stream tree nodes: {st['stream_tree_nodes']}")
     check(s.unmount(m) == 0, "daemon exited 0")
 
 
