@@ -103,9 +103,10 @@ class FuseFs {
   void set_open_hook(OpenHook h) { open_hook_ = std::move(h); }
   void set_readahead_hook(ReadaheadHook h) { readahead_hook_ = std::move(h); }
   void set_warm_hook(WarmHook h) { warm_hook_ = std::move(h); }
-  // Names the bucket no longer has (Namespace::set_gone_hook): their
-  // kernel entries, as (parent inode, name), are dropped, so the kernel
-  // forgets their inodes (and the namespace its records of them) instead
+  // Names a relisting found gone or changed (Namespace::set_relist_hook):
+  // their kernel entries, as (parent inode, name), are dropped, so that the
+  // next stat or open looks them up again, and the kernel forgets the
+  // inodes of the gone ones (and the namespace its records of them) instead
   // of keeping them until memory pressure. Queued for the notifier thread
   // of Run(); returns at once. Safe from any thread.
   void DropEntries(std::vector<std::pair<uint64_t, std::string>> entries);

@@ -565,10 +565,11 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
   ns.set_listing_hook([&tree, now_us](const std::string& dir_key, size_t entries) {  // now_us dies before ns
     tree.NoteListing(dir_key, entries, now_us());
   });
-  // Objects a relisting found deleted: the kernel drops their entries (and
-  // then forgets their inodes), the engine its records of them. The hook may
-  // run on a namespace thread until ns goes, after fuse: it reaches fuse
-  // through fuse_view, cleared under its lock before fuse is destroyed.
+  // A relisting's changes (Namespace::set_relist_hook): the kernel drops the
+  // entries of names gone or changed (then forgets the inodes of those gone),
+  // the engine and the stream tree forget the names gone. The hook may run
+  // on a namespace thread until ns goes, after fuse: it reaches fuse through
+  // fuse_view, cleared under its lock before fuse is destroyed.
   struct FuseView {
     std::mutex mu;
     FuseFs* fuse = nullptr;  // guarded by mu
@@ -582,14 +583,18 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
       v->fuse = nullptr;
     }
   } clear_fuse_view{fuse_view};
-  ns.set_gone_hook([&ns, &tree, fuse_view, live](const std::string& dir_key, const std::vector<DirEntry>& gone) {
+  ns.set_relist_hook([&ns, &tree, fuse_view, live](const std::string& dir_key, const Namespace::ListingDiff& diff) {
     {
       std::lock_guard lk(fuse_view->mu);
-      if (fuse_view->fuse) fuse_view->fuse->DropEntries(ns.LiveEntries(dir_key, gone));
+      if (fuse_view->fuse) {
+        fuse_view->fuse->DropEntries(ns.LiveEntries(dir_key, diff.gone));
+        fuse_view->fuse->DropEntries(ns.LiveEntries(dir_key, diff.changed));
+      }
     }
+    if (diff.gone.empty()) return;
     std::vector<std::string> paths;
-    paths.reserve(gone.size());
-    for (const DirEntry& e : gone)
+    paths.reserve(diff.gone.size());
+    for (const DirEntry& e : diff.gone)
       paths.push_back((dir_key.empty() ? "" : dir_key + "/") + e.name + (e.is_dir ? "/" : ""));
     tree.Forget(paths);
     if (live) live->NoteGone(paths);

@@ -486,10 +486,10 @@ Result<std::shared_ptr<const DirListing>> Namespace::Complete(const std::string&
       stale = true;
     }
   }
-  std::shared_ptr<const DirListing> replaced;  // the listing a fetched one replaces (gone_hook_)
+  std::shared_ptr<const DirListing> replaced;  // the listing a fetched one replaces (relist_hook_)
   {
     std::lock_guard lk(listings_mu_);
-    if (fetched && gone_hook_)
+    if (fetched && relist_hook_)
       if (auto it = listings_.find(dir_key); it != listings_.end()) replaced = it->second;
     if (result) KeepListingLocked(dir_key, *result);
     // Served stale: retried later. Otherwise (fetched, or an error other
@@ -506,7 +506,7 @@ Result<std::shared_ptr<const DirListing>> Namespace::Complete(const std::string&
   if (fetched && serving_stale_.exchange(false)) spdlog::info("bucket reachable again");
   if (result && listing_hook_) listing_hook_(dir_key, (*result)->entries.size());
   if (replaced && replaced != *result)
-    if (auto gone = GoneEntries(*replaced, **result); !gone.empty()) gone_hook_(dir_key, gone);
+    if (auto diff = DiffListings(*replaced, **result); !diff.empty()) relist_hook_(dir_key, diff);
   {
     std::lock_guard lk(fetch->mu);
     fetch->result = result;
@@ -583,18 +583,20 @@ std::optional<std::pair<uint64_t, std::string>> Namespace::EntryOf(uint64_t ino)
   return std::make_pair(it->second.parent, it->second.name);
 }
 
-std::vector<DirEntry> Namespace::GoneEntries(const DirListing& old, const DirListing& now) {
-  std::vector<DirEntry> gone;
+Namespace::ListingDiff Namespace::DiffListings(const DirListing& old, const DirListing& now) {
+  ListingDiff d;
   auto n = now.entries.begin();
   for (const DirEntry& e : old.entries) {
     while (n != now.entries.end() && n->name < e.name) ++n;
-    if (n == now.entries.end() || n->name != e.name || n->is_dir != e.is_dir) gone.push_back(e);
+    if (n == now.entries.end() || n->name != e.name || n->is_dir != e.is_dir) d.gone.push_back(e);
+    else if (!e.is_dir && VersionOf(false, e.etag, e.size, e.mtime_ns) != VersionOf(false, n->etag, n->size, n->mtime_ns))
+      d.changed.push_back(*n);
   }
-  return gone;
+  return d;
 }
 
 std::vector<std::pair<uint64_t, std::string>> Namespace::LiveEntries(const std::string& dir_key,
-                                                                     const std::vector<DirEntry>& gone) const {
+                                                                     const std::vector<DirEntry>& entries) const {
   std::vector<std::pair<uint64_t, std::string>> live;
   std::lock_guard lk(mu_);
   uint64_t parent = kRootIno;
@@ -603,7 +605,7 @@ std::vector<std::pair<uint64_t, std::string>> Namespace::LiveEntries(const std::
     if (d == by_key_.end()) return live;  // the kernel has no entry below a directory it does not know
     parent = d->second;
   }
-  for (const DirEntry& e : gone) {
+  for (const DirEntry& e : entries) {
     std::string k = ChildKey(dir_key, e.name);
     if (e.is_dir) k.push_back('/');
     if (by_key_.contains(k)) live.emplace_back(parent, e.name);

@@ -191,24 +191,32 @@ class Namespace {
   // Called after a listing is fetched or loaded, with the directory key and
   // its number of entries (the access stream tree's N). Set before use.
   void set_listing_hook(std::function<void(const std::string&, size_t)> h) { listing_hook_ = std::move(h); }
-  // Called after a fetched listing of `dir_key` replaced one in memory,
-  // with the entries of the old one that the new one no longer has (or has
-  // as the other kind, file <-> directory): objects deleted from the
-  // bucket. Outside the namespace's locks. The mount drops their kernel
-  // entries (so the kernel forgets their inodes) and the policy engine's
-  // records of them: a bucket whose names roll (a checkpoint or shard per
-  // hour, the old ones deleted) would otherwise grow the daemon for good.
-  // Not called for a listing that was not in memory (dropped for room, or
-  // fresh from an earlier mount's index): its removals are not seen.
-  using GoneHook = std::function<void(const std::string& dir_key, const std::vector<DirEntry>& gone)>;
-  void set_gone_hook(GoneHook h) { gone_hook_ = std::move(h); }
-  // Of `gone` (entries of directory `dir_key`), those the namespace has a
-  // live inode for, as (parent inode, name): the kernel entries to drop.
+  // What a fetched listing changed against the one it replaced: entries the
+  // new one no longer has (or has as the other kind, file <-> directory),
+  // and files it lists with another version (ETag; size and mtime without).
+  struct ListingDiff {
+    std::vector<DirEntry> gone;     // as the old listing had them
+    std::vector<DirEntry> changed;  // as the new listing has them
+    bool empty() const { return gone.empty() && changed.empty(); }
+  };
+  static ListingDiff DiffListings(const DirListing& old, const DirListing& now);
+  // Called after a fetched listing of `dir_key` replaced one in memory that
+  // differs from it, outside the namespace's locks. The mount drops the
+  // kernel's entries of the names gone or changed, so that `stat` agrees
+  // with `readdir` from then on (the kernel could otherwise keep an entry
+  // for what is left of its TTL, e.g. after a relisting a failed read
+  // asked for) and forgets the inodes of the names gone; the policy engine
+  // and the stream tree forget the names gone. A bucket whose names roll (a
+  // checkpoint or shard per hour, the old ones deleted) grew the daemon for
+  // good before. Not called for a listing that was not in memory (dropped
+  // for room, or fresh from an earlier mount's index): its changes are not
+  // seen.
+  using RelistHook = std::function<void(const std::string& dir_key, const ListingDiff& diff)>;
+  void set_relist_hook(RelistHook h) { relist_hook_ = std::move(h); }
+  // Of `entries` (of directory `dir_key`), those the namespace has a live
+  // inode for, as (parent inode, name): the kernel entries to drop.
   std::vector<std::pair<uint64_t, std::string>> LiveEntries(const std::string& dir_key,
-                                                            const std::vector<DirEntry>& gone) const;
-  // The entries of `old` that `now` (both sorted by name) does not have as
-  // the same kind.
-  static std::vector<DirEntry> GoneEntries(const DirListing& old, const DirListing& now);
+                                                            const std::vector<DirEntry>& entries) const;
 
   // The walk prefetch's descent: listings ahead of the walkers at most, and
   // how long one nobody reads counts.
@@ -274,7 +282,7 @@ class Namespace {
   int64_t last_unreachable_ms_ = 0;
   static constexpr int64_t kSlowBucketMs = 10000;
   std::function<void(const std::string&, size_t)> listing_hook_;
-  GoneHook gone_hook_;
+  RelistHook relist_hook_;
 
   mutable std::mutex mu_;  // guards inodes_, by_key_
   std::unordered_map<uint64_t, Inode> inodes_;

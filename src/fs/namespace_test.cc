@@ -663,22 +663,21 @@ TEST_CASE("a mount started on persisted listings serves a stale one while the bu
   std::filesystem::remove_all(o.dir);
 }
 
-TEST_CASE("a relisting tells the gone hook which names the bucket no longer has, and which have inodes") {
+TEST_CASE("a relisting tells its hook which names the bucket no longer has or has changed, and which have inodes") {
   auto mem = std::make_shared<MemoryBackend>();
   mem->Put("d/keep.bin", "k");
   mem->Put("d/old.bin", "o");
   mem->Put("d/unseen.bin", "u");
   mem->Put("d/sub/x.bin", "x");
   mem->Put("d/flip", "a file, then a directory");
+  mem->Put("d/grown.bin", "g");
   FakeClockMs clock;
   Namespace ns(mem.get(), nullptr, nullptr, Namespace::Options{.ttl_ms = 1000, .clock_ms = clock.fn()});
-  std::vector<std::pair<std::string, std::vector<DirEntry>>> calls;
-  ns.set_gone_hook([&](const std::string& dir, const std::vector<DirEntry>& gone) { calls.emplace_back(dir, gone); });
+  std::vector<std::pair<std::string, Namespace::ListingDiff>> calls;
+  ns.set_relist_hook([&](const std::string& dir, const Namespace::ListingDiff& diff) { calls.emplace_back(dir, diff); });
   auto d = ns.Lookup(Namespace::kRootIno, "d");
   REQUIRE(d.has_value());
-  REQUIRE(ns.Lookup(d->ino, "old.bin").has_value());
-  REQUIRE(ns.Lookup(d->ino, "sub").has_value());
-  REQUIRE(ns.Lookup(d->ino, "flip").has_value());
+  for (const char* n : {"old.bin", "sub", "flip", "grown.bin"}) REQUIRE(ns.Lookup(d->ino, n).has_value());
   CHECK(calls.empty());  // first listings replace nothing
   mem->Delete("d/old.bin");
   mem->Delete("d/unseen.bin");
@@ -686,24 +685,30 @@ TEST_CASE("a relisting tells the gone hook which names the bucket no longer has,
   mem->Delete("d/flip");
   mem->Put("d/flip/y.bin", "y");
   mem->Put("d/new.bin", "n");
+  mem->Put("d/grown.bin", "grown");
   clock.advance(2000);  // past the TTL: the next lookup relists
   REQUIRE(ns.Lookup(d->ino, "keep.bin").has_value());
   REQUIRE(calls.size() == 1);
   CHECK(calls[0].first == "d");
-  std::vector<std::string> names;
-  for (const auto& e : calls[0].second) names.push_back(e.name + (e.is_dir ? "/" : ""));
-  CHECK(names == std::vector<std::string>{"flip", "old.bin", "sub/", "unseen.bin"});
+  auto names = [](const std::vector<DirEntry>& v) {
+    std::vector<std::string> out;
+    for (const auto& e : v) out.push_back(e.name + (e.is_dir ? "/" : ""));
+    return out;
+  };
+  CHECK(names(calls[0].second.gone) == std::vector<std::string>{"flip", "old.bin", "sub/", "unseen.bin"});
+  CHECK(names(calls[0].second.changed) == std::vector<std::string>{"grown.bin"});
+  CHECK(calls[0].second.changed[0].size == 5);  // as listed now
   // The kernel entries to drop: names looked up (with an inode), not the unseen one.
-  auto live = ns.LiveEntries("d", calls[0].second);
+  auto live = ns.LiveEntries("d", calls[0].second.gone);
   std::vector<std::string> live_names;
   for (const auto& [parent, name] : live) {
     CHECK(parent == d->ino);
     live_names.push_back(name);
   }
   CHECK(live_names == std::vector<std::string>{"flip", "old.bin", "sub"});
-  // The same listing again: nothing more is gone.
+  // The same listing again: nothing more to tell.
   clock.advance(2000);
   REQUIRE(ns.Lookup(d->ino, "keep.bin").has_value());
   CHECK(calls.size() == 1);
-  CHECK(Namespace::GoneEntries(DirListing{}, DirListing{}).empty());
+  CHECK(Namespace::DiffListings(DirListing{}, DirListing{}).empty());
 }

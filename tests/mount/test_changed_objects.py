@@ -202,16 +202,19 @@ def change_found_by_a_read(s, srv):
     v1 = {"now/a.bin": content("now-a1", size), "now/gone.bin": content("now-gone1", size)}
     v2 = content("now-a2", size)
     faultlib.put_objects(srv, BUCKET, v1)
+    faultlib.put_objects(srv, BUCKET, {"now/b.bin": content("now-b1", 1000)})
     cfg = faultlib.config(s, name="igt-long-ttl.yaml", metadata={"ttl_ms": ttl_ms, "negative_ttl_ms": 500})
     m = s.mount(f"s3://{BUCKET}", args=["--config", str(cfg), "--endpoint", srv.endpoint,
                                          "--region", "us-east-1"])
     mnt = m.mountpoint
     far = size - 64 * 1024  # far from what the first read brings in (and any readahead)
+    check(os.stat(mnt / "now/b.bin").st_size == 1000, "now/b.bin: stat before the change")
     fds = {k: os.open(mnt / k, os.O_RDONLY) for k in v1}
     for k, fd in fds.items():
         check(os.pread(fd, 4096, 0) == v1[k][:4096], f"{k}: first 4 KiB read (v1)")
     faultlib.put_objects(srv, BUCKET, {"now/a.bin": v2})
     faultlib.delete_object(srv, BUCKET, "now/gone.bin")
+    faultlib.put_objects(srv, BUCKET, {"now/b.bin": content("now-b2", 2000)})  # changed, never read
     for k, fd in fds.items():
         try:
             b = os.pread(fd, 4096, far)
@@ -232,6 +235,14 @@ def change_found_by_a_read(s, srv):
     w = which(got, {"v1": v1["now/a.bin"], "v2": v2}) if got is not None else errname(e)
     check(got == v2, f"now/a.bin: reopened after the failed read, reads {w} (TTL {ttl_ms // 1000} s)")
     check(gone, "now/gone.bin: absent after the failed read")
+    # The relisting's other changes reach stat as they reach readdir: the
+    # kernel's entries of changed names are dropped too (before 2026-11-28
+    # stat kept the old size for the rest of the TTL, readdir the new).
+    deadline = time.monotonic() + 10
+    while os.stat(mnt / "now/b.bin").st_size != 2000 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    check(os.stat(mnt / "now/b.bin").st_size == 2000, "now/b.bin: stat gives the relisted size, as readdir does")
+    check(try_read(mnt / "now/b.bin")[0] == content("now-b2", 2000), "now/b.bin: reads its new bytes")
     check(s.unmount(m) == 0, "daemon exited 0")
 
 
