@@ -630,17 +630,21 @@ Result<InodeAttr> Namespace::Child(const std::string& dir_key, std::string_view 
   *listing_seq = (*listing)->seq;
   const DirEntry* e = (*listing)->Find(name);
   if (!e) return Err(Status::NotFound(ChildKey(dir_key, name)));
+  return EntryAttr(dir_key, **listing, *e);
+}
+
+InodeAttr Namespace::EntryAttr(const std::string& dir_key, const DirListing& l, const DirEntry& e) {
   InodeAttr a;
   {
     std::lock_guard lk(listings_mu_);
-    a.stale = !Fresh((*listing)->fetched_ms) || changed_.contains(dir_key);
+    a.stale = !Fresh(l.fetched_ms) || changed_.contains(dir_key);
   }
-  a.is_dir = e->is_dir;
-  a.key = ChildKey(dir_key, name);
-  a.size = e->size;
-  a.mtime_ns = e->is_dir ? dir_mtime_ns_ : e->mtime_ns;
-  a.etag = e->etag;
-  a.listing_ms = (*listing)->fetched_ms;
+  a.is_dir = e.is_dir;
+  a.key = ChildKey(dir_key, e.name);
+  a.size = e.size;
+  a.mtime_ns = e.is_dir ? dir_mtime_ns_ : e.mtime_ns;
+  a.etag = e.etag;
+  a.listing_ms = l.fetched_ms;
   return a;
 }
 
@@ -649,39 +653,51 @@ bool SameVersion(const InodeAttr& a, const InodeAttr& b) {
   return a.size == b.size && a.mtime_ns == b.mtime_ns;
 }
 
+Result<std::string> Namespace::DirKeyOf(uint64_t ino) const {
+  std::lock_guard lk(mu_);
+  auto it = inodes_.find(ino);
+  if (it == inodes_.end()) return Err(Status::NotFound("stale parent inode"));
+  if (!it->second.attr.is_dir) return Err(Status::InvalidArgument("not a directory"));
+  return it->second.attr.key;
+}
+
 Result<InodeAttr> Namespace::Lookup(uint64_t parent, std::string_view name) {
   if (!SafeName(name)) return Err(Status::NotFound(std::string(name)));
-  std::string dir_key;
-  {
-    std::lock_guard lk(mu_);
-    auto it = inodes_.find(parent);
-    if (it == inodes_.end()) return Err(Status::NotFound("stale parent inode"));
-    if (!it->second.attr.is_dir) return Err(Status::InvalidArgument("not a directory"));
-    dir_key = it->second.attr.key;
-  }
+  auto dir_key = DirKeyOf(parent);
+  if (!dir_key) return Err(dir_key.error());
   uint64_t listing_seq = 0;
-  auto child = Child(dir_key, name, &listing_seq);
+  auto child = Child(*dir_key, name, &listing_seq);
   if (!child) return Err(child.error());
+  return AddLookup(parent, name, *child, listing_seq);
+}
+
+Result<InodeAttr> Namespace::LookupListed(uint64_t parent, const DirListing& l, const DirEntry& e) {
+  auto dir_key = DirKeyOf(parent);
+  if (!dir_key) return Err(dir_key.error());
+  return AddLookup(parent, e.name, EntryAttr(*dir_key, l, e), l.seq);
+}
+
+InodeAttr Namespace::AddLookup(uint64_t parent, std::string_view name, const InodeAttr& child, uint64_t listing_seq) {
   std::lock_guard lk(mu_);
-  std::string k = child->key + (child->is_dir ? "/" : "");
+  std::string k = child.key + (child.is_dir ? "/" : "");
   auto it = by_key_.find(k);
   if (it != by_key_.end()) {
     Inode& n = inodes_.at(it->second);
     // An older listing than the inode's (a lookup that got the listing a
     // refresh was replacing) must not move the name back to an older version.
     const bool older = listing_seq < n.listing_seq;
-    if (older || child->is_dir || SameVersion(n.attr, *child)) {
+    if (older || child.is_dir || SameVersion(n.attr, child)) {
       if (!older) {
-        n.attr = *child;
+        n.attr = child;
         n.attr.ino = n.ino;
         n.attr.stale = false;  // kept per lookup, not per inode
-        n.attr_ms = child->listing_ms;
+        n.attr_ms = child.listing_ms;
         n.listing_seq = listing_seq;
         n.superseded = false;  // its version is the name's again
       }
       ++n.nlookup;
       InodeAttr out = n.attr;
-      out.stale = child->stale || older;
+      out.stale = child.stale || older;
       return out;
     }
     // Another version of the object: a new inode. The old one keeps the
@@ -689,14 +705,14 @@ Result<InodeAttr> Namespace::Lookup(uint64_t parent, std::string_view name) {
     // give it the new size and cut their reads short with a silent EOF).
     n.superseded = true;
   }
-  uint64_t ino = InoOf(k, VersionOf(child->is_dir, child->etag, child->size, child->mtime_ns));
+  uint64_t ino = InoOf(k, VersionOf(child.is_dir, child.etag, child.size, child.mtime_ns));
   while (inodes_.contains(ino)) ino = ino + 1 < Namespace::kInoLimit ? ino + 1 : 2;
-  InodeAttr a = *child;
+  InodeAttr a = child;
   a.ino = ino;
   a.stale = false;
-  inodes_.emplace(ino, Inode{ino, parent, std::string(name), a, child->listing_ms, 1, listing_seq});
+  inodes_.emplace(ino, Inode{ino, parent, std::string(name), a, child.listing_ms, 1, listing_seq});
   by_key_[k] = ino;
-  a.stale = child->stale;
+  a.stale = child.stale;
   return a;
 }
 

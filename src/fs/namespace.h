@@ -142,6 +142,12 @@ class Namespace {
 
   // Child `name` of directory `parent`; adds one lookup reference.
   Result<InodeAttr> Lookup(uint64_t parent, std::string_view name);
+  // readdirplus: entry `e` of `l`, the listing of directory inode `parent`
+  // that a directory handle holds, as Lookup(parent, e.name) would give it
+  // from that listing (one lookup reference added), without asking for the
+  // listing again. The handle's listing may be older than the namespace's:
+  // it then never moves the name back to an older version (as Lookup).
+  Result<InodeAttr> LookupListed(uint64_t parent, const DirListing& l, const DirEntry& e);
   void Forget(uint64_t ino, uint64_t nlookup);
   // Current attributes; refreshed from the parent's listing once stale.
   Result<InodeAttr> GetAttr(uint64_t ino);
@@ -250,6 +256,14 @@ class Namespace {
   int64_t Now() const;  // opts_.clock_ms, else NowMs()
   // Child `name` of `dir_key` from its listing, whose seq goes to *listing_seq.
   Result<InodeAttr> Child(const std::string& dir_key, std::string_view name, uint64_t* listing_seq);
+  // The attributes of entry `e` of listing `l` of `dir_key`.
+  InodeAttr EntryAttr(const std::string& dir_key, const DirListing& l, const DirEntry& e);
+  // The inode of `child` (named `name` in directory inode `parent`, from a
+  // listing of sequence `listing_seq`): the name's live inode if of the same
+  // version, else a new one. Adds one lookup reference. Takes mu_.
+  InodeAttr AddLookup(uint64_t parent, std::string_view name, const InodeAttr& child, uint64_t listing_seq);
+  // The key of directory inode `ino` ("" root); NotFound if not known, InvalidArgument if not a directory.
+  Result<std::string> DirKeyOf(uint64_t ino) const;
   // After ReadDir of `dir_key`: detects a walk over its parent's children and
   // queues the next siblings' listings.
   void NoteWalk(const std::string& dir_key);

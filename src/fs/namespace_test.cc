@@ -712,3 +712,42 @@ TEST_CASE("a relisting tells its hook which names the bucket no longer has or ha
   CHECK(calls.size() == 1);
   CHECK(Namespace::DiffListings(DirListing{}, DirListing{}).empty());
 }
+
+TEST_CASE("readdirplus: an entry of a handle's listing is a lookup, never of an older version than the name's") {
+  auto mem = std::make_shared<MemoryBackend>();
+  mem->Put("d/a.bin", "v1");
+  FakeClockMs clock;
+  Namespace ns(mem.get(), nullptr, nullptr, Namespace::Options{.ttl_ms = 1000, .clock_ms = clock.fn()});
+  auto d = ns.Lookup(Namespace::kRootIno, "d");
+  REQUIRE(d.has_value());
+  auto snap = ns.ReadDir(d->ino);  // what an open directory handle holds
+  REQUIRE(snap.has_value());
+  const DirEntry& e = (*snap)->entries.at(0);
+  const size_t before = ns.inode_count();
+  auto a1 = ns.LookupListed(d->ino, **snap, e);
+  REQUIRE(a1.has_value());
+  CHECK(a1->size == 2);
+  CHECK(ns.inode_count() == before + 1);
+  auto a1b = ns.Lookup(d->ino, "a.bin");  // the same inode, a second reference
+  REQUIRE(a1b.has_value());
+  CHECK(a1b->ino == a1->ino);
+  ns.Forget(a1->ino, 2);
+  CHECK(ns.inode_count() == before);
+  // The object changes and a lookup relists: the name's inode is v2's. The
+  // handle's older listing does not move it back to v1.
+  mem->Put("d/a.bin", "v2-longer");
+  clock.advance(2000);
+  auto a2 = ns.Lookup(d->ino, "a.bin");
+  REQUIRE(a2.has_value());
+  CHECK(a2->size == 9);
+  auto old = ns.LookupListed(d->ino, **snap, e);
+  REQUIRE(old.has_value());
+  CHECK(old->ino == a2->ino);
+  CHECK(old->size == 9);
+  CHECK(old->stale);  // kept briefly by the kernel
+  ns.Forget(a2->ino, 2);
+  CHECK(ns.inode_count() == before);
+  // A directory inode the kernel forgot: no entry given.
+  ns.Forget(d->ino, 1);
+  CHECK_FALSE(ns.LookupListed(d->ino, **snap, e).has_value());
+}

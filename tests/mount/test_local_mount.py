@@ -9,6 +9,7 @@ sys.dont_write_bytecode = True  # keep tests/mount free of __pycache__
 import os
 import signal
 import subprocess
+import time
 
 import harness
 import verify
@@ -64,6 +65,7 @@ def main():
                         mismatch.append((e.path, e.inode(), e.stat(follow_symlinks=False).st_ino))
         harness.check(not mismatch, f"d_ino == st_ino for every entry (mismatches: {mismatch})")
         harness.check(s.unmount(m) == 0, "daemon exited 0")
+        readdirplus(s)
 
         # Daemon mode: returns 0 once mounted; the daemon (pid from stats)
         # serves reads and exits by itself after fusermount3 -u.
@@ -100,6 +102,49 @@ def main():
             gone = not harness.is_mounted(m.mountpoint)
             m.unmounted = gone
             harness.check(rc == 0 and gone, f"{sig.name}: daemon exited 0 (rc={rc}) and removed its mount ({gone})")
+
+
+def readdirplus(s):
+    """`ls -l` of a large directory gets each entry's attributes with its
+    name (readdirplus: no lookup per entry). Every entry handed over so is a
+    lookup the kernel forgets later: once the kernel drops its dentries and
+    inodes, the daemon's inode count is back where it was, the daemon alive
+    (a count that went below zero aborts it), and `ls -l` again agrees."""
+    src = s.mkdir("plus")
+    many = src / "many"
+    many.mkdir()
+    want = {}
+    for i in range(3000):
+        name = f"f{i:05d}.bin"
+        (many / name).write_bytes(b"p" * (i % 700))
+        want[name] = i % 700
+    (many / "sub").mkdir()
+    m = s.mount(f"file://{src}")
+    before = s.stats(m)["inodes"]
+
+    def ls_l() -> dict[str, int]:
+        r = subprocess.run(["ls", "-l", "--time-style=+", str(m.mountpoint / "many")], capture_output=True,
+                           timeout=120, check=True)
+        got = {}
+        for line in r.stdout.decode().splitlines()[1:]:  # "total N" first
+            f = line.split()
+            if f[0].startswith("-"):
+                got[f[-1]] = int(f[4])
+        return got
+
+    harness.check(ls_l() == want, "ls -l of 3,000 files: every name and size as in the source")
+    after_ls = s.stats(m)["inodes"]
+    harness.check(after_ls >= 3000, f"the entries got inodes with the listing: {after_ls}")
+    with open("/proc/sys/vm/drop_caches", "w") as f:  # the kernel forgets its dentries and inodes
+        f.write("2\n")
+    deadline = time.monotonic() + 20
+    while s.stats(m)["inodes"] > before + 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = s.stats(m)["inodes"]
+    harness.check(left <= before + 2, f"after the kernel dropped them: {left} inodes (before ls: {before})")
+    harness.check(m.proc.popen.poll() is None, "the daemon is alive (no lookup count went below zero)")
+    harness.check(ls_l() == want, "ls -l again: every name and size")
+    harness.check(s.unmount(m) == 0, "daemon exited 0")
 
 
 if __name__ == "__main__":
