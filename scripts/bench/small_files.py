@@ -4,7 +4,9 @@ root (drops the page cache).
 
 A local directory of N small files (1,000 per directory, an image-folder
 layout; --per-dir changes that) is mounted as the bucket (`file://`) with an empty cache large enough
-for all of it. One process lists it (`find`), then reads every file whole in
+for all of it. One process lists it (`find`), then lists it again with a stat
+per file (`ls -lR`, the page cache dropped first; the baseline is `ls -lR` of
+the source directory in the same run), then reads every file whole in
 a new shuffled order each time with 4 threads, twice (epoch 1 cold, epoch 2 from the
 cache), the page cache dropped before each pass. The baseline is the same
 reads of the source directory itself, in the same run. Recorded per binary:
@@ -89,6 +91,13 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def ls_lr(root: Path) -> float:
+    drop_caches()
+    t0 = time.monotonic()
+    subprocess.run(["ls", "-lR", str(root)], check=True, stdout=subprocess.DEVNULL)
+    return time.monotonic() - t0
+
+
 def timed_mount(s: harness.Session, src: Path, cache_dir: Path, args: list[str]) -> tuple[harness.Mount, float]:
     drop_caches()
     t0 = time.monotonic()
@@ -107,6 +116,9 @@ def run_mount(s: harness.Session, label: str, binary: str, src: Path, orders: li
     t0 = time.monotonic()
     subprocess.run(["find", str(m.mountpoint), "-type", "f"], check=True, stdout=subprocess.DEVNULL)
     r["list_s"] = time.monotonic() - t0
+    # `ls -lR` once the listings are in (find read them): a name and a stat
+    # per file, the page cache (and the kernel's entries) dropped first.
+    r["lslr_s"] = ls_lr(m.mountpoint)
     r["rss_listed"] = rss_kib(pid)
     for ep in (1, 2):
         c0 = cpu_s(pid)
@@ -145,17 +157,19 @@ def render(n: int, size: int, cache_size: str, base: dict, runs: list[dict], whe
              f"Machine: {os.cpu_count()} CPUs ({cpu_model()}); a shared machine, single runs: noisy.")
     L.append("")
     L.append(f"{n} files of {size} B in directories of {PER_DIR} on the local disk, mounted as `file://` with an empty "
-             f"cache of {cache_size}. `find` lists the mount, then {READERS} threads read every file whole in a shuffled "
+             f"cache of {cache_size}. `find` lists the mount, `ls -lR` lists it again with a stat per file, then {READERS} threads read every file whole in a shuffled "
              "order, twice, a new order each epoch (seeded: the same for every run), as a DataLoader with shuffle does; the page cache is dropped before each pass. The baseline reads the source directory "
              "itself the same way in the same run. RSS is the daemon's VmRSS.")
     L.append("")
-    L.append("| run | list s | epoch 1 s | epoch 2 s | epoch 1 / source | epoch 2 / source | daemon CPU ep 1 / ep 2 s "
-             "| RSS start / listed / ep 1 / ep 2 MiB | RSS per file after ep 2 |")
-    L.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-    L.append(f"| source directory (baseline) | - | {base['ep1_s']:.1f} | {base['ep2_s']:.1f} | 1.00 | 1.00 | - | - | - |")
+    L.append("| run | list s | ls -lR s | ls -lR / source | epoch 1 s | epoch 2 s | epoch 1 / source | epoch 2 / source "
+             "| daemon CPU ep 1 / ep 2 s | RSS start / listed / ep 1 / ep 2 MiB | RSS per file after ep 2 |")
+    L.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    L.append(f"| source directory (baseline) | - | {base['lslr_s']:.2f} | 1.00 | {base['ep1_s']:.1f} | "
+             f"{base['ep2_s']:.1f} | 1.00 | 1.00 | - | - | - |")
     for r in runs:
         per_file = (r["rss_ep2"] - r["rss_start"]) * 1024 / n
-        L.append(f"| {r['label']} | {r['list_s']:.1f} | {r['ep1_s']:.1f} | {r['ep2_s']:.1f} | "
+        L.append(f"| {r['label']} | {r['list_s']:.1f} | {r['lslr_s']:.2f} | {r['lslr_s'] / base['lslr_s']:.1f} | "
+                 f"{r['ep1_s']:.1f} | {r['ep2_s']:.1f} | "
                  f"{r['ep1_s'] / base['ep1_s']:.1f} | {r['ep2_s'] / base['ep2_s']:.1f} | "
                  f"{r['ep1_cpu']:.1f} / {r['ep2_cpu']:.1f} | "
                  f"{r['rss_start'] / 1024:.0f} / {r['rss_listed'] / 1024:.0f} / {r['rss_ep1'] / 1024:.0f} / "
@@ -216,7 +230,7 @@ def main() -> int:
             orders.append(rels[:])
             random.Random(seed).shuffle(orders[-1])
         total = a.files * a.size
-        base = {}
+        base = {"lslr_s": ls_lr(src)}
         for ep in (1, 2, 3) if a.restart else (1, 2):
             base[f"ep{ep}_s"], got = read_pass(src, orders[ep - 1])
             if got != total:
