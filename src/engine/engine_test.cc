@@ -1831,10 +1831,30 @@ TEST_CASE("units of gone files are the first victims, and a gone file read again
   CHECK(victims == std::vector<std::string>{"old/gone.bin#0", "old/gone.bin#1", "old/gone.bin#2", "old/gone.bin#late"});
   const size_t records = h.engine->file_records();
   CHECK(records == 40);  // its record went with its last unit
-  // The name comes back (a new object, or a handle still open on it).
+  // The name comes back (a new object): a file of a stream again.
   h.Read("old/gone.bin", 0, 3, false);
   CHECK(h.engine->CachedBytes("old/gone.bin") == kUnit);
   CHECK(h.engine->file_records() == records + 1);
+
+  // A handle still open on a gone file reads on: no plan (its GETs would
+  // fail) and no stream, until NewVersion names a new object of the name.
+  const std::string p = "seq/pinned.bin";
+  for (uint64_t u = 0; u < 4; ++u) h.Read(p, u, 64, false);
+  h.engine->NewVersion(p, "v1");
+  h.engine->NoteGone({p});
+  for (uint64_t u = 4; u < 40; ++u) {
+    h.now_us += 1000;
+    h.tree.Record(h.now_us, 1, p, u * kUnit, kUnit, 64 * kUnit);
+    CHECK(h.engine->OnRead(h.now_us, 1, p, u * kUnit, kUnit, 64 * kUnit).empty());
+  }
+  h.engine->NewVersion(p, "v2");  // re-created, listed again
+  std::vector<PrefetchRange> plan;
+  for (uint64_t u = 0; u < 40 && plan.empty(); ++u) {
+    h.now_us += 1000;
+    h.tree.Record(h.now_us, 1, p, u * kUnit, kUnit, 64 * kUnit);
+    plan = h.engine->OnRead(h.now_us, 1, p, u * kUnit, kUnit, 64 * kUnit);
+  }
+  CHECK_FALSE(plan.empty());  // read through again: readahead
 }
 
 TEST_CASE("files gone from an image folder leave its streams' items, warm-up and epoch plans", "[engine]") {

@@ -829,9 +829,13 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
   FileRec& f = fit->second;
   if (fresh) f.rank = files_seen_++;
   f.size = file_size;
-  if (f.gone) {  // read again (a handle open on it, or a new object of the name)
-    f.gone = false;
-    f.version = 0;  // NewVersion tells which units count
+  if (f.gone) {
+    // A handle still open on an object the source no longer has: its reads
+    // are served (cached units, else EIO), but nothing is planned (every GET
+    // of it fails) and it joins no stream. A new object of the name is
+    // current again through NewVersion first.
+    cur_path_ = nullptr;
+    return {};
   }
 
   if (reader_end_.size() >= kMaxReaders) reader_end_.clear();
@@ -1738,6 +1742,7 @@ void PolicyEngine::NewVersion(std::string_view path, std::string_view etag) {
   if (fit == files_.end()) return;
   FileRec& f = fit->second;
   const uint64_t v = std::hash<std::string_view>{}(etag) | 1;
+  f.gone = false;  // listed again: a new object of the name (f.version is kGoneVersion, never v)
   if (f.version == v) {
     // Already current: units of other versions not queued yet (inserted as
     // such, or restored at start-up after a unit of this one) are queued now.

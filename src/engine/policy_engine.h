@@ -111,7 +111,7 @@ struct EngineStats {
   uint64_t policy_reloads = 0;      // SetPolicyFile calls that succeeded
   uint64_t readers = 0;             // (pid, file) read cursors tracked
   uint64_t files = 0;               // file records (PolicyEngine::file_records)
-  uint64_t gone_files = 0;          // files NoteGone was told of, in all
+  uint64_t gone_files = 0;          // files with a record NoteGone found gone, since start
   std::vector<StreamStats> streams;  // by cached bytes, largest first
   std::vector<OverrideStats> overrides;  // in the policy file's order
 };
@@ -151,8 +151,10 @@ class PolicyEngine {
   // dropped once it holds no unit. Without this, every name ever read
   // kept a record for good: a bucket whose names roll (a checkpoint or
   // shard per hour, the old ones deleted) grew the daemon without bound.
-  // A read of such a file later (a handle still open on it) makes it a
-  // file of its stream again.
+  // Reads of such a file later (a handle still open on it) plan nothing and
+  // join no stream; a new object of the name is a file again once
+  // NewVersion names it (the mount calls it when a read sees the listed
+  // version).
   void NoteGone(const std::vector<std::string>& paths);
   // Files the engine keeps a record of (read, listed beside a stream, or
   // holding cached units).
