@@ -794,8 +794,10 @@ Result<InodeAttr> Namespace::GetAttr(uint64_t ino) {
     // Deleted, replaced by a directory (or a file by a directory), or
     // another version. A file inode keeps its own version's attributes for
     // the handles open on it, as an unlinked file does (fstat, lseek to the
-    // end); the name leads elsewhere, or nowhere, at its next lookup.
-    if (n.attr.is_dir) return Err(child ? Status::NotFound("replaced") : child.error());
+    // end); the name leads elsewhere, or nowhere, at its next lookup. A
+    // directory inode keeps its attributes too, as a removed directory does
+    // (fstat of an open directory, stat of a process's working directory:
+    // they failed with ENOENT before 2026-11-28).
     n.superseded = true;
     return n.attr;
   }

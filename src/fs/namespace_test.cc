@@ -751,3 +751,26 @@ TEST_CASE("readdirplus: an entry of a handle's listing is a lookup, never of an 
   ns.Forget(d->ino, 1);
   CHECK_FALSE(ns.LookupListed(d->ino, **snap, e).has_value());
 }
+
+TEST_CASE("a directory deleted from the bucket keeps its attributes for those holding its inode") {
+  auto mem = std::make_shared<MemoryBackend>();
+  mem->Put("d/a.bin", "a");
+  mem->Put("keep.bin", "k");
+  FakeClockMs clock;
+  Namespace ns(mem.get(), nullptr, nullptr, Namespace::Options{.ttl_ms = 1000, .clock_ms = clock.fn()});
+  auto d = ns.Lookup(Namespace::kRootIno, "d");
+  REQUIRE(d.has_value());
+  mem->Delete("d/a.bin");
+  clock.advance(2000);
+  auto a = ns.GetAttr(d->ino);  // fstat of an open directory, a working directory
+  REQUIRE(a.has_value());
+  CHECK(a->is_dir);
+  CHECK_FALSE(ns.Lookup(Namespace::kRootIno, "d").has_value());  // the name is gone
+  // Created again: the name leads to a directory again.
+  mem->Put("d/b.bin", "b");
+  clock.advance(2000);
+  auto d2 = ns.Lookup(Namespace::kRootIno, "d");
+  REQUIRE(d2.has_value());
+  CHECK(d2->is_dir);
+  CHECK(ns.Lookup(d2->ino, "b.bin").has_value());
+}
