@@ -178,6 +178,7 @@ struct FuseFs::Impl {
       fuse_reply_entry(req, &e);
       return;
     }
+    if (self->metrics_) Add(self->metrics_->lookups);
     auto a = self->ns_->Lookup(parent, name);
     if (!a) {
       if (a.error().code() == Code::kNotFound) {
@@ -491,6 +492,9 @@ struct FuseFs::Impl {
         const auto& de = entries[static_cast<size_t>(i - 2)];
         if (ino == Namespace::kRootIno && de.name == kStatsFileName) continue;  // as in ReadDir
         name = de.name.c_str();
+        // Its size first: a lookup the kernel would never see has effects
+        // (a new version's inode supersedes the old one).
+        if (fuse_add_direntry_plus(req, nullptr, 0, name, nullptr, 0) > size - used) break;
         auto a = self->ns_->LookupListed(ino, listing, de);
         if (a) {
           e.ino = a->ino;
@@ -510,8 +514,11 @@ struct FuseFs::Impl {
       if (e.ino) counted.push_back(e.ino);
     }
     KernelHandoff();
-    if (fuse_reply_buf(req, buf.data(), used) != 0)  // interrupted: the kernel saw none of them
+    if (fuse_reply_buf(req, buf.data(), used) != 0) {  // interrupted: the kernel saw none of them
       for (uint64_t n : counted) self->ns_->Forget(n, 1);
+    } else if (self->metrics_) {
+      Add(self->metrics_->readdirplus_entries, counted.size());
+    }
   }
 
   static void ReleaseDir(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) noexcept {
@@ -722,23 +729,26 @@ void FuseFs::WatchSession() {
   }
 }
 
-// Sends the entry invalidations NoteChanged queues, on a thread of its own:
+// Sends the entry invalidations NoteChanged and DropEntries queue (NoteChanged's
+// first: a reader waits for each), on a thread of its own:
 // one can block in the kernel on its directory's lock (a lookup there
 // waiting for a FUSE thread), which must not delay the end of the session.
 void FuseFs::SendInvalidations() {
   std::unique_lock lk(watch_mu_);
   while (true) {
-    watch_cv_.wait(lk, [&] { return loop_done_ || !inval_entries_.empty(); });
+    watch_cv_.wait(lk, [&] { return loop_done_ || !urgent_entries_.empty() || !inval_entries_.empty(); });
     if (loop_done_) return;
-    auto [parent, name] = std::move(inval_entries_.front());
-    inval_entries_.pop_front();
+    const bool urgent = !urgent_entries_.empty();
+    auto& q = urgent ? urgent_entries_ : inval_entries_;
+    auto [parent, name] = std::move(q.front());
+    q.pop_front();
     if (session_ended_) continue;
     lk.unlock();
     // ENOENT: the kernel no longer has the entry, nothing to drop.
     int e = fuse_lowlevel_notify_inval_entry(se_, parent, name.c_str(), name.size());
     if (e != 0 && e != -ENOENT) spdlog::debug("inval_entry {}/{}: {}", parent, name, std::strerror(-e));
     lk.lock();
-    ++inval_sent_;
+    if (urgent) ++urgent_sent_;
     watch_cv_.notify_all();
   }
 }
@@ -751,12 +761,12 @@ void FuseFs::NoteChanged(uint64_t ino, const std::string& key, const std::string
   if (loop_done_ || session_ended_) return;
   if (!invalidated_.insert(ino).second) return;  // once per inode (one version)
   if (invalidated_.size() > 65536) invalidated_ = {ino};
-  inval_entries_.push_back(std::move(*entry));
-  const uint64_t mine = inval_sent_ + inval_entries_.size();
+  urgent_entries_.push_back(std::move(*entry));
+  const uint64_t mine = urgent_sent_ + urgent_entries_.size();
   watch_cv_.notify_all();
   // The reader's next open should find the entry gone: wait (bounded) for it.
   watch_cv_.wait_for(lk, std::chrono::seconds(1),
-                     [&] { return inval_sent_ >= mine || loop_done_ || session_ended_; });
+                     [&] { return urgent_sent_ >= mine || loop_done_ || session_ended_; });
 }
 
 void FuseFs::DropEntries(std::vector<std::pair<uint64_t, std::string>> entries) {

@@ -148,8 +148,11 @@ class FuseFs {
   std::mutex watch_mu_;  // guards the five below
   std::condition_variable watch_cv_;
   bool loop_done_ = false, session_ended_ = false;
-  std::deque<std::pair<uint64_t, std::string>> inval_entries_;  // (parent ino, name) to drop
-  uint64_t inval_sent_ = 0;                                     // invalidations sent so far
+  // (parent ino, name) to drop: NoteChanged's first (a reader waits for
+  // each), then DropEntries' (a relisting's, maybe thousands).
+  std::deque<std::pair<uint64_t, std::string>> urgent_entries_;
+  std::deque<std::pair<uint64_t, std::string>> inval_entries_;
+  uint64_t urgent_sent_ = 0;  // of urgent_entries_, sent so far
   std::unordered_set<uint64_t> invalidated_;                    // inodes already queued (bounded)
   bool mounted_ = false;
   bool handlers_set_ = false;

@@ -23,6 +23,8 @@ struct Metrics {
   C read_bytes{0};
   C read_errors{0};
   C opens{0};
+  C lookups{0};              // FUSE lookups of a name (not the ones readdirplus makes unneeded)
+  C readdirplus_entries{0};  // directory entries handed over with their inode and attributes
   C cache_hit_units{0};
   C cache_hit_bytes{0};
   C cache_miss_units{0};
@@ -55,6 +57,7 @@ struct Metrics {
     std::map<std::string, uint64_t> m;
 #define IGT_M(f) m[#f] = f.load(std::memory_order_relaxed)
     IGT_M(read_requests); IGT_M(read_bytes); IGT_M(read_errors); IGT_M(opens);
+    IGT_M(lookups); IGT_M(readdirplus_entries);
     IGT_M(cache_hit_units); IGT_M(cache_hit_bytes); IGT_M(cache_miss_units);
     IGT_M(cache_miss_bytes); IGT_M(backend_get_requests); IGT_M(backend_get_bytes);
     IGT_M(backend_list_requests); IGT_M(backend_head_requests); IGT_M(backend_retries);

@@ -1831,7 +1831,16 @@ TEST_CASE("units of gone files are the first victims, and a gone file read again
   CHECK(victims == std::vector<std::string>{"old/gone.bin#0", "old/gone.bin#1", "old/gone.bin#2", "old/gone.bin#late"});
   const size_t records = h.engine->file_records();
   CHECK(records == 40);  // its record went with its last unit
-  // The name comes back (a new object): a file of a stream again.
+  // A handle still open on it reads on after its record went: nothing
+  // planned, nothing counted as its cached bytes.
+  for (uint64_t u = 0; u < 3; ++u) {
+    h.now_us += 1000;
+    h.tree.Record(h.now_us, 1, "old/gone.bin", u * kUnit, kUnit, 3 * kUnit);
+    CHECK(h.engine->OnRead(h.now_us, 1, "old/gone.bin", u * kUnit, kUnit, 3 * kUnit).empty());
+  }
+  // The name comes back (a new object, listed: NewVersion): a file of a
+  // stream again.
+  h.engine->NewVersion("old/gone.bin", "e2");
   h.Read("old/gone.bin", 0, 3, false);
   CHECK(h.engine->CachedBytes("old/gone.bin") == kUnit);
   CHECK(h.engine->file_records() == records + 1);

@@ -81,13 +81,12 @@ uint64_t LiveEngine::NowUs() const {
 
 void LiveEngine::NoteGone(const std::vector<std::string>& paths) {
   std::lock_guard lk(mu_);
+  std::unordered_set<std::string_view> dirs;
   for (const std::string& p : paths) {
-    if (p.empty() || p.back() != '/') {
-      versions_.erase(p);
-      continue;
-    }
-    std::erase_if(versions_, [&](const auto& kv) { return kv.first.starts_with(p); });
+    if (!p.empty() && p.back() == '/') dirs.insert(p);
+    else versions_.erase(p);
   }
+  if (!dirs.empty()) std::erase_if(versions_, [&](const auto& kv) { return UnderDirs(kv.first, dirs); });
   engine_->NoteGone(paths);
 }
 

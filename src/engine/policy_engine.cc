@@ -363,7 +363,6 @@ PolicyEngine::Group* PolicyEngine::GetGroup(const std::string& key, int label, c
   auto it = groups_.find(key);
   if (it != groups_.end()) {
     Group* g = it->second.get();
-    g->gone = false;
     if (!g->forced && g->label != label) SetLabel(g, label);
     return g;
   }
@@ -623,33 +622,46 @@ void PolicyEngine::LeaveGroup(FileRec& f, const std::string* key) {
   f.group = nullptr;
 }
 
+bool UnderDirs(std::string_view key, const std::unordered_set<std::string_view>& dirs) {
+  if (dirs.empty()) return false;
+  for (size_t i = key.find('/'); i != std::string_view::npos; i = key.find('/', i + 1))
+    if (dirs.contains(key.substr(0, i + 1))) return true;
+  return false;
+}
+
 void PolicyEngine::NoteGone(const std::vector<std::string>& paths) {
+  std::unordered_set<std::string_view> gone_files, gone_dirs;
+  for (const std::string& p : paths)
+    (!p.empty() && p.back() == '/' ? gone_dirs : gone_files).insert(p);
+  // Costs: files x depth for gone directories (one pass), and only the
+  // streams above a gone file scan their file lists; a recursive delete of
+  // many directories at once must not be quadratic under the engine's lock.
   std::unordered_set<const std::string*> gone;  // keys in files_
-  for (const std::string& p : paths) {
-    if (!p.empty() && p.back() == '/') {
-      for (const auto& [k, f] : files_)  // a directory gone: rare, O(files)
-        if (k.starts_with(p)) gone.insert(&k);
-    } else if (auto it = files_.find(p); it != files_.end()) {
-      gone.insert(&it->first);
-    }
-  }
+  if (!gone_dirs.empty())
+    for (const auto& [k, f] : files_)
+      if (UnderDirs(k, gone_dirs)) gone.insert(&k);
+  for (std::string_view p : gone_files)
+    if (auto it = files_.find(std::string(p)); it != files_.end()) gone.insert(&it->first);
   gone_files_ += gone.size();
-  // Streams of the files and directories gone go once empty (Allocate).
-  std::unordered_set<std::string_view> gone_files;
-  std::vector<std::string_view> gone_dirs;
-  for (const std::string& p : paths) {
-    if (!p.empty() && p.back() == '/') gone_dirs.push_back(p);
-    else gone_files.insert(p);
-  }
+  // Streams of the files and directories gone go once empty (Allocate);
+  // not the engine's own ("(readahead)", "?dir/", "*", the root's).
   for (auto& [k, g] : groups_) {
-    if (gone_files.contains(k)) g->gone = true;
-    for (std::string_view d : gone_dirs)
-      if (k.starts_with(d)) g->gone = true;
+    if (k.empty() || k[0] == '(' || k[0] == '?' || k == "*" || k == kRootStream) continue;
+    if (gone_files.contains(k) || UnderDirs(k, gone_dirs)) g->gone = true;
   }
-  // Out of the directory streams' file lists (whose warm-up cursor counts
-  // only the files before it that stay).
-  for (auto& [_, g] : groups_) {
-    if (g->subtree.empty()) continue;
+  if (gone.empty()) return;
+  // Out of the directory streams' file lists (a stream over a directory
+  // lists its files and its subdirectories' files; the root stream, the
+  // files at the root), whose warm-up cursor counts only the files before
+  // it that stay.
+  std::unordered_set<std::string_view> above;
+  for (const std::string* k : gone) {
+    if (k->find('/') == std::string::npos) above.insert(kRootStream);
+    for (size_t i = k->find('/'); i != std::string::npos; i = k->find('/', i + 1))
+      above.insert(std::string_view(*k).substr(0, i + 1));
+  }
+  for (auto& [key, g] : groups_) {
+    if (g->subtree.empty() || !above.contains(key)) continue;
     size_t out = 0, cursor = g->warm_cursor;
     for (size_t i = 0; i < g->subtree.size(); ++i) {
       if (gone.contains(g->subtree[i].path)) {
@@ -685,6 +697,13 @@ void PolicyEngine::EraseFile(const std::string& key) {
   auto it = files_.find(key);
   if (it == files_.end()) return;
   if (cur_path_ == &it->first) cur_path_ = nullptr;
+  if (gone_names_.insert(it->first).second) {
+    gone_order_.push_back(it->first);
+    if (gone_order_.size() > kMaxGoneNames) {
+      gone_names_.erase(gone_order_.front());
+      gone_order_.pop_front();
+    }
+  }
   files_.erase(it);
 }
 
@@ -829,6 +848,10 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
   FileRec& f = fit->second;
   if (fresh) f.rank = files_seen_++;
   f.size = file_size;
+  if (fresh && WasGone(path)) {
+    f.gone = true;
+    f.version = kGoneVersion;
+  }
   if (f.gone) {
     // A handle still open on an object the source no longer has: its reads
     // are served (cached units, else EIO), but nothing is planned (every GET
@@ -883,6 +906,7 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
   int pl, fl, dl;
   const std::string* fkey = &fit->first;  // GroupFor may add files: fit may not survive a rehash
   Group* g = GroupFor(path, now_us_, &pl, &fl, &dl);
+  g->gone = false;  // read: its path is live (again)
   f.block_label = fl;
   JoinGroup(f, fkey, g);
   g->read_bytes += length;
@@ -1157,7 +1181,7 @@ void PolicyEngine::OnInsert(const std::string& id, std::string_view path, uint64
   FileRec& f = fit->second;
   const std::string* fkey = &fit->first;  // GroupFor may add files: fit may not survive a rehash
   if (fresh) f.rank = files_seen_++;
-  if (fresh && was_gone) {
+  if (fresh && (was_gone || WasGone(path))) {
     f.gone = true;
     f.version = kGoneVersion;
   }
@@ -1175,7 +1199,10 @@ void PolicyEngine::OnInsert(const std::string& id, std::string_view path, uint64
   } else {
     int pl, fl, dl;
     g = GroupFor(path, now_us_, &pl, &fl, &dl);
-    if (!f.gone) JoinGroup(f, fkey, g);  // a gone file's unit (a fetch under way) is a first victim
+    if (!f.gone) JoinGroup(f, fkey, g);
+    // A gone file's unit (a fetch under way) is a first victim; a stream
+    // made (or left empty) just for it goes once empty.
+    else if (g->units == 0 && g->live_items() == 0) g->gone = true;
   }
   if (auto gh = g->ghost_set.find(id); gh != g->ghost_set.end()) {
     g->repeats = true;  // fetched again after eviction
@@ -1738,6 +1765,9 @@ Status PolicyEngine::SetPolicyFile(PolicyFile pf) {
 
 void PolicyEngine::NewVersion(std::string_view path, std::string_view etag) {
   if (etag.empty()) return;
+  // Listed again. Its gone_order_ entry stays: reaching the front, it takes
+  // the name out again (early, if it is gone again by then).
+  if (WasGone(path)) gone_names_.erase(std::string(path));
   auto fit = files_.find(std::string(path));
   if (fit == files_.end()) return;
   FileRec& f = fit->second;

@@ -46,6 +46,10 @@
 
 namespace igt::engine {
 
+// Whether `key` ("a/b/c", or "a/b/" for a directory) is under one of `dirs`
+// ("a/", "a/b/"; a directory is under itself).
+bool UnderDirs(std::string_view key, const std::unordered_set<std::string_view>& dirs);
+
 // The names --policy accepts: "igt" and the baselines (belady lives in the
 // simulator: it needs the future).
 std::vector<std::string> EnginePolicyNames();
@@ -336,6 +340,15 @@ class PolicyEngine {
   const std::string* FrontOldUnit();
   uint64_t allocations_ = 0, switches_ = 0, reloads_ = 0;
   uint64_t gone_files_ = 0;  // NoteGone's files, in all
+  // Names of gone files whose record went with their last unit, so that a
+  // handle still open on one (its reads come later) does not make a live
+  // record of it again, with readahead whose GETs all fail. Oldest first,
+  // at most kMaxGoneNames; NewVersion (the name listed again) takes a name
+  // out.
+  std::unordered_set<std::string> gone_names_;
+  std::deque<std::string> gone_order_;
+  static constexpr size_t kMaxGoneNames = 16384;
+  bool WasGone(std::string_view path) const { return !gone_names_.empty() && gone_names_.contains(std::string(path)); }
   Group* victim_group_ = nullptr;  // current giver of space (hysteresis)
   bool has_quota_ = false;  // an override sets a quota (NoteQuotas, at Init and reload)
   bool has_never_cache_ = false;  // an override is never_cache (NoteQuotas)

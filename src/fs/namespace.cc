@@ -486,10 +486,10 @@ Result<std::shared_ptr<const DirListing>> Namespace::Complete(const std::string&
       stale = true;
     }
   }
-  std::shared_ptr<const DirListing> replaced;  // the listing a fetched one replaces (relist_hook_)
+  std::shared_ptr<const DirListing> replaced;  // the listing a fetched one replaces (Relisted)
   {
     std::lock_guard lk(listings_mu_);
-    if (fetched && relist_hook_)
+    if (fetched)
       if (auto it = listings_.find(dir_key); it != listings_.end()) replaced = it->second;
     if (result) KeepListingLocked(dir_key, *result);
     // Served stale: retried later. Otherwise (fetched, or an error other
@@ -505,15 +505,55 @@ Result<std::shared_ptr<const DirListing>> Namespace::Complete(const std::string&
   }
   if (fetched && serving_stale_.exchange(false)) spdlog::info("bucket reachable again");
   if (result && listing_hook_) listing_hook_(dir_key, (*result)->entries.size());
-  if (replaced && replaced != *result)
-    if (auto diff = DiffListings(*replaced, **result); !diff.empty()) relist_hook_(dir_key, diff);
   {
     std::lock_guard lk(fetch->mu);
     fetch->result = result;
     fetch->done = true;
   }
-  fetch->cv.notify_all();
+  fetch->cv.notify_all();  // lookups waiting on this listing go on before the hook's work
+  if (replaced && replaced != *result)
+    if (auto diff = DiffListings(*replaced, **result); !diff.empty()) Relisted(dir_key, diff);
   return result;
+}
+
+void Namespace::Relisted(const std::string& dir_key, const ListingDiff& diff) {
+  // Listings of directories gone, and of every directory below them, are
+  // dropped from memory and from the index: a bucket whose directories roll
+  // (a directory per checkpoint step) kept each for good.
+  std::unordered_set<std::string> gone_dirs;  // "a/b/"
+  for (const DirEntry& e : diff.gone)
+    if (e.is_dir) gone_dirs.insert(ChildKey(dir_key, e.name) + "/");
+  if (!gone_dirs.empty()) {
+    {
+      std::lock_guard lk(listings_mu_);
+      for (auto it = listings_.begin(); it != listings_.end();) {
+        const std::string k = it->first + "/";
+        bool under = false;
+        for (size_t i = k.find('/'); i != std::string::npos && !under; i = k.find('/', i + 1))
+          under = gone_dirs.contains(k.substr(0, i + 1));
+        if (under) {
+          listed_entries_ -= it->second->entries.size();
+          it = listings_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
+    if (store_)
+      for (const std::string& d : gone_dirs) {
+        store_->DeleteMeta(MetaKey(d.substr(0, d.size() - 1)));
+        if (auto r = store_->DeleteMetaPrefix(MetaKey(d)); !r)
+          spdlog::debug("listings below '{}' not dropped from the index: {}", d, r.error().ToString());
+      }
+  }
+  if (!relist_hook_) return;
+  // One at a time: two relistings of a directory report in their order.
+  std::lock_guard lk(relist_mu_);
+  try {
+    relist_hook_(dir_key, diff);
+  } catch (const std::exception& e) {  // out of memory: the next relisting reports again what is still gone
+    spdlog::warn("relisting of '{}': its changes were not all applied: {}", dir_key, e.what());
+  }
 }
 
 void Namespace::KeepListingLocked(const std::string& dir_key, std::shared_ptr<const DirListing> l) {
@@ -674,6 +714,16 @@ Result<InodeAttr> Namespace::Lookup(uint64_t parent, std::string_view name) {
 Result<InodeAttr> Namespace::LookupListed(uint64_t parent, const DirListing& l, const DirEntry& e) {
   auto dir_key = DirKeyOf(parent);
   if (!dir_key) return Err(dir_key.error());
+  // A newer listing is in memory (a refresh since the handle was opened):
+  // the name as it lists it. Else an entry of the handle's listing could
+  // bring back an object deleted since (a relisting dropped its kernel
+  // entry, the kernel forgot its inode) as a new inode every read of which
+  // fails, or an older version.
+  if (auto cur = CachedListing(*dir_key); cur && cur->seq > l.seq) {
+    const DirEntry* now = cur->Find(e.name);
+    if (!now || now->is_dir != e.is_dir) return Err(Status::NotFound(ChildKey(*dir_key, e.name)));
+    return AddLookup(parent, e.name, EntryAttr(*dir_key, *cur, *now), cur->seq);
+  }
   return AddLookup(parent, e.name, EntryAttr(*dir_key, l, e), l.seq);
 }
 

@@ -297,6 +297,10 @@ class Namespace {
   static constexpr int64_t kSlowBucketMs = 10000;
   std::function<void(const std::string&, size_t)> listing_hook_;
   RelistHook relist_hook_;
+  std::mutex relist_mu_;  // one relist_hook_ call at a time (taken alone)
+  // After a fetched listing of `dir_key` replaced one that differs: drops the
+  // listings of directories gone (memory and index), then calls relist_hook_.
+  void Relisted(const std::string& dir_key, const ListingDiff& diff);
 
   mutable std::mutex mu_;  // guards inodes_, by_key_
   std::unordered_map<uint64_t, Inode> inodes_;

@@ -120,7 +120,8 @@ def readdirplus(s):
         want[name] = i % 700
     (many / "sub").mkdir()
     m = s.mount(f"file://{src}")
-    before = s.stats(m)["inodes"]
+    st0 = s.stats(m)
+    before = st0["inodes"]
 
     def ls_l() -> dict[str, int]:
         r = subprocess.run(["ls", "-l", "--time-style=+", str(m.mountpoint / "many")], capture_output=True,
@@ -133,8 +134,13 @@ def readdirplus(s):
         return got
 
     harness.check(ls_l() == want, "ls -l of 3,000 files: every name and size as in the source")
-    after_ls = s.stats(m)["inodes"]
-    harness.check(after_ls >= 3000, f"the entries got inodes with the listing: {after_ls}")
+    st1 = s.stats(m)
+    after_ls = st1["inodes"]
+    plus = st1["readdirplus_entries"] - st0["readdirplus_entries"]
+    lookups = st1["lookups"] - st0["lookups"]
+    harness.check(after_ls >= 3000, f"the entries have inodes: {after_ls}")
+    harness.check(plus >= 3000 and lookups < 300,
+                  f"they came with the listing (readdirplus): {plus} entries, {lookups} lookups")
     with open("/proc/sys/vm/drop_caches", "w") as f:  # the kernel forgets its dentries and inodes
         f.write("2\n")
     deadline = time.monotonic() + 20
