@@ -672,7 +672,9 @@ TEST_CASE("a relisting tells its hook which names the bucket no longer has or ha
   mem->Put("d/flip", "a file, then a directory");
   mem->Put("d/grown.bin", "g");
   FakeClockMs clock;
-  Namespace ns(mem.get(), nullptr, nullptr, Namespace::Options{.ttl_ms = 1000, .clock_ms = clock.fn()});
+  Namespace ns(mem.get(), nullptr, nullptr, Namespace::Options{.ttl_ms = 0, .clock_ms = clock.fn()});
+  // ttl 0: every lookup lists again, itself (a stale listing's refresh runs
+  // on a background thread, and its hook after the lookup was released).
   std::vector<std::pair<std::string, Namespace::ListingDiff>> calls;
   ns.set_relist_hook([&](const std::string& dir, const Namespace::ListingDiff& diff) { calls.emplace_back(dir, diff); });
   auto d = ns.Lookup(Namespace::kRootIno, "d");
@@ -717,7 +719,7 @@ TEST_CASE("readdirplus: an entry of a handle's listing is a lookup, never of an 
   auto mem = std::make_shared<MemoryBackend>();
   mem->Put("d/a.bin", "v1");
   FakeClockMs clock;
-  Namespace ns(mem.get(), nullptr, nullptr, Namespace::Options{.ttl_ms = 1000, .clock_ms = clock.fn()});
+  Namespace ns(mem.get(), nullptr, nullptr, Namespace::Options{.ttl_ms = 0, .clock_ms = clock.fn()});
   auto d = ns.Lookup(Namespace::kRootIno, "d");
   REQUIRE(d.has_value());
   auto snap = ns.ReadDir(d->ino);  // what an open directory handle holds
@@ -782,4 +784,42 @@ TEST_CASE("a directory deleted from the bucket keeps its attributes for those ho
   REQUIRE(d2.has_value());
   CHECK(d2->is_dir);
   CHECK(ns.Lookup(d2->ino, "b.bin").has_value());
+}
+
+TEST_CASE("listings of a directory gone from the bucket, and of those below it, are dropped from memory and index") {
+  const BlockStoreOptions o = FreshStore("igt-ns-gone-dirs");
+  auto mem = std::make_shared<MemoryBackend>();
+  mem->Put("runs/step-1/a.bin", "a");
+  mem->Put("runs/step-1/sub/b.bin", "b");
+  mem->Put("runs/step-10/c.bin", "c");  // a sibling whose name starts the same
+  auto store = BlockStore::Open(o, nullptr);
+  REQUIRE(store.has_value());
+  FakeClockMs clock;
+  Namespace ns(mem.get(), store->get(), nullptr, Namespace::Options{.ttl_ms = 0, .clock_ms = clock.fn()});
+  auto runs = ns.Lookup(Namespace::kRootIno, "runs");
+  REQUIRE(runs.has_value());
+  auto s1 = ns.Lookup(runs->ino, "step-1");
+  REQUIRE(s1.has_value());
+  auto sub = ns.Lookup(s1->ino, "sub");
+  REQUIRE(sub.has_value());
+  REQUIRE(ns.Lookup(sub->ino, "b.bin").has_value());
+  auto s10 = ns.Lookup(runs->ino, "step-10");
+  REQUIRE(s10.has_value());
+  REQUIRE(ns.Lookup(s10->ino, "c.bin").has_value());
+  for (const char* d : {"runs/step-1", "runs/step-1/sub", "runs/step-10"}) {
+    REQUIRE(ns.CachedListing(d) != nullptr);
+    REQUIRE((*store)->GetMeta(std::string("l/") + d).has_value());
+  }
+  mem->Delete("runs/step-1/a.bin");
+  mem->Delete("runs/step-1/sub/b.bin");
+  clock.advance(2000);
+  CHECK_FALSE(ns.Lookup(runs->ino, "step-1").has_value());  // relists runs/: step-1/ is gone
+  for (const char* d : {"runs/step-1", "runs/step-1/sub"}) {
+    INFO(d);
+    CHECK(ns.CachedListing(d) == nullptr);
+    CHECK_FALSE((*store)->GetMeta(std::string("l/") + d).has_value());
+  }
+  CHECK(ns.CachedListing("runs/step-10") != nullptr);
+  CHECK((*store)->GetMeta("l/runs/step-10").has_value());
+  std::filesystem::remove_all(o.dir);
 }
