@@ -500,7 +500,11 @@ struct FuseFs::Impl {
           e.ino = a->ino;
           e.attr = ToStat(*a, unit, self->attrs_);
           e.attr_timeout = e.entry_timeout = TimeoutSeconds(self->opts_.config, *a);
-        } else {  // the directory's inode went (a forget raced): a plain entry, no inode given
+        } else {
+          // Deleted since this handle's listing (a newer one no longer names
+          // it), or the directory's inode went (a forget raced): the name as
+          // the handle's listing has it, with no inode (a stat of it looks
+          // it up, and finds it gone).
           e.attr.st_ino = self->ns_->EntryIno(ino, de);
           e.attr.st_mode = de.is_dir ? S_IFDIR : S_IFREG;
         }
