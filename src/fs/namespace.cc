@@ -610,7 +610,13 @@ bool Namespace::NoteChanged(uint64_t ino, const std::string& key, const std::str
       marked = true;
     }
   }
-  if (marked) spdlog::info("'{}' changed in the bucket: '{}/' is listed again on the next lookup", key, dir);
+  if (marked) {
+    spdlog::info("'{}' changed in the bucket: '{}/' is listed again now", key, dir);
+    // At once, in the background (the reader's next lookup waits for it):
+    // the listing's other changes (names changed or deleted beside this one)
+    // reach the kernel without waiting for a lookup there.
+    QueueBackground({dir}, /*descend=*/false, /*front=*/true);
+  }
   std::lock_guard lk(mu_);
   auto n = inodes_.find(ino);
   return listed || (n != inodes_.end() && n->second.superseded);

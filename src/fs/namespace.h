@@ -185,9 +185,10 @@ class Namespace {
 
   // A read of inode `ino`, version `etag` of `key`, found that the bucket no
   // longer has that version (changed or deleted). If the directory's listing
-  // still lists it, the listing is marked out of date: lookups in the
-  // directory wait for it to be listed again (no stale listing served, no
-  // TTL waited out); later notes of the same version do not mark it again.
+  // still lists it, the listing is marked out of date and listed again at
+  // once in the background: lookups in the directory wait for it (no stale
+  // listing served, no TTL waited out); later notes of the same version do
+  // not mark it again.
   // True if the kernel's entry for the name should be dropped: the listing
   // (marked) still names this version, or the name leads to another inode.
   bool NoteChanged(uint64_t ino, const std::string& key, const std::string& etag);

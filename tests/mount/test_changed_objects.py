@@ -202,19 +202,21 @@ def change_found_by_a_read(s, srv):
     v1 = {"now/a.bin": content("now-a1", size), "now/gone.bin": content("now-gone1", size)}
     v2 = content("now-a2", size)
     faultlib.put_objects(srv, BUCKET, v1)
-    faultlib.put_objects(srv, BUCKET, {"now/b.bin": content("now-b1", 1000)})
+    faultlib.put_objects(srv, BUCKET, {"now/b.bin": content("now-b1", 1000), "now/c.bin": content("now-c1", 1000)})
     cfg = faultlib.config(s, name="igt-long-ttl.yaml", metadata={"ttl_ms": ttl_ms, "negative_ttl_ms": 500})
     m = s.mount(f"s3://{BUCKET}", args=["--config", str(cfg), "--endpoint", srv.endpoint,
                                          "--region", "us-east-1"])
     mnt = m.mountpoint
     far = size - 64 * 1024  # far from what the first read brings in (and any readahead)
     check(os.stat(mnt / "now/b.bin").st_size == 1000, "now/b.bin: stat before the change")
+    check(os.stat(mnt / "now/c.bin").st_size == 1000, "now/c.bin: stat before the change")
     fds = {k: os.open(mnt / k, os.O_RDONLY) for k in v1}
     for k, fd in fds.items():
         check(os.pread(fd, 4096, 0) == v1[k][:4096], f"{k}: first 4 KiB read (v1)")
     faultlib.put_objects(srv, BUCKET, {"now/a.bin": v2})
     faultlib.delete_object(srv, BUCKET, "now/gone.bin")
-    faultlib.put_objects(srv, BUCKET, {"now/b.bin": content("now-b2", 2000)})  # changed, never read
+    faultlib.put_objects(srv, BUCKET, {"now/b.bin": content("now-b2", 2000),   # changed, never read
+                                       "now/c.bin": content("now-c2", 3000)})
     for k, fd in fds.items():
         try:
             b = os.pread(fd, 4096, far)
@@ -223,6 +225,15 @@ def change_found_by_a_read(s, srv):
         except OSError as e:
             check(e.errno == errno.EIO, f"{k}: the old handle's uncached read fails with EIO ({errname(e.errno)})")
         os.close(fd)
+    # The failed read has the directory listed again at once, in the
+    # background: the other changes reach stat with no lookup there (before
+    # 2026-11-28 only the next lookup relisted, and until then stat of
+    # now/c.bin kept the old size, for up to the TTL). Polled.
+    deadline = time.monotonic() + 10
+    while os.stat(mnt / "now/c.bin").st_size != 3000 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    check(os.stat(mnt / "now/c.bin").st_size == 3000,
+          "now/c.bin: stat gives the new size after the failed read of another name, with no lookup there")
     # The next opens: v2, and ENOENT. Polled: the kernel's entry is dropped
     # by a notification sent right after the failed read.
     deadline = time.monotonic() + 10
