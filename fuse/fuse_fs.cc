@@ -156,9 +156,14 @@ struct FuseFs::Impl {
     // Namespace is thread-safe and a DataLoader opens files concurrently.
     if (conn->capable & FUSE_CAP_PARALLEL_DIROPS) conn->want |= FUSE_CAP_PARALLEL_DIROPS;
     // readdirplus (an entry's attributes with its name: `ls -l` needs no
-    // lookup per entry), as the kernel sees fit (adaptive: AUTO).
-    if (conn->capable & FUSE_CAP_READDIRPLUS) conn->want |= FUSE_CAP_READDIRPLUS;
-    if (conn->capable & FUSE_CAP_READDIRPLUS_AUTO) conn->want |= FUSE_CAP_READDIRPLUS_AUTO;
+    // lookup per entry): fuse.readdirplus, `auto` as the kernel sees fit
+    // (READDIRPLUS_AUTO), `always` for every batch, `off` never.
+    conn->want &= ~(FUSE_CAP_READDIRPLUS | FUSE_CAP_READDIRPLUS_AUTO);
+    if (c.fuse.readdirplus != "off" && (conn->capable & FUSE_CAP_READDIRPLUS)) {
+      conn->want |= FUSE_CAP_READDIRPLUS;
+      if (c.fuse.readdirplus != "always" && (conn->capable & FUSE_CAP_READDIRPLUS_AUTO))
+        conn->want |= FUSE_CAP_READDIRPLUS_AUTO;
+    }
     // Reads of one file may be in flight together (readahead + reader).
     if (conn->capable & FUSE_CAP_ASYNC_READ) conn->want |= FUSE_CAP_ASYNC_READ;
     // We decide page-cache validity ourselves (keep_cache while the ETag

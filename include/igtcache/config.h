@@ -50,6 +50,7 @@ struct Config {
     uint64_t random_readahead_bytes = 0;
     uint64_t cached_readahead_bytes = 0;
     uint64_t max_background = 0;
+    std::string readdirplus;  // auto | always | off
     bool allow_other = false;
     // Owner and permission bits every file and directory shows (FileAttrsOf).
     std::string uid, gid;            // "" = the daemon's own

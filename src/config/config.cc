@@ -182,6 +182,13 @@ const std::vector<Key>& Schema() {
       {"fuse.max_background", Type::kInt, "64",
        "Kernel limit on outstanding background requests (readahead).", nullptr,
        SET_U64(fuse.max_background)},
+      {"fuse.readdirplus", Type::kEnum, "auto",
+       "Directory listings hand the kernel each entry's attributes (readdirplus), so a stat after a "
+       "readdir needs no lookup round trip. `auto`: when the kernel sees stats follow (the first batch "
+       "of a directory; `ls -l`, `os.scandir` + `entry.stat()`); `always`: for every batch (also "
+       "`find -ls`, `du`, `os.listdir` then `stat`), at the cost of an inode in the daemon and the "
+       "kernel for every entry listed, stat'ed or not; `off`: plain readdir.",
+       "auto|always|off", SET_STR(fuse.readdirplus)},
       {"fuse.allow_other", Type::kBool, "false",
        "Let other users access the mount (turns on default_permissions too: the kernel then checks "
        "fuse.uid, fuse.gid, fuse.file_mode and fuse.dir_mode).", nullptr,

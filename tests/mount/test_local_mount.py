@@ -152,6 +152,25 @@ def readdirplus(s):
     harness.check(ls_l() == want, "ls -l again: every name and size")
     harness.check(s.unmount(m) == 0, "daemon exited 0")
 
+    # fuse.readdirplus: `always` serves a listing-then-stat tool too (find
+    # -ls reads the whole directory before its stats); `off` never.
+    for mode in ("always", "off"):
+        cfg = s.write_config(f"rdp-{mode}.yaml", f"fuse:\n  readdirplus: {mode}\n")
+        m = s.mount(f"file://{src}", args=["--config", str(cfg)])
+        st0 = s.stats(m)
+        r = subprocess.run(["find", str(m.mountpoint / "many"), "-type", "f", "-printf", "%s %f\\n"],
+                           capture_output=True, timeout=120, check=True)
+        got = {ln.split(" ", 1)[1]: int(ln.split(" ", 1)[0]) for ln in r.stdout.decode().splitlines()}
+        st1 = s.stats(m)
+        plus = st1["readdirplus_entries"] - st0["readdirplus_entries"]
+        lookups = st1["lookups"] - st0["lookups"]
+        harness.check(got == want, f"readdirplus {mode}: find -printf %s: every name and size")
+        if mode == "always":
+            harness.check(plus >= 3000 and lookups < 300, f"readdirplus always: {plus} entries, {lookups} lookups")
+        else:
+            harness.check(plus == 0 and lookups >= 3000, f"readdirplus off: {plus} entries, {lookups} lookups")
+        harness.check(s.unmount(m) == 0, "daemon exited 0")
+
 
 if __name__ == "__main__":
     harness.run_test("test_local_mount", main)
