@@ -428,17 +428,18 @@ struct FuseFs::Impl {
     if (fuse_reply_open(req, fi) == 0) h.release();
   }
 
-  static void ReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) noexcept {
-    auto* self = Self(req);
-    KernelHandoff();
-    const auto& entries = H(fi)->listing->entries;
-    std::vector<char> buf(size);
-    size_t used = 0;
-    // Offsets: 0 ".", 1 "..", 2+i entries[i]; the offset given with an
-    // entry is that of the next one.
+  // The entries of directory `ino`'s listing `l` from offset `off` on:
+  // fn(offset, name, st, entry) with the plain attributes readdir reports
+  // (st_ino, st_mode) and the listing's entry (null for "." and ".."),
+  // until fn returns false. Offsets: 0 ".", 1 "..", 2+i entries[i]; the
+  // offset given with an entry is that of the next one.
+  template <class Fn>
+  static void ForEachDirent(FuseFs* self, fuse_ino_t ino, const DirListing& l, off_t off, Fn&& fn) {
+    const auto& entries = l.entries;
     for (off_t i = off; i < static_cast<off_t>(entries.size()) + 2; ++i) {
       struct stat st {};
       const char* name;
+      const DirEntry* e = nullptr;
       if (i == 0) {
         name = ".";
         st.st_ino = ino;
@@ -448,80 +449,69 @@ struct FuseFs::Impl {
         st.st_ino = self->ns_->ParentOf(ino);
         st.st_mode = S_IFDIR;
       } else {
-        const auto& e = entries[static_cast<size_t>(i - 2)];
+        e = &entries[static_cast<size_t>(i - 2)];
         // An object of that name at the root is shadowed by the stats file
         // (a lookup gives the stats): not listed either.
-        if (ino == Namespace::kRootIno && e.name == kStatsFileName) continue;
-        name = e.name.c_str();
-        st.st_ino = self->ns_->EntryIno(ino, e);  // what a lookup of it gives (d_ino == st_ino)
-        st.st_mode = e.is_dir ? S_IFDIR : S_IFREG;
+        if (ino == Namespace::kRootIno && e->name == kStatsFileName) continue;
+        name = e->name.c_str();
+        st.st_ino = self->ns_->EntryIno(ino, *e);  // what a lookup of it gives (d_ino == st_ino)
+        st.st_mode = e->is_dir ? S_IFDIR : S_IFREG;
       }
-      size_t need = fuse_add_direntry(req, buf.data() + used, size - used, name, &st, i + 1);
-      if (need > size - used) break;
-      used += need;
+      if (!fn(i, name, st, e)) break;
     }
+  }
+
+  static void ReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) noexcept {
+    auto* self = Self(req);
+    KernelHandoff();
+    std::vector<char> buf(size);
+    size_t used = 0;
+    ForEachDirent(self, ino, *H(fi)->listing, off, [&](off_t i, const char* name, const struct stat& st, const DirEntry*) {
+      size_t need = fuse_add_direntry(req, buf.data() + used, size - used, name, &st, i + 1);
+      if (need > size - used) return false;
+      used += need;
+      return true;
+    });
     KernelHandoff();
     fuse_reply_buf(req, buf.data(), used);
   }
 
   // readdir with each entry's inode and attributes (FUSE_CAP_READDIRPLUS,
-  // used by the kernel as it sees fit: READDIRPLUS_AUTO gives the first
-  // batch of a directory, and the next ones while the entries are being
-  // looked up, e.g. `ls -l`). Each entry given with an inode is a lookup
-  // the kernel will forget ("." and ".." are not, as the kernel skips
-  // them); entries that do not fit, or a reply the kernel never took, give
-  // their references back. `ls -l` of 50,000 files in one directory made
-  // 50,000 lookup round trips after its readdir.
+  // fuse.readdirplus: `auto` lets the kernel ask for it for the first batch
+  // of a directory, and the next ones while the entries are being looked
+  // up, e.g. `ls -l`). Each entry given with an inode is a lookup the kernel
+  // will forget ("." and ".." are not, as the kernel skips them); entries
+  // that do not fit, or a reply the kernel never took, give their
+  // references back. `ls -l` of 50,000 files in one directory made 50,000
+  // lookup round trips after its readdir.
   static void ReadDirPlus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) noexcept {
     auto* self = Self(req);
     KernelHandoff();
     const DirListing& listing = *H(fi)->listing;
-    const auto& entries = listing.entries;
     std::vector<char> buf(size);
     size_t used = 0;
     std::vector<uint64_t> counted;  // inodes given a lookup reference in this reply
     const uint64_t unit = self->pipeline_->unit_size();
-    // Offsets as in ReadDir.
-    for (off_t i = off; i < static_cast<off_t>(entries.size()) + 2; ++i) {
+    ForEachDirent(self, ino, listing, off, [&](off_t i, const char* name, const struct stat& st, const DirEntry* de) {
+      // Its size first: a lookup the kernel would never see has effects (a
+      // new version's inode supersedes the old one).
+      if (fuse_add_direntry_plus(req, nullptr, 0, name, nullptr, 0) > size - used) return false;
       fuse_entry_param e{};
-      const char* name;
-      if (i == 0) {
-        name = ".";
-        e.attr.st_ino = ino;
-        e.attr.st_mode = S_IFDIR;
-      } else if (i == 1) {
-        name = "..";
-        e.attr.st_ino = self->ns_->ParentOf(ino);
-        e.attr.st_mode = S_IFDIR;
-      } else {
-        const auto& de = entries[static_cast<size_t>(i - 2)];
-        if (ino == Namespace::kRootIno && de.name == kStatsFileName) continue;  // as in ReadDir
-        name = de.name.c_str();
-        // Its size first: a lookup the kernel would never see has effects
-        // (a new version's inode supersedes the old one).
-        if (fuse_add_direntry_plus(req, nullptr, 0, name, nullptr, 0) > size - used) break;
-        auto a = self->ns_->LookupListed(ino, listing, de);
-        if (a) {
+      e.attr = st;
+      // Deleted since this handle's listing (a newer one no longer names
+      // it), or the directory's inode went (a forget raced): the name as the
+      // handle's listing has it, with no inode (a stat of it looks it up,
+      // and finds it gone).
+      if (de)
+        if (auto a = self->ns_->LookupListed(ino, listing, *de)) {
           e.ino = a->ino;
           e.attr = ToStat(*a, unit, self->attrs_);
           e.attr_timeout = e.entry_timeout = TimeoutSeconds(self->opts_.config, *a);
-        } else {
-          // Deleted since this handle's listing (a newer one no longer names
-          // it), or the directory's inode went (a forget raced): the name as
-          // the handle's listing has it, with no inode (a stat of it looks
-          // it up, and finds it gone).
-          e.attr.st_ino = self->ns_->EntryIno(ino, de);
-          e.attr.st_mode = de.is_dir ? S_IFDIR : S_IFREG;
         }
-      }
-      size_t need = fuse_add_direntry_plus(req, buf.data() + used, size - used, name, &e, i + 1);
-      if (need > size - used) {
-        if (e.ino) self->ns_->Forget(e.ino, 1);
-        break;
-      }
-      used += need;
+      used += fuse_add_direntry_plus(req, buf.data() + used, size - used, name, &e, i + 1);  // fits (sized above)
       if (e.ino) counted.push_back(e.ino);
-    }
+      return true;
+    });
     KernelHandoff();
     if (fuse_reply_buf(req, buf.data(), used) != 0) {  // interrupted: the kernel saw none of them
       for (uint64_t n : counted) self->ns_->Forget(n, 1);
