@@ -421,11 +421,7 @@ PolicyEngine::Group* PolicyEngine::GetGroup(const std::string& key, int label, c
     });
     for (const auto& [pos, id] : moving) {
       Unit& u = units_.find(*id)->second;
-      MoveUnit(*id, u, files_.find(*u.path)->second);
-      if (u.consumed) {
-        u.read_stamp = raw->epoch + 1;
-        raw->read_cached_bytes += u.bytes;
-      }
+      MoveUnit(*id, u, files_.find(*u.path)->second, nullptr, /*read=*/u.consumed);
     }
   }
   return raw;
@@ -494,11 +490,10 @@ void PolicyEngine::SetLabel(Group* g, int label, bool rebuild) {
   for (const auto& [pos, idp] : order) {
     const std::string& id = *idp;
     const Unit& u = units_.at(id);
-    g->module->OnInsertUnit(id, u.bytes, 0, UnitMeta{.position = pos, .prefetched = u.prefetched_unread,
+    const bool unread = NotReadYet(u, g);
+    g->module->OnInsertUnit(id, u.bytes, 0, UnitMeta{.position = pos, .prefetched = unread,
                                                      .now_us = now_us_, .replay = true});
-    // Read in this epoch (keep: a first victim), not merely once since its
-    // insert (an earlier epoch's read made it one too).
-    if (u.consumed && (g->label != kRandom || u.read_stamp == g->epoch + 1)) g->module->OnAccessAt(id, now_us_);
+    if (u.consumed && !unread) g->module->OnAccessAt(id, now_us_);
   }
   g->module_us = now_us_;
 }
@@ -1320,7 +1315,11 @@ bool PolicyEngine::PrevEpochRead(const FileRec& f, const Group* g) const {
   return mode_igt_ && g->label == kRandom && g->epoch > 0 && f.group == g && f.epoch_read == g->epoch;
 }
 
-void PolicyEngine::MoveUnit(const std::string& id, Unit& u, const FileRec& f, Group* dest) {
+bool PolicyEngine::NotReadYet(const Unit& u, const Group* g) const {
+  return u.prefetched_unread || (g->label == kRandom && u.read_stamp != g->epoch + 1);
+}
+
+void PolicyEngine::MoveUnit(const std::string& id, Unit& u, const FileRec& f, Group* dest, bool read) {
   Group* from = u.g;
   Group* to = dest ? dest : f.group;
   from->module->OnRemove(id);
@@ -1331,7 +1330,11 @@ void PolicyEngine::MoveUnit(const std::string& id, Unit& u, const FileRec& f, Gr
     from->consumed_cached_bytes -= std::min(from->consumed_cached_bytes, u.bytes);
     to->consumed_cached_bytes += u.bytes;
   }
-  u.read_stamp = 0;  // not read in the new stream's epoch yet
+  u.read_stamp = 0;  // not read in the new stream's epoch yet, unless `read`
+  if (read) {
+    u.read_stamp = to->epoch + 1;
+    to->read_cached_bytes += u.bytes;
+  }
   // A unit fetched ahead and not read yet counts as the new stream's
   // prefetch (a readahead unit moves to its file's stream on its first
   // read: its hit is counted there, and so is its fetch).
@@ -1343,7 +1346,7 @@ void PolicyEngine::MoveUnit(const std::string& id, Unit& u, const FileRec& f, Gr
   from->unit_ids.erase(&id);
   to->unit_ids.insert(&id);
   to->module->OnInsertUnit(id, u.bytes, 0,
-                          UnitMeta{.position = ScanPosition(f.rank, u.index), .prefetched = u.prefetched_unread,
+                          UnitMeta{.position = ScanPosition(f.rank, u.index), .prefetched = NotReadYet(u, to),
                                    .now_us = now_us_, .object = *u.path, .unit_index = u.index, .replay = true});
   to->module_us = now_us_;
   to->bytes += u.bytes;

@@ -285,8 +285,14 @@ class PolicyEngine {
   bool Idle(const Group* g) const;  // stopped (kBusyReads), worth 0 until its next read
   uint64_t IdleBytes(const Group* except) const;  // cached bytes of idle streams other than `except`
   void NoteGhost(Group* g, const std::string& id, uint64_t bytes);
-  // Moves a cached unit to `dest`, or to its file's stream (f.group).
-  void MoveUnit(const std::string& id, Unit& u, const FileRec& f, Group* dest = nullptr);
+  // Moves a cached unit to `dest`, or to its file's stream (f.group); with
+  // `read`, the unit counts as read in that stream's current epoch.
+  void MoveUnit(const std::string& id, Unit& u, const FileRec& f, Group* dest = nullptr, bool read = false);
+  // What `g`'s module is told of a unit it is handed: not read yet if
+  // prefetched and unread, or, in a stream read in epochs (random), not read
+  // in its current epoch (keep's order; a module rebuilt by a label flip
+  // must not take every unit read in an earlier epoch for a first victim).
+  bool NotReadYet(const Unit& u, const Group* g) const;
   Group* WindowGroup();  // the stream of readahead units not read yet
   // Whether the window stream's oldest unit has waited kWindowStaleUs unread.
   bool WindowStale(const Group* g) const;
