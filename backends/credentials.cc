@@ -84,15 +84,14 @@ Result<Credentials> ParseCredentialsIni(std::string_view text, const std::string
   return c;
 }
 
-Result<Credentials> ResolveCredentials(const std::string& profile_arg) {
+Result<Credentials> ResolveCredentials(const std::string& profile_arg, const std::string& region) {
   // A profile named by the caller (--profile, backend.profile) is read from
   // the file even when AWS_* keys are set, as the AWS CLI does: asking for a
   // profile and silently signing with other keys would act under the wrong
-  // identity. Otherwise the environment comes first (both variables must be
-  // set), then the file ($AWS_PROFILE, else "default").
+  // identity. Otherwise the chain of the AWS CLI (backends.h).
   if (profile_arg.empty()) {
     std::string id = Env("AWS_ACCESS_KEY_ID"), secret = Env("AWS_SECRET_ACCESS_KEY");
-    if (!id.empty() && !secret.empty()) return Credentials{id, secret, Env("AWS_SESSION_TOKEN")};
+    if (!id.empty() && !secret.empty()) return Credentials{id, secret, Env("AWS_SESSION_TOKEN"), 0, "environment"};
     // One of the two set: refused, as the AWS CLI does (partial credentials),
     // rather than signing with the file's keys under another identity.
     if (!id.empty() || !secret.empty())
@@ -100,7 +99,16 @@ Result<Credentials> ResolveCredentials(const std::string& profile_arg) {
           "no AWS credentials: {} is set but {} is not (set both, or neither to use the credentials file)",
           id.empty() ? "AWS_SECRET_ACCESS_KEY" : "AWS_ACCESS_KEY_ID",
           id.empty() ? "AWS_ACCESS_KEY_ID" : "AWS_SECRET_ACCESS_KEY")));
+    // Configured but failing: an error, not the next link (signing under
+    // another identity than the one set up would be worse than failing).
+    auto configured = [](Result<Credentials> c) -> Result<Credentials> {
+      if (c) return c;
+      return Err(Status(c.error().code(), "no AWS credentials: " + c.error().message()));
+    };
+    if (!Env("AWS_WEB_IDENTITY_TOKEN_FILE").empty() || !Env("AWS_ROLE_ARN").empty())
+      return configured(WebIdentityCredentials(region));
   }
+  const bool named = !profile_arg.empty() || !Env("AWS_PROFILE").empty();
   std::string profile = profile_arg;
   if (profile.empty()) profile = Env("AWS_PROFILE");
   if (profile.empty()) profile = "default";
@@ -109,19 +117,37 @@ Result<Credentials> ResolveCredentials(const std::string& profile_arg) {
                                       ? "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY are not set and "
                                       : "profile [" + profile_arg + "] was asked for (the AWS_* keys are not used) and ";
   std::string path = CredentialsPath();
-  std::ifstream in(path);
-  if (!in) {
-    return Err(Status::NotFound(
-        "no AWS credentials: " + why_not_env + "credentials file " + path + " cannot be read (profile [" +
-        profile + "])"));
+  std::string file_why;  // why the file gave none (the last links' message)
+  if (std::ifstream in(path); in) {
+    std::stringstream ss;
+    ss << in.rdbuf();
+    auto c = ParseCredentialsIni(ss.str(), profile, path);
+    if (c) {
+      c->source = fmt::format("profile [{}] of {}", profile, path);
+      return c;
+    }
+    if (named)
+      return Err(Status(c.error().code(), c.error().message() + "; " + why_not_env.substr(0, why_not_env.size() - 5)));
+    file_why = c.error().message().substr(std::string_view("no AWS credentials: ").size());
+  } else {
+    const std::string msg = "no AWS credentials: " + why_not_env + "credentials file " + path +
+                            " cannot be read (profile [" + profile + "])";
+    if (named) return Err(Status::NotFound(msg));
+    file_why = "credentials file " + path + " cannot be read (profile [" + profile + "])";
   }
-  std::stringstream ss;
-  ss << in.rdbuf();
-  auto c = ParseCredentialsIni(ss.str(), profile, path);
-  if (!c) {
-    return Err(Status(c.error().code(), c.error().message() + "; " + why_not_env.substr(0, why_not_env.size() - 5)));
+  if (!Env("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI").empty() || !Env("AWS_CONTAINER_CREDENTIALS_FULL_URI").empty()) {
+    auto c = ContainerCredentials();
+    if (c) return c;
+    return Err(Status(c.error().code(), "no AWS credentials: " + c.error().message()));
   }
-  return c;
+  std::string imds_why = "instance metadata is off (AWS_EC2_METADATA_DISABLED)";
+  if (Lower(Env("AWS_EC2_METADATA_DISABLED")) != "true") {
+    auto c = InstanceMetadataCredentials();
+    if (c) return c;
+    imds_why = c.error().message();
+  }
+  return Err(Status::NotFound("no AWS credentials: " + why_not_env + file_why + ", no web identity or container "
+                              "credentials are configured, and " + imds_why));
 }
 
 }  // namespace igt

@@ -18,4 +18,19 @@ namespace igt {
 Result<Credentials> ParseCredentialsIni(std::string_view text, const std::string& profile,
                                         const std::string& source);
 
+// The remote links of the chain (backends/credential_providers.cc): each
+// NotFound when it is not configured here, another error naming the
+// endpoint when it is and fails.
+Result<Credentials> WebIdentityCredentials(const std::string& region);
+Result<Credentials> ContainerCredentials();
+Result<Credentials> InstanceMetadataCredentials();
+// Their replies, as pure functions: the container / instance metadata JSON
+// ({"AccessKeyId", "SecretAccessKey", "Token", "Expiration"}) and STS's
+// AssumeRoleWithWebIdentity XML; `source` names the provider in messages
+// and becomes Credentials::source.
+Result<Credentials> ParseCredentialsJson(std::string_view body, const std::string& source);
+Result<Credentials> ParseWebIdentityResponse(std::string_view xml, const std::string& source);
+// 2026-11-28T17:00:00Z (fraction and +hh:mm allowed) -> unix seconds.
+Result<int64_t> ParseIso8601(std::string_view s);
+
 }  // namespace igt

@@ -8,9 +8,11 @@
 #include <unistd.h>
 
 #include "backends/credentials.h"
+#include "backends/fake_http_server_test.h"
 #include "igtcache/backends.h"
 
 using igt::Code;
+using igt::testing::FakeServer;
 
 namespace {
 
@@ -30,6 +32,14 @@ class ScopedEnv {
  private:
   const char* name_;
   std::optional<std::string> old_;
+};
+
+// The chain's remote links unset (and no instance metadata): a test
+// machine must not ask 169.254.169.254 for an identity.
+struct NoRemoteLinks {
+  ScopedEnv a{"AWS_WEB_IDENTITY_TOKEN_FILE", std::nullopt}, b{"AWS_ROLE_ARN", std::nullopt},
+      c{"AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", std::nullopt}, d{"AWS_CONTAINER_CREDENTIALS_FULL_URI", std::nullopt},
+      e{"AWS_EC2_METADATA_DISABLED", std::string("true")};
 };
 
 constexpr const char* kIni = R"(# comment
@@ -84,6 +94,7 @@ TEST_CASE("ResolveCredentials: environment first, then the file", "[credentials]
   ScopedEnv file("AWS_SHARED_CREDENTIALS_FILE", std::string(tmpl));
   ScopedEnv token("AWS_SESSION_TOKEN", std::nullopt);
   ScopedEnv profile("AWS_PROFILE", std::nullopt);
+  NoRemoteLinks no_remote;  // never the network: the chain's remote links are tested below
 
   SECTION("env vars win") {
     ScopedEnv id("AWS_ACCESS_KEY_ID", std::string("AKIDENV"));
@@ -178,4 +189,256 @@ TEST_CASE("RegionFromEnv: $AWS_REGION, else $AWS_DEFAULT_REGION, else us-east-1"
   }
   ScopedEnv empty("AWS_REGION", std::string(""));
   CHECK(igt::RegionFromEnv() == "us-east-1");
+}
+
+TEST_CASE("ParseIso8601 reads the expiry of temporary credentials", "[credentials]") {
+  CHECK(*igt::ParseIso8601("1970-01-01T00:01:40Z") == 100);
+  CHECK(*igt::ParseIso8601("2026-11-28T17:00:00Z") == 1795885200);
+  CHECK(*igt::ParseIso8601("2026-11-28T17:00:00.123Z") == 1795885200);
+  CHECK(*igt::ParseIso8601("2026-11-28T18:00:00+01:00") == 1795885200);
+  CHECK(!igt::ParseIso8601("tomorrow"));
+  CHECK(!igt::ParseIso8601("2026-11-28T17:00:00 UTC"));
+}
+
+TEST_CASE("ParseCredentialsJson and ParseWebIdentityResponse", "[credentials]") {
+  auto c = igt::ParseCredentialsJson(R"({"Code":"Success","AccessKeyId":"ASIA1","SecretAccessKey":"s3cr3t",
+      "Token":"tok","Expiration":"2026-11-28T17:00:00Z"})", "src");
+  REQUIRE(c);
+  CHECK(c->access_key == "ASIA1");
+  CHECK(c->secret_key == "s3cr3t");
+  CHECK(c->session_token == "tok");
+  CHECK(c->expires_unix_s == 1795885200);
+  CHECK(c->source == "src");
+  auto refused = igt::ParseCredentialsJson(R"({"Code":"AssumeRoleUnauthorizedAccess","Message":"no"})", "src");
+  REQUIRE(!refused);
+  CHECK_THAT(refused.error().message(), Catch::Contains("AssumeRoleUnauthorizedAccess"));
+  auto half = igt::ParseCredentialsJson(R"({"AccessKeyId":"ASIA1","Token":"tok"})", "src");
+  REQUIRE(!half);
+  CHECK_THAT(half.error().message(), Catch::Contains("SecretAccessKey"));
+  CHECK_THAT(half.error().message(), !Catch::Contains("tok"));
+  CHECK(!igt::ParseCredentialsJson("<html>", "src"));
+
+  auto w = igt::ParseWebIdentityResponse(R"(<AssumeRoleWithWebIdentityResponse xmlns="https://sts.amazonaws.com/doc/2011-06-15/">
+  <AssumeRoleWithWebIdentityResult><Credentials><AccessKeyId>ASIAW</AccessKeyId><SecretAccessKey>sw</SecretAccessKey>
+  <SessionToken>tw</SessionToken><Expiration>2026-11-28T17:00:00Z</Expiration></Credentials>
+  </AssumeRoleWithWebIdentityResult></AssumeRoleWithWebIdentityResponse>)", "sts");
+  REQUIRE(w);
+  CHECK(w->access_key == "ASIAW");
+  CHECK(w->session_token == "tw");
+  CHECK(w->expires_unix_s == 1795885200);
+  auto denied = igt::ParseWebIdentityResponse(
+      "<ErrorResponse><Error><Code>InvalidIdentityToken</Code><Message>bad token</Message></Error></ErrorResponse>", "sts");
+  REQUIRE(!denied);
+  CHECK(denied.error().code() == Code::kPermissionDenied);
+  CHECK_THAT(denied.error().message(), Catch::Contains("InvalidIdentityToken: bad token"));
+}
+
+namespace {
+const std::string kCredsJson =
+    R"({"Code":"Success","Type":"AWS-HMAC","AccessKeyId":"ASIAIMDS","SecretAccessKey":"imds-secret",)"
+    R"("Token":"imds-token","Expiration":"2026-11-28T17:00:00Z"})";
+
+std::string Header(const std::string& head, const std::string& name) {
+  std::string lower = head;
+  for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  const size_t k = lower.find("\r\n" + name + ":");
+  if (k == std::string::npos) return "";
+  size_t v = k + 3 + name.size();
+  while (v < head.size() && head[v] == ' ') ++v;
+  return head.substr(v, head.find("\r\n", v) - v);
+}
+
+std::string TempFile(const std::string& text) {
+  char tmpl[] = "/tmp/igt-cred-XXXXXX";
+  int fd = ::mkstemp(tmpl);
+  REQUIRE(fd >= 0);
+  ::close(fd);
+  std::ofstream(tmpl) << text;
+  return tmpl;
+}
+}  // namespace
+
+TEST_CASE("instance metadata: IMDSv2 token, the role, its credentials, and v1 when the token is refused",
+          "[credentials]") {
+  FakeServer s;
+  ScopedEnv ep("AWS_EC2_METADATA_SERVICE_ENDPOINT", s.endpoint() + "/");
+  SECTION("v2") {
+    s.Push(FakeServer::Reply(200, {}, "TOKEN123"));
+    s.Push(FakeServer::Reply(200, {}, "my-role\n"));
+    s.Push(FakeServer::Reply(200, {}, kCredsJson));
+    auto c = igt::InstanceMetadataCredentials();
+    REQUIRE(c);
+    CHECK(c->access_key == "ASIAIMDS");
+    CHECK(c->session_token == "imds-token");
+    CHECK(c->expires_unix_s == 1795885200);
+    CHECK(c->source == "instance metadata (role my-role)");
+    auto r = s.requests();
+    REQUIRE(r.size() == 3);
+    CHECK(r[0].starts_with("PUT /latest/api/token "));
+    CHECK(Header(r[0], "x-aws-ec2-metadata-token-ttl-seconds") == "21600");
+    CHECK(r[1].starts_with("GET /latest/meta-data/iam/security-credentials/ "));
+    CHECK(Header(r[1], "x-aws-ec2-metadata-token") == "TOKEN123");
+    CHECK(r[2].starts_with("GET /latest/meta-data/iam/security-credentials/my-role "));
+    CHECK(Header(r[2], "x-aws-ec2-metadata-token") == "TOKEN123");
+  }
+  SECTION("v1 fallback") {
+    s.Push(FakeServer::Reply(403, {}, ""));
+    s.Push(FakeServer::Reply(200, {}, "r1"));
+    s.Push(FakeServer::Reply(200, {}, kCredsJson));
+    auto c = igt::InstanceMetadataCredentials();
+    REQUIRE(c);
+    CHECK(c->access_key == "ASIAIMDS");
+    auto r = s.requests();
+    REQUIRE(r.size() == 3);
+    CHECK(Header(r[1], "x-aws-ec2-metadata-token").empty());
+  }
+  SECTION("no role") {
+    s.Push(FakeServer::Reply(200, {}, "TOKEN123"));
+    s.Push(FakeServer::Reply(404, {}, ""));
+    auto c = igt::InstanceMetadataCredentials();
+    REQUIRE(!c);
+    CHECK_THAT(c.error().message(), Catch::Contains("no instance role (HTTP 404)"));
+  }
+}
+
+TEST_CASE("instance metadata: nothing listening is a quick error, not a hang", "[credentials]") {
+  std::string dead;
+  {
+    FakeServer s;  // a port that was just free, closed again
+    dead = s.endpoint();
+  }
+  ScopedEnv ep("AWS_EC2_METADATA_SERVICE_ENDPOINT", dead);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto c = igt::InstanceMetadataCredentials();
+  REQUIRE(!c);
+  CHECK(c.error().code() == Code::kUnavailable);
+  CHECK_THAT(c.error().message(), Catch::Contains("instance metadata at " + dead));
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));
+}
+
+TEST_CASE("container credentials: full URI with a token file, a refusal's reason, plain http refused elsewhere",
+          "[credentials]") {
+  FakeServer s;
+  ScopedEnv rel("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", std::nullopt);
+  ScopedEnv full("AWS_CONTAINER_CREDENTIALS_FULL_URI", s.endpoint() + "/v1/credentials");
+  const std::string tok = TempFile("pod-token\n");
+  ScopedEnv tf("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", tok);
+  s.Push(FakeServer::Reply(200, {}, kCredsJson));
+  auto c = igt::ContainerCredentials();
+  REQUIRE(c);
+  CHECK(c->access_key == "ASIAIMDS");
+  CHECK(c->source == "container credentials at " + s.endpoint() + "/v1/credentials");
+  REQUIRE(s.requests().size() == 1);
+  CHECK(s.requests()[0].starts_with("GET /v1/credentials "));
+  CHECK(Header(s.requests()[0], "authorization") == "pod-token");
+  // Refused by the agent: the reply's reason is in the message.
+  s.Push(FakeServer::Reply(401, {}, R"({"code":"AccessDenied","message":"token mismatch"})"));
+  auto refused = igt::ContainerCredentials();
+  REQUIRE(!refused);
+  CHECK_THAT(refused.error().message(), Catch::Contains("HTTP 401"));
+  CHECK_THAT(refused.error().message(), Catch::Contains("token mismatch"));
+  ScopedEnv far("AWS_CONTAINER_CREDENTIALS_FULL_URI", std::string("http://192.0.2.9/creds"));
+  auto bad = igt::ContainerCredentials();
+  REQUIRE(!bad);
+  CHECK(bad.error().code() == Code::kInvalidArgument);
+  CHECK_THAT(bad.error().message(), Catch::Contains("AWS_CONTAINER_CREDENTIALS_FULL_URI"));
+  ::unlink(tok.c_str());
+}
+
+TEST_CASE("web identity: the token file and role are exchanged at STS", "[credentials]") {
+  FakeServer s;
+  const std::string tok = TempFile("eyJhbGciOi.payload.sig\n");
+  ScopedEnv tf("AWS_WEB_IDENTITY_TOKEN_FILE", tok);
+  ScopedEnv role("AWS_ROLE_ARN", std::string("arn:aws:iam::123456789012:role/reader"));
+  ScopedEnv name("AWS_ROLE_SESSION_NAME", std::string("job 7"));
+  ScopedEnv sts("AWS_ENDPOINT_URL_STS", s.endpoint());
+  s.Push(FakeServer::Reply(200, {"Content-Type: text/xml"},
+                           "<AssumeRoleWithWebIdentityResponse><AssumeRoleWithWebIdentityResult><Credentials>"
+                           "<AccessKeyId>ASIAWEB</AccessKeyId><SecretAccessKey>web-secret</SecretAccessKey>"
+                           "<SessionToken>web-token</SessionToken><Expiration>2026-11-28T17:00:00Z</Expiration>"
+                           "</Credentials></AssumeRoleWithWebIdentityResult></AssumeRoleWithWebIdentityResponse>"));
+  auto c = igt::WebIdentityCredentials("eu-west-1");
+  REQUIRE(c);
+  CHECK(c->access_key == "ASIAWEB");
+  CHECK(c->session_token == "web-token");
+  CHECK(c->expires_unix_s == 1795885200);
+  CHECK_THAT(c->source, Catch::Contains("arn:aws:iam::123456789012:role/reader"));
+  REQUIRE(s.requests().size() == 1);
+  CHECK(s.requests()[0].starts_with("POST / "));
+  const std::string body = s.bodies()[0];
+  CHECK_THAT(body, Catch::Contains("Action=AssumeRoleWithWebIdentity"));
+  CHECK_THAT(body, Catch::Contains("RoleArn=arn%3Aaws%3Aiam%3A%3A123456789012%3Arole%2Freader"));
+  CHECK_THAT(body, Catch::Contains("RoleSessionName=job%207"));
+  CHECK_THAT(body, Catch::Contains("WebIdentityToken=eyJhbGciOi.payload.sig"));
+  // STS says no: its code and message, not the token.
+  s.Push(FakeServer::Reply(400, {}, "<ErrorResponse><Error><Code>InvalidIdentityToken</Code>"
+                                    "<Message>Token expired</Message></Error></ErrorResponse>"));
+  auto denied = igt::WebIdentityCredentials("eu-west-1");
+  REQUIRE(!denied);
+  CHECK(denied.error().code() == Code::kPermissionDenied);
+  CHECK_THAT(denied.error().message(), Catch::Contains("InvalidIdentityToken: Token expired"));
+  CHECK_THAT(denied.error().message(), !Catch::Contains("payload"));
+  ::unlink(tok.c_str());
+}
+
+TEST_CASE("the chain: environment, web identity, file, container, instance metadata", "[credentials]") {
+  FakeServer s;
+  NoRemoteLinks none;
+  ScopedEnv id("AWS_ACCESS_KEY_ID", std::nullopt);
+  ScopedEnv secret("AWS_SECRET_ACCESS_KEY", std::nullopt);
+  ScopedEnv profile("AWS_PROFILE", std::nullopt);
+  ScopedEnv file("AWS_SHARED_CREDENTIALS_FILE", std::string("/nonexistent/igt/credentials"));
+  SECTION("nothing anywhere: the message names every link") {
+    auto c = igt::ResolveCredentials("");
+    REQUIRE(!c);
+    CHECK(c.error().code() == Code::kNotFound);
+    CHECK_THAT(c.error().message(), Catch::Contains("AWS_ACCESS_KEY_ID"));
+    CHECK_THAT(c.error().message(), Catch::Contains("/nonexistent/igt/credentials"));
+    CHECK_THAT(c.error().message(), Catch::Contains("AWS_EC2_METADATA_DISABLED"));
+  }
+  SECTION("instance metadata when nothing else is set") {
+    ScopedEnv on("AWS_EC2_METADATA_DISABLED", std::nullopt);
+    ScopedEnv ep("AWS_EC2_METADATA_SERVICE_ENDPOINT", s.endpoint());
+    s.Push(FakeServer::Reply(200, {}, "T"));
+    s.Push(FakeServer::Reply(200, {}, "r"));
+    s.Push(FakeServer::Reply(200, {}, kCredsJson));
+    auto c = igt::ResolveCredentials("");
+    REQUIRE(c);
+    CHECK(c->access_key == "ASIAIMDS");
+  }
+  SECTION("the container before instance metadata; a failing container is an error") {
+    ScopedEnv full("AWS_CONTAINER_CREDENTIALS_FULL_URI", s.endpoint() + "/c");
+    s.Push(FakeServer::Reply(200, {}, kCredsJson));
+    auto c = igt::ResolveCredentials("");
+    REQUIRE(c);
+    CHECK_THAT(c->source, Catch::Contains("container credentials"));
+    s.Push(FakeServer::Reply(500, {}, "down"));
+    auto f = igt::ResolveCredentials("");
+    REQUIRE(!f);
+    CHECK_THAT(f.error().message(), Catch::StartsWith("no AWS credentials: container credentials at"));
+  }
+  SECTION("the file before the container; the environment before everything") {
+    const std::string path = TempFile(kIni);
+    ScopedEnv f("AWS_SHARED_CREDENTIALS_FILE", path);
+    ScopedEnv full("AWS_CONTAINER_CREDENTIALS_FULL_URI", s.endpoint() + "/c");
+    auto c = igt::ResolveCredentials("");
+    REQUIRE(c);
+    CHECK(c->access_key == "AKIDDEFAULT");
+    CHECK(c->source == "profile [default] of " + path);
+    ScopedEnv i("AWS_ACCESS_KEY_ID", std::string("AKIDENV"));
+    ScopedEnv k("AWS_SECRET_ACCESS_KEY", std::string("secretenv"));
+    CHECK(igt::ResolveCredentials("")->source == "environment");
+    CHECK(s.requests().empty());
+    ::unlink(path.c_str());
+  }
+  SECTION("web identity before the file") {
+    const std::string path = TempFile(kIni);
+    ScopedEnv f("AWS_SHARED_CREDENTIALS_FILE", path);
+    ScopedEnv role("AWS_ROLE_ARN", std::string("arn:aws:iam::1:role/r"));
+    ScopedEnv tf("AWS_WEB_IDENTITY_TOKEN_FILE", std::string("/nonexistent/igt/token"));
+    auto c = igt::ResolveCredentials("");
+    REQUIRE(!c);  // configured, failing: not silently the file's identity
+    CHECK_THAT(c.error().message(), Catch::Contains("AWS_WEB_IDENTITY_TOKEN_FILE /nonexistent/igt/token"));
+    ::unlink(path.c_str());
+  }
 }

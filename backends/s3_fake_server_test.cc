@@ -19,123 +19,21 @@
 #include <thread>
 #include <vector>
 
+#include "backends/fake_http_server_test.h"
 #include "igtcache/backends.h"
 #include "igtcache/metrics.h"
 
 using igt::Code;
+using igt::testing::FakeServer;
 
 namespace {
-
-// One request per connection; replies come from a FIFO script (an empty
-// script answers 500). Records each request's head (request line + headers).
-class FakeServer {
- public:
-  FakeServer() {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    int one = 1;
-    ::setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    REQUIRE(::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-    socklen_t len = sizeof a;
-    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
-    port_ = ntohs(a.sin_port);
-    REQUIRE(::listen(fd_, 16) == 0);
-    thread_ = std::thread([this] { Loop(); });
-  }
-  ~FakeServer() {
-    stop_ = true;
-    thread_.join();
-    ::close(fd_);
-  }
-
-  std::string endpoint() const { return "http://127.0.0.1:" + std::to_string(port_); }
-
-  void Push(std::string raw) {
-    std::lock_guard l(mu_);
-    script_.push_back(std::move(raw));
-  }
-  std::vector<std::string> requests() {
-    std::lock_guard l(mu_);
-    return requests_;
-  }
-
-  static std::string Reply(int status, const std::vector<std::string>& headers, const std::string& body,
-                           bool auto_length = true) {
-    std::string r = "HTTP/1.1 " + std::to_string(status) + " X\r\nConnection: close\r\n";
-    for (const auto& h : headers) r += h + "\r\n";
-    if (auto_length) r += "Content-Length: " + std::to_string(body.size()) + "\r\n";
-    return r + "\r\n" + body;
-  }
-
- private:
-  void Loop() {
-    while (!stop_) {
-      pollfd p{fd_, POLLIN, 0};
-      if (::poll(&p, 1, 20) <= 0) continue;
-      int c = ::accept(fd_, nullptr, nullptr);
-      if (c < 0) continue;
-      std::string head;
-      char buf[4096];
-      while (head.find("\r\n\r\n") == std::string::npos) {
-        ssize_t n = ::recv(c, buf, sizeof buf, 0);
-        if (n <= 0) break;
-        head.append(buf, static_cast<size_t>(n));
-      }
-      std::string reply;
-      {
-        std::lock_guard l(mu_);
-        requests_.push_back(head.substr(0, head.find("\r\n\r\n")));
-        if (script_.empty()) {
-          reply = Reply(500, {}, "<Error><Code>InternalError</Code><Message>unscripted</Message></Error>");
-        } else {
-          reply = std::move(script_.front());
-          script_.pop_front();
-        }
-      }
-      // "STALL:" replies send their bytes, then go quiet until the client
-      // gives up (or the server stops).
-      bool stall = reply.starts_with("STALL:");
-      if (stall) reply.erase(0, 6);
-      // "SLOW:" replies go out at 100 KB/s (10 KB every 100 ms).
-      const bool slow = reply.starts_with("SLOW:");
-      if (slow) reply.erase(0, 5);
-      size_t off = 0;
-      while (off < reply.size() && !stop_) {
-        const size_t chunk = slow ? std::min<size_t>(10'000, reply.size() - off) : reply.size() - off;
-        ssize_t n = ::send(c, reply.data() + off, chunk, MSG_NOSIGNAL);
-        if (n <= 0) break;
-        off += static_cast<size_t>(n);
-        if (slow) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      }
-      while (stall && !stop_) {
-        pollfd cp{c, POLLIN, 0};
-        if (::poll(&cp, 1, 20) > 0) {
-          char tmp[256];
-          if (::recv(c, tmp, sizeof tmp, 0) <= 0) break;  // client hung up
-        }
-      }
-      ::shutdown(c, SHUT_RDWR);
-      ::close(c);
-    }
-  }
-
-  int fd_ = -1;
-  int port_ = 0;
-  std::atomic<bool> stop_{false};
-  std::thread thread_;
-  std::mutex mu_;  // guards script_, requests_
-  std::deque<std::string> script_;
-  std::vector<std::string> requests_;
-};
 
 igt::S3Options Opts(const FakeServer& s, igt::Metrics* m) {
   igt::S3Options o;
   o.bucket = "bkt";
   o.prefix = "pre/";
   o.endpoint = s.endpoint();
-  o.credentials = {"AKIDTEST", "secret-never-shown", ""};
+  o.credentials = {"AKIDTEST", "secret-never-shown", "", 0, ""};
   o.max_retries = 3;
   o.retry_base_ms = 1;
   o.retry_deadline_ms = 10000;
@@ -464,7 +362,7 @@ TEST_CASE("S3 fake: expired credentials are read again once, and used if they ch
   igt::Metrics m;
   auto o = Opts(s, &m);
   int reads = 0;
-  igt::Credentials next = {"AKIDNEW", "secret-new", "token-new"};
+  igt::Credentials next = {"AKIDNEW", "secret-new", "token-new", 0, ""};
   o.refresh_credentials = [&]() -> igt::Result<igt::Credentials> {
     ++reads;
     return next;
@@ -518,7 +416,7 @@ TEST_CASE("S3 fake: expired credentials are read again once, and used if they ch
   CHECK(reads == 3);
 
   // A HEAD's 403 has no body to say why: the credentials are read again too.
-  next = {"AKIDTHIRD", "secret-third", ""};
+  next = {"AKIDTHIRD", "secret-third", "", 0, ""};
   s.Push("HTTP/1.1 403 Forbidden\r\nConnection: close\r\nContent-Length: 0\r\n\r\n");
   s.Push("HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 10\r\nETag: \"e1\"\r\n\r\n");
   auto st = (*b)->Stat("k");
@@ -526,6 +424,64 @@ TEST_CASE("S3 fake: expired credentials are read again once, and used if they ch
   CHECK(st->size == 10);
   CHECK(reads == 4);
   CHECK_THAT(Head(s.requests().back(), "authorization"), Catch::Contains("Credential=AKIDTHIRD/"));
+}
+
+TEST_CASE("S3 fake: temporary credentials are renewed before they expire, by one request", "[s3fake]") {
+  // Instance metadata, container and web identity credentials carry their
+  // expiry: within 5 minutes of it a request renews them before signing;
+  // a renewal that fails or gives the same ones is not tried again for 10 s
+  // (the old ones still sign meanwhile).
+  FakeServer s;
+  igt::Metrics m;
+  auto o = Opts(s, &m);
+  const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
+                          std::chrono::system_clock::now().time_since_epoch()).count();
+  o.credentials = {"AKIDOLD", "secret-old", "token-old", now + 120, "test provider"};
+  int reads = 0;
+  igt::Result<igt::Credentials> next = igt::Credentials{"AKIDRENEWED", "secret-renewed", "token-renewed", now + 3600,
+                                                        "test provider"};
+  o.refresh_credentials = [&]() -> igt::Result<igt::Credentials> {
+    ++reads;
+    return next;
+  };
+  char buf[10];
+  {
+    auto b = igt::MakeS3Backend(o);
+    REQUIRE(b);
+    for (int i = 0; i < 3; ++i) {
+      s.Push(FakeServer::Reply(206, kOkHeaders, kTen));
+      REQUIRE((*b)->Read("k", 0, 10, "e1", buf));
+    }
+    CHECK(reads == 1);  // renewed once: the new ones expire in an hour
+    for (const auto& r : s.requests()) {
+      CHECK_THAT(Head(r, "authorization"), Catch::Contains("Credential=AKIDRENEWED/"));
+      CHECK(Head(r, "x-amz-security-token") == "token-renewed");
+    }
+  }
+  {
+    // Credentials far from their expiry, or without one, are not renewed.
+    o.credentials.expires_unix_s = now + 3600;
+    auto b = igt::MakeS3Backend(o);
+    REQUIRE(b);
+    s.Push(FakeServer::Reply(206, kOkHeaders, kTen));
+    REQUIRE((*b)->Read("k", 0, 10, "e1", buf));
+    CHECK(reads == 1);
+    CHECK_THAT(Head(s.requests().back(), "authorization"), Catch::Contains("Credential=AKIDOLD/"));
+  }
+  {
+    // A renewal that fails: the old ones go on signing, and it is not
+    // tried again at every request.
+    o.credentials.expires_unix_s = now + 120;
+    next = igt::Err(igt::Status::Unavailable("instance metadata at http://x: timed out"));
+    auto b = igt::MakeS3Backend(o);
+    REQUIRE(b);
+    for (int i = 0; i < 3; ++i) {
+      s.Push(FakeServer::Reply(206, kOkHeaders, kTen));
+      REQUIRE((*b)->Read("k", 0, 10, "e1", buf));
+    }
+    CHECK(reads == 2);
+    CHECK_THAT(Head(s.requests().back(), "authorization"), Catch::Contains("Credential=AKIDOLD/"));
+  }
 }
 
 TEST_CASE("S3 fake: after a whole retry budget without an answer requests get one attempt until one is answered",

@@ -171,7 +171,7 @@ class S3rver {
     igt::s3::HttpRequest req;
     req.method = "PUT";
     req.url = endpoint() + igt::s3::UriEncode(in.path, true);
-    req.headers = igt::s3::SignRequest(in, {"S3RVER", "S3RVER", ""});
+    req.headers = igt::s3::SignRequest(in, {"S3RVER", "S3RVER", "", 0, ""});
     req.upload = bytes;
     auto r = pool.Perform(req);
     REQUIRE(r.curl_code == 0);
@@ -190,7 +190,7 @@ igt::S3Options Opts(const std::string& endpoint, const std::string& prefix = "")
   o.bucket = "testbucket";
   o.prefix = prefix;
   o.endpoint = endpoint;
-  o.credentials = {"S3RVER", "S3RVER", ""};
+  o.credentials = {"S3RVER", "S3RVER", "", 0, ""};
   o.connect_timeout_ms = 2000;
   o.request_timeout_ms = 10000;
   o.max_retries = 2;

@@ -206,8 +206,9 @@ Outcome ClassifyFailure(const HttpResponse& r, const S3Endpoint& ep, std::string
                           ? "the access key is not known there (mistyped, deleted, or meant for another endpoint)"
                           : "they expired or were revoked";
     return {Status::PermissionDenied("S3 refused the credentials for " + bucket + " at " + ep.endpoint + " (" +
-                                     detail + "): " + why + ". A mount reads the credentials file again when this "
-                                     "happens; credentials from the environment need a new mount"),
+                                     detail + "): " + why + ". A mount asks for them again when this happens (the "
+                                     "credentials file, instance metadata, the container endpoint, STS); credentials "
+                                     "from the environment need a new mount"),
             false, true};
   }
   if (s == 403) {
@@ -448,6 +449,7 @@ class S3Backend final : public Backend {
       in.headers = req.headers;
       in.region = opts_.region.empty() ? "us-east-1" : opts_.region;
       in.amz_date = FormatAmzDate(std::chrono::system_clock::now());
+      RenewIfExpiring();
       std::lock_guard lk(cred_mu_);
       req.headers = SignRequest(in, credentials_);
     }
@@ -598,6 +600,43 @@ class S3Backend final : public Backend {
     return true;
   }
 
+  // Temporary credentials (instance metadata, container, web identity, a
+  // file an SSO login rewrites) are renewed within kRenewAheadS of their
+  // expiry, by one request while the others go on signing with the current
+  // ones; a failed or unchanged renewal is tried again kRenewRetryS later.
+  // Past the expiry S3 refuses them and RefreshCredentials asks again.
+  static constexpr int64_t kRenewAheadS = 300, kRenewRetryS = 10;
+  void RenewIfExpiring() {
+    if (!opts_.refresh_credentials) return;
+    const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
+                            std::chrono::system_clock::now().time_since_epoch()).count();
+    uint64_t gen;
+    {
+      std::lock_guard lk(cred_mu_);
+      if (credentials_.expires_unix_s == 0 || now < credentials_.expires_unix_s - kRenewAheadS ||
+          now < next_renew_s_)
+        return;
+      next_renew_s_ = now + kRenewRetryS;
+      gen = cred_gen_;
+    }
+    std::unique_lock renewing(renew_mu_, std::try_to_lock);
+    if (!renewing) return;  // another request renews them
+    auto c = opts_.refresh_credentials();
+    std::lock_guard lk(cred_mu_);
+    if (!c) {
+      spdlog::warn("s3: credentials from {} expire in {} s and cannot be renewed: {}", credentials_.source,
+                   credentials_.expires_unix_s - now, c.error().message());
+      return;
+    }
+    if (cred_gen_ != gen || (c->access_key == credentials_.access_key && c->secret_key == credentials_.secret_key &&
+                             c->session_token == credentials_.session_token))
+      return;  // renewed meanwhile, or the provider still hands out the same ones
+    credentials_ = std::move(*c);
+    ++cred_gen_;
+    spdlog::info("s3: credentials from {} renewed; they expire in {} s", credentials_.source,
+                 credentials_.expires_unix_s ? credentials_.expires_unix_s - now : 0);
+  }
+
   static int64_t Jitter(int64_t cap) {
     thread_local std::mt19937_64 rng{std::random_device{}()};
     return std::uniform_int_distribution<int64_t>(0, cap)(rng);
@@ -606,9 +645,11 @@ class S3Backend final : public Backend {
   const S3Options opts_;
   const S3Endpoint ep_;
   bool anonymous_ = false;
-  std::mutex cred_mu_;        // guards credentials_, cred_gen_
+  std::mutex cred_mu_;        // guards credentials_, cred_gen_, next_renew_s_
   Credentials credentials_;   // what requests are signed with (RefreshCredentials)
   uint64_t cred_gen_ = 0;
+  int64_t next_renew_s_ = 0;  // RenewIfExpiring: not before (unix s)
+  std::mutex renew_mu_;       // one renewal at a time (held without cred_mu_: it waits on the network)
   HttpPool pool_;
   std::mutex cancel_mu_;  // only for the wait between retries
 

@@ -30,14 +30,30 @@ struct Credentials {
   std::string access_key;
   std::string secret_key;
   std::string session_token;  // optional
+  int64_t expires_unix_s = 0;  // temporary credentials: when they expire (0: they do not)
+  std::string source;          // where they came from, for logs ("environment", "instance metadata (role r)")
 };
 
-// A non-empty `profile`: section [profile] of ~/.aws/credentials (or
+// The AWS credential chain, as the AWS CLI and SDKs walk it. A non-empty
+// `profile`: section [profile] of ~/.aws/credentials (or
 // $AWS_SHARED_CREDENTIALS_FILE), whatever the environment holds (as the AWS
-// CLI's --profile). Else AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY /
-// AWS_SESSION_TOKEN, else that file's section [$AWS_PROFILE or "default"].
-// NotFound with a message saying where it looked. Never logs the secret.
-Result<Credentials> ResolveCredentials(const std::string& profile);
+// CLI's --profile). Else, first found:
+//   1. AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN;
+//   2. a web identity: AWS_WEB_IDENTITY_TOKEN_FILE + AWS_ROLE_ARN, exchanged
+//      at STS (AssumeRoleWithWebIdentity; AWS_ENDPOINT_URL_STS, else STS of
+//      `region`): EKS service accounts;
+//   3. the file's section [$AWS_PROFILE or "default"];
+//   4. the container endpoint (AWS_CONTAINER_CREDENTIALS_RELATIVE_URI or
+//      _FULL_URI, with AWS_CONTAINER_AUTHORIZATION_TOKEN[_FILE]): ECS tasks,
+//      EKS Pod Identity;
+//   5. the EC2 instance metadata service (IMDSv2, else v1;
+//      AWS_EC2_METADATA_SERVICE_ENDPOINT; off with
+//      AWS_EC2_METADATA_DISABLED=true).
+// A link configured but failing (2, 4, a named $AWS_PROFILE) is an error, not
+// skipped. NotFound with a message saying where it looked. Never logs the
+// secret. Temporary credentials carry their expiry (S3 renews them before it
+// through S3Options::refresh_credentials).
+Result<Credentials> ResolveCredentials(const std::string& profile, const std::string& region = "us-east-1");
 
 struct S3Options {
   std::string bucket;

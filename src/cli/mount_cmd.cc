@@ -179,13 +179,19 @@ Result<std::unique_ptr<Backend>> BuildBackend(const SourceUrl& url, const Config
   o.max_connections = static_cast<int>(c.backend.max_connections);
   o.metrics = m;
   if (!o.no_sign_request) {
-    auto cred = ResolveCredentials(c.backend.profile);
+    auto cred = ResolveCredentials(c.backend.profile, o.region);
     if (!cred)  // the message starts "no AWS credentials: ..."
       return Err(Status::PermissionDenied(
           fmt::format("{} (mounting s3://{}; or set backend.no_sign_request for a public bucket)",
                       cred.error().message(), url.bucket)));
+    if (cred->expires_unix_s)
+      spdlog::info("s3: credentials from {}, temporary: renewed before they expire", cred->source);
+    else
+      spdlog::info("s3: credentials from {}", cred->source);
     o.credentials = *cred;
-    o.refresh_credentials = [profile = c.backend.profile] { return ResolveCredentials(profile); };
+    o.refresh_credentials = [profile = c.backend.profile, region = o.region] {
+      return ResolveCredentials(profile, region);
+    };
   }
   auto b = MakeS3Backend(o);
   // Named where the user set it.

@@ -135,7 +135,8 @@ const std::vector<Key>& Schema() {
        "auto|path|virtual", SET_STR(backend.addressing)},
       {"backend.profile", Type::kString, "",
        "Profile in ~/.aws/credentials ($AWS_SHARED_CREDENTIALS_FILE), used even when the AWS_* "
-       "keys are set. Empty: the AWS_* keys, else $AWS_PROFILE or 'default'.",
+       "keys are set. Empty: the AWS CLI's chain: the AWS_* keys, a web identity, $AWS_PROFILE or "
+       "'default', the container endpoint, EC2 instance metadata (docs/CLI.md, CREDENTIALS).",
        nullptr, SET_STR(backend.profile)},
       {"backend.no_sign_request", Type::kBool, "false",
        "Send unsigned requests (public buckets); no credentials needed.", nullptr,

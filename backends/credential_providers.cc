@@ -1,0 +1,263 @@
+// The remote links of the AWS credential chain (ResolveCredentials): a web
+// identity token exchanged at STS (EKS service accounts), the container
+// endpoint (ECS tasks, EKS Pod Identity) and the EC2 instance metadata
+// service (IMDSv2, falling back to v1). Each answers with temporary
+// credentials and their expiry; the S3 backend renews them before that
+// (S3Options::refresh_credentials). Secrets never enter a message.
+
+#include <curl/curl.h>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <pugixml.hpp>
+
+#include <chrono>
+#include <cstdlib>
+#include <ctime>
+#include <fstream>
+#include <sstream>
+
+#include "backends/credentials.h"
+
+namespace igt {
+namespace {
+
+std::string Env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? std::string(v) : std::string();
+}
+
+struct HttpReply {
+  long status = 0;    // 0: no HTTP answer (see error)
+  std::string body;
+  std::string error;  // curl's reason when status is 0
+};
+
+size_t Collect(char* p, size_t size, size_t n, void* out) {
+  auto* s = static_cast<std::string*>(out);
+  if (s->size() + size * n > (1u << 20)) return 0;  // a credentials reply is small: 1 MiB is no reply
+  s->append(p, size * n);
+  return size * n;
+}
+
+// One request, no retries. `direct`: never through a proxy (link-local and
+// loopback endpoints: a proxy would be asked for the instance's identity).
+HttpReply Call(const char* method, const std::string& url, const std::vector<std::string>& headers,
+               const std::string* body, long timeout_ms, bool direct) {
+  HttpReply r;
+  CURL* c = curl_easy_init();
+  if (!c) {
+    r.error = "cannot create an HTTP handle";
+    return r;
+  }
+  curl_slist* hs = nullptr;
+  for (const auto& h : headers) hs = curl_slist_append(hs, h.c_str());
+  curl_easy_setopt(c, CURLOPT_URL, url.c_str());
+  curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+  if (body) {
+    curl_easy_setopt(c, CURLOPT_POSTFIELDS, body->c_str());
+    curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, static_cast<long>(body->size()));
+  }
+  curl_easy_setopt(c, CURLOPT_HTTPHEADER, hs);
+  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, Collect);
+  curl_easy_setopt(c, CURLOPT_WRITEDATA, &r.body);
+  curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, timeout_ms);
+  curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, timeout_ms);
+  curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L);
+  if (direct) curl_easy_setopt(c, CURLOPT_NOPROXY, "*");
+  CURLcode rc = curl_easy_perform(c);
+  if (rc == CURLE_OK) curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r.status);
+  else r.error = curl_easy_strerror(rc);
+  curl_slist_free_all(hs);
+  curl_easy_cleanup(c);
+  return r;
+}
+
+std::string Why(const HttpReply& r) {
+  return r.status ? fmt::format("HTTP {}", r.status) : r.error;
+}
+
+Result<std::string> ReadFile(const std::string& path, const char* what) {
+  std::ifstream in(path);
+  if (!in) return Err(Status::NotFound(fmt::format("{} {} cannot be read", what, path)));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string s = ss.str();
+  while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+std::string FormEncode(std::string_view s) {
+  std::string out;
+  for (unsigned char ch : s) {
+    if (std::isalnum(ch) || ch == '-' || ch == '_' || ch == '.' || ch == '~') out += static_cast<char>(ch);
+    else out += fmt::format("%{:02X}", ch);
+  }
+  return out;
+}
+
+// Hosts a container endpoint may be reached at over plain http, as the AWS
+// SDKs allow: loopback, the ECS agent and EKS Pod Identity.
+bool PlainHttpAllowed(const std::string& url) {
+  for (const char* p : {"http://127.", "http://localhost:", "http://localhost/", "http://[::1]",
+                        "http://169.254.170.2:", "http://169.254.170.2/", "http://169.254.170.23",
+                        "http://[fd00:ec2::23]"})
+    if (url.starts_with(p)) return true;
+  return url == "http://169.254.170.2" || url == "http://localhost";
+}
+
+}  // namespace
+
+Result<int64_t> ParseIso8601(std::string_view s) {
+  // 2026-11-28T17:00:00Z, with optional fractional seconds, Z or +00:00.
+  std::tm tm{};
+  std::string str(s);
+  const char* end = strptime(str.c_str(), "%Y-%m-%dT%H:%M:%S", &tm);
+  if (!end) return Err(Status::InvalidArgument(fmt::format("not an ISO 8601 time: '{}'", str)));
+  if (*end == '.')
+    for (++end; std::isdigit(static_cast<unsigned char>(*end));) ++end;
+  int64_t offset_s = 0;
+  if (*end == '+' || *end == '-') {
+    int hh = 0, mm = 0;
+    if (std::sscanf(end + 1, "%2d:%2d", &hh, &mm) != 2)
+      return Err(Status::InvalidArgument(fmt::format("not an ISO 8601 time: '{}'", str)));
+    offset_s = (*end == '+' ? 1 : -1) * (hh * 3600 + mm * 60);
+  } else if (*end != 'Z' && *end != '\0') {
+    return Err(Status::InvalidArgument(fmt::format("not an ISO 8601 time: '{}'", str)));
+  }
+  return static_cast<int64_t>(timegm(&tm)) - offset_s;
+}
+
+Result<Credentials> ParseCredentialsJson(std::string_view body, const std::string& source) {
+  auto j = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return Err(Status::InvalidArgument(source + ": the reply is not a JSON object"));
+  if (auto code = j.find("Code"); code != j.end() && code->is_string() && *code != "Success")
+    return Err(Status::PermissionDenied(fmt::format("{}: {} {}", source, code->get<std::string>(),
+                                                    j.value("Message", std::string()))));
+  Credentials c;
+  auto str = [&](const char* k) {
+    auto it = j.find(k);
+    return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
+  c.access_key = str("AccessKeyId");
+  c.secret_key = str("SecretAccessKey");
+  c.session_token = str("Token");
+  if (c.access_key.empty() || c.secret_key.empty())
+    return Err(Status::InvalidArgument(
+        fmt::format("{}: the reply has no {}", source, c.access_key.empty() ? "AccessKeyId" : "SecretAccessKey")));
+  if (std::string exp = str("Expiration"); !exp.empty()) {
+    auto t = ParseIso8601(exp);
+    if (!t) return Err(Status::InvalidArgument(source + ": Expiration: " + t.error().message()));
+    c.expires_unix_s = *t;
+  }
+  c.source = source;
+  return c;
+}
+
+Result<Credentials> ParseWebIdentityResponse(std::string_view xml, const std::string& source) {
+  pugi::xml_document doc;
+  if (!doc.load_buffer(xml.data(), xml.size()))
+    return Err(Status::InvalidArgument(source + ": the reply is not XML"));
+  if (auto err = doc.select_node("//Error"); err)
+    return Err(Status::PermissionDenied(fmt::format("{}: {}: {}", source, err.node().child_value("Code"),
+                                                    err.node().child_value("Message"))));
+  auto cr = doc.select_node("//AssumeRoleWithWebIdentityResult/Credentials").node();
+  Credentials c;
+  c.access_key = cr.child_value("AccessKeyId");
+  c.secret_key = cr.child_value("SecretAccessKey");
+  c.session_token = cr.child_value("SessionToken");
+  if (c.access_key.empty() || c.secret_key.empty())
+    return Err(Status::InvalidArgument(source + ": the reply has no credentials"));
+  if (std::string_view exp = cr.child_value("Expiration"); !exp.empty()) {
+    auto t = ParseIso8601(exp);
+    if (!t) return Err(Status::InvalidArgument(source + ": Expiration: " + t.error().message()));
+    c.expires_unix_s = *t;
+  }
+  c.source = source;
+  return c;
+}
+
+Result<Credentials> InstanceMetadataCredentials() {
+  std::string base = Env("AWS_EC2_METADATA_SERVICE_ENDPOINT");
+  if (base.empty()) base = "http://169.254.169.254";
+  while (base.ends_with('/')) base.pop_back();
+  const std::string where = "instance metadata at " + base;
+  constexpr long kTimeoutMs = 1000;  // as the AWS SDKs: the service answers in ms where there is one
+  // IMDSv2: a session token first. An endpoint that refuses the PUT (or an
+  // older service) is asked without one (v1), as the SDKs do.
+  std::vector<std::string> auth;
+  HttpReply tok = Call("PUT", base + "/latest/api/token", {"X-aws-ec2-metadata-token-ttl-seconds: 21600"}, nullptr,
+                       kTimeoutMs, true);
+  if (tok.status == 0) return Err(Status::Unavailable(fmt::format("{}: {}", where, tok.error)));
+  if (tok.status == 200 && !tok.body.empty()) auth.push_back("X-aws-ec2-metadata-token: " + tok.body);
+  HttpReply role = Call("GET", base + "/latest/meta-data/iam/security-credentials/", auth, nullptr, kTimeoutMs, true);
+  if (role.status != 200)
+    return Err(Status::NotFound(fmt::format("{}: no instance role ({})", where, Why(role))));
+  std::string name = role.body.substr(0, role.body.find('\n'));
+  while (!name.empty() && (name.back() == '\r' || name.back() == ' ')) name.pop_back();
+  if (name.empty()) return Err(Status::NotFound(where + ": no instance role (empty list)"));
+  HttpReply cr = Call("GET", base + "/latest/meta-data/iam/security-credentials/" + name, auth, nullptr, kTimeoutMs,
+                      true);
+  const std::string source = fmt::format("instance metadata (role {})", name);
+  if (cr.status != 200) return Err(Status::Unavailable(fmt::format("{}: {}", source, Why(cr))));
+  return ParseCredentialsJson(cr.body, source);
+}
+
+Result<Credentials> ContainerCredentials() {
+  std::string url;
+  if (std::string rel = Env("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI"); !rel.empty()) {
+    url = "http://169.254.170.2" + (rel.starts_with('/') ? rel : "/" + rel);
+  } else {
+    url = Env("AWS_CONTAINER_CREDENTIALS_FULL_URI");
+    if (url.empty()) return Err(Status::NotFound("no container credentials endpoint"));
+    if (!url.starts_with("https://") && !PlainHttpAllowed(url))
+      return Err(Status::InvalidArgument(fmt::format(
+          "AWS_CONTAINER_CREDENTIALS_FULL_URI {}: plain http only to loopback, 169.254.170.2 or "
+          "169.254.170.23 (use https)",
+          url)));
+  }
+  std::vector<std::string> headers;
+  std::string token;
+  if (std::string f = Env("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE"); !f.empty()) {
+    auto t = ReadFile(f, "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE");
+    if (!t) return Err(t.error());
+    token = *t;
+  } else {
+    token = Env("AWS_CONTAINER_AUTHORIZATION_TOKEN");
+  }
+  if (!token.empty()) headers.push_back("Authorization: " + token);
+  const bool direct = !url.starts_with("https://");
+  HttpReply r = Call("GET", url, headers, nullptr, 2000, direct);
+  const std::string source = "container credentials at " + url;
+  if (r.status != 200) {
+    // The body of a refusal says why (ECS: {"code":..., "message":...}); no secret in it.
+    return Err(Status::Unavailable(fmt::format("{}: {}{}", source, Why(r), r.status ? ": " + r.body.substr(0, 200) : "")));
+  }
+  return ParseCredentialsJson(r.body, source);
+}
+
+Result<Credentials> WebIdentityCredentials(const std::string& region) {
+  const std::string token_file = Env("AWS_WEB_IDENTITY_TOKEN_FILE"), role = Env("AWS_ROLE_ARN");
+  if (token_file.empty() || role.empty()) return Err(Status::NotFound("no web identity (AWS_WEB_IDENTITY_TOKEN_FILE, AWS_ROLE_ARN)"));
+  auto token = ReadFile(token_file, "AWS_WEB_IDENTITY_TOKEN_FILE");
+  if (!token) return Err(token.error());
+  std::string session = Env("AWS_ROLE_SESSION_NAME");
+  if (session.empty())
+    session = fmt::format("igtcache-{}", std::chrono::duration_cast<std::chrono::seconds>(
+                                             std::chrono::system_clock::now().time_since_epoch()).count());
+  std::string endpoint = Env("AWS_ENDPOINT_URL_STS");
+  if (endpoint.empty()) endpoint = fmt::format("https://sts.{}.amazonaws.com", region.empty() ? "us-east-1" : region);
+  while (endpoint.ends_with('/')) endpoint.pop_back();
+  const std::string body = "Action=AssumeRoleWithWebIdentity&Version=2011-06-15&RoleArn=" + FormEncode(role) +
+                           "&RoleSessionName=" + FormEncode(session) + "&WebIdentityToken=" + FormEncode(*token);
+  HttpReply r = Call("POST", endpoint + "/", {"Content-Type: application/x-www-form-urlencoded", "Accept: application/xml"},
+                     &body, 5000, false);
+  const std::string source = fmt::format("web identity (role {}, STS at {})", role, endpoint);
+  if (r.status == 0) return Err(Status::Unavailable(fmt::format("{}: {}", source, r.error)));
+  auto c = ParseWebIdentityResponse(r.body, source);
+  if (!c && r.status != 200 && c.error().code() != Code::kPermissionDenied)
+    return Err(Status::Unavailable(fmt::format("{}: HTTP {}", source, r.status)));
+  return c;
+}
+
+}  // namespace igt

@@ -1,0 +1,211 @@
+"""Real mounts of a bucket on s3rver (127.0.0.1) whose credentials come from
+the AWS chain's remote links, each played by a fake on loopback: the EC2
+instance metadata service (IMDSv2, credentials near their expiry renewed by
+the running mount), the container endpoint (ECS, EKS Pod Identity) and STS's
+AssumeRoleWithWebIdentity (EKS service accounts). No AWS_* keys and no
+credentials file in the daemon's environment. A link configured but failing,
+and no credentials anywhere, fail the mount with a message that says why.
+s3rver does not check signatures: that requests are signed with what the
+links gave is backend unit tests' work (backends/s3_fake_server_test.cc)."""
+
+import sys
+sys.dont_write_bytecode = True  # keep tests/mount free of __pycache__
+
+import datetime
+import http.server
+import json
+import threading
+import time
+import urllib.parse
+
+import harness
+
+BUCKET = "igt-creds"
+
+
+def iso(t: float) -> str:
+    return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class Fake:
+    """A loopback HTTP server answering the credential endpoints; records
+    (method, path, headers, body) of every request."""
+
+    def __init__(self):
+        self.requests: list[tuple[str, str, dict, str]] = []
+        # s3rver knows one key (harness.S3_ACCESS_KEY) and refuses others:
+        # a mount that reads its files signed with what the fake handed out.
+        self.key = harness.S3_ACCESS_KEY
+        self.token = "first"
+        self.expires = time.time() + 3600
+        self.sts_error: str | None = None
+        fake = self
+
+        class H(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def reply(self, status: int, body: str, ctype: str = "text/plain"):
+                b = body.encode()
+                self.send_response(status)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(b)))
+                self.end_headers()
+                self.wfile.write(b)
+
+            def creds(self) -> str:
+                return json.dumps({"Code": "Success", "AccessKeyId": fake.key, "SecretAccessKey": fake.key,
+                                   "Token": "t-" + fake.token, "Expiration": iso(fake.expires)})
+
+            def handle_any(self):
+                n = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(n).decode() if n else ""
+                fake.requests.append((self.command, self.path, {k.lower(): v for k, v in self.headers.items()}, body))
+                if self.command == "PUT" and self.path == "/latest/api/token":
+                    return self.reply(200, "TOKEN-1")
+                if self.path == "/latest/meta-data/iam/security-credentials/":
+                    if self.headers.get("X-aws-ec2-metadata-token") != "TOKEN-1":
+                        return self.reply(401, "")
+                    return self.reply(200, "training-role")
+                if self.path == "/latest/meta-data/iam/security-credentials/training-role":
+                    return self.reply(200, self.creds(), "application/json")
+                if self.path == "/v2/credentials/pod":
+                    if self.headers.get("Authorization") != "pod-secret-token":
+                        return self.reply(401, '{"message":"bad token"}')
+                    return self.reply(200, self.creds(), "application/json")
+                if self.command == "POST" and self.path == "/":
+                    if fake.sts_error:
+                        return self.reply(400, "<ErrorResponse><Error><Code>InvalidIdentityToken</Code><Message>"
+                                          f"{fake.sts_error}</Message></Error></ErrorResponse>", "text/xml")
+                    return self.reply(200, "<AssumeRoleWithWebIdentityResponse><AssumeRoleWithWebIdentityResult>"
+                                      f"<Credentials><AccessKeyId>{fake.key}</AccessKeyId><SecretAccessKey>{fake.key}"
+                                      f"</SecretAccessKey><SessionToken>t-{fake.token}</SessionToken><Expiration>"
+                                      f"{iso(fake.expires)}"
+                                      "</Expiration></Credentials></AssumeRoleWithWebIdentityResult>"
+                                      "</AssumeRoleWithWebIdentityResponse>", "text/xml")
+                return self.reply(404, "")
+
+            do_GET = do_PUT = do_POST = handle_any
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+    def creds_fetches(self) -> int:
+        return sum(1 for r in self.requests
+                   if r[1] in ("/latest/meta-data/iam/security-credentials/training-role", "/v2/credentials/pod")
+                   or r[0] == "POST")
+
+
+def bare_env(s: harness.Session, extra: dict) -> dict:
+    """The daemon's environment with no AWS keys and no credentials file."""
+    env = s.igt_env()
+    for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
+              "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_ROLE_ARN", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+              "AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_CONTAINER_AUTHORIZATION_TOKEN",
+              "AWS_EC2_METADATA_SERVICE_ENDPOINT"):
+        env.pop(k, None)
+    env["AWS_SHARED_CREDENTIALS_FILE"] = str(s.tmp / "no-credentials-file")
+    env["AWS_EC2_METADATA_DISABLED"] = "true"  # never 169.254.169.254 from a test
+    env.update(extra)
+    return env
+
+
+def main():
+    with harness.Session("credentials") as s:
+        srv = s.start_s3rver(buckets=(BUCKET,))
+        src = s.mkdir("src")
+        (src / "a.bin").write_bytes(b"a" * 300_000)
+        (src / "b.bin").write_bytes(b"b" * 200_000)
+        srv.upload_tree(BUCKET, src)
+        args = ["--endpoint", srv.endpoint, "--region", "us-east-1", "--log-level", "info"]
+        fake = Fake()
+        try:
+            # -- 1. instance metadata (IMDSv2); credentials 200 s from their
+            # expiry are renewed by the mount's first request.
+            fake.token, fake.expires = "first", time.time() + 200
+            m = s.mount(f"s3://{BUCKET}", args=args, env=bare_env(s, {
+                "AWS_EC2_METADATA_DISABLED": "false", "AWS_EC2_METADATA_SERVICE_ENDPOINT": fake.url}))
+            fake.token, fake.expires = "renewed", time.time() + 3600
+            harness.check(m.path("a.bin").read_bytes() == b"a" * 300_000, "instance metadata: a.bin read")
+            harness.check(fake.requests[0][0] == "PUT" and fake.requests[0][1] == "/latest/api/token"
+                          and fake.requests[0][2].get("x-aws-ec2-metadata-token-ttl-seconds") == "21600",
+                          "IMDSv2: a session token first")
+            harness.check(fake.creds_fetches() == 2,
+                          f"credentials 200 s from expiry renewed once by the first requests "
+                          f"({fake.creds_fetches()} fetches)")
+            harness.check(m.path("b.bin").read_bytes() == b"b" * 200_000, "b.bin read after the renewal")
+            harness.check(fake.creds_fetches() == 2, "renewed ones (an hour left) are not fetched again")
+            s.unmount(m)
+            log = m.proc.stderr_text()
+            harness.check("credentials from instance metadata (role training-role)" in log
+                          and "renewed" in log, "the log names the source and the renewal")
+            harness.check("t-first" not in log and "t-renewed" not in log and "TOKEN-1" not in log,
+                          "no session or metadata token in the log")
+
+            # -- 2. container credentials with an authorization token.
+            fake.requests.clear()
+            m = s.mount(f"s3://{BUCKET}", args=args, env=bare_env(s, {
+                "AWS_CONTAINER_CREDENTIALS_FULL_URI": fake.url + "/v2/credentials/pod",
+                "AWS_CONTAINER_AUTHORIZATION_TOKEN": "pod-secret-token"}))
+            harness.check(m.path("b.bin").read_bytes() == b"b" * 200_000, "container credentials: b.bin read")
+            harness.check(fake.creds_fetches() == 1 and fake.requests[0][2].get("authorization") == "pod-secret-token",
+                          "the container endpoint was asked once, with the token")
+            s.unmount(m)
+
+            # -- 3. web identity exchanged at STS.
+            fake.requests.clear()
+            token = s.tmp / "sa-token"
+            token.write_text("eyJ.header.payload\n")
+            web = {"AWS_WEB_IDENTITY_TOKEN_FILE": str(token), "AWS_ROLE_ARN": "arn:aws:iam::123456789012:role/reader",
+                   "AWS_ENDPOINT_URL_STS": fake.url}
+            m = s.mount(f"s3://{BUCKET}", args=args, env=bare_env(s, web))
+            harness.check(m.path("a.bin").read_bytes() == b"a" * 300_000, "web identity: a.bin read")
+            form = urllib.parse.parse_qs(fake.requests[0][3])
+            harness.check(form.get("Action") == ["AssumeRoleWithWebIdentity"]
+                          and form.get("RoleArn") == ["arn:aws:iam::123456789012:role/reader"]
+                          and form.get("WebIdentityToken") == ["eyJ.header.payload"],
+                          f"STS got the role and the token: {sorted(form)}")
+            s.unmount(m)
+
+            # -- 4. configured but refused: the mount fails, saying why; a key
+            # S3 does not know fails it too (s3rver checks the key id).
+            fake.key = "ASIAUNKNOWN"
+            try:
+                s.mount(f"s3://{BUCKET}", args=args, env=bare_env(s, web))
+                harness.check(False, "a mount signing with a key S3 does not know must fail")
+            except harness.MountError as e:
+                harness.check("InvalidAccessKeyId" in e.stderr, f"the unknown key is refused: {e.stderr[-200:]!r}")
+            fake.key = harness.S3_ACCESS_KEY
+            fake.sts_error = "Token is expired"
+            try:
+                s.mount(f"s3://{BUCKET}", args=args, env=bare_env(s, web))
+                harness.check(False, "a mount whose web identity STS refuses must fail")
+            except harness.MountError as e:
+                harness.check(e.returncode not in (None, 0) and "InvalidIdentityToken: Token is expired" in e.stderr,
+                              f"STS's refusal is the mount's error: {e.stderr.strip()[-300:]!r}")
+                harness.check("payload" not in e.stderr, "the token is not in the message")
+
+            # -- 5. nothing anywhere: every link named.
+            try:
+                s.mount(f"s3://{BUCKET}", args=args, env=bare_env(s, {}))
+                harness.check(False, "a mount without credentials must fail")
+            except harness.MountError as e:
+                harness.check(e.returncode not in (None, 0) and "no AWS credentials" in e.stderr
+                              and "no-credentials-file" in e.stderr and "AWS_EC2_METADATA_DISABLED" in e.stderr
+                              and "no_sign_request" in e.stderr,
+                              f"the error names where it looked: {e.stderr.strip()[-400:]!r}")
+        finally:
+            fake.close()
+
+
+if __name__ == "__main__":
+    harness.run_test("test_credentials", main)
