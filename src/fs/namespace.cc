@@ -454,6 +454,10 @@ Result<std::shared_ptr<const DirListing>> Namespace::Complete(const std::string&
   // the one that was.) A listing loaded so is the latest fetched (each fetch
   // is persisted), maybe dropped from memory since: it gets a place in the
   // fetch order, else it would count as older than the inodes made from it.
+  // A persisted listing too old to serve is what a fetch replaces: its
+  // removals are told (Relisted) as an in-memory one's are, after a restart
+  // or once the listing was dropped from memory for room.
+  std::shared_ptr<const DirListing> persisted_old;
   if (store_ && !in_memory && note == 0) {
     std::shared_ptr<DirListing> l = fetch->persisted;
     if (!fetch->looked)
@@ -461,6 +465,8 @@ Result<std::shared_ptr<const DirListing>> Namespace::Complete(const std::string&
     if (l && Fresh(l->fetched_ms)) {
       l->seq = listing_seq_.fetch_add(1) + 1;
       result = std::shared_ptr<const DirListing>(l);
+    } else {
+      persisted_old = l;
     }
   }
   bool fetched = false, stale = false;
@@ -489,8 +495,10 @@ Result<std::shared_ptr<const DirListing>> Namespace::Complete(const std::string&
   std::shared_ptr<const DirListing> replaced;  // the listing a fetched one replaces (Relisted)
   {
     std::lock_guard lk(listings_mu_);
-    if (fetched)
+    if (fetched) {
       if (auto it = listings_.find(dir_key); it != listings_.end()) replaced = it->second;
+      else replaced = persisted_old;
+    }
     if (result) KeepListingLocked(dir_key, *result);
     // Served stale: retried later. Otherwise (fetched, or an error other
     // than an unreachable bucket, e.g. access denied) the next lookup asks

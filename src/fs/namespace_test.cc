@@ -715,6 +715,62 @@ TEST_CASE("a relisting tells its hook which names the bucket no longer has or ha
   CHECK(Namespace::DiffListings(DirListing{}, DirListing{}).empty());
 }
 
+TEST_CASE("a relisting in the background of a listing not in memory tells its removals, from the index's copy") {
+  // After a restart (or once a listing was dropped from memory for room)
+  // the walk prefetch lists the next directories in the background: their
+  // stale copies in the index were not in memory, and the names the bucket
+  // no longer had went unreported (the engine then kept an earlier mount's
+  // deleted files as live).
+  const BlockStoreOptions o = FreshStore("igt-ns-relist-index");
+  auto mem = std::make_shared<MemoryBackend>();
+  for (const char* k : {"top/a/x.bin", "top/b/x.bin", "top/c/keep.bin", "top/c/old.bin", "top/d/x.bin"})
+    mem->Put(k, "1");
+  FakeClockMs clock;
+  auto store = BlockStore::Open(o, nullptr);
+  REQUIRE(store.has_value());
+  const Namespace::Options opts{.ttl_ms = 60000, .prefetch_threads = 1, .clock_ms = clock.fn()};
+  {
+    Namespace ns(mem.get(), store->get(), nullptr, opts);
+    auto top = ns.Lookup(Namespace::kRootIno, "top");
+    REQUIRE(top.has_value());
+    for (const char* d : {"a", "b", "c", "d"}) {
+      auto e = ns.Lookup(top->ino, d);
+      REQUIRE(e.has_value());
+      REQUIRE(ns.ReadDir(e->ino).has_value());
+    }
+  }
+  mem->Delete("top/c/old.bin");
+  clock.advance(60001);  // the persisted listings are stale now
+  Namespace ns(mem.get(), store->get(), nullptr, opts);
+  std::mutex mu;
+  std::vector<std::pair<std::string, std::vector<std::string>>> calls;
+  ns.set_relist_hook([&](const std::string& dir, const Namespace::ListingDiff& diff) {
+    std::lock_guard lk(mu);
+    std::vector<std::string> gone;
+    for (const auto& e : diff.gone) gone.push_back(e.name);
+    calls.emplace_back(dir, gone);
+  });
+  auto top = ns.Lookup(Namespace::kRootIno, "top");
+  REQUIRE(top.has_value());
+  // A walk: a and b read in a row; c and d are listed in the background.
+  for (const char* d : {"a", "b"}) {
+    auto e = ns.Lookup(top->ino, d);
+    REQUIRE(e.has_value());
+    REQUIRE(ns.ReadDir(e->ino).has_value());
+  }
+  bool told = false;
+  for (int i = 0; i < 500 && !told; ++i) {
+    {
+      std::lock_guard lk(mu);
+      for (const auto& [dir, gone] : calls) told = told || (dir == "top/c" && gone == std::vector<std::string>{"old.bin"});
+    }
+    if (!told) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  CHECK(told);
+  store->reset();
+  std::filesystem::remove_all(o.dir);
+}
+
 TEST_CASE("readdirplus: an entry of a handle's listing is a lookup, never of an older version than the name's") {
   auto mem = std::make_shared<MemoryBackend>();
   mem->Put("d/a.bin", "v1");
