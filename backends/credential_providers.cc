@@ -10,8 +10,17 @@
 #include <nlohmann/json.hpp>
 #include <pugixml.hpp>
 
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <fstream>
 #include <sstream>
@@ -142,6 +151,7 @@ Result<Credentials> ParseCredentialsJson(std::string_view body, const std::strin
   c.access_key = str("AccessKeyId");
   c.secret_key = str("SecretAccessKey");
   c.session_token = str("Token");
+  if (c.session_token.empty()) c.session_token = str("SessionToken");  // credential_process's spelling
   if (c.access_key.empty() || c.secret_key.empty())
     return Err(Status::InvalidArgument(
         fmt::format("{}: the reply has no {}", source, c.access_key.empty() ? "AccessKeyId" : "SecretAccessKey")));
@@ -258,6 +268,77 @@ Result<Credentials> WebIdentityCredentials(const std::string& region) {
   if (!c && r.status != 200 && c.error().code() != Code::kPermissionDenied)
     return Err(Status::Unavailable(fmt::format("{}: HTTP {}", source, r.status)));
   return c;
+}
+
+Result<Credentials> ProcessCredentials(const std::string& command, const std::string& source) {
+  // As the AWS CLI: the command line through the shell, its stdout one JSON
+  // object ({"Version": 1, ...}), its stderr the reason of a failure. The
+  // SDKs wait without a limit; a helper that waits for a login nobody gives
+  // would hold the mount for good, so it gets kTimeoutS.
+  constexpr int kTimeoutS = 60;
+  int out[2], err[2];
+  if (pipe2(out, O_CLOEXEC) != 0) return Err(Status::Internal(source + ": pipe: " + std::strerror(errno)));
+  if (pipe2(err, O_CLOEXEC) != 0) {
+    ::close(out[0]);
+    ::close(out[1]);
+    return Err(Status::Internal(source + ": pipe: " + std::strerror(errno)));
+  }
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+  posix_spawn_file_actions_adddup2(&fa, err[1], 2);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  const char* argv[] = {"/bin/sh", "-c", command.c_str(), nullptr};
+  pid_t pid = -1;
+  const int rc = posix_spawn(&pid, "/bin/sh", &fa, nullptr, const_cast<char* const*>(argv), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  ::close(out[1]);
+  ::close(err[1]);
+  if (rc != 0) {
+    ::close(out[0]);
+    ::close(err[0]);
+    return Err(Status::Internal(fmt::format("{}: cannot run /bin/sh: {}", source, std::strerror(rc))));
+  }
+  std::string so, se;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(kTimeoutS);
+  bool timed_out = false;
+  pollfd p[2] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}};
+  while (p[0].fd >= 0 || p[1].fd >= 0) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      timed_out = true;
+      break;
+    }
+    if (::poll(p, 2, static_cast<int>(left.count())) < 0 && errno != EINTR) break;
+    for (int i = 0; i < 2; ++i) {
+      if (p[i].fd < 0 || !(p[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      char buf[4096];
+      ssize_t n = ::read(p[i].fd, buf, sizeof buf);
+      if (n > 0 && (i == 0 ? so : se).size() < (1u << 20)) (i == 0 ? so : se).append(buf, static_cast<size_t>(n));
+      if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) {
+        ::close(p[i].fd);
+        p[i].fd = -1;
+      }
+    }
+  }
+  for (auto& q : p)
+    if (q.fd >= 0) ::close(q.fd);
+  if (timed_out) ::kill(pid, SIGKILL);  // the child we started, by its pid
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (timed_out) return Err(Status::Unavailable(fmt::format("{}: no answer within {} s", source, kTimeoutS)));
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    while (!se.empty() && (se.back() == '\n' || se.back() == ' ')) se.pop_back();
+    if (se.size() > 300) se = "..." + se.substr(se.size() - 300);
+    return Err(Status::PermissionDenied(fmt::format(
+        "{}: {} {}{}", source, WIFEXITED(status) ? "exited with" : "killed by signal",
+        WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status), se.empty() ? "" : ": " + se)));
+  }
+  auto j = nlohmann::json::parse(so, nullptr, false);
+  if (!j.is_object() || j.value("Version", 0) != 1)
+    return Err(Status::InvalidArgument(source + ": its output is not a JSON object with \"Version\": 1"));
+  return ParseCredentialsJson(so, source);
 }
 
 }  // namespace igt

@@ -9,6 +9,8 @@
 #include <cstdlib>
 #include <fmt/format.h>
 #include <fstream>
+#include <map>
+#include <optional>
 #include <sstream>
 
 namespace igt {
@@ -31,20 +33,36 @@ std::string Env(const char* name) {
   return v ? std::string(v) : std::string();
 }
 
-std::string CredentialsPath() {
-  if (std::string p = Env("AWS_SHARED_CREDENTIALS_FILE"); !p.empty()) return p;
+std::string Home() {
   std::string home = Env("HOME");
   if (home.empty()) {
     if (passwd* pw = getpwuid(getuid()); pw && pw->pw_dir) home = pw->pw_dir;
   }
-  return home + "/.aws/credentials";
+  return home;
+}
+
+std::string CredentialsPath() {
+  if (std::string p = Env("AWS_SHARED_CREDENTIALS_FILE"); !p.empty()) return p;
+  return Home() + "/.aws/credentials";
+}
+
+std::string ConfigPath() {
+  if (std::string p = Env("AWS_CONFIG_FILE"); !p.empty()) return p;
+  return Home() + "/.aws/config";
+}
+
+std::optional<std::string> ReadText(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return std::nullopt;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
 }
 
 }  // namespace
 
-Result<Credentials> ParseCredentialsIni(std::string_view text, const std::string& profile,
-                                        const std::string& source) {
-  Credentials c;
+std::optional<std::map<std::string, std::string>> IniSection(std::string_view text, const std::string& profile) {
+  std::map<std::string, std::string> keys;
   bool in_section = false, found = false;
   size_t pos = 0;
   while (pos <= text.size()) {
@@ -67,15 +85,20 @@ Result<Credentials> ParseCredentialsIni(std::string_view text, const std::string
     if (!in_section) continue;
     auto eq = line.find('=');
     if (eq == std::string_view::npos) continue;
-    std::string key = Lower(Trim(line.substr(0, eq)));
-    std::string value(Trim(line.substr(eq + 1)));
-    if (key == "aws_access_key_id") c.access_key = value;
-    else if (key == "aws_secret_access_key") c.secret_key = value;
-    else if (key == "aws_session_token") c.session_token = value;
+    keys[Lower(Trim(line.substr(0, eq)))] = std::string(Trim(line.substr(eq + 1)));
   }
-  if (!found) {
-    return Err(Status::NotFound("no AWS credentials: profile [" + profile + "] not found in " + source));
-  }
+  if (!found) return std::nullopt;
+  return keys;
+}
+
+Result<Credentials> ParseCredentialsIni(std::string_view text, const std::string& profile,
+                                        const std::string& source) {
+  auto keys = IniSection(text, profile);
+  if (!keys) return Err(Status::NotFound("no AWS credentials: profile [" + profile + "] not found in " + source));
+  Credentials c;
+  c.access_key = (*keys)["aws_access_key_id"];
+  c.secret_key = (*keys)["aws_secret_access_key"];
+  c.session_token = (*keys)["aws_session_token"];
   if (c.access_key.empty() || c.secret_key.empty()) {
     std::string missing = c.access_key.empty() ? "aws_access_key_id" : "aws_secret_access_key";
     return Err(Status::NotFound("no AWS credentials: profile [" + profile + "] in " + source +
@@ -116,24 +139,49 @@ Result<Credentials> ResolveCredentials(const std::string& profile_arg, const std
   const std::string why_not_env = profile_arg.empty()
                                       ? "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY are not set and "
                                       : "profile [" + profile_arg + "] was asked for (the AWS_* keys are not used) and ";
-  std::string path = CredentialsPath();
-  std::string file_why;  // why the file gave none (the last links' message)
-  if (std::ifstream in(path); in) {
-    std::stringstream ss;
-    ss << in.rdbuf();
-    auto c = ParseCredentialsIni(ss.str(), profile, path);
-    if (c) {
-      c->source = fmt::format("profile [{}] of {}", profile, path);
-      return c;
-    }
-    if (named)
-      return Err(Status(c.error().code(), c.error().message() + "; " + why_not_env.substr(0, why_not_env.size() - 5)));
-    file_why = c.error().message().substr(std::string_view("no AWS credentials: ").size());
-  } else {
-    const std::string msg = "no AWS credentials: " + why_not_env + "credentials file " + path +
-                            " cannot be read (profile [" + profile + "])";
-    if (named) return Err(Status::NotFound(msg));
+  // 3. The files: the credentials file's keys for the profile, else its
+  // credential_process (in either file), else the config file's keys.
+  const std::string path = CredentialsPath(), config = ConfigPath();
+  const std::optional<std::string> cred_text = ReadText(path), config_text = ReadText(config);
+  std::optional<std::map<std::string, std::string>> in_cred, in_config;
+  if (cred_text) in_cred = IniSection(*cred_text, profile);
+  if (config_text) in_config = IniSection(*config_text, profile);
+  auto key_of = [](const std::optional<std::map<std::string, std::string>>& sec, const char* k) {
+    if (!sec) return std::string();
+    auto it = sec->find(k);
+    return it == sec->end() ? std::string() : it->second;
+  };
+  auto keys_of = [&](const std::optional<std::map<std::string, std::string>>& sec, const std::string& where)
+      -> std::optional<Credentials> {
+    const std::string id = key_of(sec, "aws_access_key_id"), secret = key_of(sec, "aws_secret_access_key");
+    if (id.empty() || secret.empty()) return std::nullopt;
+    return Credentials{id, secret, key_of(sec, "aws_session_token"), 0,
+                       fmt::format("profile [{}] of {}", profile, where)};
+  };
+  if (auto c = keys_of(in_cred, path)) return *c;
+  for (const auto& [sec, where] : {std::pair{&in_cred, &path}, std::pair{&in_config, &config}}) {
+    const std::string command = key_of(*sec, "credential_process");
+    if (command.empty()) continue;
+    auto c = ProcessCredentials(command, fmt::format("credential_process of profile [{}] in {}", profile, *where));
+    if (c) return c;
+    return Err(Status(c.error().code(), "no AWS credentials: " + c.error().message()));
+  }
+  if (auto c = keys_of(in_config, config)) return *c;
+  // None: why, for the message (an error if the profile was named, else the
+  // chain goes on).
+  std::string file_why;
+  if (!cred_text && !in_config)
     file_why = "credentials file " + path + " cannot be read (profile [" + profile + "])";
+  else if (!in_cred && !in_config)
+    file_why = "profile [" + profile + "] not found in " + (cred_text ? path : config);
+  else
+    file_why = "profile [" + profile + "] in " + (in_cred ? path : config) + " has no " +
+               (key_of(in_cred ? in_cred : in_config, "aws_access_key_id").empty() ? "aws_access_key_id"
+                                                                                   : "aws_secret_access_key") +
+               " (nor a credential_process)";
+  if (named) {
+    if (!cred_text && !in_config) return Err(Status::NotFound("no AWS credentials: " + why_not_env + file_why));
+    return Err(Status::NotFound("no AWS credentials: " + file_why + "; " + why_not_env.substr(0, why_not_env.size() - 5)));
   }
   if (!Env("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI").empty() || !Env("AWS_CONTAINER_CREDENTIALS_FULL_URI").empty()) {
     auto c = ContainerCredentials();

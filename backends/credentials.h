@@ -24,6 +24,11 @@ Result<Credentials> ParseCredentialsIni(std::string_view text, const std::string
 Result<Credentials> WebIdentityCredentials(const std::string& region);
 Result<Credentials> ContainerCredentials();
 Result<Credentials> InstanceMetadataCredentials();
+// A profile's credential_process: `command` run through /bin/sh, its stdout
+// {"Version": 1, "AccessKeyId", "SecretAccessKey", "SessionToken",
+// "Expiration"}; a failure names its exit status and stderr's tail. At
+// most 60 s.
+Result<Credentials> ProcessCredentials(const std::string& command, const std::string& source);
 // Their replies, as pure functions: the container / instance metadata JSON
 // ({"AccessKeyId", "SecretAccessKey", "Token", "Expiration"}) and STS's
 // AssumeRoleWithWebIdentity XML; `source` names the provider in messages

@@ -39,7 +39,7 @@ class ScopedEnv {
 struct NoRemoteLinks {
   ScopedEnv a{"AWS_WEB_IDENTITY_TOKEN_FILE", std::nullopt}, b{"AWS_ROLE_ARN", std::nullopt},
       c{"AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", std::nullopt}, d{"AWS_CONTAINER_CREDENTIALS_FULL_URI", std::nullopt},
-      e{"AWS_EC2_METADATA_DISABLED", std::string("true")};
+      e{"AWS_EC2_METADATA_DISABLED", std::string("true")}, f{"AWS_CONFIG_FILE", std::string("/nonexistent/igt/config")};
 };
 
 constexpr const char* kIni = R"(# comment
@@ -441,4 +441,51 @@ TEST_CASE("the chain: environment, web identity, file, container, instance metad
     CHECK_THAT(c.error().message(), Catch::Contains("AWS_WEB_IDENTITY_TOKEN_FILE /nonexistent/igt/token"));
     ::unlink(path.c_str());
   }
+}
+
+TEST_CASE("credential_process: its JSON, its failure's exit status and stderr", "[credentials]") {
+  auto ok = igt::ProcessCredentials(
+      R"(printf '{"Version": 1, "AccessKeyId": "ASIAPROC", "SecretAccessKey": "proc-secret", )"
+      R"("SessionToken": "proc-token", "Expiration": "2026-11-28T17:00:00Z"}')",
+      "proc");
+  REQUIRE(ok);
+  CHECK(ok->access_key == "ASIAPROC");
+  CHECK(ok->session_token == "proc-token");
+  CHECK(ok->expires_unix_s == 1795885200);
+  auto failed = igt::ProcessCredentials("echo 'the SSO session expired: run aws sso login' >&2; exit 3", "proc");
+  REQUIRE(!failed);
+  CHECK(failed.error().code() == Code::kPermissionDenied);
+  CHECK_THAT(failed.error().message(), Catch::Contains("exited with 3: the SSO session expired: run aws sso login"));
+  auto bad = igt::ProcessCredentials("echo '{\"AccessKeyId\": \"A\"}'", "proc");
+  REQUIRE(!bad);
+  CHECK_THAT(bad.error().message(), Catch::Contains("\"Version\": 1"));
+  auto missing = igt::ProcessCredentials("/nonexistent/igt/helper", "proc");
+  REQUIRE(!missing);
+  CHECK_THAT(missing.error().message(), Catch::Contains("exited with 127"));
+}
+
+TEST_CASE("the files: credentials file keys, then a credential_process, then the config file's keys", "[credentials]") {
+  NoRemoteLinks none;
+  ScopedEnv id("AWS_ACCESS_KEY_ID", std::nullopt);
+  ScopedEnv secret("AWS_SECRET_ACCESS_KEY", std::nullopt);
+  ScopedEnv profile("AWS_PROFILE", std::string("work"));
+  const std::string creds = TempFile("[default]\naws_access_key_id = AKIDDEFAULT\naws_secret_access_key = s\n");
+  const std::string config = TempFile(
+      "[default]\nregion = eu-west-1\n"
+      "[profile work]\ncredential_process = printf '{\"Version\":1,\"AccessKeyId\":\"ASIAWORK\",\"SecretAccessKey\":\"w\"}'\n"
+      "[profile keys]\naws_access_key_id = AKIDCONFIG\naws_secret_access_key = c\n"
+      "[profile broken]\nregion = us-east-1\n");
+  ScopedEnv f("AWS_SHARED_CREDENTIALS_FILE", creds);
+  ScopedEnv cf("AWS_CONFIG_FILE", config);
+  auto work = igt::ResolveCredentials("");
+  REQUIRE(work);
+  CHECK(work->access_key == "ASIAWORK");
+  CHECK_THAT(work->source, Catch::Contains("credential_process of profile [work] in " + config));
+  CHECK(igt::ResolveCredentials("keys")->access_key == "AKIDCONFIG");
+  CHECK(igt::ResolveCredentials("default")->access_key == "AKIDDEFAULT");  // the credentials file's keys
+  auto broken = igt::ResolveCredentials("broken");
+  REQUIRE(!broken);
+  CHECK_THAT(broken.error().message(), Catch::Contains("profile [broken] in " + config + " has no aws_access_key_id"));
+  ::unlink(creds.c_str());
+  ::unlink(config.c_str());
 }

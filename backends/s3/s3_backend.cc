@@ -207,7 +207,8 @@ Outcome ClassifyFailure(const HttpResponse& r, const S3Endpoint& ep, std::string
                           : "they expired or were revoked";
     return {Status::PermissionDenied("S3 refused the credentials for " + bucket + " at " + ep.endpoint + " (" +
                                      detail + "): " + why + ". A mount asks for them again when this happens (the "
-                                     "credentials file, instance metadata, the container endpoint, STS); credentials "
+                                     "credentials file, a credential_process, instance metadata, the container "
+                                     "endpoint, STS); credentials "
                                      "from the environment need a new mount"),
             false, true};
   }

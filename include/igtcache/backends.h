@@ -42,7 +42,9 @@ struct Credentials {
 //   2. a web identity: AWS_WEB_IDENTITY_TOKEN_FILE + AWS_ROLE_ARN, exchanged
 //      at STS (AssumeRoleWithWebIdentity; AWS_ENDPOINT_URL_STS, else STS of
 //      `region`): EKS service accounts;
-//   3. the file's section [$AWS_PROFILE or "default"];
+//   3. the profile $AWS_PROFILE or "default": its keys in the credentials
+//      file, else its credential_process (config or credentials file),
+//      else its keys in the config file (~/.aws/config, $AWS_CONFIG_FILE);
 //   4. the container endpoint (AWS_CONTAINER_CREDENTIALS_RELATIVE_URI or
 //      _FULL_URI, with AWS_CONTAINER_AUTHORIZATION_TOKEN[_FILE]): ECS tasks,
 //      EKS Pod Identity;

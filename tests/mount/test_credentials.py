@@ -1,8 +1,9 @@
 """Real mounts of a bucket on s3rver (127.0.0.1) whose credentials come from
 the AWS chain's remote links, each played by a fake on loopback: the EC2
 instance metadata service (IMDSv2, credentials near their expiry renewed by
-the running mount), the container endpoint (ECS, EKS Pod Identity) and STS's
-AssumeRoleWithWebIdentity (EKS service accounts). No AWS_* keys and no
+the running mount), the container endpoint (ECS, EKS Pod Identity), a
+credential_process in the config file and STS's AssumeRoleWithWebIdentity
+(EKS service accounts). No AWS_* keys and no
 credentials file in the daemon's environment. A link configured but failing,
 and no credentials anywhere, fail the mount with a message that says why.
 s3rver does not check signatures: that requests are signed with what the
@@ -114,6 +115,7 @@ def bare_env(s: harness.Session, extra: dict) -> dict:
               "AWS_EC2_METADATA_SERVICE_ENDPOINT"):
         env.pop(k, None)
     env["AWS_SHARED_CREDENTIALS_FILE"] = str(s.tmp / "no-credentials-file")
+    env["AWS_CONFIG_FILE"] = str(s.tmp / "no-config-file")
     env["AWS_EC2_METADATA_DISABLED"] = "true"  # never 169.254.169.254 from a test
     env.update(extra)
     return env
@@ -160,6 +162,21 @@ def main():
             harness.check(fake.creds_fetches() == 1 and fake.requests[0][2].get("authorization") == "pod-secret-token",
                           "the container endpoint was asked once, with the token")
             s.unmount(m)
+
+            # -- 2b. a credential_process in the config file (the bridge to SSO:
+            # `aws configure export-credentials --format process`).
+            helper = s.tmp / "helper.sh"
+            helper.write_text("#!/bin/sh\necho ran >> " + str(s.tmp / "helper.runs") + "\n"
+                              "printf '{\"Version\": 1, \"AccessKeyId\": \"%s\", \"SecretAccessKey\": \"%s\", "
+                              "\"SessionToken\": \"proc\"}' " + f"{harness.S3_ACCESS_KEY} {harness.S3_SECRET_KEY}\n")
+            helper.chmod(0o755)
+            config = s.write_config("aws-config", f"[default]\ncredential_process = {helper}\n")
+            m = s.mount(f"s3://{BUCKET}", args=args, env=bare_env(s, {"AWS_CONFIG_FILE": str(config)}))
+            harness.check(m.path("a.bin").read_bytes() == b"a" * 300_000, "credential_process: a.bin read")
+            harness.check((s.tmp / "helper.runs").read_text().count("ran") == 1, "the helper ran once")
+            s.unmount(m)
+            harness.check("credentials from credential_process of profile [default]" in m.proc.stderr_text(),
+                          "the log names the helper's profile")
 
             # -- 3. web identity exchanged at STS.
             fake.requests.clear()
