@@ -10,7 +10,9 @@
 #include <nlohmann/json.hpp>
 #include <pugixml.hpp>
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
@@ -39,6 +41,7 @@ struct HttpReply {
   long status = 0;    // 0: no HTTP answer (see error)
   std::string body;
   std::string error;  // curl's reason when status is 0
+  CURLcode code = CURLE_OK;
 };
 
 size_t Collect(char* p, size_t size, size_t n, void* out) {
@@ -73,10 +76,11 @@ HttpReply Call(const char* method, const std::string& url, const std::vector<std
   curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, timeout_ms);
   curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L);
+  curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");  // the URLs come from the environment
   if (direct) curl_easy_setopt(c, CURLOPT_NOPROXY, "*");
-  CURLcode rc = curl_easy_perform(c);
-  if (rc == CURLE_OK) curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r.status);
-  else r.error = curl_easy_strerror(rc);
+  r.code = curl_easy_perform(c);
+  if (r.code == CURLE_OK) curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r.status);
+  else r.error = curl_easy_strerror(r.code);
   curl_slist_free_all(hs);
   curl_easy_cleanup(c);
   return r;
@@ -105,36 +109,77 @@ std::string FormEncode(std::string_view s) {
   return out;
 }
 
-// Hosts a container endpoint may be reached at over plain http, as the AWS
-// SDKs allow: loopback, the ECS agent and EKS Pod Identity.
-bool PlainHttpAllowed(const std::string& url) {
-  for (const char* p : {"http://127.", "http://localhost:", "http://localhost/", "http://[::1]",
-                        "http://169.254.170.2:", "http://169.254.170.2/", "http://169.254.170.23",
-                        "http://[fd00:ec2::23]"})
-    if (url.starts_with(p)) return true;
-  return url == "http://169.254.170.2" || url == "http://localhost";
+// A container endpoint URL, checked as the AWS SDKs do: http or https, no
+// user info, and plain http only to a loopback address, the ECS agent
+// (169.254.170.2) or EKS Pod Identity (169.254.170.23, fd00:ec2::23),
+// the host compared whole. `shown` is the URL without its query (for logs).
+Status CheckContainerUrl(const std::string& url, std::string* shown) {
+  CURLU* u = curl_url();
+  const auto bad = [&](const std::string& why) {
+    curl_url_cleanup(u);
+    return Status::InvalidArgument(fmt::format("container credentials endpoint: {}", why));
+  };
+  if (!u) return Status::Internal("cannot parse a URL");
+  if (curl_url_set(u, CURLUPART_URL, url.c_str(), 0) != CURLUE_OK) return bad("not a URL");
+  auto part = [&](CURLUPart what) {
+    char* v = nullptr;
+    std::string out;
+    if (curl_url_get(u, what, &v, 0) == CURLUE_OK && v) out = v;
+    curl_free(v);
+    return out;
+  };
+  const std::string scheme = part(CURLUPART_SCHEME), host = part(CURLUPART_HOST), port = part(CURLUPART_PORT),
+                    path = part(CURLUPART_PATH);
+  if (!part(CURLUPART_USER).empty() || !part(CURLUPART_PASSWORD).empty()) return bad("user info in the URL");
+  if (scheme != "http" && scheme != "https") return bad("scheme " + scheme + " (http or https)");
+  if (scheme == "http") {
+    std::string h = host;
+    if (h.size() > 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
+    in_addr a4{};
+    in6_addr a6{};
+    bool ok = h == "localhost" || h == "169.254.170.2" || h == "169.254.170.23";
+    if (!ok && inet_pton(AF_INET, h.c_str(), &a4) == 1) ok = (ntohl(a4.s_addr) >> 24) == 127;
+    if (!ok && inet_pton(AF_INET6, h.c_str(), &a6) == 1) {
+      in6_addr eks{};
+      inet_pton(AF_INET6, "fd00:ec2::23", &eks);
+      ok = IN6_IS_ADDR_LOOPBACK(&a6) || std::memcmp(&a6, &eks, sizeof a6) == 0;
+    }
+    if (!ok)
+      return bad("plain http to " + host + ": only to loopback, 169.254.170.2 or 169.254.170.23 (use https)");
+  }
+  *shown = scheme + "://" + host + (port.empty() ? "" : ":" + port) + path;
+  curl_url_cleanup(u);
+  return Status::Ok();
 }
 
 }  // namespace
 
 Result<int64_t> ParseIso8601(std::string_view s) {
-  // 2026-11-28T17:00:00Z, with optional fractional seconds, Z or +00:00.
+  // 2026-11-28T17:00:00Z, with optional fractional seconds; Z (or z),
+  // +hh:mm or +hhmm.
   std::tm tm{};
   std::string str(s);
+  const auto bad = [&] { return Err(Status::InvalidArgument(fmt::format("not an ISO 8601 time: '{}'", str))); };
   const char* end = strptime(str.c_str(), "%Y-%m-%dT%H:%M:%S", &tm);
-  if (!end) return Err(Status::InvalidArgument(fmt::format("not an ISO 8601 time: '{}'", str)));
+  if (!end) return bad();
   if (*end == '.')
     for (++end; std::isdigit(static_cast<unsigned char>(*end));) ++end;
   int64_t offset_s = 0;
   if (*end == '+' || *end == '-') {
-    int hh = 0, mm = 0;
-    if (std::sscanf(end + 1, "%2d:%2d", &hh, &mm) != 2)
-      return Err(Status::InvalidArgument(fmt::format("not an ISO 8601 time: '{}'", str)));
+    int hh = 0, mm = 0, n = 0;
+    if (std::sscanf(end + 1, "%2d:%2d%n", &hh, &mm, &n) != 2 && std::sscanf(end + 1, "%2d%2d%n", &hh, &mm, &n) != 2)
+      return bad();
     offset_s = (*end == '+' ? 1 : -1) * (hh * 3600 + mm * 60);
-  } else if (*end != 'Z' && *end != '\0') {
-    return Err(Status::InvalidArgument(fmt::format("not an ISO 8601 time: '{}'", str)));
+    end += 1 + n;
+  } else if (*end == 'Z' || *end == 'z') {
+    ++end;
+  } else {
+    return bad();
   }
-  return static_cast<int64_t>(timegm(&tm)) - offset_s;
+  if (*end != '\0') return bad();
+  const time_t t = timegm(&tm);
+  if (t == static_cast<time_t>(-1)) return bad();
+  return static_cast<int64_t>(t) - offset_s;
 }
 
 Result<Credentials> ParseCredentialsJson(std::string_view body, const std::string& source) {
@@ -195,14 +240,22 @@ Result<Credentials> InstanceMetadataCredentials() {
   constexpr long kTimeoutMs = 1000;  // as the AWS SDKs: the service answers in ms where there is one
   // IMDSv2: a session token first. An endpoint that refuses the PUT (or an
   // older service) is asked without one (v1), as the SDKs do.
+  // A token PUT that times out is asked without a token too: in a container
+  // on an instance with a hop limit of 1 the PUT's reply never arrives, and
+  // v1 may still answer. Nothing listening (or no such host) ends it here.
   std::vector<std::string> auth;
   HttpReply tok = Call("PUT", base + "/latest/api/token", {"X-aws-ec2-metadata-token-ttl-seconds: 21600"}, nullptr,
                        kTimeoutMs, true);
-  if (tok.status == 0) return Err(Status::Unavailable(fmt::format("{}: {}", where, tok.error)));
+  if (tok.status == 0 && (tok.code == CURLE_COULDNT_CONNECT || tok.code == CURLE_COULDNT_RESOLVE_HOST ||
+                          tok.code == CURLE_URL_MALFORMAT || tok.code == CURLE_UNSUPPORTED_PROTOCOL))
+    return Err(Status::Unavailable(fmt::format("{}: {}", where, tok.error)));
   if (tok.status == 200 && !tok.body.empty()) auth.push_back("X-aws-ec2-metadata-token: " + tok.body);
   HttpReply role = Call("GET", base + "/latest/meta-data/iam/security-credentials/", auth, nullptr, kTimeoutMs, true);
-  if (role.status != 200)
-    return Err(Status::NotFound(fmt::format("{}: no instance role ({})", where, Why(role))));
+  if (role.status != 200) {
+    const std::string v2 = auth.empty() ? fmt::format("the IMDSv2 token request failed ({}) and ", Why(tok)) : "";
+    if (role.status == 0) return Err(Status::Unavailable(fmt::format("{}: {}{}", where, v2, role.error)));
+    return Err(Status::NotFound(fmt::format("{}: {}no instance role ({})", where, v2, Why(role))));
+  }
   std::string name = role.body.substr(0, role.body.find('\n'));
   while (!name.empty() && (name.back() == '\r' || name.back() == ' ')) name.pop_back();
   if (name.empty()) return Err(Status::NotFound(where + ": no instance role (empty list)"));
@@ -220,12 +273,12 @@ Result<Credentials> ContainerCredentials() {
   } else {
     url = Env("AWS_CONTAINER_CREDENTIALS_FULL_URI");
     if (url.empty()) return Err(Status::NotFound("no container credentials endpoint"));
-    if (!url.starts_with("https://") && !PlainHttpAllowed(url))
-      return Err(Status::InvalidArgument(fmt::format(
-          "AWS_CONTAINER_CREDENTIALS_FULL_URI {}: plain http only to loopback, 169.254.170.2 or "
-          "169.254.170.23 (use https)",
-          url)));
   }
+  std::string shown;
+  if (auto st = CheckContainerUrl(url, &shown); !st.ok())
+    return Err(Status(st.code(), "AWS_CONTAINER_CREDENTIALS_" +
+                                     std::string(Env("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI").empty() ? "FULL" : "RELATIVE") +
+                                     "_URI: " + st.message()));
   std::vector<std::string> headers;
   std::string token;
   if (std::string f = Env("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE"); !f.empty()) {
@@ -235,10 +288,12 @@ Result<Credentials> ContainerCredentials() {
   } else {
     token = Env("AWS_CONTAINER_AUTHORIZATION_TOKEN");
   }
+  if (token.find_first_of("\r\n") != std::string::npos)
+    return Err(Status::InvalidArgument("the container authorization token has a line break"));
   if (!token.empty()) headers.push_back("Authorization: " + token);
   const bool direct = !url.starts_with("https://");
   HttpReply r = Call("GET", url, headers, nullptr, 2000, direct);
-  const std::string source = "container credentials at " + url;
+  const std::string source = "container credentials at " + shown;
   if (r.status != 200) {
     // The body of a refusal says why (ECS: {"code":..., "message":...}); no secret in it.
     return Err(Status::Unavailable(fmt::format("{}: {}{}", source, Why(r), r.status ? ": " + r.body.substr(0, 200) : "")));
@@ -248,7 +303,9 @@ Result<Credentials> ContainerCredentials() {
 
 Result<Credentials> WebIdentityCredentials(const std::string& region) {
   const std::string token_file = Env("AWS_WEB_IDENTITY_TOKEN_FILE"), role = Env("AWS_ROLE_ARN");
-  if (token_file.empty() || role.empty()) return Err(Status::NotFound("no web identity (AWS_WEB_IDENTITY_TOKEN_FILE, AWS_ROLE_ARN)"));
+  if (token_file.empty()) return Err(Status::NotFound("no web identity (AWS_WEB_IDENTITY_TOKEN_FILE)"));
+  if (role.empty())
+    return Err(Status::InvalidArgument("web identity: AWS_WEB_IDENTITY_TOKEN_FILE is set but AWS_ROLE_ARN is not"));
   auto token = ReadFile(token_file, "AWS_WEB_IDENTITY_TOKEN_FILE");
   if (!token) return Err(token.error());
   std::string session = Env("AWS_ROLE_SESSION_NAME");
@@ -256,12 +313,17 @@ Result<Credentials> WebIdentityCredentials(const std::string& region) {
     session = fmt::format("igtcache-{}", std::chrono::duration_cast<std::chrono::seconds>(
                                              std::chrono::system_clock::now().time_since_epoch()).count());
   std::string endpoint = Env("AWS_ENDPOINT_URL_STS");
-  if (endpoint.empty()) endpoint = fmt::format("https://sts.{}.amazonaws.com", region.empty() ? "us-east-1" : region);
+  if (endpoint.empty()) endpoint = Env("AWS_ENDPOINT_URL");  // every service's, as the SDKs read it
+  if (endpoint.empty()) {
+    const std::string r = region.empty() ? "us-east-1" : region;
+    endpoint = fmt::format("https://sts.{}.amazonaws.com{}", r, r.starts_with("cn-") ? ".cn" : "");
+  }
   while (endpoint.ends_with('/')) endpoint.pop_back();
   const std::string body = "Action=AssumeRoleWithWebIdentity&Version=2011-06-15&RoleArn=" + FormEncode(role) +
                            "&RoleSessionName=" + FormEncode(session) + "&WebIdentityToken=" + FormEncode(*token);
-  HttpReply r = Call("POST", endpoint + "/", {"Content-Type: application/x-www-form-urlencoded", "Accept: application/xml"},
-                     &body, 5000, false);
+  HttpReply r = Call("POST", endpoint + "/",
+                     {"Content-Type: application/x-www-form-urlencoded", "Accept: application/xml", "Expect:"}, &body,
+                     5000, false);
   const std::string source = fmt::format("web identity (role {}, STS at {})", role, endpoint);
   if (r.status == 0) return Err(Status::Unavailable(fmt::format("{}: {}", source, r.error)));
   auto c = ParseWebIdentityResponse(r.body, source);

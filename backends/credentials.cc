@@ -128,8 +128,7 @@ Result<Credentials> ResolveCredentials(const std::string& profile_arg, const std
       if (c) return c;
       return Err(Status(c.error().code(), "no AWS credentials: " + c.error().message()));
     };
-    if (!Env("AWS_WEB_IDENTITY_TOKEN_FILE").empty() || !Env("AWS_ROLE_ARN").empty())
-      return configured(WebIdentityCredentials(region));
+    if (!Env("AWS_WEB_IDENTITY_TOKEN_FILE").empty()) return configured(WebIdentityCredentials(region));
   }
   const bool named = !profile_arg.empty() || !Env("AWS_PROFILE").empty();
   std::string profile = profile_arg;
@@ -158,6 +157,15 @@ Result<Credentials> ResolveCredentials(const std::string& profile_arg, const std
     return Credentials{id, secret, key_of(sec, "aws_session_token"), 0,
                        fmt::format("profile [{}] of {}", profile, where)};
   };
+  // One key of the pair without the other is a broken profile, not an
+  // absent one: the chain does not go on to sign as another identity (the
+  // AWS CLI's PartialCredentialsError).
+  for (const auto& [sec, where] : {std::pair{&in_cred, &path}, std::pair{&in_config, &config}}) {
+    const bool id = !key_of(*sec, "aws_access_key_id").empty(), secret = !key_of(*sec, "aws_secret_access_key").empty();
+    if (id != secret)
+      return Err(Status::NotFound(fmt::format("no AWS credentials: profile [{}] in {} has no {}", profile, *where,
+                                              id ? "aws_secret_access_key" : "aws_access_key_id")));
+  }
   if (auto c = keys_of(in_cred, path)) return *c;
   for (const auto& [sec, where] : {std::pair{&in_cred, &path}, std::pair{&in_config, &config}}) {
     const std::string command = key_of(*sec, "credential_process");

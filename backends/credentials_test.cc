@@ -39,7 +39,11 @@ class ScopedEnv {
 struct NoRemoteLinks {
   ScopedEnv a{"AWS_WEB_IDENTITY_TOKEN_FILE", std::nullopt}, b{"AWS_ROLE_ARN", std::nullopt},
       c{"AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", std::nullopt}, d{"AWS_CONTAINER_CREDENTIALS_FULL_URI", std::nullopt},
-      e{"AWS_EC2_METADATA_DISABLED", std::string("true")}, f{"AWS_CONFIG_FILE", std::string("/nonexistent/igt/config")};
+      e{"AWS_EC2_METADATA_DISABLED", std::string("true")}, f{"AWS_CONFIG_FILE", std::string("/nonexistent/igt/config")},
+      g{"AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", std::nullopt}, h{"AWS_CONTAINER_AUTHORIZATION_TOKEN", std::nullopt},
+      i{"AWS_ENDPOINT_URL_STS", std::nullopt}, j{"AWS_ENDPOINT_URL", std::nullopt};
+  // The fakes are on loopback: never through a proxy the host may set.
+  ScopedEnv np{"NO_PROXY", std::string("127.0.0.1,localhost")}, np2{"no_proxy", std::string("127.0.0.1,localhost")};
 };
 
 constexpr const char* kIni = R"(# comment
@@ -196,6 +200,9 @@ TEST_CASE("ParseIso8601 reads the expiry of temporary credentials", "[credential
   CHECK(*igt::ParseIso8601("2026-11-28T17:00:00Z") == 1795885200);
   CHECK(*igt::ParseIso8601("2026-11-28T17:00:00.123Z") == 1795885200);
   CHECK(*igt::ParseIso8601("2026-11-28T18:00:00+01:00") == 1795885200);
+  CHECK(*igt::ParseIso8601("2026-11-28T18:00:00+0100") == 1795885200);
+  CHECK(*igt::ParseIso8601("2026-11-28T17:00:00z") == 1795885200);
+  CHECK(!igt::ParseIso8601("2026-11-28T17:00:00Zjunk"));
   CHECK(!igt::ParseIso8601("tomorrow"));
   CHECK(!igt::ParseIso8601("2026-11-28T17:00:00 UTC"));
 }
@@ -261,6 +268,7 @@ std::string TempFile(const std::string& text) {
 TEST_CASE("instance metadata: IMDSv2 token, the role, its credentials, and v1 when the token is refused",
           "[credentials]") {
   FakeServer s;
+  NoRemoteLinks none;
   ScopedEnv ep("AWS_EC2_METADATA_SERVICE_ENDPOINT", s.endpoint() + "/");
   SECTION("v2") {
     s.Push(FakeServer::Reply(200, {}, "TOKEN123"));
@@ -292,6 +300,14 @@ TEST_CASE("instance metadata: IMDSv2 token, the role, its credentials, and v1 wh
     REQUIRE(r.size() == 3);
     CHECK(Header(r[1], "x-aws-ec2-metadata-token").empty());
   }
+  SECTION("v1 when the token request times out (a container behind a hop limit of 1)") {
+    s.Push("STALL:");  // the PUT: no reply within its 1 s
+    s.Push(FakeServer::Reply(200, {}, "r1"));
+    s.Push(FakeServer::Reply(200, {}, kCredsJson));
+    auto c = igt::InstanceMetadataCredentials();
+    REQUIRE(c);
+    CHECK(c->access_key == "ASIAIMDS");
+  }
   SECTION("no role") {
     s.Push(FakeServer::Reply(200, {}, "TOKEN123"));
     s.Push(FakeServer::Reply(404, {}, ""));
@@ -302,6 +318,7 @@ TEST_CASE("instance metadata: IMDSv2 token, the role, its credentials, and v1 wh
 }
 
 TEST_CASE("instance metadata: nothing listening is a quick error, not a hang", "[credentials]") {
+  NoRemoteLinks none;
   std::string dead;
   {
     FakeServer s;  // a port that was just free, closed again
@@ -319,6 +336,7 @@ TEST_CASE("instance metadata: nothing listening is a quick error, not a hang", "
 TEST_CASE("container credentials: full URI with a token file, a refusal's reason, plain http refused elsewhere",
           "[credentials]") {
   FakeServer s;
+  NoRemoteLinks none;
   ScopedEnv rel("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", std::nullopt);
   ScopedEnv full("AWS_CONTAINER_CREDENTIALS_FULL_URI", s.endpoint() + "/v1/credentials");
   const std::string tok = TempFile("pod-token\n");
@@ -337,16 +355,29 @@ TEST_CASE("container credentials: full URI with a token file, a refusal's reason
   REQUIRE(!refused);
   CHECK_THAT(refused.error().message(), Catch::Contains("HTTP 401"));
   CHECK_THAT(refused.error().message(), Catch::Contains("token mismatch"));
-  ScopedEnv far("AWS_CONTAINER_CREDENTIALS_FULL_URI", std::string("http://192.0.2.9/creds"));
-  auto bad = igt::ContainerCredentials();
-  REQUIRE(!bad);
-  CHECK(bad.error().code() == Code::kInvalidArgument);
-  CHECK_THAT(bad.error().message(), Catch::Contains("AWS_CONTAINER_CREDENTIALS_FULL_URI"));
+  // Plain http elsewhere, however the host is dressed up (the token would go out in clear).
+  for (const char* url : {"http://192.0.2.9/creds", "http://127.evil.example/c", "http://127.0.0.1@evil.example/c",
+                          "http://169.254.170.234/c", "http://169.254.170.23.evil.example/c", "ftp://127.0.0.1/c"}) {
+    INFO(url);
+    ScopedEnv far("AWS_CONTAINER_CREDENTIALS_FULL_URI", std::string(url));
+    auto bad = igt::ContainerCredentials();
+    REQUIRE(!bad);
+    CHECK(bad.error().code() == Code::kInvalidArgument);
+    CHECK_THAT(bad.error().message(), Catch::Contains("AWS_CONTAINER_CREDENTIALS_FULL_URI"));
+  }
+  {
+    ScopedEnv user("AWS_CONTAINER_CREDENTIALS_FULL_URI", "https://u:p@creds.example/c");
+    CHECK_THAT(igt::ContainerCredentials().error().message(), Catch::Contains("user info"));
+  }
+  ScopedEnv crlf("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", std::nullopt);
+  ScopedEnv inj("AWS_CONTAINER_AUTHORIZATION_TOKEN", std::string("tok\r\nX-Evil: 1"));
+  CHECK_THAT(igt::ContainerCredentials().error().message(), Catch::Contains("line break"));
   ::unlink(tok.c_str());
 }
 
 TEST_CASE("web identity: the token file and role are exchanged at STS", "[credentials]") {
   FakeServer s;
+  NoRemoteLinks none;
   const std::string tok = TempFile("eyJhbGciOi.payload.sig\n");
   ScopedEnv tf("AWS_WEB_IDENTITY_TOKEN_FILE", tok);
   ScopedEnv role("AWS_ROLE_ARN", std::string("arn:aws:iam::123456789012:role/reader"));
@@ -428,6 +459,23 @@ TEST_CASE("the chain: environment, web identity, file, container, instance metad
     ScopedEnv i("AWS_ACCESS_KEY_ID", std::string("AKIDENV"));
     ScopedEnv k("AWS_SECRET_ACCESS_KEY", std::string("secretenv"));
     CHECK(igt::ResolveCredentials("")->source == "environment");
+    CHECK(s.requests().empty());
+    ::unlink(path.c_str());
+  }
+  SECTION("AWS_ROLE_ARN alone (exported for other tools) is no web identity: the file's keys") {
+    const std::string path = TempFile(kIni);
+    ScopedEnv f("AWS_SHARED_CREDENTIALS_FILE", path);
+    ScopedEnv role("AWS_ROLE_ARN", std::string("arn:aws:iam::1:role/r"));
+    CHECK(igt::ResolveCredentials("")->access_key == "AKIDDEFAULT");
+    ::unlink(path.c_str());
+  }
+  SECTION("a [default] with one key of the pair is an error, not the next link") {
+    const std::string path = TempFile("[default]\naws_access_key_id = AKIDHALF\n");
+    ScopedEnv f("AWS_SHARED_CREDENTIALS_FILE", path);
+    ScopedEnv full("AWS_CONTAINER_CREDENTIALS_FULL_URI", s.endpoint() + "/c");
+    auto c = igt::ResolveCredentials("");
+    REQUIRE(!c);
+    CHECK_THAT(c.error().message(), Catch::Contains("has no aws_secret_access_key"));
     CHECK(s.requests().empty());
     ::unlink(path.c_str());
   }

@@ -450,9 +450,9 @@ class S3Backend final : public Backend {
       in.headers = req.headers;
       in.region = opts_.region.empty() ? "us-east-1" : opts_.region;
       in.amz_date = FormatAmzDate(std::chrono::system_clock::now());
-      RenewIfExpiring();
       std::lock_guard lk(cred_mu_);
       req.headers = SignRequest(in, credentials_);
+      t_signed_gen_ = cred_gen_;
     }
     req.headers.emplace_back("Host", ep_.host);
     return req;
@@ -519,9 +519,11 @@ class S3Backend final : public Backend {
     for (int n = 0;; ++n) {
       if (pool_.cancelled())
         return Status::Unavailable(std::string(HttpPool::kCancelledMessage) + " (S3 endpoint " + ep_.endpoint + ")");
-      const uint64_t gen = CredentialsGeneration();
+      if (!anonymous_) RenewIfExpiring();
+      t_signed_gen_ = CredentialsGeneration();
       t_last_answered_ = false;
       Outcome o = attempt();
+      const uint64_t gen = t_signed_gen_;  // what the attempt was signed with (Build)
       // Answered (a whole reply came back: data, NotFound, a 4xx, a 5xx that
       // is retried; not a body cut short or stalled): the source is there.
       // In outage mode this call then gets the whole budget from here on.
@@ -581,18 +583,24 @@ class S3Backend final : public Backend {
   // After S3 refused the credentials a request was signed with (generation
   // `gen`): true if newer ones are in place, because another request
   // already read them or because opts_.refresh_credentials gives new ones
-  // now. One reader at a time; the others then see the new generation.
+  // now. One reader at a time (renew_mu_), the others wait for it and then
+  // see the new generation; the provider may wait on the network (STS,
+  // instance metadata, a credential_process), so cred_mu_ is not held
+  // meanwhile: requests with good credentials go on signing.
   bool RefreshCredentials(uint64_t gen) {
+    if (CredentialsGeneration() != gen) return true;
+    if (!opts_.refresh_credentials) return false;
+    std::lock_guard renewing(renew_mu_);
+    if (CredentialsGeneration() != gen) return true;  // renewed while this one waited
+    auto c = opts_.refresh_credentials();
     std::lock_guard lk(cred_mu_);
     if (cred_gen_ != gen) return true;
-    if (!opts_.refresh_credentials) return false;
-    auto c = opts_.refresh_credentials();
     if (!c) {
       spdlog::warn("s3: credentials refused by {} and cannot be read again: {}", ep_.endpoint, c.error().message());
       return false;
     }
-    if (c->access_key == credentials_.access_key && c->secret_key == credentials_.secret_key &&
-        c->session_token == credentials_.session_token) {
+    if (SameKeys(*c, credentials_)) {
+      credentials_.expires_unix_s = c->expires_unix_s;
       return false;
     }
     credentials_ = std::move(*c);
@@ -600,13 +608,17 @@ class S3Backend final : public Backend {
     spdlog::info("s3: credentials refused by {}; read them again and retrying with the new ones", ep_.endpoint);
     return true;
   }
+  static bool SameKeys(const Credentials& a, const Credentials& b) {
+    return a.access_key == b.access_key && a.secret_key == b.secret_key && a.session_token == b.session_token;
+  }
 
   // Temporary credentials (instance metadata, container, web identity, a
-  // file an SSO login rewrites) are renewed within kRenewAheadS of their
-  // expiry, by one request while the others go on signing with the current
-  // ones; a failed or unchanged renewal is tried again kRenewRetryS later.
-  // Past the expiry S3 refuses them and RefreshCredentials asks again.
-  static constexpr int64_t kRenewAheadS = 300, kRenewRetryS = 10;
+  // credential_process) are renewed within kRenewAheadS of their expiry, by
+  // one request while the others go on signing with the current ones; a
+  // failed renewal is tried again kRenewRetryS later (and said at most every
+  // kRenewWarnS). Past the expiry S3 refuses them and RefreshCredentials
+  // asks again.
+  static constexpr int64_t kRenewAheadS = 300, kRenewRetryS = 10, kRenewWarnS = 60;
   void RenewIfExpiring() {
     if (!opts_.refresh_credentials) return;
     const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
@@ -624,16 +636,26 @@ class S3Backend final : public Backend {
     if (!renewing) return;  // another request renews them
     auto c = opts_.refresh_credentials();
     std::lock_guard lk(cred_mu_);
+    if (cred_gen_ != gen) return;  // renewed meanwhile (a refusal's refresh)
     if (!c) {
-      spdlog::warn("s3: credentials from {} expire in {} s and cannot be renewed: {}", credentials_.source,
-                   credentials_.expires_unix_s - now, c.error().message());
+      if (now >= next_renew_warn_s_) {
+        next_renew_warn_s_ = now + kRenewWarnS;
+        const int64_t left = credentials_.expires_unix_s - now;
+        spdlog::warn("s3: credentials from {} {} and cannot be renewed: {}", credentials_.source,
+                     left > 0 ? fmt::format("expire in {} s", left) : fmt::format("expired {} s ago", -left),
+                     c.error().message());
+      }
       return;
     }
-    if (cred_gen_ != gen || (c->access_key == credentials_.access_key && c->secret_key == credentials_.secret_key &&
-                             c->session_token == credentials_.session_token))
-      return;  // renewed meanwhile, or the provider still hands out the same ones
+    if (SameKeys(*c, credentials_)) {
+      // The provider still hands out the same ones (IMDS does until shortly
+      // before they expire): their expiry may have moved.
+      credentials_.expires_unix_s = c->expires_unix_s;
+      return;
+    }
     credentials_ = std::move(*c);
     ++cred_gen_;
+    next_renew_warn_s_ = 0;
     spdlog::info("s3: credentials from {} renewed; they expire in {} s", credentials_.source,
                  credentials_.expires_unix_s ? credentials_.expires_unix_s - now : 0);
   }
@@ -646,11 +668,12 @@ class S3Backend final : public Backend {
   const S3Options opts_;
   const S3Endpoint ep_;
   bool anonymous_ = false;
-  std::mutex cred_mu_;        // guards credentials_, cred_gen_, next_renew_s_
+  std::mutex cred_mu_;        // guards credentials_, cred_gen_, next_renew_s_, next_renew_warn_s_
   Credentials credentials_;   // what requests are signed with (RefreshCredentials)
   uint64_t cred_gen_ = 0;
   int64_t next_renew_s_ = 0;  // RenewIfExpiring: not before (unix s)
-  std::mutex renew_mu_;       // one renewal at a time (held without cred_mu_: it waits on the network)
+  int64_t next_renew_warn_s_ = 0;  // its warning: not before (unix s)
+  std::mutex renew_mu_;       // one renewal or refresh at a time (taken before cred_mu_, never inside it)
   HttpPool pool_;
   std::mutex cancel_mu_;  // only for the wait between retries
 
@@ -666,6 +689,7 @@ class S3Backend final : public Backend {
   std::mutex outage_mu_;  // BeginOutage / EndOutage / NoteUnreachable
   static thread_local bool t_short_attempt_;  // set by WithRetries for Send
   static thread_local bool t_last_answered_;  // this thread's last Send got a whole reply
+  static thread_local uint64_t t_signed_gen_;  // the credentials generation this thread's last Build signed with
 
   HttpResponse Send(HttpRequest& req) {
     // GETs only: without a sink (LIST, HEAD) the timeout caps the whole
@@ -728,6 +752,7 @@ class S3Backend final : public Backend {
 
 thread_local bool S3Backend::t_short_attempt_ = false;
 thread_local bool S3Backend::t_last_answered_ = false;
+thread_local uint64_t S3Backend::t_signed_gen_ = 0;
 
 }  // namespace
 }  // namespace igt::s3

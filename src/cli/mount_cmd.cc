@@ -832,7 +832,8 @@ int RunMount(const MountArgs& a) {
     // busy): files named by relative paths in the environment, read again
     // later (credentials on refresh, the CA bundle on each new connection),
     // are made absolute first.
-    for (const char* var : {"AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE", "AWS_CA_BUNDLE"}) {
+    for (const char* var : {"AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE", "AWS_CA_BUNDLE", "AWS_WEB_IDENTITY_TOKEN_FILE",
+                            "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE"}) {
       const char* v = std::getenv(var);
       if (!v || !*v || v[0] == '/') continue;
       auto abs = fs::absolute(v, ec);

@@ -998,7 +998,8 @@ TEST_CASE("a random stream's module rebuilt mid-epoch keeps what was read this e
   // previous epochs' items, which this epoch has still to read, before the
   // ones it had read (sim, 20,000 images over 1,000 class directories at
   // 50%: one flip random -> skewed -> random at the start of the third
-  // epoch, byte hit ratio 0.70 -> 0.65).
+  // epoch, byte hit ratio 0.70 -> 0.65). Units moved to an override's
+  // stream by a reload keep their reads of this epoch the same way.
   constexpr int D = 400, kCap = 200, kRead = 100;
   PolicyFile keep_pf = NoPrefetch(), lru_pf = NoPrefetch();
   lru_pf.patterns[kRandomIdx].eviction = {"lru", {}};
@@ -1023,9 +1024,19 @@ TEST_CASE("a random stream's module rebuilt mid-epoch keeps what was read this e
   for (const auto& id : read_now)
     if (h.engine->Contains(id)) cached_read.insert(id);
   REQUIRE(cached_read.size() >= 20);
-  REQUIRE(h.engine->SetPolicyFile(lru_pf).ok());
-  REQUIRE(h.engine->SetPolicyFile(keep_pf).ok());
-  REQUIRE(StreamJson(h, "data/train/")["eviction"] == "keep");
+  SECTION("module rebuilt") {
+    REQUIRE(h.engine->SetPolicyFile(lru_pf).ok());
+    REQUIRE(h.engine->SetPolicyFile(keep_pf).ok());
+    REQUIRE(StreamJson(h, "data/train/")["eviction"] == "keep");
+  }
+  SECTION("units moved to an override's stream") {
+    PolicyFile ov_pf = keep_pf;
+    auto parsed = ParsePolicyFile("overrides:\n  - {prefix: \"data/\", pattern: random}\n", "t.yaml");
+    REQUIRE(parsed.has_value());
+    ov_pf.overrides = parsed->overrides;
+    REQUIRE(h.engine->SetPolicyFile(ov_pf).ok());
+    REQUIRE(StreamJson(h, "data/")["cached_units"] == kCap);
+  }
   for (size_t k = 0; k < cached_read.size(); ++k) {
     auto v = h.engine->PickVictim(h.now_us);
     REQUIRE(v.has_value());

@@ -1315,6 +1315,10 @@ bool PolicyEngine::PrevEpochRead(const FileRec& f, const Group* g) const {
   return mode_igt_ && g->label == kRandom && g->epoch > 0 && f.group == g && f.epoch_read == g->epoch;
 }
 
+// A stream labelled skewed for a while counts no epoch (NewVisit): reads
+// then keep the epoch's stamp, and a flip back to random that crosses an
+// epoch's end hands the units read in the ending epoch over as read until
+// the next repeat starts the new one (a few reads).
 bool PolicyEngine::NotReadYet(const Unit& u, const Group* g) const {
   return u.prefetched_unread || (g->label == kRandom && u.read_stamp != g->epoch + 1);
 }
@@ -1760,7 +1764,11 @@ Status PolicyEngine::SetPolicyFile(PolicyFile pf) {
       // Held units (readahead, warm-up) stay where they wait, but not under
       // a never_cache prefix: those go to its stream, the first victims.
       const bool held = u.g->window || u.g->user_warm;
-      if (f.group && f.group != u.g && f.group->ov && (!held || f.group->ov->never_cache)) MoveUnit(id, u, f);
+      // A unit read in its old stream's epoch is read in the new one's (as
+      // its file, above): keep's first victims, not kept ahead of the items
+      // this epoch has still to read.
+      if (f.group && f.group != u.g && f.group->ov && (!held || f.group->ov->never_cache))
+        MoveUnit(id, u, f, nullptr, /*read=*/u.consumed && u.read_stamp == u.g->epoch + 1);
     }
   ++reloads_;
   return Status::Ok();

@@ -38,6 +38,8 @@ class Fake:
         # a mount that reads its files signed with what the fake handed out.
         self.key = harness.S3_ACCESS_KEY
         self.token = "first"
+        self.fetches = 0
+        self.after_first: tuple[str, float] | None = None  # (token, expiry) from the second fetch on
         self.expires = time.time() + 3600
         self.sts_error: str | None = None
         fake = self
@@ -55,6 +57,9 @@ class Fake:
                 self.wfile.write(b)
 
             def creds(self) -> str:
+                fake.fetches += 1
+                if fake.after_first and fake.fetches > 1:
+                    fake.token, fake.expires = fake.after_first
                 return json.dumps({"Code": "Success", "AccessKeyId": fake.key, "SecretAccessKey": fake.key,
                                    "Token": "t-" + fake.token, "Expiration": iso(fake.expires)})
 
@@ -112,8 +117,10 @@ def bare_env(s: harness.Session, extra: dict) -> dict:
     for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
               "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_ROLE_ARN", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
               "AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_CONTAINER_AUTHORIZATION_TOKEN",
-              "AWS_EC2_METADATA_SERVICE_ENDPOINT"):
+              "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", "AWS_EC2_METADATA_SERVICE_ENDPOINT", "AWS_ENDPOINT_URL_STS",
+              "AWS_CONFIG_FILE"):
         env.pop(k, None)
+    env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"  # the fakes are on loopback
     env["AWS_SHARED_CREDENTIALS_FILE"] = str(s.tmp / "no-credentials-file")
     env["AWS_CONFIG_FILE"] = str(s.tmp / "no-config-file")
     env["AWS_EC2_METADATA_DISABLED"] = "true"  # never 169.254.169.254 from a test
@@ -132,11 +139,12 @@ def main():
         fake = Fake()
         try:
             # -- 1. instance metadata (IMDSv2); credentials 200 s from their
-            # expiry are renewed by the mount's first request.
+            # expiry are renewed by the mount's first request (its probe):
+            # the second fetch hands out new ones, good for an hour.
             fake.token, fake.expires = "first", time.time() + 200
+            fake.after_first = ("renewed", time.time() + 3600)
             m = s.mount(f"s3://{BUCKET}", args=args, env=bare_env(s, {
                 "AWS_EC2_METADATA_DISABLED": "false", "AWS_EC2_METADATA_SERVICE_ENDPOINT": fake.url}))
-            fake.token, fake.expires = "renewed", time.time() + 3600
             harness.check(m.path("a.bin").read_bytes() == b"a" * 300_000, "instance metadata: a.bin read")
             harness.check(fake.requests[0][0] == "PUT" and fake.requests[0][1] == "/latest/api/token"
                           and fake.requests[0][2].get("x-aws-ec2-metadata-token-ttl-seconds") == "21600",
@@ -149,7 +157,9 @@ def main():
             s.unmount(m)
             log = m.proc.stderr_text()
             harness.check("credentials from instance metadata (role training-role)" in log
-                          and "renewed" in log, "the log names the source and the renewal")
+                          and "credentials from instance metadata (role training-role) renewed; they expire in" in log,
+                          "the log names the source and the renewal")
+            fake.after_first = None
             harness.check("t-first" not in log and "t-renewed" not in log and "TOKEN-1" not in log,
                           "no session or metadata token in the log")
 
