@@ -28,6 +28,7 @@
 #include <sstream>
 
 #include "backends/credentials.h"
+#include "backends/s3/sigv4.h"
 
 namespace igt {
 namespace {
@@ -152,6 +153,19 @@ Status CheckContainerUrl(const std::string& url, std::string* shown) {
   return Status::Ok();
 }
 
+// STS: $AWS_ENDPOINT_URL_STS, else $AWS_ENDPOINT_URL (every service's, as
+// the SDKs read it), else the region's.
+std::string StsEndpoint(const std::string& region) {
+  std::string endpoint = Env("AWS_ENDPOINT_URL_STS");
+  if (endpoint.empty()) endpoint = Env("AWS_ENDPOINT_URL");
+  if (endpoint.empty()) {
+    const std::string r = region.empty() ? "us-east-1" : region;
+    endpoint = fmt::format("https://sts.{}.amazonaws.com{}", r, r.starts_with("cn-") ? ".cn" : "");
+  }
+  while (endpoint.ends_with('/')) endpoint.pop_back();
+  return endpoint;
+}
+
 }  // namespace
 
 Result<int64_t> ParseIso8601(std::string_view s) {
@@ -209,14 +223,15 @@ Result<Credentials> ParseCredentialsJson(std::string_view body, const std::strin
   return c;
 }
 
-Result<Credentials> ParseWebIdentityResponse(std::string_view xml, const std::string& source) {
+Result<Credentials> ParseStsResponse(std::string_view xml, const std::string& source) {
   pugi::xml_document doc;
   if (!doc.load_buffer(xml.data(), xml.size()))
     return Err(Status::InvalidArgument(source + ": the reply is not XML"));
   if (auto err = doc.select_node("//Error"); err)
     return Err(Status::PermissionDenied(fmt::format("{}: {}: {}", source, err.node().child_value("Code"),
                                                     err.node().child_value("Message"))));
-  auto cr = doc.select_node("//AssumeRoleWithWebIdentityResult/Credentials").node();
+  // AssumeRoleWithWebIdentityResult or AssumeRoleResult.
+  auto cr = doc.select_node("/*/*[substring(name(), string-length(name()) - 5) = 'Result']/Credentials").node();
   Credentials c;
   c.access_key = cr.child_value("AccessKeyId");
   c.secret_key = cr.child_value("SecretAccessKey");
@@ -312,13 +327,7 @@ Result<Credentials> WebIdentityCredentials(const std::string& region) {
   if (session.empty())
     session = fmt::format("igtcache-{}", std::chrono::duration_cast<std::chrono::seconds>(
                                              std::chrono::system_clock::now().time_since_epoch()).count());
-  std::string endpoint = Env("AWS_ENDPOINT_URL_STS");
-  if (endpoint.empty()) endpoint = Env("AWS_ENDPOINT_URL");  // every service's, as the SDKs read it
-  if (endpoint.empty()) {
-    const std::string r = region.empty() ? "us-east-1" : region;
-    endpoint = fmt::format("https://sts.{}.amazonaws.com{}", r, r.starts_with("cn-") ? ".cn" : "");
-  }
-  while (endpoint.ends_with('/')) endpoint.pop_back();
+  const std::string endpoint = StsEndpoint(region);
   const std::string body = "Action=AssumeRoleWithWebIdentity&Version=2011-06-15&RoleArn=" + FormEncode(role) +
                            "&RoleSessionName=" + FormEncode(session) + "&WebIdentityToken=" + FormEncode(*token);
   HttpReply r = Call("POST", endpoint + "/",
@@ -326,7 +335,50 @@ Result<Credentials> WebIdentityCredentials(const std::string& region) {
                      5000, false);
   const std::string source = fmt::format("web identity (role {}, STS at {})", role, endpoint);
   if (r.status == 0) return Err(Status::Unavailable(fmt::format("{}: {}", source, r.error)));
-  auto c = ParseWebIdentityResponse(r.body, source);
+  auto c = ParseStsResponse(r.body, source);
+  if (!c && r.status != 200 && c.error().code() != Code::kPermissionDenied)
+    return Err(Status::Unavailable(fmt::format("{}: HTTP {}", source, r.status)));
+  return c;
+}
+
+Result<Credentials> AssumeRoleCredentials(const std::string& role_arn, const Credentials& base,
+                                          const std::string& session, const std::string& external_id,
+                                          int64_t duration_s, const std::string& region, const std::string& what) {
+  const std::string endpoint = StsEndpoint(region);
+  const std::string source = fmt::format("assumed role {} ({}, STS at {})", role_arn, what, endpoint);
+  std::string body = "Action=AssumeRole&Version=2011-06-15&RoleArn=" + FormEncode(role_arn) +
+                     "&RoleSessionName=" + FormEncode(session);
+  if (!external_id.empty()) body += "&ExternalId=" + FormEncode(external_id);
+  if (duration_s > 0) body += fmt::format("&DurationSeconds={}", duration_s);
+  // Signed (SigV4, service sts) with the source profile's credentials.
+  CURLU* u = curl_url();
+  std::string host, path;
+  if (u && curl_url_set(u, CURLUPART_URL, (endpoint + "/").c_str(), 0) == CURLUE_OK) {
+    char *h = nullptr, *port = nullptr, *pth = nullptr;
+    if (curl_url_get(u, CURLUPART_HOST, &h, 0) == CURLUE_OK && h) host = h;
+    if (curl_url_get(u, CURLUPART_PORT, &port, 0) == CURLUE_OK && port) host += std::string(":") + port;
+    if (curl_url_get(u, CURLUPART_PATH, &pth, 0) == CURLUE_OK && pth) path = pth;
+    curl_free(h);
+    curl_free(port);
+    curl_free(pth);
+  }
+  if (u) curl_url_cleanup(u);
+  if (host.empty()) return Err(Status::InvalidArgument(source + ": not a URL"));
+  s3::SignInput in;
+  in.method = "POST";
+  in.host = host;
+  in.path = path.empty() ? "/" : path;
+  in.headers = {{"Content-Type", "application/x-www-form-urlencoded; charset=utf-8"}};
+  in.payload_hash = s3::Sha256Hex(body);
+  in.region = region.empty() ? "us-east-1" : region;
+  in.service = "sts";
+  in.amz_date = s3::FormatAmzDate(std::chrono::system_clock::now());
+  in.add_content_sha256 = false;
+  std::vector<std::string> headers = {"Accept: application/xml", "Expect:"};
+  for (const auto& [k, v] : s3::SignRequest(in, base)) headers.push_back(k + ": " + v);
+  HttpReply r = Call("POST", endpoint + "/", headers, &body, 5000, false);
+  if (r.status == 0) return Err(Status::Unavailable(fmt::format("{}: {}", source, r.error)));
+  auto c = ParseStsResponse(r.body, source);
   if (!c && r.status != 200 && c.error().code() != Code::kPermissionDenied)
     return Err(Status::Unavailable(fmt::format("{}: HTTP {}", source, r.status)));
   return c;

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cctype>
+#include <chrono>
 #include <cstdlib>
 #include <fmt/format.h>
 #include <fstream>
@@ -107,6 +108,130 @@ Result<Credentials> ParseCredentialsIni(std::string_view text, const std::string
   return c;
 }
 
+namespace {
+
+struct ProfileFiles {
+  std::string path, config;  // the credentials file, the config file
+  std::optional<std::string> cred_text, config_text;
+};
+
+ProfileFiles ReadProfileFiles() {
+  ProfileFiles f{CredentialsPath(), ConfigPath(), std::nullopt, std::nullopt};
+  f.cred_text = ReadText(f.path);
+  f.config_text = ReadText(f.config);
+  return f;
+}
+
+constexpr int kMaxRoleChain = 5;  // source_profile hops (a loop is an error)
+
+// Profile `profile` from the files, in the AWS CLI's order: a role to assume
+// (role_arn, from source_profile or credential_source), its keys in the
+// credentials file, its credential_process, its keys in the config file.
+// `*absent`: it has none of these (the message says why; the chain may go
+// on); otherwise an error is a broken or failing profile.
+Result<Credentials> ProfileCredentials(const ProfileFiles& f, const std::string& profile, const std::string& region,
+                                       int depth, bool* absent) {
+  *absent = false;
+  std::optional<std::map<std::string, std::string>> in_cred, in_config;
+  if (f.cred_text) in_cred = IniSection(*f.cred_text, profile);
+  if (f.config_text) in_config = IniSection(*f.config_text, profile);
+  auto key_of = [](const std::optional<std::map<std::string, std::string>>& sec, const char* k) {
+    if (!sec) return std::string();
+    auto it = sec->find(k);
+    return it == sec->end() ? std::string() : it->second;
+  };
+  // A key of the config file's profile, else of the credentials file's.
+  auto setting = [&](const char* k) {
+    std::string v = key_of(in_config, k);
+    return v.empty() ? key_of(in_cred, k) : v;
+  };
+  auto keys_of = [&](const std::optional<std::map<std::string, std::string>>& sec, const std::string& where)
+      -> std::optional<Credentials> {
+    const std::string id = key_of(sec, "aws_access_key_id"), secret = key_of(sec, "aws_secret_access_key");
+    if (id.empty() || secret.empty()) return std::nullopt;
+    return Credentials{id, secret, key_of(sec, "aws_session_token"), 0,
+                       fmt::format("profile [{}] of {}", profile, where)};
+  };
+  // One key of the pair without the other is a broken profile, not an
+  // absent one: the chain does not go on to sign as another identity (the
+  // AWS CLI's PartialCredentialsError).
+  for (const auto& [sec, where] : {std::pair{&in_cred, &f.path}, std::pair{&in_config, &f.config}}) {
+    const bool id = !key_of(*sec, "aws_access_key_id").empty(), secret = !key_of(*sec, "aws_secret_access_key").empty();
+    if (id != secret)
+      return Err(Status::NotFound(
+          fmt::format("profile [{}] in {} has no {}", profile, *where, id ? "aws_secret_access_key" : "aws_access_key_id")));
+  }
+  if (const std::string role = setting("role_arn"); !role.empty()) {
+    const std::string what = fmt::format("profile [{}] (role {})", profile, role);
+    if (!setting("mfa_serial").empty())
+      return Err(Status::InvalidArgument(what + ": mfa_serial needs a code typed at each renewal; a mount cannot "
+                                                "ask for one (use a credential_process)"));
+    const std::string src = setting("source_profile"), cs = setting("credential_source");
+    Result<Credentials> base = Err(Status::InvalidArgument(what + ": neither source_profile nor credential_source"));
+    if (!src.empty() && !cs.empty()) {
+      return Err(Status::InvalidArgument(what + ": both source_profile and credential_source"));
+    } else if (!src.empty()) {
+      if (depth >= kMaxRoleChain)
+        return Err(Status::InvalidArgument(fmt::format("{}: more than {} source_profile hops (a loop?)", what,
+                                                       kMaxRoleChain)));
+      bool src_absent = false;
+      // A source profile that names itself holds the keys (the AWS CLI's rule).
+      base = src == profile ? [&]() -> Result<Credentials> {
+        if (auto k = keys_of(in_cred, f.path)) return *k;
+        if (auto k = keys_of(in_config, f.config)) return *k;
+        return Err(Status::NotFound(what + ": source_profile names itself and it has no keys"));
+      }()
+                            : ProfileCredentials(f, src, region, depth + 1, &src_absent);
+      if (!base) return Err(Status(base.error().code(), what + ": source_profile " + src + ": " + base.error().message()));
+    } else if (cs == "Environment") {
+      const std::string id = Env("AWS_ACCESS_KEY_ID"), secret = Env("AWS_SECRET_ACCESS_KEY");
+      if (id.empty() || secret.empty())
+        return Err(Status::NotFound(what + ": credential_source Environment, but AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY "
+                                           "are not set"));
+      base = Credentials{id, secret, Env("AWS_SESSION_TOKEN"), 0, "environment"};
+    } else if (cs == "Ec2InstanceMetadata") {
+      base = InstanceMetadataCredentials();
+    } else if (cs == "EcsContainer") {
+      base = ContainerCredentials();
+    } else if (!cs.empty()) {
+      return Err(Status::InvalidArgument(what + ": credential_source " + cs +
+                                         " (Environment, Ec2InstanceMetadata or EcsContainer)"));
+    }
+    if (!base) return Err(Status(base.error().code(), base.error().message()));
+    std::string session = setting("role_session_name");
+    if (session.empty())
+      session = fmt::format("igtcache-{}", std::chrono::duration_cast<std::chrono::seconds>(
+                                               std::chrono::system_clock::now().time_since_epoch()).count());
+    int64_t duration = 0;
+    if (const std::string d = setting("duration_seconds"); !d.empty()) {
+      char* e = nullptr;
+      duration = std::strtoll(d.c_str(), &e, 10);
+      if (!e || *e || duration < 900 || duration > 43200)
+        return Err(Status::InvalidArgument(what + ": duration_seconds " + d + " (900 to 43200)"));
+    }
+    std::string sts_region = setting("region");
+    if (sts_region.empty()) sts_region = region;
+    return AssumeRoleCredentials(role, *base, session, setting("external_id"), duration, sts_region,
+                                 fmt::format("profile [{}]", profile));
+  }
+  if (auto c = keys_of(in_cred, f.path)) return *c;
+  for (const auto& [sec, where] : {std::pair{&in_cred, &f.path}, std::pair{&in_config, &f.config}}) {
+    const std::string command = key_of(*sec, "credential_process");
+    if (command.empty()) continue;
+    return ProcessCredentials(command, fmt::format("credential_process of profile [{}] in {}", profile, *where));
+  }
+  if (auto c = keys_of(in_config, f.config)) return *c;
+  *absent = true;
+  if (!f.cred_text && !in_config)
+    return Err(Status::NotFound("credentials file " + f.path + " cannot be read (profile [" + profile + "])"));
+  if (!in_cred && !in_config)
+    return Err(Status::NotFound("profile [" + profile + "] not found in " + (f.cred_text ? f.path : f.config)));
+  return Err(Status::NotFound("profile [" + profile + "] in " + (in_cred ? f.path : f.config) +
+                              " has no aws_access_key_id (nor a credential_process or role_arn)"));
+}
+
+}  // namespace
+
 Result<Credentials> ResolveCredentials(const std::string& profile_arg, const std::string& region) {
   // A profile named by the caller (--profile, backend.profile) is read from
   // the file even when AWS_* keys are set, as the AWS CLI does: asking for a
@@ -138,57 +263,16 @@ Result<Credentials> ResolveCredentials(const std::string& profile_arg, const std
   const std::string why_not_env = profile_arg.empty()
                                       ? "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY are not set and "
                                       : "profile [" + profile_arg + "] was asked for (the AWS_* keys are not used) and ";
-  // 3. The files: the credentials file's keys for the profile, else its
-  // credential_process (in either file), else the config file's keys.
-  const std::string path = CredentialsPath(), config = ConfigPath();
-  const std::optional<std::string> cred_text = ReadText(path), config_text = ReadText(config);
-  std::optional<std::map<std::string, std::string>> in_cred, in_config;
-  if (cred_text) in_cred = IniSection(*cred_text, profile);
-  if (config_text) in_config = IniSection(*config_text, profile);
-  auto key_of = [](const std::optional<std::map<std::string, std::string>>& sec, const char* k) {
-    if (!sec) return std::string();
-    auto it = sec->find(k);
-    return it == sec->end() ? std::string() : it->second;
-  };
-  auto keys_of = [&](const std::optional<std::map<std::string, std::string>>& sec, const std::string& where)
-      -> std::optional<Credentials> {
-    const std::string id = key_of(sec, "aws_access_key_id"), secret = key_of(sec, "aws_secret_access_key");
-    if (id.empty() || secret.empty()) return std::nullopt;
-    return Credentials{id, secret, key_of(sec, "aws_session_token"), 0,
-                       fmt::format("profile [{}] of {}", profile, where)};
-  };
-  // One key of the pair without the other is a broken profile, not an
-  // absent one: the chain does not go on to sign as another identity (the
-  // AWS CLI's PartialCredentialsError).
-  for (const auto& [sec, where] : {std::pair{&in_cred, &path}, std::pair{&in_config, &config}}) {
-    const bool id = !key_of(*sec, "aws_access_key_id").empty(), secret = !key_of(*sec, "aws_secret_access_key").empty();
-    if (id != secret)
-      return Err(Status::NotFound(fmt::format("no AWS credentials: profile [{}] in {} has no {}", profile, *where,
-                                              id ? "aws_secret_access_key" : "aws_access_key_id")));
-  }
-  if (auto c = keys_of(in_cred, path)) return *c;
-  for (const auto& [sec, where] : {std::pair{&in_cred, &path}, std::pair{&in_config, &config}}) {
-    const std::string command = key_of(*sec, "credential_process");
-    if (command.empty()) continue;
-    auto c = ProcessCredentials(command, fmt::format("credential_process of profile [{}] in {}", profile, *where));
-    if (c) return c;
-    return Err(Status(c.error().code(), "no AWS credentials: " + c.error().message()));
-  }
-  if (auto c = keys_of(in_config, config)) return *c;
-  // None: why, for the message (an error if the profile was named, else the
-  // chain goes on).
-  std::string file_why;
-  if (!cred_text && !in_config)
-    file_why = "credentials file " + path + " cannot be read (profile [" + profile + "])";
-  else if (!in_cred && !in_config)
-    file_why = "profile [" + profile + "] not found in " + (cred_text ? path : config);
-  else
-    file_why = "profile [" + profile + "] in " + (in_cred ? path : config) + " has no " +
-               (key_of(in_cred ? in_cred : in_config, "aws_access_key_id").empty() ? "aws_access_key_id"
-                                                                                   : "aws_secret_access_key") +
-               " (nor a credential_process)";
+  // 3. The profile, from the files.
+  const ProfileFiles files = ReadProfileFiles();
+  bool absent = false;
+  auto c = ProfileCredentials(files, profile, region, 0, &absent);
+  if (c) return c;
+  if (!absent) return Err(Status(c.error().code(), "no AWS credentials: " + c.error().message()));
+  // None: an error if the profile was named, else the chain goes on.
+  const std::string file_why = c.error().message();
   if (named) {
-    if (!cred_text && !in_config) return Err(Status::NotFound("no AWS credentials: " + why_not_env + file_why));
+    if (!files.cred_text && !files.config_text) return Err(Status::NotFound("no AWS credentials: " + why_not_env + file_why));
     return Err(Status::NotFound("no AWS credentials: " + file_why + "; " + why_not_env.substr(0, why_not_env.size() - 5)));
   }
   if (!Env("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI").empty() || !Env("AWS_CONTAINER_CREDENTIALS_FULL_URI").empty()) {

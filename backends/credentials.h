@@ -24,6 +24,12 @@ Result<Credentials> ParseCredentialsIni(std::string_view text, const std::string
 Result<Credentials> WebIdentityCredentials(const std::string& region);
 Result<Credentials> ContainerCredentials();
 Result<Credentials> InstanceMetadataCredentials();
+// STS AssumeRole of `role_arn`, signed with `base` (a profile's role_arn
+// with source_profile or credential_source); `what` names the profile in
+// messages. duration_s 0: STS's default.
+Result<Credentials> AssumeRoleCredentials(const std::string& role_arn, const Credentials& base,
+                                          const std::string& session, const std::string& external_id,
+                                          int64_t duration_s, const std::string& region, const std::string& what);
 // A profile's credential_process: `command` run through /bin/sh, its stdout
 // {"Version": 1, "AccessKeyId", "SecretAccessKey", "SessionToken",
 // "Expiration"}; a failure names its exit status and stderr's tail. At
@@ -31,10 +37,10 @@ Result<Credentials> InstanceMetadataCredentials();
 Result<Credentials> ProcessCredentials(const std::string& command, const std::string& source);
 // Their replies, as pure functions: the container / instance metadata JSON
 // ({"AccessKeyId", "SecretAccessKey", "Token", "Expiration"}) and STS's
-// AssumeRoleWithWebIdentity XML; `source` names the provider in messages
+// AssumeRoleWithWebIdentity / AssumeRole XML; `source` names the provider in messages
 // and becomes Credentials::source.
 Result<Credentials> ParseCredentialsJson(std::string_view body, const std::string& source);
-Result<Credentials> ParseWebIdentityResponse(std::string_view xml, const std::string& source);
+Result<Credentials> ParseStsResponse(std::string_view xml, const std::string& source);
 // 2026-11-28T17:00:00Z (fraction and +hh:mm allowed) -> unix seconds.
 Result<int64_t> ParseIso8601(std::string_view s);
 

@@ -1,4 +1,5 @@
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include <cstdlib>
 #include <fstream>
@@ -207,7 +208,7 @@ TEST_CASE("ParseIso8601 reads the expiry of temporary credentials", "[credential
   CHECK(!igt::ParseIso8601("2026-11-28T17:00:00 UTC"));
 }
 
-TEST_CASE("ParseCredentialsJson and ParseWebIdentityResponse", "[credentials]") {
+TEST_CASE("ParseCredentialsJson and ParseStsResponse", "[credentials]") {
   auto c = igt::ParseCredentialsJson(R"({"Code":"Success","AccessKeyId":"ASIA1","SecretAccessKey":"s3cr3t",
       "Token":"tok","Expiration":"2026-11-28T17:00:00Z"})", "src");
   REQUIRE(c);
@@ -225,7 +226,7 @@ TEST_CASE("ParseCredentialsJson and ParseWebIdentityResponse", "[credentials]") 
   CHECK_THAT(half.error().message(), !Catch::Contains("tok"));
   CHECK(!igt::ParseCredentialsJson("<html>", "src"));
 
-  auto w = igt::ParseWebIdentityResponse(R"(<AssumeRoleWithWebIdentityResponse xmlns="https://sts.amazonaws.com/doc/2011-06-15/">
+  auto w = igt::ParseStsResponse(R"(<AssumeRoleWithWebIdentityResponse xmlns="https://sts.amazonaws.com/doc/2011-06-15/">
   <AssumeRoleWithWebIdentityResult><Credentials><AccessKeyId>ASIAW</AccessKeyId><SecretAccessKey>sw</SecretAccessKey>
   <SessionToken>tw</SessionToken><Expiration>2026-11-28T17:00:00Z</Expiration></Credentials>
   </AssumeRoleWithWebIdentityResult></AssumeRoleWithWebIdentityResponse>)", "sts");
@@ -233,7 +234,7 @@ TEST_CASE("ParseCredentialsJson and ParseWebIdentityResponse", "[credentials]") 
   CHECK(w->access_key == "ASIAW");
   CHECK(w->session_token == "tw");
   CHECK(w->expires_unix_s == 1795885200);
-  auto denied = igt::ParseWebIdentityResponse(
+  auto denied = igt::ParseStsResponse(
       "<ErrorResponse><Error><Code>InvalidIdentityToken</Code><Message>bad token</Message></Error></ErrorResponse>", "sts");
   REQUIRE(!denied);
   CHECK(denied.error().code() == Code::kPermissionDenied);
@@ -534,6 +535,80 @@ TEST_CASE("the files: credentials file keys, then a credential_process, then the
   auto broken = igt::ResolveCredentials("broken");
   REQUIRE(!broken);
   CHECK_THAT(broken.error().message(), Catch::Contains("profile [broken] in " + config + " has no aws_access_key_id"));
+  ::unlink(creds.c_str());
+  ::unlink(config.c_str());
+}
+
+TEST_CASE("profiles that assume a role: source_profile, credential_source, signed AssumeRole", "[credentials]") {
+  FakeServer s;
+  NoRemoteLinks none;
+  ScopedEnv id("AWS_ACCESS_KEY_ID", std::nullopt);
+  ScopedEnv secret("AWS_SECRET_ACCESS_KEY", std::nullopt);
+  ScopedEnv profile("AWS_PROFILE", std::nullopt);
+  ScopedEnv sts("AWS_ENDPOINT_URL_STS", s.endpoint());
+  const std::string creds = TempFile("[base]\naws_access_key_id = AKIDBASE\naws_secret_access_key = base-secret\n");
+  const std::string config = TempFile(
+      "[profile reader]\nrole_arn = arn:aws:iam::222:role/reader\nsource_profile = base\nexternal_id = ext-1\n"
+      "duration_seconds = 3600\nrole_session_name = train\n"
+      "[profile chained]\nrole_arn = arn:aws:iam::333:role/second\nsource_profile = reader\n"
+      "[profile loop]\nrole_arn = arn:aws:iam::1:role/a\nsource_profile = loop2\n"
+      "[profile loop2]\nrole_arn = arn:aws:iam::1:role/b\nsource_profile = loop\n"
+      "[profile fromenv]\nrole_arn = arn:aws:iam::444:role/env\ncredential_source = Environment\n"
+      "[profile mfa]\nrole_arn = arn:aws:iam::1:role/m\nsource_profile = base\nmfa_serial = arn:aws:iam::1:mfa/u\n");
+  ScopedEnv f("AWS_SHARED_CREDENTIALS_FILE", creds);
+  ScopedEnv cf("AWS_CONFIG_FILE", config);
+  auto reply = [](const char* key) {
+    return FakeServer::Reply(200, {}, fmt::format(
+        "<AssumeRoleResponse xmlns=\"https://sts.amazonaws.com/doc/2011-06-15/\"><AssumeRoleResult><Credentials>"
+        "<AccessKeyId>{}</AccessKeyId><SecretAccessKey>sk</SecretAccessKey><SessionToken>st</SessionToken>"
+        "<Expiration>2026-11-28T17:00:00Z</Expiration></Credentials></AssumeRoleResult></AssumeRoleResponse>", key));
+  };
+  s.Push(reply("ASIAREADER"));
+  auto c = igt::ResolveCredentials("reader", "eu-west-1");
+  REQUIRE(c);
+  CHECK(c->access_key == "ASIAREADER");
+  CHECK(c->expires_unix_s == 1795885200);
+  CHECK_THAT(c->source, Catch::Contains("assumed role arn:aws:iam::222:role/reader (profile [reader]"));
+  REQUIRE(s.requests().size() == 1);
+  CHECK(s.requests()[0].starts_with("POST / "));
+  CHECK_THAT(Header(s.requests()[0], "authorization"), Catch::Contains("Credential=AKIDBASE/"));
+  CHECK_THAT(Header(s.requests()[0], "authorization"), Catch::Contains("/eu-west-1/sts/aws4_request"));
+  const std::string body = s.bodies()[0];
+  CHECK_THAT(body, Catch::Contains("Action=AssumeRole&"));
+  CHECK_THAT(body, Catch::Contains("RoleArn=arn%3Aaws%3Aiam%3A%3A222%3Arole%2Freader"));
+  CHECK_THAT(body, Catch::Contains("ExternalId=ext-1"));
+  CHECK_THAT(body, Catch::Contains("DurationSeconds=3600"));
+  CHECK_THAT(body, Catch::Contains("RoleSessionName=train"));
+  // A chain: reader's temporary credentials sign the second AssumeRole.
+  s.Push(reply("ASIAREADER2"));
+  s.Push(reply("ASIASECOND"));
+  auto chained = igt::ResolveCredentials("chained", "eu-west-1");
+  REQUIRE(chained);
+  CHECK(chained->access_key == "ASIASECOND");
+  CHECK_THAT(Header(s.requests().back(), "authorization"), Catch::Contains("Credential=ASIAREADER2/"));
+  CHECK(Header(s.requests().back(), "x-amz-security-token") == "st");
+  auto loop = igt::ResolveCredentials("loop", "eu-west-1");
+  REQUIRE(!loop);
+  CHECK_THAT(loop.error().message(), Catch::Contains("source_profile hops"));
+  auto mfa = igt::ResolveCredentials("mfa", "eu-west-1");
+  REQUIRE(!mfa);
+  CHECK_THAT(mfa.error().message(), Catch::Contains("mfa_serial"));
+  {
+    ScopedEnv i("AWS_ACCESS_KEY_ID", std::string("AKIDENVSRC"));
+    ScopedEnv k("AWS_SECRET_ACCESS_KEY", std::string("env-secret"));
+    s.Push(reply("ASIAFROMENV"));
+    auto e = igt::ResolveCredentials("fromenv", "eu-west-1");
+    REQUIRE(e);
+    CHECK(e->access_key == "ASIAFROMENV");
+    CHECK_THAT(Header(s.requests().back(), "authorization"), Catch::Contains("Credential=AKIDENVSRC/"));
+  }
+  // STS refuses: its code and message.
+  s.Push(FakeServer::Reply(403, {}, "<ErrorResponse><Error><Code>AccessDenied</Code><Message>not authorized to "
+                                    "perform sts:AssumeRole</Message></Error></ErrorResponse>"));
+  auto denied = igt::ResolveCredentials("reader", "eu-west-1");
+  REQUIRE(!denied);
+  CHECK_THAT(denied.error().message(), Catch::Contains("AccessDenied: not authorized to perform sts:AssumeRole"));
+  CHECK_THAT(denied.error().message(), !Catch::Contains("base-secret"));
   ::unlink(creds.c_str());
   ::unlink(config.c_str());
 }

@@ -35,15 +35,16 @@ struct Credentials {
 };
 
 // The AWS credential chain, as the AWS CLI and SDKs walk it. A non-empty
-// `profile`: section [profile] of ~/.aws/credentials (or
-// $AWS_SHARED_CREDENTIALS_FILE), whatever the environment holds (as the AWS
-// CLI's --profile). Else, first found:
+// `profile`: that profile (as 3. below) whatever the environment holds (as
+// the AWS CLI's --profile). Else, first found:
 //   1. AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN;
 //   2. a web identity: AWS_WEB_IDENTITY_TOKEN_FILE + AWS_ROLE_ARN, exchanged
 //      at STS (AssumeRoleWithWebIdentity; AWS_ENDPOINT_URL_STS, else STS of
 //      `region`): EKS service accounts;
-//   3. the profile $AWS_PROFILE or "default": its keys in the credentials
-//      file, else its credential_process (config or credentials file),
+//   3. the profile $AWS_PROFILE or "default": a role to assume (role_arn
+//      with source_profile or credential_source, STS AssumeRole), else its
+//      keys in the credentials file, else its credential_process (config or
+//      credentials file),
 //      else its keys in the config file (~/.aws/config, $AWS_CONFIG_FILE);
 //   4. the container endpoint (AWS_CONTAINER_CREDENTIALS_RELATIVE_URI or
 //      _FULL_URI, with AWS_CONTAINER_AUTHORIZATION_TOKEN[_FILE]): ECS tasks,
