@@ -2,8 +2,8 @@
 the AWS chain's remote links, each played by a fake on loopback: the EC2
 instance metadata service (IMDSv2, credentials near their expiry renewed by
 the running mount), the container endpoint (ECS, EKS Pod Identity), a
-credential_process in the config file and STS's AssumeRoleWithWebIdentity
-(EKS service accounts). No AWS_* keys and no
+credential_process in the config file, STS's AssumeRoleWithWebIdentity
+(EKS service accounts) and a profile that assumes a role (STS AssumeRole). No AWS_* keys and no
 credentials file in the daemon's environment. A link configured but failing,
 and no credentials anywhere, fail the mount with a message that says why.
 s3rver does not check signatures: that requests are signed with what the
@@ -201,6 +201,22 @@ def main():
                           and form.get("RoleArn") == ["arn:aws:iam::123456789012:role/reader"]
                           and form.get("WebIdentityToken") == ["eyJ.header.payload"],
                           f"STS got the role and the token: {sorted(form)}")
+            s.unmount(m)
+
+            # -- 3b. a profile that assumes a role from a source profile's keys.
+            fake.requests.clear()
+            creds = s.write_config("aws-credentials", "[base]\naws_access_key_id = AKIDBASE\n"
+                                   "aws_secret_access_key = base-secret\n")
+            config = s.write_config("aws-config-role", "[profile trainer]\nrole_arn = arn:aws:iam::1:role/trainer\n"
+                                    "source_profile = base\n")
+            m = s.mount(f"s3://{BUCKET}", args=args + ["--profile", "trainer"], env=bare_env(s, {
+                "AWS_SHARED_CREDENTIALS_FILE": str(creds), "AWS_CONFIG_FILE": str(config),
+                "AWS_ENDPOINT_URL_STS": fake.url}))
+            harness.check(m.path("b.bin").read_bytes() == b"b" * 200_000, "assumed role: b.bin read")
+            form = urllib.parse.parse_qs(fake.requests[0][3])
+            harness.check(form.get("Action") == ["AssumeRole"] and "Credential=AKIDBASE/"
+                          in fake.requests[0][2].get("authorization", ""),
+                          "STS AssumeRole, signed with the source profile's key")
             s.unmount(m)
 
             # -- 4. configured but refused: the mount fails, saying why; a key
