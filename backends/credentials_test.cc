@@ -320,11 +320,17 @@ TEST_CASE("instance metadata: IMDSv2 token, the role, its credentials, and v1 wh
 
 TEST_CASE("instance metadata: nothing listening is a quick error, not a hang", "[credentials]") {
   NoRemoteLinks none;
-  std::string dead;
-  {
-    FakeServer s;  // a port that was just free, closed again
-    dead = s.endpoint();
-  }
+  // A port bound but not listening (held for the test: no other process
+  // can take it meanwhile): connections are refused.
+  const int held = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(held >= 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(held, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  socklen_t len = sizeof a;
+  ::getsockname(held, reinterpret_cast<sockaddr*>(&a), &len);
+  const std::string dead = "http://127.0.0.1:" + std::to_string(ntohs(a.sin_port));
   ScopedEnv ep("AWS_EC2_METADATA_SERVICE_ENDPOINT", dead);
   const auto t0 = std::chrono::steady_clock::now();
   auto c = igt::InstanceMetadataCredentials();
@@ -332,6 +338,7 @@ TEST_CASE("instance metadata: nothing listening is a quick error, not a hang", "
   CHECK(c.error().code() == Code::kUnavailable);
   CHECK_THAT(c.error().message(), Catch::Contains("instance metadata at " + dead));
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));
+  ::close(held);
 }
 
 TEST_CASE("container credentials: full URI with a token file, a refusal's reason, plain http refused elsewhere",
