@@ -146,7 +146,8 @@ Status CheckContainerUrl(const std::string& url, std::string* shown) {
       ok = IN6_IS_ADDR_LOOPBACK(&a6) || std::memcmp(&a6, &eks, sizeof a6) == 0;
     }
     if (!ok)
-      return bad("plain http to " + host + ": only to loopback, 169.254.170.2 or 169.254.170.23 (use https)");
+      return bad("plain http to " + host +
+                 ": only to loopback, 169.254.170.2, 169.254.170.23 or fd00:ec2::23 (use https)");
   }
   *shown = scheme + "://" + host + (port.empty() ? "" : ":" + port) + path;
   curl_url_cleanup(u);
@@ -199,23 +200,26 @@ Result<int64_t> ParseIso8601(std::string_view s) {
 Result<Credentials> ParseCredentialsJson(std::string_view body, const std::string& source) {
   auto j = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object()) return Err(Status::InvalidArgument(source + ": the reply is not a JSON object"));
-  if (auto code = j.find("Code"); code != j.end() && code->is_string() && *code != "Success")
-    return Err(Status::PermissionDenied(fmt::format("{}: {} {}", source, code->get<std::string>(),
-                                                    j.value("Message", std::string()))));
-  Credentials c;
+  // Every field read as a string or not at all (no get<> that can throw).
   auto str = [&](const char* k) {
     auto it = j.find(k);
     return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
   };
+  if (auto code = j.find("Code"); code != j.end() && code->is_string() && *code != "Success") {
+    const std::string msg = str("Message");
+    return Err(Status::PermissionDenied(fmt::format("{}: {}{}", source, str("Code"), msg.empty() ? "" : ": " + msg)));
+  }
+  Credentials c;
   c.access_key = str("AccessKeyId");
   c.secret_key = str("SecretAccessKey");
   c.session_token = str("Token");
   if (c.session_token.empty()) c.session_token = str("SessionToken");  // credential_process's spelling
   if (c.access_key.empty() || c.secret_key.empty())
-    return Err(Status::InvalidArgument(
-        fmt::format("{}: the reply has no {}", source, c.access_key.empty() ? "AccessKeyId" : "SecretAccessKey")));
-  if (std::string exp = str("Expiration"); !exp.empty()) {
-    auto t = ParseIso8601(exp);
+    return Err(Status::InvalidArgument(fmt::format("{}: the reply has no {} (a string)", source,
+                                                   c.access_key.empty() ? "AccessKeyId" : "SecretAccessKey")));
+  if (auto e = j.find("Expiration"); e != j.end() && !e->is_null()) {
+    if (!e->is_string()) return Err(Status::InvalidArgument(source + ": Expiration is not a string"));
+    auto t = ParseIso8601(e->get<std::string>());
     if (!t) return Err(Status::InvalidArgument(source + ": Expiration: " + t.error().message()));
     c.expires_unix_s = *t;
   }
@@ -264,10 +268,14 @@ Result<Credentials> InstanceMetadataCredentials() {
   if (tok.status == 0 && (tok.code == CURLE_COULDNT_CONNECT || tok.code == CURLE_COULDNT_RESOLVE_HOST ||
                           tok.code == CURLE_URL_MALFORMAT || tok.code == CURLE_UNSUPPORTED_PROTOCOL))
     return Err(Status::Unavailable(fmt::format("{}: {}", where, tok.error)));
-  if (tok.status == 200 && !tok.body.empty()) auth.push_back("X-aws-ec2-metadata-token: " + tok.body);
+  if (tok.status == 200 && !tok.body.empty()) {
+    if (tok.body.find_first_of("\r\n") != std::string::npos)
+      return Err(Status::InvalidArgument(where + ": the IMDSv2 token has a line break"));
+    auth.push_back("X-aws-ec2-metadata-token: " + tok.body);
+  }
   HttpReply role = Call("GET", base + "/latest/meta-data/iam/security-credentials/", auth, nullptr, kTimeoutMs, true);
   if (role.status != 200) {
-    const std::string v2 = auth.empty() ? fmt::format("the IMDSv2 token request failed ({}) and ", Why(tok)) : "";
+    const std::string v2 = auth.empty() ? fmt::format("the IMDSv2 token request failed ({}), and v1: ", Why(tok)) : "";
     if (role.status == 0) return Err(Status::Unavailable(fmt::format("{}: {}{}", where, v2, role.error)));
     return Err(Status::NotFound(fmt::format("{}: {}no instance role ({})", where, v2, Why(role))));
   }
@@ -321,9 +329,16 @@ Result<Credentials> WebIdentityCredentials(const std::string& region) {
   if (token_file.empty()) return Err(Status::NotFound("no web identity (AWS_WEB_IDENTITY_TOKEN_FILE)"));
   if (role.empty())
     return Err(Status::InvalidArgument("web identity: AWS_WEB_IDENTITY_TOKEN_FILE is set but AWS_ROLE_ARN is not"));
-  auto token = ReadFile(token_file, "AWS_WEB_IDENTITY_TOKEN_FILE");
+  return WebIdentityCredentials(token_file, "AWS_WEB_IDENTITY_TOKEN_FILE", role, Env("AWS_ROLE_SESSION_NAME"), region);
+}
+
+Result<Credentials> WebIdentityCredentials(const std::string& token_file, const char* token_what,
+                                           const std::string& role, const std::string& session_name,
+                                           const std::string& region) {
+  auto token = ReadFile(token_file, token_what);
   if (!token) return Err(token.error());
-  std::string session = Env("AWS_ROLE_SESSION_NAME");
+  if (token->empty()) return Err(Status::InvalidArgument(fmt::format("{} {} is empty", token_what, token_file)));
+  std::string session = session_name;
   if (session.empty())
     session = fmt::format("igtcache-{}", std::chrono::duration_cast<std::chrono::seconds>(
                                              std::chrono::system_clock::now().time_since_epoch()).count());
@@ -444,13 +459,17 @@ Result<Credentials> ProcessCredentials(const std::string& command, const std::st
   if (timed_out) return Err(Status::Unavailable(fmt::format("{}: no answer within {} s", source, kTimeoutS)));
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     while (!se.empty() && (se.back() == '\n' || se.back() == ' ')) se.pop_back();
+    // A helper that printed its credentials to stderr: not into a message.
+    for (const char* field : {"SecretAccessKey", "SessionToken", "AccessKeyId", "aws_secret_access_key"})
+      if (se.find(field) != std::string::npos) se = "(its stderr holds credential fields: not shown)";
     if (se.size() > 300) se = "..." + se.substr(se.size() - 300);
     return Err(Status::PermissionDenied(fmt::format(
         "{}: {} {}{}", source, WIFEXITED(status) ? "exited with" : "killed by signal",
         WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status), se.empty() ? "" : ": " + se)));
   }
   auto j = nlohmann::json::parse(so, nullptr, false);
-  if (!j.is_object() || j.value("Version", 0) != 1)
+  const auto v = j.is_object() ? j.find("Version") : j.end();
+  if (!j.is_object() || v == j.end() || !v->is_number_integer() || *v != 1)
     return Err(Status::InvalidArgument(source + ": its output is not a JSON object with \"Version\": 1"));
   return ParseCredentialsJson(so, source);
 }

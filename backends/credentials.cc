@@ -167,7 +167,14 @@ Result<Credentials> ProfileCredentials(const ProfileFiles& f, const std::string&
       return Err(Status::InvalidArgument(what + ": mfa_serial needs a code typed at each renewal; a mount cannot "
                                                 "ask for one (use a credential_process)"));
     const std::string src = setting("source_profile"), cs = setting("credential_source");
-    Result<Credentials> base = Err(Status::InvalidArgument(what + ": neither source_profile nor credential_source"));
+    std::string session = setting("role_session_name");
+    if (const std::string wit = setting("web_identity_token_file"); !wit.empty()) {
+      auto c = WebIdentityCredentials(wit, "web_identity_token_file", role, session, region);
+      if (!c) return Err(Status(c.error().code(), fmt::format("profile [{}]: {}", profile, c.error().message())));
+      return c;
+    }
+    Result<Credentials> base = Err(Status::InvalidArgument(
+        what + ": neither source_profile, credential_source nor web_identity_token_file"));
     if (!src.empty() && !cs.empty()) {
       return Err(Status::InvalidArgument(what + ": both source_profile and credential_source"));
     } else if (!src.empty()) {
@@ -198,7 +205,8 @@ Result<Credentials> ProfileCredentials(const ProfileFiles& f, const std::string&
                                          " (Environment, Ec2InstanceMetadata or EcsContainer)"));
     }
     if (!base) return Err(Status(base.error().code(), base.error().message()));
-    std::string session = setting("role_session_name");
+    if (auto checked = CheckedCredentials(std::move(*base)); checked) base = std::move(*checked);
+    else return Err(checked.error());
     if (session.empty())
       session = fmt::format("igtcache-{}", std::chrono::duration_cast<std::chrono::seconds>(
                                                std::chrono::system_clock::now().time_since_epoch()).count());
@@ -221,6 +229,14 @@ Result<Credentials> ProfileCredentials(const ProfileFiles& f, const std::string&
     return ProcessCredentials(command, fmt::format("credential_process of profile [{}] in {}", profile, *where));
   }
   if (auto c = keys_of(in_config, f.config)) return *c;
+  // An SSO profile is configured, not absent: signing as the next link's
+  // identity would be someone else's.
+  for (const char* k : {"sso_session", "sso_start_url", "sso_account_id", "sso_role_name"})
+    if (!setting(k).empty())
+      return Err(Status::InvalidArgument(fmt::format(
+          "profile [{}] signs in through SSO ({}), which a mount does not read itself: add to it "
+          "'credential_process = aws configure export-credentials --profile {} --format process'",
+          profile, k, profile)));
   *absent = true;
   if (!f.cred_text && !in_config)
     return Err(Status::NotFound("credentials file " + f.path + " cannot be read (profile [" + profile + "])"));
@@ -232,7 +248,32 @@ Result<Credentials> ProfileCredentials(const ProfileFiles& f, const std::string&
 
 }  // namespace
 
+Result<Credentials> CheckedCredentials(Credentials c) {
+  for (auto [field, name] : {std::pair{&c.access_key, "access key id"}, std::pair{&c.secret_key, "secret key"},
+                             std::pair{&c.session_token, "session token"}}) {
+    *field = std::string(Trim(*field));
+    for (unsigned char ch : *field)
+      if (ch < 0x20 || ch == 0x7f)
+        return Err(Status::InvalidArgument(fmt::format("the {} from {} holds a control character (a line break?)",
+                                                       name, c.source.empty() ? "its source" : c.source)));
+  }
+  return c;
+}
+
+namespace {
+Result<Credentials> ResolveChain(const std::string& profile_arg, const std::string& region);
+}  // namespace
+
 Result<Credentials> ResolveCredentials(const std::string& profile_arg, const std::string& region) {
+  auto c = ResolveChain(profile_arg, region);
+  if (!c) return c;
+  auto checked = CheckedCredentials(std::move(*c));
+  if (!checked) return Err(Status(checked.error().code(), "no AWS credentials: " + checked.error().message()));
+  return checked;
+}
+
+namespace {
+Result<Credentials> ResolveChain(const std::string& profile_arg, const std::string& region) {
   // A profile named by the caller (--profile, backend.profile) is read from
   // the file even when AWS_* keys are set, as the AWS CLI does: asking for a
   // profile and silently signing with other keys would act under the wrong
@@ -289,5 +330,7 @@ Result<Credentials> ResolveCredentials(const std::string& profile_arg, const std
   return Err(Status::NotFound("no AWS credentials: " + why_not_env + file_why + ", no web identity or container "
                               "credentials are configured, and " + imds_why));
 }
+
+}  // namespace
 
 }  // namespace igt

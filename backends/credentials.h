@@ -22,6 +22,14 @@ Result<Credentials> ParseCredentialsIni(std::string_view text, const std::string
 // NotFound when it is not configured here, another error naming the
 // endpoint when it is and fails.
 Result<Credentials> WebIdentityCredentials(const std::string& region);
+// The same with explicit settings (a profile's web_identity_token_file and
+// role_arn); `token_what` names the token file's setting in messages.
+Result<Credentials> WebIdentityCredentials(const std::string& token_file, const char* token_what,
+                                           const std::string& role, const std::string& session_name,
+                                           const std::string& region);
+// Trims the three fields and refuses control characters in them (they go
+// into HTTP headers): `c`, or InvalidArgument naming the field and source.
+Result<Credentials> CheckedCredentials(Credentials c);
 Result<Credentials> ContainerCredentials();
 Result<Credentials> InstanceMetadataCredentials();
 // STS AssumeRole of `role_arn`, signed with `base` (a profile's role_arn

@@ -515,6 +515,21 @@ TEST_CASE("credential_process: its JSON, its failure's exit status and stderr", 
   auto bad = igt::ProcessCredentials("echo '{\"AccessKeyId\": \"A\"}'", "proc");
   REQUIRE(!bad);
   CHECK_THAT(bad.error().message(), Catch::Contains("\"Version\": 1"));
+  // "Version": "1" (a string) aborted the daemon (nlohmann's type_error).
+  auto str_version = igt::ProcessCredentials(R"(echo '{"Version": "1", "AccessKeyId": "A", "SecretAccessKey": "B"}')",
+                                             "proc");
+  REQUIRE(!str_version);
+  CHECK_THAT(str_version.error().message(), Catch::Contains("\"Version\": 1"));
+  auto odd = igt::ProcessCredentials(
+      R"(echo '{"Version": 1, "AccessKeyId": "A", "SecretAccessKey": "B", "Expiration": 5, "Message": 3}')", "proc");
+  REQUIRE(!odd);
+  CHECK_THAT(odd.error().message(), Catch::Contains("Expiration is not a string"));
+  // A helper that printed its credentials to stderr: they stay out of the message.
+  auto leaky = igt::ProcessCredentials(
+      R"(echo '{"Version": 1, "AccessKeyId": "AKIDLEAK", "SecretAccessKey": "leaked-secret"}' >&2; exit 3)", "proc");
+  REQUIRE(!leaky);
+  CHECK_THAT(leaky.error().message(), Catch::Contains("exited with 3"));
+  CHECK_THAT(leaky.error().message(), !Catch::Contains("leaked-secret"));
   auto missing = igt::ProcessCredentials("/nonexistent/igt/helper", "proc");
   REQUIRE(!missing);
   CHECK_THAT(missing.error().message(), Catch::Contains("exited with 127"));
@@ -617,5 +632,63 @@ TEST_CASE("profiles that assume a role: source_profile, credential_source, signe
   CHECK_THAT(denied.error().message(), Catch::Contains("AccessDenied: not authorized to perform sts:AssumeRole"));
   CHECK_THAT(denied.error().message(), !Catch::Contains("base-secret"));
   ::unlink(creds.c_str());
+  ::unlink(config.c_str());
+}
+
+TEST_CASE("credentials go into HTTP headers: trimmed, and control characters refused", "[credentials]") {
+  NoRemoteLinks none;
+  ScopedEnv profile("AWS_PROFILE", std::nullopt);
+  ScopedEnv id("AWS_ACCESS_KEY_ID", std::string("AKIDENV"));
+  ScopedEnv secret("AWS_SECRET_ACCESS_KEY", std::string("secretenv"));
+  {
+    ScopedEnv tok("AWS_SESSION_TOKEN", std::string("envtok\n"));  // echo'd into the variable
+    auto c = igt::ResolveCredentials("");
+    REQUIRE(c);
+    CHECK(c->session_token == "envtok");
+  }
+  {
+    ScopedEnv evil("AWS_ACCESS_KEY_ID", std::string("AKIDENV\r\nX-Evil: 1"));
+    auto c = igt::ResolveCredentials("");
+    REQUIRE(!c);
+    CHECK_THAT(c.error().message(), Catch::Contains("access key id from environment holds a control character"));
+  }
+  CHECK(!igt::CheckedCredentials({"A", "B\x01", "", 0, "x"}));
+  CHECK(igt::CheckedCredentials({" A ", "B", "", 0, "x"})->access_key == "A");
+}
+
+TEST_CASE("profiles signed in through SSO, or with a web identity, are not skipped", "[credentials]") {
+  NoRemoteLinks none;
+  FakeServer s;
+  ScopedEnv id("AWS_ACCESS_KEY_ID", std::nullopt);
+  ScopedEnv secret("AWS_SECRET_ACCESS_KEY", std::nullopt);
+  ScopedEnv profile("AWS_PROFILE", std::nullopt);
+  ScopedEnv file("AWS_SHARED_CREDENTIALS_FILE", std::string("/nonexistent/igt/credentials"));
+  ScopedEnv sts("AWS_ENDPOINT_URL_STS", s.endpoint());
+  const std::string token = TempFile("eyJ.sa.token\n");
+  const std::string empty = TempFile("");
+  const std::string config = TempFile("[default]\nsso_session = corp\nsso_account_id = 1\n"
+                                      "[profile web]\nrole_arn = arn:aws:iam::1:role/w\nweb_identity_token_file = " +
+                                      token + "\n[profile webempty]\nrole_arn = arn:aws:iam::1:role/w\n"
+                                      "web_identity_token_file = " + empty + "\n");
+  ScopedEnv cf("AWS_CONFIG_FILE", config);
+  // The container endpoint is there: an SSO default must not fall through to it.
+  ScopedEnv full("AWS_CONTAINER_CREDENTIALS_FULL_URI", s.endpoint() + "/c");
+  auto sso = igt::ResolveCredentials("");
+  REQUIRE(!sso);
+  CHECK_THAT(sso.error().message(), Catch::Contains("SSO"));
+  CHECK_THAT(sso.error().message(), Catch::Contains("aws configure export-credentials"));
+  CHECK(s.requests().empty());
+  s.Push(FakeServer::Reply(200, {}, "<AssumeRoleWithWebIdentityResponse><AssumeRoleWithWebIdentityResult>"
+                                    "<Credentials><AccessKeyId>ASIAWEB</AccessKeyId><SecretAccessKey>w</SecretAccessKey>"
+                                    "</Credentials></AssumeRoleWithWebIdentityResult></AssumeRoleWithWebIdentityResponse>"));
+  auto web = igt::ResolveCredentials("web");
+  REQUIRE(web);
+  CHECK(web->access_key == "ASIAWEB");
+  CHECK_THAT(s.bodies().back(), Catch::Contains("WebIdentityToken=eyJ.sa.token"));
+  auto none_sent = igt::ResolveCredentials("webempty");
+  REQUIRE(!none_sent);
+  CHECK_THAT(none_sent.error().message(), Catch::Contains("is empty"));
+  ::unlink(token.c_str());
+  ::unlink(empty.c_str());
   ::unlink(config.c_str());
 }

@@ -396,6 +396,12 @@ TEST_CASE("S3 fake: expired credentials are read again once, and used if they ch
   CHECK_THAT(same.error().message(), !Catch::Contains("secret-new"));
   CHECK(reads == 2);
   CHECK(s.requests().size() == 3);
+  // Refused again within 5 s of the provider giving the same keys: it is not
+  // asked once per refused request (a burst of refusals was a burst of STS
+  // or instance metadata calls).
+  s.Push(FakeServer::Reply(403, {}, "<Error><Code>InvalidAccessKeyId</Code><Message>no such key</Message></Error>"));
+  CHECK((*b)->Read("k", 0, 10, "e1", buf).error().code() == Code::kPermissionDenied);
+  CHECK(reads == 2);
 
   // Reading them fails: the refusal is the error.
   o.refresh_credentials = [&]() -> igt::Result<igt::Credentials> {
@@ -417,9 +423,15 @@ TEST_CASE("S3 fake: expired credentials are read again once, and used if they ch
 
   // A HEAD's 403 has no body to say why: the credentials are read again too.
   next = {"AKIDTHIRD", "secret-third", "", 0, ""};
+  o.refresh_credentials = [&]() -> igt::Result<igt::Credentials> {
+    ++reads;
+    return next;
+  };
+  auto b3 = igt::MakeS3Backend(o);
+  REQUIRE(b3);
   s.Push("HTTP/1.1 403 Forbidden\r\nConnection: close\r\nContent-Length: 0\r\n\r\n");
   s.Push("HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 10\r\nETag: \"e1\"\r\n\r\n");
-  auto st = (*b)->Stat("k");
+  auto st = (*b3)->Stat("k");
   REQUIRE(st);
   CHECK(st->size == 10);
   CHECK(reads == 4);

@@ -591,22 +591,45 @@ class S3Backend final : public Backend {
     if (CredentialsGeneration() != gen) return true;
     if (!opts_.refresh_credentials) return false;
     std::lock_guard renewing(renew_mu_);
-    if (CredentialsGeneration() != gen) return true;  // renewed while this one waited
-    auto c = opts_.refresh_credentials();
+    const int64_t now = NowUnixS();
+    {
+      std::lock_guard lk(cred_mu_);
+      if (cred_gen_ != gen) return true;  // renewed while this one waited
+      // The provider just gave these same keys again: refusals meanwhile do
+      // not ask it once each (a burst of refused reads was a burst of STS or
+      // instance metadata calls).
+      if (now < same_keys_until_s_) return false;
+    }
+    auto c = CallProvider();
     std::lock_guard lk(cred_mu_);
     if (cred_gen_ != gen) return true;
     if (!c) {
       spdlog::warn("s3: credentials refused by {} and cannot be read again: {}", ep_.endpoint, c.error().message());
+      same_keys_until_s_ = now + kSameKeysBackoffS;
       return false;
     }
     if (SameKeys(*c, credentials_)) {
       credentials_.expires_unix_s = c->expires_unix_s;
+      same_keys_until_s_ = now + kSameKeysBackoffS;
       return false;
     }
     credentials_ = std::move(*c);
     ++cred_gen_;
     spdlog::info("s3: credentials refused by {}; read them again and retrying with the new ones", ep_.endpoint);
     return true;
+  }
+  static constexpr int64_t kSameKeysBackoffS = 5;
+  static int64_t NowUnixS() {
+    return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+        .count();
+  }
+  // opts_.refresh_credentials, an exception (a bug, out of memory) as an error.
+  Result<Credentials> CallProvider() {
+    try {
+      return opts_.refresh_credentials();
+    } catch (const std::exception& e) {
+      return Err(Status::Internal(std::string("reading the credentials: ") + e.what()));
+    }
   }
   static bool SameKeys(const Credentials& a, const Credentials& b) {
     return a.access_key == b.access_key && a.secret_key == b.secret_key && a.session_token == b.session_token;
@@ -621,8 +644,7 @@ class S3Backend final : public Backend {
   static constexpr int64_t kRenewAheadS = 300, kRenewRetryS = 10, kRenewWarnS = 60;
   void RenewIfExpiring() {
     if (!opts_.refresh_credentials) return;
-    const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
-                            std::chrono::system_clock::now().time_since_epoch()).count();
+    const int64_t now = NowUnixS();
     uint64_t gen;
     {
       std::lock_guard lk(cred_mu_);
@@ -634,7 +656,7 @@ class S3Backend final : public Backend {
     }
     std::unique_lock renewing(renew_mu_, std::try_to_lock);
     if (!renewing) return;  // another request renews them
-    auto c = opts_.refresh_credentials();
+    auto c = CallProvider();
     std::lock_guard lk(cred_mu_);
     if (cred_gen_ != gen) return;  // renewed meanwhile (a refusal's refresh)
     if (!c) {
@@ -668,11 +690,12 @@ class S3Backend final : public Backend {
   const S3Options opts_;
   const S3Endpoint ep_;
   bool anonymous_ = false;
-  std::mutex cred_mu_;        // guards credentials_, cred_gen_, next_renew_s_, next_renew_warn_s_
+  std::mutex cred_mu_;        // guards credentials_, cred_gen_, next_renew_s_, next_renew_warn_s_, same_keys_until_s_
   Credentials credentials_;   // what requests are signed with (RefreshCredentials)
   uint64_t cred_gen_ = 0;
   int64_t next_renew_s_ = 0;  // RenewIfExpiring: not before (unix s)
   int64_t next_renew_warn_s_ = 0;  // its warning: not before (unix s)
+  int64_t same_keys_until_s_ = 0;  // RefreshCredentials: the provider is not asked again before (unix s)
   std::mutex renew_mu_;       // one renewal or refresh at a time (taken before cred_mu_, never inside it)
   HttpPool pool_;
   std::mutex cancel_mu_;  // only for the wait between retries

@@ -156,7 +156,10 @@ Status SetUpLogging(const Config& c, bool foreground, const std::string& cache_d
   return Status::Ok();
 }
 
-Result<std::unique_ptr<Backend>> BuildBackend(const SourceUrl& url, const Config& c, Metrics* m) {
+// `*note`: where the S3 credentials came from, for the log (said again once
+// a daemon's log file is open: before that only a foreground mount's
+// stderr has it).
+Result<std::unique_ptr<Backend>> BuildBackend(const SourceUrl& url, const Config& c, Metrics* m, std::string* note) {
   if (url.kind == SourceUrl::Kind::kFile) return MakeLocalBackend(url.path);
   S3Options o;
   o.bucket = url.bucket;
@@ -184,10 +187,15 @@ Result<std::unique_ptr<Backend>> BuildBackend(const SourceUrl& url, const Config
       return Err(Status::PermissionDenied(
           fmt::format("{} (mounting s3://{}; or set backend.no_sign_request for a public bucket)",
                       cred.error().message(), url.bucket)));
-    if (cred->expires_unix_s)
-      spdlog::info("s3: credentials from {}, temporary: renewed before they expire", cred->source);
-    else
-      spdlog::info("s3: credentials from {}", cred->source);
+    const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
+                            std::chrono::system_clock::now().time_since_epoch()).count();
+    *note = !cred->expires_unix_s ? fmt::format("s3: credentials from {}", cred->source)
+            : cred->expires_unix_s > now
+                ? fmt::format("s3: credentials from {}, temporary (expire in {} s): renewed before they expire",
+                              cred->source, cred->expires_unix_s - now)
+                : fmt::format("s3: credentials from {}, temporary, and they expired {} s ago: S3 may refuse them",
+                              cred->source, now - cred->expires_unix_s);
+    spdlog::info("{}", *note);
     o.credentials = *cred;
     o.refresh_credentials = [profile = c.backend.profile, region = o.region] {
       return ResolveCredentials(profile, region);
@@ -240,7 +248,8 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
   }
   RaiseFdLimit();
   Metrics metrics;
-  auto backend = BuildBackend(url, cfg, &metrics);
+  std::string credentials_note;
+  auto backend = BuildBackend(url, cfg, &metrics, &credentials_note);
   if (!backend) {
     rep.Fail(backend.error().message());
     // A bad endpoint or addressing setting (also from $AWS_ENDPOINT_URL) is
@@ -407,8 +416,10 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
   // The mount command said these on its stderr (Reporter::Warn, RunMount);
   // the log file has them too (a daemon's, or one set with logging.file; not
   // stderr twice). So for the unused policy file below.
-  if (!foreground || !cfg.logging.file.empty())
+  if (!foreground || !cfg.logging.file.empty()) {
     for (const auto& w : startup_warnings) spdlog::warn("{}", w);
+    if (!credentials_note.empty()) spdlog::info("{}", credentials_note);
+  }
   if (!UsesPolicyFile(cfg) && !cfg.policy.file.empty() && (!foreground || !cfg.logging.file.empty()))
     spdlog::warn("config key 'policy.file' ('{}') is not used: it applies to cache.eviction igt, not '{}' "
                  "(its overrides, pins and quotas are not applied either)",
