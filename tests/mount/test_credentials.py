@@ -172,6 +172,16 @@ def main():
             harness.check(fake.creds_fetches() == 1 and fake.requests[0][2].get("authorization") == "pod-secret-token",
                           "the container endpoint was asked once, with the token")
             s.unmount(m)
+            # A daemon (no -f): its log file says where the credentials came from.
+            m = s.mount(f"s3://{BUCKET}", args=args, foreground=False, env=bare_env(s, {
+                "AWS_CONTAINER_CREDENTIALS_FULL_URI": fake.url + "/v2/credentials/pod",
+                "AWS_CONTAINER_AUTHORIZATION_TOKEN": "pod-secret-token"}))
+            harness.check(m.path("b.bin").read_bytes() == b"b" * 200_000, "daemon: b.bin read")
+            s.unmount(m)
+            daemon_log = (m.cache_dir / "igtcache.log").read_text()
+            harness.check("s3: credentials from container credentials at" in daemon_log
+                          and "pod-secret-token" not in daemon_log,
+                          "the daemon's log file names the source, not the token")
 
             # -- 2b. a credential_process in the config file (the bridge to SSO:
             # `aws configure export-credentials --format process`).
