@@ -1,9 +1,11 @@
-// The remote links of the AWS credential chain (ResolveCredentials): a web
-// identity token exchanged at STS (EKS service accounts), the container
-// endpoint (ECS tasks, EKS Pod Identity) and the EC2 instance metadata
-// service (IMDSv2, falling back to v1). Each answers with temporary
-// credentials and their expiry; the S3 backend renews them before that
-// (S3Options::refresh_credentials). Secrets never enter a message.
+// The links of the AWS credential chain (ResolveCredentials) that ask
+// someone else: a web identity token exchanged at STS (EKS service
+// accounts), a profile's role assumed at STS (AssumeRole, SigV4-signed), a
+// profile's credential_process, the container endpoint (ECS tasks, EKS Pod
+// Identity) and the EC2 instance metadata service (IMDSv2, falling back to
+// v1). Each answers with temporary credentials and their expiry; the S3
+// backend renews them before that (S3Options::refresh_credentials).
+// Secrets and tokens never enter a message.
 
 #include <curl/curl.h>
 #include <fmt/format.h>

@@ -92,22 +92,6 @@ std::optional<std::map<std::string, std::string>> IniSection(std::string_view te
   return keys;
 }
 
-Result<Credentials> ParseCredentialsIni(std::string_view text, const std::string& profile,
-                                        const std::string& source) {
-  auto keys = IniSection(text, profile);
-  if (!keys) return Err(Status::NotFound("no AWS credentials: profile [" + profile + "] not found in " + source));
-  Credentials c;
-  c.access_key = (*keys)["aws_access_key_id"];
-  c.secret_key = (*keys)["aws_secret_access_key"];
-  c.session_token = (*keys)["aws_session_token"];
-  if (c.access_key.empty() || c.secret_key.empty()) {
-    std::string missing = c.access_key.empty() ? "aws_access_key_id" : "aws_secret_access_key";
-    return Err(Status::NotFound("no AWS credentials: profile [" + profile + "] in " + source +
-                                " has no " + missing));
-  }
-  return c;
-}
-
 namespace {
 
 struct ProfileFiles {

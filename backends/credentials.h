@@ -1,8 +1,11 @@
 #pragma once
-// Internal: the AWS shared-credentials (INI) parser behind ResolveCredentials,
-// as a pure function for unit tests. Thread-safety: pure.
-// Secrets: messages name the file, the profile and missing keys, never values.
+// Internal: the pieces of ResolveCredentials (backends.h), as functions for
+// unit tests: the INI reader of the credentials and config files, the remote
+// links, their reply parsers. Secrets: messages name files, profiles,
+// endpoints and missing keys, never values.
 
+#include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -10,13 +13,10 @@
 
 namespace igt {
 
-// Reads section [profile] (also accepts "[profile <name>]", the config-file
-// spelling) of an AWS credentials file. Keys: aws_access_key_id,
-// aws_secret_access_key, aws_session_token (names case-insensitive, values
-// trimmed, '#'/';' comment lines). NotFound if the section is missing or
-// lacks a key id / secret; `source` names the file in messages.
-Result<Credentials> ParseCredentialsIni(std::string_view text, const std::string& profile,
-                                        const std::string& source);
+// The keys of section [profile] (also "[profile <name>]", the config-file
+// spelling) of an AWS credentials or config file: names lower-cased, values
+// trimmed, '#'/';' comment lines skipped. nullopt if there is no such section.
+std::optional<std::map<std::string, std::string>> IniSection(std::string_view text, const std::string& profile);
 
 // The remote links of the chain (backends/credential_providers.cc): each
 // NotFound when it is not configured here, another error naming the

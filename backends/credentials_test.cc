@@ -47,6 +47,12 @@ struct NoRemoteLinks {
   ScopedEnv np{"NO_PROXY", std::string("127.0.0.1,localhost")}, np2{"no_proxy", std::string("127.0.0.1,localhost")};
 };
 
+// No remote link, no AWS_* keys, no $AWS_PROFILE: a chain test starts from nothing.
+struct NothingSet : NoRemoteLinks {
+  ScopedEnv id{"AWS_ACCESS_KEY_ID", std::nullopt}, secret{"AWS_SECRET_ACCESS_KEY", std::nullopt},
+      profile{"AWS_PROFILE", std::nullopt};
+};
+
 constexpr const char* kIni = R"(# comment
 [default]
 aws_access_key_id = AKIDDEFAULT
@@ -64,29 +70,21 @@ aws_access_key_id = AKIDBROKEN
 
 }  // namespace
 
-TEST_CASE("ParseCredentialsIni reads sections and keys", "[credentials]") {
-  auto d = igt::ParseCredentialsIni(kIni, "default", "f");
+TEST_CASE("IniSection reads sections and keys", "[credentials]") {
+  auto d = igt::IniSection(kIni, "default");
   REQUIRE(d);
-  CHECK(d->access_key == "AKIDDEFAULT");
-  CHECK(d->secret_key == "secretdefault");
-  CHECK(d->session_token.empty());
+  CHECK((*d)["aws_access_key_id"] == "AKIDDEFAULT");
+  CHECK((*d)["aws_secret_access_key"] == "secretdefault");
+  CHECK(!d->contains("aws_session_token"));
 
-  auto w = igt::ParseCredentialsIni(kIni, "work", "f");
+  auto w = igt::IniSection(kIni, "work");  // "[profile work]", upper-case key names
   REQUIRE(w);
-  CHECK(w->access_key == "AKIDWORK");
-  CHECK(w->secret_key == "secret/work+key");
-  CHECK(w->session_token == "tok123");
+  CHECK((*w)["aws_access_key_id"] == "AKIDWORK");
+  CHECK((*w)["aws_secret_access_key"] == "secret/work+key");
+  CHECK((*w)["aws_session_token"] == "tok123");
 
-  auto missing = igt::ParseCredentialsIni(kIni, "nope", "/x/credentials");
-  REQUIRE(!missing);
-  CHECK(missing.error().code() == Code::kNotFound);
-  CHECK_THAT(missing.error().message(), Catch::Contains("/x/credentials"));
-  CHECK_THAT(missing.error().message(), Catch::Contains("nope"));
-
-  auto broken = igt::ParseCredentialsIni(kIni, "broken", "f");
-  REQUIRE(!broken);
-  CHECK_THAT(broken.error().message(), Catch::Contains("aws_secret_access_key"));
-  CHECK_THAT(broken.error().message(), !Catch::Contains("AKIDBROKEN"));
+  CHECK(!igt::IniSection(kIni, "nope"));
+  CHECK(igt::IniSection(kIni, "broken")->size() == 1);
 }
 
 TEST_CASE("ResolveCredentials: environment first, then the file", "[credentials]") {
@@ -147,6 +145,16 @@ TEST_CASE("ResolveCredentials: environment first, then the file", "[credentials]
     auto c = igt::ResolveCredentials("work");
     REQUIRE(c);
     CHECK(c->access_key == "AKIDWORK");
+  }
+  SECTION("a profile the file lacks, and one with half a key pair") {
+    auto missing = igt::ResolveCredentials("nope");
+    REQUIRE(!missing);
+    CHECK(missing.error().code() == Code::kNotFound);
+    CHECK_THAT(missing.error().message(), Catch::Contains(tmpl));
+    auto broken = igt::ResolveCredentials("broken");
+    REQUIRE(!broken);
+    CHECK_THAT(broken.error().message(), Catch::Contains("has no aws_secret_access_key"));
+    CHECK_THAT(broken.error().message(), !Catch::Contains("AKIDBROKEN"));
   }
   SECTION("NotFound says where it looked and never shows a secret") {
     ScopedEnv id("AWS_ACCESS_KEY_ID", std::nullopt);
@@ -422,10 +430,7 @@ TEST_CASE("web identity: the token file and role are exchanged at STS", "[creden
 
 TEST_CASE("the chain: environment, web identity, file, container, instance metadata", "[credentials]") {
   FakeServer s;
-  NoRemoteLinks none;
-  ScopedEnv id("AWS_ACCESS_KEY_ID", std::nullopt);
-  ScopedEnv secret("AWS_SECRET_ACCESS_KEY", std::nullopt);
-  ScopedEnv profile("AWS_PROFILE", std::nullopt);
+  NothingSet none;
   ScopedEnv file("AWS_SHARED_CREDENTIALS_FILE", std::string("/nonexistent/igt/credentials"));
   SECTION("nothing anywhere: the message names every link") {
     auto c = igt::ResolveCredentials("");
@@ -536,9 +541,7 @@ TEST_CASE("credential_process: its JSON, its failure's exit status and stderr", 
 }
 
 TEST_CASE("the files: credentials file keys, then a credential_process, then the config file's keys", "[credentials]") {
-  NoRemoteLinks none;
-  ScopedEnv id("AWS_ACCESS_KEY_ID", std::nullopt);
-  ScopedEnv secret("AWS_SECRET_ACCESS_KEY", std::nullopt);
+  NothingSet none;
   ScopedEnv profile("AWS_PROFILE", std::string("work"));
   const std::string creds = TempFile("[default]\naws_access_key_id = AKIDDEFAULT\naws_secret_access_key = s\n");
   const std::string config = TempFile(
@@ -563,10 +566,7 @@ TEST_CASE("the files: credentials file keys, then a credential_process, then the
 
 TEST_CASE("profiles that assume a role: source_profile, credential_source, signed AssumeRole", "[credentials]") {
   FakeServer s;
-  NoRemoteLinks none;
-  ScopedEnv id("AWS_ACCESS_KEY_ID", std::nullopt);
-  ScopedEnv secret("AWS_SECRET_ACCESS_KEY", std::nullopt);
-  ScopedEnv profile("AWS_PROFILE", std::nullopt);
+  NothingSet none;
   ScopedEnv sts("AWS_ENDPOINT_URL_STS", s.endpoint());
   const std::string creds = TempFile("[base]\naws_access_key_id = AKIDBASE\naws_secret_access_key = base-secret\n");
   const std::string config = TempFile(
@@ -657,11 +657,8 @@ TEST_CASE("credentials go into HTTP headers: trimmed, and control characters ref
 }
 
 TEST_CASE("profiles signed in through SSO, or with a web identity, are not skipped", "[credentials]") {
-  NoRemoteLinks none;
+  NothingSet none;
   FakeServer s;
-  ScopedEnv id("AWS_ACCESS_KEY_ID", std::nullopt);
-  ScopedEnv secret("AWS_SECRET_ACCESS_KEY", std::nullopt);
-  ScopedEnv profile("AWS_PROFILE", std::nullopt);
   ScopedEnv file("AWS_SHARED_CREDENTIALS_FILE", std::string("/nonexistent/igt/credentials"));
   ScopedEnv sts("AWS_ENDPOINT_URL_STS", s.endpoint());
   const std::string token = TempFile("eyJ.sa.token\n");
