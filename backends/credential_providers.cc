@@ -28,6 +28,7 @@
 #include <ctime>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "backends/credentials.h"
 #include "backends/s3/sigv4.h"
@@ -233,9 +234,14 @@ Result<Credentials> ParseStsResponse(std::string_view xml, const std::string& so
   pugi::xml_document doc;
   if (!doc.load_buffer(xml.data(), xml.size()))
     return Err(Status::InvalidArgument(source + ": the reply is not XML"));
-  if (auto err = doc.select_node("//Error"); err)
-    return Err(Status::PermissionDenied(fmt::format("{}: {}: {}", source, err.node().child_value("Code"),
-                                                    err.node().child_value("Message"))));
+  if (auto err = doc.select_node("//Error"); err) {
+    const std::string_view code = err.node().child_value("Code");
+    const std::string msg = fmt::format("{}: {}: {}", source, code, err.node().child_value("Message"));
+    // Throttled or down: try again later, not "access denied".
+    if (code == "Throttling" || code == "ServiceUnavailable" || code == "InternalFailure" || code == "RequestLimitExceeded")
+      return Err(Status::Unavailable(msg));
+    return Err(Status::PermissionDenied(msg));
+  }
   // AssumeRoleWithWebIdentityResult or AssumeRoleResult.
   auto cr = doc.select_node("/*/*[substring(name(), string-length(name()) - 5) = 'Result']/Credentials").node();
   Credentials c;
@@ -353,7 +359,9 @@ Result<Credentials> WebIdentityCredentials(const std::string& token_file, const 
   const std::string source = fmt::format("web identity (role {}, STS at {})", role, endpoint);
   if (r.status == 0) return Err(Status::Unavailable(fmt::format("{}: {}", source, r.error)));
   auto c = ParseStsResponse(r.body, source);
-  if (!c && r.status != 200 && c.error().code() != Code::kPermissionDenied)
+  if (!c && r.status >= 500 && c.error().code() == Code::kPermissionDenied)
+    return Err(Status::Unavailable(c.error().message()));
+  if (!c && r.status != 200 && c.error().code() != Code::kPermissionDenied && c.error().code() != Code::kUnavailable)
     return Err(Status::Unavailable(fmt::format("{}: HTTP {}", source, r.status)));
   return c;
 }
@@ -373,7 +381,9 @@ Result<Credentials> AssumeRoleCredentials(const std::string& role_arn, const Cre
   if (u && curl_url_set(u, CURLUPART_URL, (endpoint + "/").c_str(), 0) == CURLUE_OK) {
     char *h = nullptr, *port = nullptr, *pth = nullptr;
     if (curl_url_get(u, CURLUPART_HOST, &h, 0) == CURLUE_OK && h) host = h;
-    if (curl_url_get(u, CURLUPART_PORT, &port, 0) == CURLUE_OK && port) host += std::string(":") + port;
+    // As curl sends Host: no port when it is the scheme's default.
+    if (curl_url_get(u, CURLUPART_PORT, &port, CURLU_NO_DEFAULT_PORT) == CURLUE_OK && port)
+      host += std::string(":") + port;
     if (curl_url_get(u, CURLUPART_PATH, &pth, 0) == CURLUE_OK && pth) path = pth;
     curl_free(h);
     curl_free(port);
@@ -396,13 +406,15 @@ Result<Credentials> AssumeRoleCredentials(const std::string& role_arn, const Cre
   HttpReply r = Call("POST", endpoint + "/", headers, &body, 5000, false);
   if (r.status == 0) return Err(Status::Unavailable(fmt::format("{}: {}", source, r.error)));
   auto c = ParseStsResponse(r.body, source);
-  if (!c && r.status != 200 && c.error().code() != Code::kPermissionDenied)
+  if (!c && r.status >= 500 && c.error().code() == Code::kPermissionDenied)
+    return Err(Status::Unavailable(c.error().message()));
+  if (!c && r.status != 200 && c.error().code() != Code::kPermissionDenied && c.error().code() != Code::kUnavailable)
     return Err(Status::Unavailable(fmt::format("{}: HTTP {}", source, r.status)));
   return c;
 }
 
 Result<Credentials> ProcessCredentials(const std::string& command, const std::string& source) {
-  // As the AWS CLI: the command line through the shell, its stdout one JSON
+  // As the Go and Java SDKs: the command line through the shell, its stdout one JSON
   // object ({"Version": 1, ...}), its stderr the reason of a failure. The
   // SDKs wait without a limit; a helper that waits for a login nobody gives
   // would hold the mount for good, so it gets kTimeoutS.
@@ -414,6 +426,19 @@ Result<Credentials> ProcessCredentials(const std::string& command, const std::st
     ::close(out[1]);
     return Err(Status::Internal(source + ": pipe: " + std::strerror(errno)));
   }
+  // The child starts with default signal handling and nothing blocked (a
+  // FUSE worker thread blocks TERM, INT, HUP and QUIT, and the daemon ignores
+  // PIPE: both would survive exec), in a process group of its own.
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t none, defaults;
+  sigemptyset(&none);
+  sigemptyset(&defaults);
+  for (int sig : {SIGPIPE, SIGTERM, SIGINT, SIGHUP, SIGQUIT}) sigaddset(&defaults, sig);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setsigdefault(&attr, &defaults);
+  posix_spawnattr_setpgroup(&attr, 0);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP);
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_adddup2(&fa, out[1], 1);
@@ -421,8 +446,9 @@ Result<Credentials> ProcessCredentials(const std::string& command, const std::st
   posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
   const char* argv[] = {"/bin/sh", "-c", command.c_str(), nullptr};
   pid_t pid = -1;
-  const int rc = posix_spawn(&pid, "/bin/sh", &fa, nullptr, const_cast<char* const*>(argv), environ);
+  const int rc = posix_spawn(&pid, "/bin/sh", &fa, &attr, const_cast<char* const*>(argv), environ);
   posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
   ::close(out[1]);
   ::close(err[1]);
   if (rc != 0) {
@@ -432,15 +458,20 @@ Result<Credentials> ProcessCredentials(const std::string& command, const std::st
   }
   std::string so, se;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(kTimeoutS);
-  bool timed_out = false;
+  bool timed_out = false, exited = false;
+  int status = 0;
+  // Reads until both pipes close; once the shell has exited, at most 1 s
+  // more (a background child it left may hold the pipes for good).
+  auto until = deadline;
   pollfd p[2] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}};
   while (p[0].fd >= 0 || p[1].fd >= 0) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) {
-      timed_out = true;
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= until) {
+      timed_out = !exited;
       break;
     }
-    if (::poll(p, 2, static_cast<int>(left.count())) < 0 && errno != EINTR) break;
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - now).count();
+    if (::poll(p, 2, static_cast<int>(std::min<int64_t>(left, 200))) < 0 && errno != EINTR) break;
     for (int i = 0; i < 2; ++i) {
       if (p[i].fd < 0 || !(p[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
       char buf[4096];
@@ -451,19 +482,33 @@ Result<Credentials> ProcessCredentials(const std::string& command, const std::st
         p[i].fd = -1;
       }
     }
+    if (!exited && ::waitpid(pid, &status, WNOHANG) == pid) {
+      exited = true;
+      until = std::min(deadline, std::chrono::steady_clock::now() + std::chrono::seconds(1));
+    }
   }
   for (auto& q : p)
     if (q.fd >= 0) ::close(q.fd);
-  if (timed_out) ::kill(pid, SIGKILL);  // the child we started, by its pid
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  // Its output closed: it is exiting, or runs on without output until the
+  // limit. Past the limit, the group we started is killed, by its id.
+  while (!exited && !timed_out) {
+    if (::waitpid(pid, &status, WNOHANG) == pid) exited = true;
+    else if (std::chrono::steady_clock::now() >= deadline) timed_out = true;
+    else std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (!exited) {
+    ::kill(-pid, SIGKILL);
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
   }
   if (timed_out) return Err(Status::Unavailable(fmt::format("{}: no answer within {} s", source, kTimeoutS)));
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     while (!se.empty() && (se.back() == '\n' || se.back() == ' ')) se.pop_back();
     // A helper that printed its credentials to stderr: not into a message.
-    for (const char* field : {"SecretAccessKey", "SessionToken", "AccessKeyId", "aws_secret_access_key"})
-      if (se.find(field) != std::string::npos) se = "(its stderr holds credential fields: not shown)";
+    std::string lower = se;
+    for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    for (const char* word : {"secret", "token", "accesskeyid", "access_key"})
+      if (lower.find(word) != std::string::npos) se = "(its stderr names credentials: not shown)";
     if (se.size() > 300) se = "..." + se.substr(se.size() - 300);
     return Err(Status::PermissionDenied(fmt::format(
         "{}: {} {}{}", source, WIFEXITED(status) ? "exited with" : "killed by signal",

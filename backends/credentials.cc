@@ -124,10 +124,11 @@ Result<Credentials> ProfileCredentials(const ProfileFiles& f, const std::string&
     auto it = sec->find(k);
     return it == sec->end() ? std::string() : it->second;
   };
-  // A key of the config file's profile, else of the credentials file's.
+  // A key of the credentials file's profile, else of the config file's
+  // (the credentials file overrides, as in the AWS CLI).
   auto setting = [&](const char* k) {
-    std::string v = key_of(in_config, k);
-    return v.empty() ? key_of(in_cred, k) : v;
+    std::string v = key_of(in_cred, k);
+    return v.empty() ? key_of(in_config, k) : v;
   };
   auto keys_of = [&](const std::optional<std::map<std::string, std::string>>& sec, const std::string& where)
       -> std::optional<Credentials> {
@@ -145,6 +146,10 @@ Result<Credentials> ProfileCredentials(const ProfileFiles& f, const std::string&
       return Err(Status::NotFound(
           fmt::format("profile [{}] in {} has no {}", profile, *where, id ? "aws_secret_access_key" : "aws_access_key_id")));
   }
+  // A source profile's own keys come before its role (the AWS CLI's rule
+  // for the profiles of a chain).
+  if (depth > 0)
+    if (auto c = keys_of(in_cred, f.path) ? keys_of(in_cred, f.path) : keys_of(in_config, f.config)) return *c;
   if (const std::string role = setting("role_arn"); !role.empty()) {
     const std::string what = fmt::format("profile [{}] (role {})", profile, role);
     if (!setting("mfa_serial").empty())
@@ -182,8 +187,10 @@ Result<Credentials> ProfileCredentials(const ProfileFiles& f, const std::string&
       base = Credentials{id, secret, Env("AWS_SESSION_TOKEN"), 0, "environment"};
     } else if (cs == "Ec2InstanceMetadata") {
       base = InstanceMetadataCredentials();
+      if (!base) return Err(Status(base.error().code(), what + ": " + base.error().message()));
     } else if (cs == "EcsContainer") {
       base = ContainerCredentials();
+      if (!base) return Err(Status(base.error().code(), what + ": " + base.error().message()));
     } else if (!cs.empty()) {
       return Err(Status::InvalidArgument(what + ": credential_source " + cs +
                                          " (Environment, Ec2InstanceMetadata or EcsContainer)"));
@@ -201,9 +208,9 @@ Result<Credentials> ProfileCredentials(const ProfileFiles& f, const std::string&
       if (!e || *e || duration < 900 || duration > 43200)
         return Err(Status::InvalidArgument(what + ": duration_seconds " + d + " (900 to 43200)"));
     }
-    std::string sts_region = setting("region");
-    if (sts_region.empty()) sts_region = region;
-    return AssumeRoleCredentials(role, *base, session, setting("external_id"), duration, sts_region,
+    // STS of the mount's region, as for a web identity (the AWS CLI uses
+    // its session's region for both).
+    return AssumeRoleCredentials(role, *base, session, setting("external_id"), duration, region,
                                  fmt::format("profile [{}]", profile));
   }
   if (auto c = keys_of(in_cred, f.path)) return *c;

@@ -568,7 +568,8 @@ TEST_CASE("profiles that assume a role: source_profile, credential_source, signe
   FakeServer s;
   NothingSet none;
   ScopedEnv sts("AWS_ENDPOINT_URL_STS", s.endpoint());
-  const std::string creds = TempFile("[base]\naws_access_key_id = AKIDBASE\naws_secret_access_key = base-secret\n");
+  const std::string creds = TempFile("[base]\naws_access_key_id = AKIDBASE\naws_secret_access_key = base-secret\n"
+                                     "[keyed]\naws_access_key_id = AKIDKEYED\naws_secret_access_key = k\n");
   const std::string config = TempFile(
       "[profile reader]\nrole_arn = arn:aws:iam::222:role/reader\nsource_profile = base\nexternal_id = ext-1\n"
       "duration_seconds = 3600\nrole_session_name = train\n"
@@ -576,7 +577,9 @@ TEST_CASE("profiles that assume a role: source_profile, credential_source, signe
       "[profile loop]\nrole_arn = arn:aws:iam::1:role/a\nsource_profile = loop2\n"
       "[profile loop2]\nrole_arn = arn:aws:iam::1:role/b\nsource_profile = loop\n"
       "[profile fromenv]\nrole_arn = arn:aws:iam::444:role/env\ncredential_source = Environment\n"
-      "[profile mfa]\nrole_arn = arn:aws:iam::1:role/m\nsource_profile = base\nmfa_serial = arn:aws:iam::1:mfa/u\n");
+      "[profile mfa]\nrole_arn = arn:aws:iam::1:role/m\nsource_profile = base\nmfa_serial = arn:aws:iam::1:mfa/u\n"
+      "[profile keyed]\nrole_arn = arn:aws:iam::1:role/never\nsource_profile = base\n"
+      "[profile viakeyed]\nrole_arn = arn:aws:iam::555:role/v\nsource_profile = keyed\n");
   ScopedEnv f("AWS_SHARED_CREDENTIALS_FILE", creds);
   ScopedEnv cf("AWS_CONFIG_FILE", config);
   auto reply = [](const char* key) {
@@ -609,6 +612,14 @@ TEST_CASE("profiles that assume a role: source_profile, credential_source, signe
   CHECK(chained->access_key == "ASIASECOND");
   CHECK_THAT(Header(s.requests().back(), "authorization"), Catch::Contains("Credential=ASIAREADER2/"));
   CHECK(Header(s.requests().back(), "x-amz-security-token") == "st");
+  // A source profile's own keys come before its own role: one AssumeRole.
+  const size_t before = s.requests().size();
+  s.Push(reply("ASIAVIA"));
+  auto via = igt::ResolveCredentials("viakeyed", "eu-west-1");
+  REQUIRE(via);
+  CHECK(via->access_key == "ASIAVIA");
+  CHECK(s.requests().size() == before + 1);
+  CHECK_THAT(Header(s.requests().back(), "authorization"), Catch::Contains("Credential=AKIDKEYED/"));
   auto loop = igt::ResolveCredentials("loop", "eu-west-1");
   REQUIRE(!loop);
   CHECK_THAT(loop.error().message(), Catch::Contains("source_profile hops"));

@@ -603,18 +603,21 @@ class S3Backend final : public Backend {
     auto c = CallProvider();
     std::lock_guard lk(cred_mu_);
     if (cred_gen_ != gen) return true;
+    // The back-off runs from the provider's answer (it may have taken a
+    // minute: from before the call it would be over already).
     if (!c) {
       spdlog::warn("s3: credentials refused by {} and cannot be read again: {}", ep_.endpoint, c.error().message());
-      same_keys_until_s_ = now + kSameKeysBackoffS;
+      same_keys_until_s_ = NowUnixS() + kSameKeysBackoffS;
       return false;
     }
     if (SameKeys(*c, credentials_)) {
       credentials_.expires_unix_s = c->expires_unix_s;
-      same_keys_until_s_ = now + kSameKeysBackoffS;
+      same_keys_until_s_ = NowUnixS() + kSameKeysBackoffS;
       return false;
     }
     credentials_ = std::move(*c);
     ++cred_gen_;
+    same_keys_until_s_ = 0;  // new keys: a refusal of them asks again
     spdlog::info("s3: credentials refused by {}; read them again and retrying with the new ones", ep_.endpoint);
     return true;
   }
@@ -677,6 +680,7 @@ class S3Backend final : public Backend {
     }
     credentials_ = std::move(*c);
     ++cred_gen_;
+    same_keys_until_s_ = 0;  // new keys: a refusal of them asks again
     next_renew_warn_s_ = 0;
     spdlog::info("s3: credentials from {} renewed; they expire in {} s", credentials_.source,
                  credentials_.expires_unix_s ? credentials_.expires_unix_s - now : 0);
