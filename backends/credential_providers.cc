@@ -516,7 +516,7 @@ Result<Credentials> ProcessCredentials(const std::string& command, const std::st
   }
   auto j = nlohmann::json::parse(so, nullptr, false);
   const auto v = j.is_object() ? j.find("Version") : j.end();
-  if (!j.is_object() || v == j.end() || !v->is_number_integer() || *v != 1)
+  if (!j.is_object() || v == j.end() || !v->is_number() || v->get<double>() != 1.0)  // 1 or 1.0, as the AWS CLI
     return Err(Status::InvalidArgument(source + ": its output is not a JSON object with \"Version\": 1"));
   return ParseCredentialsJson(so, source);
 }
