@@ -134,8 +134,8 @@ const std::vector<Key>& Schema() {
        "CLI does).",
        "auto|path|virtual", SET_STR(backend.addressing)},
       {"backend.profile", Type::kString, "",
-       "Profile in ~/.aws/credentials ($AWS_SHARED_CREDENTIALS_FILE), used even when the AWS_* "
-       "keys are set. Empty: the AWS CLI's chain: the AWS_* keys, a web identity, $AWS_PROFILE or "
+       "AWS profile (~/.aws/credentials and ~/.aws/config: keys, credential_process or a role to "
+       "assume), used even when the AWS_* keys are set. Empty: the AWS CLI's chain: the AWS_* keys, a web identity, $AWS_PROFILE or "
        "'default', the container endpoint, EC2 instance metadata (docs/CLI.md, CREDENTIALS).",
        nullptr, SET_STR(backend.profile)},
       {"backend.no_sign_request", Type::kBool, "false",
