@@ -172,6 +172,20 @@ std::string StsEndpoint(const std::string& region) {
 
 }  // namespace
 
+namespace {
+// STS's answer: its credentials, its error (a 5xx or a throttle: try again
+// later, not access denied), or no answer at all.
+Result<Credentials> StsReply(const HttpReply& r, const std::string& source) {
+  if (r.status == 0) return Err(Status::Unavailable(fmt::format("{}: {}", source, r.error)));
+  auto c = ParseStsResponse(r.body, source);
+  if (!c && r.status >= 500 && c.error().code() == Code::kPermissionDenied)
+    return Err(Status::Unavailable(c.error().message()));
+  if (!c && r.status != 200 && c.error().code() != Code::kPermissionDenied && c.error().code() != Code::kUnavailable)
+    return Err(Status::Unavailable(fmt::format("{}: HTTP {}", source, r.status)));
+  return c;
+}
+}  // namespace
+
 Result<int64_t> ParseIso8601(std::string_view s) {
   // 2026-11-28T17:00:00Z, with optional fractional seconds; Z (or z),
   // +hh:mm or +hhmm.
@@ -357,13 +371,7 @@ Result<Credentials> WebIdentityCredentials(const std::string& token_file, const 
                      {"Content-Type: application/x-www-form-urlencoded", "Accept: application/xml", "Expect:"}, &body,
                      5000, false);
   const std::string source = fmt::format("web identity (role {}, STS at {})", role, endpoint);
-  if (r.status == 0) return Err(Status::Unavailable(fmt::format("{}: {}", source, r.error)));
-  auto c = ParseStsResponse(r.body, source);
-  if (!c && r.status >= 500 && c.error().code() == Code::kPermissionDenied)
-    return Err(Status::Unavailable(c.error().message()));
-  if (!c && r.status != 200 && c.error().code() != Code::kPermissionDenied && c.error().code() != Code::kUnavailable)
-    return Err(Status::Unavailable(fmt::format("{}: HTTP {}", source, r.status)));
-  return c;
+  return StsReply(r, source);
 }
 
 Result<Credentials> AssumeRoleCredentials(const std::string& role_arn, const Credentials& base,
@@ -404,13 +412,7 @@ Result<Credentials> AssumeRoleCredentials(const std::string& role_arn, const Cre
   std::vector<std::string> headers = {"Accept: application/xml", "Expect:"};
   for (const auto& [k, v] : s3::SignRequest(in, base)) headers.push_back(k + ": " + v);
   HttpReply r = Call("POST", endpoint + "/", headers, &body, 5000, false);
-  if (r.status == 0) return Err(Status::Unavailable(fmt::format("{}: {}", source, r.error)));
-  auto c = ParseStsResponse(r.body, source);
-  if (!c && r.status >= 500 && c.error().code() == Code::kPermissionDenied)
-    return Err(Status::Unavailable(c.error().message()));
-  if (!c && r.status != 200 && c.error().code() != Code::kPermissionDenied && c.error().code() != Code::kUnavailable)
-    return Err(Status::Unavailable(fmt::format("{}: HTTP {}", source, r.status)));
-  return c;
+  return StsReply(r, source);
 }
 
 Result<Credentials> ProcessCredentials(const std::string& command, const std::string& source) {
