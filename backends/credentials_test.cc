@@ -10,6 +10,7 @@
 
 #include "backends/credentials.h"
 #include "backends/fake_http_server_test.h"
+#include "backends/s3/sigv4.h"
 #include "igtcache/backends.h"
 
 using igt::Code;
@@ -604,6 +605,23 @@ TEST_CASE("profiles that assume a role: source_profile, credential_source, signe
   CHECK_THAT(body, Catch::Contains("ExternalId=ext-1"));
   CHECK_THAT(body, Catch::Contains("DurationSeconds=3600"));
   CHECK_THAT(body, Catch::Contains("RoleSessionName=train"));
+  {
+    // The signature itself, recomputed from what the server received: the
+    // Host (with the port curl sent), the signed Content-Type, the body's hash.
+    const std::string head = s.requests()[0];
+    igt::s3::SignInput in;
+    in.method = "POST";
+    in.host = Header(head, "host");
+    in.path = "/";
+    in.headers = {{"Content-Type", Header(head, "content-type")}};
+    in.payload_hash = igt::s3::Sha256Hex(body);
+    in.region = "eu-west-1";
+    in.service = "sts";
+    in.amz_date = Header(head, "x-amz-date");
+    in.add_content_sha256 = false;
+    const std::string sig = igt::s3::Signature(in, {"AKIDBASE", "base-secret", "", 0, ""});
+    CHECK_THAT(Header(head, "authorization"), Catch::EndsWith("Signature=" + sig));
+  }
   // A chain: reader's temporary credentials sign the second AssumeRole.
   s.Push(reply("ASIAREADER2"));
   s.Push(reply("ASIASECOND"));
