@@ -26,8 +26,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
-#include <fstream>
-#include <sstream>
+#include <optional>
 #include <thread>
 
 #include "backends/credentials.h"
@@ -35,11 +34,6 @@
 
 namespace igt {
 namespace {
-
-std::string Env(const char* name) {
-  const char* v = std::getenv(name);
-  return v ? std::string(v) : std::string();
-}
 
 struct HttpReply {
   long status = 0;    // 0: no HTTP answer (see error)
@@ -94,23 +88,41 @@ std::string Why(const HttpReply& r) {
   return r.status ? fmt::format("HTTP {}", r.status) : r.error;
 }
 
+// A token file's content, without its line end; `what` names its setting.
 Result<std::string> ReadFile(const std::string& path, const char* what) {
-  std::ifstream in(path);
-  if (!in) return Err(Status::NotFound(fmt::format("{} {} cannot be read", what, path)));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::string s = ss.str();
-  while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' ')) s.pop_back();
-  return s;
+  auto s = ReadText(path);
+  if (!s) return Err(Status::NotFound(fmt::format("{} {} cannot be read", what, path)));
+  while (!s->empty() && (s->back() == '\n' || s->back() == '\r' || s->back() == ' ')) s->pop_back();
+  return *s;
 }
 
-std::string FormEncode(std::string_view s) {
-  std::string out;
-  for (unsigned char ch : s) {
-    if (std::isalnum(ch) || ch == '-' || ch == '_' || ch == '.' || ch == '~') out += static_cast<char>(ch);
-    else out += fmt::format("%{:02X}", ch);
+// Form fields are percent-encoded as SigV4 encodes query values.
+std::string FormEncode(std::string_view s) { return s3::UriEncode(s, /*keep_slash=*/false); }
+
+// A URL's parts as curl reads them (nullopt: not a URL). `port` is empty when
+// the URL names none or the scheme's default: as curl sends Host.
+struct UrlParts {
+  std::string scheme, host, port, path;
+  bool user_info = false;
+};
+std::optional<UrlParts> ParseUrl(const std::string& url) {
+  CURLU* u = curl_url();
+  if (!u) return std::nullopt;
+  if (curl_url_set(u, CURLUPART_URL, url.c_str(), 0) != CURLUE_OK) {
+    curl_url_cleanup(u);
+    return std::nullopt;
   }
-  return out;
+  auto part = [&](CURLUPart what, unsigned flags = 0) {
+    char* v = nullptr;
+    std::string out;
+    if (curl_url_get(u, what, &v, flags) == CURLUE_OK && v) out = v;
+    curl_free(v);
+    return out;
+  };
+  UrlParts p{part(CURLUPART_SCHEME), part(CURLUPART_HOST), part(CURLUPART_PORT, CURLU_NO_DEFAULT_PORT),
+             part(CURLUPART_PATH), !part(CURLUPART_USER).empty() || !part(CURLUPART_PASSWORD).empty()};
+  curl_url_cleanup(u);
+  return p;
 }
 
 // A container endpoint URL, checked as the AWS SDKs do: http or https, no
@@ -118,23 +130,13 @@ std::string FormEncode(std::string_view s) {
 // (169.254.170.2) or EKS Pod Identity (169.254.170.23, fd00:ec2::23),
 // the host compared whole. `shown` is the URL without its query (for logs).
 Status CheckContainerUrl(const std::string& url, std::string* shown) {
-  CURLU* u = curl_url();
-  const auto bad = [&](const std::string& why) {
-    curl_url_cleanup(u);
+  const auto bad = [](const std::string& why) {
     return Status::InvalidArgument(fmt::format("container credentials endpoint: {}", why));
   };
-  if (!u) return Status::Internal("cannot parse a URL");
-  if (curl_url_set(u, CURLUPART_URL, url.c_str(), 0) != CURLUE_OK) return bad("not a URL");
-  auto part = [&](CURLUPart what) {
-    char* v = nullptr;
-    std::string out;
-    if (curl_url_get(u, what, &v, 0) == CURLUE_OK && v) out = v;
-    curl_free(v);
-    return out;
-  };
-  const std::string scheme = part(CURLUPART_SCHEME), host = part(CURLUPART_HOST), port = part(CURLUPART_PORT),
-                    path = part(CURLUPART_PATH);
-  if (!part(CURLUPART_USER).empty() || !part(CURLUPART_PASSWORD).empty()) return bad("user info in the URL");
+  const auto parts = ParseUrl(url);
+  if (!parts) return bad("not a URL");
+  const auto& [scheme, host, port, path, user_info] = *parts;
+  if (user_info) return bad("user info in the URL");
   if (scheme != "http" && scheme != "https") return bad("scheme " + scheme + " (http or https)");
   if (scheme == "http") {
     std::string h = host;
@@ -153,7 +155,6 @@ Status CheckContainerUrl(const std::string& url, std::string* shown) {
                  ": only to loopback, 169.254.170.2, 169.254.170.23 or fd00:ec2::23 (use https)");
   }
   *shown = scheme + "://" + host + (port.empty() ? "" : ":" + port) + path;
-  curl_url_cleanup(u);
   return Status::Ok();
 }
 
@@ -384,21 +385,9 @@ Result<Credentials> AssumeRoleCredentials(const std::string& role_arn, const Cre
   if (!external_id.empty()) body += "&ExternalId=" + FormEncode(external_id);
   if (duration_s > 0) body += fmt::format("&DurationSeconds={}", duration_s);
   // Signed (SigV4, service sts) with the source profile's credentials.
-  CURLU* u = curl_url();
-  std::string host, path;
-  if (u && curl_url_set(u, CURLUPART_URL, (endpoint + "/").c_str(), 0) == CURLUE_OK) {
-    char *h = nullptr, *port = nullptr, *pth = nullptr;
-    if (curl_url_get(u, CURLUPART_HOST, &h, 0) == CURLUE_OK && h) host = h;
-    // As curl sends Host: no port when it is the scheme's default.
-    if (curl_url_get(u, CURLUPART_PORT, &port, CURLU_NO_DEFAULT_PORT) == CURLUE_OK && port)
-      host += std::string(":") + port;
-    if (curl_url_get(u, CURLUPART_PATH, &pth, 0) == CURLUE_OK && pth) path = pth;
-    curl_free(h);
-    curl_free(port);
-    curl_free(pth);
-  }
-  if (u) curl_url_cleanup(u);
-  if (host.empty()) return Err(Status::InvalidArgument(source + ": not a URL"));
+  const auto url = ParseUrl(endpoint + "/");
+  if (!url || url->host.empty()) return Err(Status::InvalidArgument(source + ": not a URL"));
+  const std::string host = url->host + (url->port.empty() ? "" : ":" + url->port), path = url->path;
   s3::SignInput in;
   in.method = "POST";
   in.host = host;

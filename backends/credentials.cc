@@ -29,11 +29,6 @@ std::string Lower(std::string_view s) {
   return out;
 }
 
-std::string Env(const char* name) {
-  const char* v = std::getenv(name);
-  return v ? std::string(v) : std::string();
-}
-
 std::string Home() {
   std::string home = Env("HOME");
   if (home.empty()) {
@@ -52,6 +47,13 @@ std::string ConfigPath() {
   return Home() + "/.aws/config";
 }
 
+}  // namespace
+
+std::string Env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? std::string(v) : std::string();
+}
+
 std::optional<std::string> ReadText(const std::string& path) {
   std::ifstream in(path);
   if (!in) return std::nullopt;
@@ -59,8 +61,6 @@ std::optional<std::string> ReadText(const std::string& path) {
   ss << in.rdbuf();
   return ss.str();
 }
-
-}  // namespace
 
 std::optional<std::map<std::string, std::string>> IniSection(std::string_view text, const std::string& profile) {
   std::map<std::string, std::string> keys;

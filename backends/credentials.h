@@ -13,6 +13,11 @@
 
 namespace igt {
 
+// $name, or "" when unset.
+std::string Env(const char* name);
+// The whole file, or nullopt when it cannot be read.
+std::optional<std::string> ReadText(const std::string& path);
+
 // The keys of section [profile] (also "[profile <name>]", the config-file
 // spelling) of an AWS credentials or config file: names lower-cased, values
 // trimmed, '#'/';' comment lines skipped. nullopt if there is no such section.
