@@ -438,61 +438,99 @@ TEST_CASE("S3 fake: expired credentials are read again once, and used if they ch
   CHECK_THAT(Head(s.requests().back(), "authorization"), Catch::Contains("Credential=AKIDTHIRD/"));
 }
 
-TEST_CASE("S3 fake: temporary credentials are renewed before they expire, by one request", "[s3fake]") {
+// Polls `done` for up to 30 s (the renewer runs on a thread of its own).
+template <class F>
+bool Eventually(F&& done) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
+}
+
+TEST_CASE("S3 fake: temporary credentials are renewed before they expire, in the background", "[s3fake]") {
   // Instance metadata, container and web identity credentials carry their
-  // expiry: within 5 minutes of it a request renews them before signing;
-  // a renewal that fails or gives the same ones is not tried again for 10 s
-  // (the old ones still sign meanwhile).
+  // expiry: within 5 minutes of it a thread of the backend renews them; a
+  // renewal that fails or gives the same ones is tried again 10 s later
+  // (the old ones still sign meanwhile). No request waits for the provider.
   FakeServer s;
   igt::Metrics m;
   auto o = Opts(s, &m);
   const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
                           std::chrono::system_clock::now().time_since_epoch()).count();
   o.credentials = {"AKIDOLD", "secret-old", "token-old", now + 120, "test provider"};
-  int reads = 0;
+  std::atomic<int> reads{0};
+  std::mutex next_mu;
   igt::Result<igt::Credentials> next = igt::Credentials{"AKIDRENEWED", "secret-renewed", "token-renewed", now + 3600,
                                                         "test provider"};
   o.refresh_credentials = [&]() -> igt::Result<igt::Credentials> {
+    std::lock_guard lk(next_mu);
     ++reads;
     return next;
   };
   char buf[10];
-  {
+  SECTION("renewed once, and the new ones sign") {
     auto b = igt::MakeS3Backend(o);
     REQUIRE(b);
-    for (int i = 0; i < 3; ++i) {
+    // Reads go on, signed with the old ones until the renewer has stored
+    // the new ones.
+    const auto renewed_signs = [&] {
       s.Push(FakeServer::Reply(206, kOkHeaders, kTen));
-      REQUIRE((*b)->Read("k", 0, 10, "e1", buf));
-    }
+      return (*b)->Read("k", 0, 10, "e1", buf) &&
+             Head(s.requests().back(), "authorization").find("Credential=AKIDRENEWED/") != std::string::npos;
+    };
+    REQUIRE(Eventually(renewed_signs));
+    CHECK(renewed_signs());
     CHECK(reads == 1);  // renewed once: the new ones expire in an hour
-    for (const auto& r : s.requests()) {
-      CHECK_THAT(Head(r, "authorization"), Catch::Contains("Credential=AKIDRENEWED/"));
-      CHECK(Head(r, "x-amz-security-token") == "token-renewed");
-    }
+    const std::string last = s.requests().back();
+    CHECK(Head(last, "x-amz-security-token") == "token-renewed");
   }
-  {
-    // Credentials far from their expiry, or without one, are not renewed.
+  SECTION("credentials far from their expiry are not renewed") {
     o.credentials.expires_unix_s = now + 3600;
     auto b = igt::MakeS3Backend(o);
     REQUIRE(b);
     s.Push(FakeServer::Reply(206, kOkHeaders, kTen));
     REQUIRE((*b)->Read("k", 0, 10, "e1", buf));
-    CHECK(reads == 1);
+    CHECK(reads == 0);
     CHECK_THAT(Head(s.requests().back(), "authorization"), Catch::Contains("Credential=AKIDOLD/"));
   }
-  {
-    // A renewal that fails: the old ones go on signing, and it is not
-    // tried again at every request.
-    o.credentials.expires_unix_s = now + 120;
+  SECTION("a renewal that fails: the old ones go on signing") {
     next = igt::Err(igt::Status::Unavailable("instance metadata at http://x: timed out"));
     auto b = igt::MakeS3Backend(o);
     REQUIRE(b);
+    REQUIRE(Eventually([&] { return reads.load() >= 1; }));
     for (int i = 0; i < 3; ++i) {
       s.Push(FakeServer::Reply(206, kOkHeaders, kTen));
       REQUIRE((*b)->Read("k", 0, 10, "e1", buf));
+      CHECK_THAT(Head(s.requests().back(), "authorization"), Catch::Contains("Credential=AKIDOLD/"));
     }
-    CHECK(reads == 2);
-    CHECK_THAT(Head(s.requests().back(), "authorization"), Catch::Contains("Credential=AKIDOLD/"));
+  }
+  SECTION("a provider that hangs holds up no request") {
+    // Before 2026-11-28 the request that found the credentials expiring
+    // called the provider itself: it waited for as long as the provider
+    // took (here until the release below, signed with the new ones).
+    std::atomic<bool> entered{false}, released{false};
+    o.refresh_credentials = [&]() -> igt::Result<igt::Credentials> {
+      entered = true;
+      // Bounded: a failing check below must not leave the destructor
+      // joining a renewer that waits for ever.
+      Eventually([&] { return released.load(); });
+      ++reads;
+      return igt::Credentials{"AKIDRENEWED", "secret-renewed", "token-renewed", now + 3600, "test provider"};
+    };
+    auto b = igt::MakeS3Backend(o);
+    REQUIRE(b);
+    REQUIRE(Eventually([&] { return entered.load(); }));
+    for (int i = 0; i < 3; ++i) {
+      s.Push(FakeServer::Reply(206, kOkHeaders, kTen));
+      REQUIRE((*b)->Read("k", 0, 10, "e1", buf));
+      CHECK_THAT(Head(s.requests().back(), "authorization"), Catch::Contains("Credential=AKIDOLD/"));
+    }
+    CHECK(reads == 0);
+    released = true;
+    REQUIRE(Eventually([&] { return reads.load() == 1; }));
+    // The destructor joins the renewer, which has returned by now.
   }
 }
 

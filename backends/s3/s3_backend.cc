@@ -249,6 +249,18 @@ class S3Backend final : public Backend {
       : opts_(std::move(opts)), ep_(std::move(ep)), pool_(std::move(pool_opts)) {
     anonymous_ = opts_.no_sign_request || opts_.credentials.access_key.empty();
     credentials_ = opts_.credentials;
+    std::lock_guard lk(cred_mu_);
+    StartRenewerLocked();
+  }
+  ~S3Backend() override {
+    {
+      std::lock_guard lk(cred_mu_);
+      stop_renewer_ = true;
+    }
+    renew_cv_.notify_all();
+    // A provider call under way ends within its own timeout (STS 5 s,
+    // instance metadata 1 s a request, a credential_process 60 s).
+    if (renewer_.joinable()) renewer_.join();
   }
 
   Result<ListPage> List(const ListRequest& req) override {
@@ -519,7 +531,6 @@ class S3Backend final : public Backend {
     for (int n = 0;; ++n) {
       if (pool_.cancelled())
         return Status::Unavailable(std::string(HttpPool::kCancelledMessage) + " (S3 endpoint " + ep_.endpoint + ")");
-      if (!anonymous_) RenewIfExpiring();
       t_signed_gen_ = CredentialsGeneration();
       t_last_answered_ = false;
       Outcome o = attempt();
@@ -618,6 +629,7 @@ class S3Backend final : public Backend {
     credentials_ = std::move(*c);
     ++cred_gen_;
     same_keys_until_s_ = 0;  // new keys: a refusal of them asks again
+    StartRenewerLocked();    // they may be the first to carry an expiry
     spdlog::info("s3: credentials refused by {}; read them again and retrying with the new ones", ep_.endpoint);
     return true;
   }
@@ -639,29 +651,59 @@ class S3Backend final : public Backend {
   }
 
   // Temporary credentials (instance metadata, container, web identity, a
-  // credential_process) are renewed within kRenewAheadS of their expiry, by
-  // one request while the others go on signing with the current ones; a
-  // failed renewal is tried again kRenewRetryS later (and said at most every
+  // credential_process, an assumed role) are renewed within kRenewAheadS of
+  // their expiry by a thread of their own (RenewLoop), so no request waits
+  // for the provider (up to 5 s for STS or instance metadata, 60 s for a
+  // credential_process): they go on signing with the current ones. A failed
+  // renewal is tried again kRenewRetryS later (and said at most every
   // kRenewWarnS). Past the expiry S3 refuses them and RefreshCredentials
-  // asks again.
+  // asks again, for the request that was refused.
   static constexpr int64_t kRenewAheadS = 300, kRenewRetryS = 10, kRenewWarnS = 60;
-  void RenewIfExpiring() {
-    if (!opts_.refresh_credentials) return;
-    const int64_t now = NowUnixS();
-    uint64_t gen;
+  // The renewer sleeps at most this long at a time: the expiry is wall-clock
+  // time, and the wall clock may jump (a suspended VM resumed).
+  static constexpr int64_t kRenewPollS = 30;
+  // Under cred_mu_: the renewer runs once credentials carry an expiry.
+  void StartRenewerLocked() {
+    if (anonymous_ || !opts_.refresh_credentials || credentials_.expires_unix_s == 0 || renewer_.joinable() ||
+        stop_renewer_)
+      return;
+    try {
+      renewer_ = std::thread([this] { RenewLoop(); });
+    } catch (const std::system_error& e) {
+      // Without it the credentials are still read again when S3 refuses them.
+      spdlog::warn("s3: cannot start the thread that renews the credentials before they expire ({}): they are "
+                   "read again when S3 refuses them",
+                   e.what());
+    }
+  }
+  void RenewLoop() {
+    std::unique_lock lk(cred_mu_);
+    while (!stop_renewer_) {
+      const int64_t now = NowUnixS();
+      const int64_t due = credentials_.expires_unix_s == 0
+                              ? now + kRenewPollS
+                              : std::max(credentials_.expires_unix_s - kRenewAheadS, next_renew_s_);
+      if (credentials_.expires_unix_s == 0 || now < due) {
+        renew_cv_.wait_for(lk, std::chrono::seconds(std::clamp<int64_t>(due - now, 1, kRenewPollS)));
+        continue;
+      }
+      next_renew_s_ = now + kRenewRetryS;
+      const uint64_t gen = cred_gen_;
+      lk.unlock();
+      Renew(gen, now);
+      lk.lock();
+    }
+  }
+  // One renewal of the credentials of generation `gen` (the renewer's).
+  void Renew(uint64_t gen, int64_t now) {
+    std::lock_guard renewing(renew_mu_);
     {
       std::lock_guard lk(cred_mu_);
-      if (credentials_.expires_unix_s == 0 || now < credentials_.expires_unix_s - kRenewAheadS ||
-          now < next_renew_s_)
-        return;
-      next_renew_s_ = now + kRenewRetryS;
-      gen = cred_gen_;
+      if (cred_gen_ != gen || stop_renewer_) return;  // renewed meanwhile (a refusal's refresh)
     }
-    std::unique_lock renewing(renew_mu_, std::try_to_lock);
-    if (!renewing) return;  // another request renews them
     auto c = CallProvider();
     std::lock_guard lk(cred_mu_);
-    if (cred_gen_ != gen) return;  // renewed meanwhile (a refusal's refresh)
+    if (cred_gen_ != gen) return;
     if (!c) {
       if (now >= next_renew_warn_s_) {
         next_renew_warn_s_ = now + kRenewWarnS;
@@ -694,13 +736,17 @@ class S3Backend final : public Backend {
   const S3Options opts_;
   const S3Endpoint ep_;
   bool anonymous_ = false;
-  std::mutex cred_mu_;        // guards credentials_, cred_gen_, next_renew_s_, next_renew_warn_s_, same_keys_until_s_
+  std::mutex cred_mu_;  // guards credentials_, cred_gen_, next_renew_s_, next_renew_warn_s_, same_keys_until_s_,
+                       // stop_renewer_, renewer_
   Credentials credentials_;   // what requests are signed with (RefreshCredentials)
   uint64_t cred_gen_ = 0;
   int64_t next_renew_s_ = 0;  // RenewIfExpiring: not before (unix s)
   int64_t next_renew_warn_s_ = 0;  // its warning: not before (unix s)
   int64_t same_keys_until_s_ = 0;  // RefreshCredentials: the provider is not asked again before (unix s)
   std::mutex renew_mu_;       // one renewal or refresh at a time (taken before cred_mu_, never inside it)
+  std::condition_variable renew_cv_;  // wakes the renewer to stop (with cred_mu_)
+  bool stop_renewer_ = false;
+  std::thread renewer_;  // RenewLoop; joined by the destructor
   HttpPool pool_;
   std::mutex cancel_mu_;  // only for the wait between retries
 
