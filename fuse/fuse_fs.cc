@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include <algorithm>
 #include <atomic>
@@ -783,25 +784,38 @@ void FuseFs::DropEntries(std::vector<std::pair<uint64_t, std::string>> entries) 
 // the old ones keep theirs. Never two versions' pages in one cache. (A file
 // inode is one version since the Namespace gives a new version a new inode:
 // the direct_io case is a safeguard.)
+uint64_t FuseFs::VersionHash(std::string_view etag) {
+  return etag.empty() ? 0 : XXH3_64bits(etag.data(), etag.size()) | 1;
+}
+
 void FuseFs::OpenVersion(uint64_t ino, const std::string& etag, fuse_file_info* fi) {
+  const uint64_t v = VersionHash(etag);
   std::lock_guard lk(etag_mu_);
   auto& pc = page_cache_[ino];
-  if (pc.etag != etag && pc.open.count(pc.etag)) {  // counts of 0 are erased
+  const auto open_on = [&pc](uint64_t version) {
+    return std::find_if(pc.open.begin(), pc.open.end(), [version](const auto& o) { return o.first == version; });
+  };
+  if (pc.version != v && open_on(pc.version) != pc.open.end()) {  // counts of 0 are erased
     fi->direct_io = 1;
     fi->keep_cache = 0;
   } else {
-    fi->keep_cache = pc.etag == etag && !etag.empty() ? 1 : 0;  // no ETag: no telling versions apart
-    pc.etag = etag;
+    fi->keep_cache = pc.version == v && v != 0 ? 1 : 0;
+    pc.version = v;
   }
-  ++pc.open[etag];
+  if (auto o = open_on(v); o != pc.open.end()) ++o->second;
+  else pc.open.emplace_back(v, 1);
 }
 
 void FuseFs::CloseVersion(uint64_t ino, const std::string& etag) {
+  const uint64_t v = VersionHash(etag);
   std::lock_guard lk(etag_mu_);
   auto it = page_cache_.find(ino);
   if (it == page_cache_.end()) return;
-  auto o = it->second.open.find(etag);
-  if (o != it->second.open.end() && --o->second == 0) it->second.open.erase(o);
+  auto& open = it->second.open;
+  auto o = std::find_if(open.begin(), open.end(), [v](const auto& e) { return e.first == v; });
+  if (o == open.end() || --o->second > 0) return;
+  open.erase(o);
+  if (open.empty()) open = {};  // its memory too: most inodes are not open
 }
 
 void FuseFs::ForgetVersion(uint64_t ino) {

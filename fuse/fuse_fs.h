@@ -18,6 +18,7 @@
 #include <mutex>
 #include <deque>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
@@ -163,10 +164,19 @@ class FuseFs {
   // handles of `etag` are still open bypasses the page cache (direct_io):
   // else both versions' pages would mix. Dropped when the kernel forgets
   // the inode (its page cache goes with it).
+  //
+  // Versions are kept as 64-bit hashes of their ETags (VersionHash), not
+  // the ETags: an entry lives as long as the kernel keeps the inode, one per
+  // file read, so a data set of a million files held a million ETag copies
+  // and as many hash tables (about 200 bytes a file). Two versions of one
+  // file with the same hash (2^-64) would share a page cache.
   struct PageCache {
-    std::string etag;
-    std::unordered_map<std::string, uint32_t> open;
+    uint64_t version = 0;  // VersionHash of the ETag whose pages the kernel may hold
+    // Handles open, per version hash; freed when the last one closes.
+    std::vector<std::pair<uint64_t, uint32_t>> open;
   };
+  // 0 for no ETag (no telling versions apart: never keep_cache).
+  static uint64_t VersionHash(std::string_view etag);
   // fi->keep_cache / fi->direct_io for an open of version `etag` of `ino`,
   // counting the handle; CloseVersion uncounts it; ForgetVersion drops the
   // inode's entry (the kernel dropped the inode and its pages).

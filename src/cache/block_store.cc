@@ -298,8 +298,10 @@ class DiskBlockStore final : public BlockStore {
   }
 
  private:
+  // No copy of the unit's object key and ETag (the record on disk has
+  // them; the flush writes the access state under its own key): they were
+  // about 150 bytes of every cached unit's memory.
   struct Entry {
-    UnitKey key;
     uint64_t data_len = 0;
     uint64_t disk_bytes = 0;  // UnitDiskBytes: what the file takes on the volume
     uint64_t last_access_us = 0;
@@ -324,9 +326,6 @@ class DiskBlockStore final : public BlockStore {
   };
 
   std::string PathOf(std::string_view id) const { return opts_.dir + "/" + UnitRelPath(id); }
-  UnitRecord RecordOf(const std::string& id, const Entry& e) const {
-    return UnitRecord{e.key, e.data_len, UnitRelPath(id), e.last_access_us, e.access_count};
-  }
 
   // Drops what an entry holds in memory (its header, its open file). Requires mu_.
   void ForgetLocked(Entry& e) {
@@ -525,6 +524,7 @@ void DiskBlockStore::DeleteDetached(const std::vector<Victim>& victims, bool cou
   rocksdb::WriteBatch batch;
   for (const auto& v : victims) {
     batch.Delete(std::string(kUnitKeyPrefix) + v.id);
+    batch.Delete(std::string(kAccessKeyPrefix) + v.id);
     if (count_as_eviction) {
       Add(metrics_->evictions);
       Add(metrics_->evicted_bytes, v.bytes);
@@ -582,18 +582,19 @@ void DiskBlockStore::FlushAccessState(bool force) {
 
 void DiskBlockStore::WriteAccessState(const std::unordered_set<std::string>& ids) {
   rocksdb::WriteBatch batch;
-  std::vector<std::pair<const std::string*, UnitRecord>> recs;
+  std::vector<std::pair<const std::string*, AccessState>> recs;
   for (auto it = ids.begin(); it != ids.end();) {
     recs.clear();
     {
       std::lock_guard lk(mu_);
       for (size_t n = 0; n < kFlushChunk && it != ids.end(); ++n, ++it)
-        if (auto e = index_.find(*it); e != index_.end()) recs.emplace_back(&*it, RecordOf(*it, e->second));
+        if (auto e = index_.find(*it); e != index_.end())
+          recs.emplace_back(&*it, AccessState{e->second.last_access_us, e->second.access_count});
     }
-    for (const auto& [id, rec] : recs) batch.Put(std::string(kUnitKeyPrefix) + *id, EncodeUnitRecord(rec));
+    for (const auto& [id, a] : recs) batch.Put(std::string(kAccessKeyPrefix) + *id, EncodeAccessState(a));
   }
-  // Outside mu_: if a unit is evicted meanwhile, this may re-write its record
-  // after the delete; the next start-up drops a record without a file.
+  // Outside mu_: if a unit is evicted meanwhile, this may write its access
+  // state after the delete; the next start-up drops one without a record.
   auto s = DbWrite([&] { return db_->Write(rocksdb::WriteOptions(), &batch); });
   if (!s.ok()) {
     WarnOnce("index-access", fmt::format("igtcache: cache index {}/index: saving access state: {}", opts_.dir,
@@ -904,7 +905,7 @@ Status DiskBlockStore::Put(const UnitKey& key, std::string_view data, bool prefe
       // What may throw first (the entry, the policy's records), then what
       // cannot: an exception leaves the index as it was.
       if (auto old = index_.find(id); old != index_.end()) ForgetLocked(old->second);
-      auto it = index_.insert_or_assign(id, Entry{key, n, disk, now, 0, next_gen_}).first;
+      auto it = index_.insert_or_assign(id, Entry{n, disk, now, 0, next_gen_}).first;
       try {
         policy_->OnInsertUnit(id, n, 0,
                               UnitMeta{.prefetched = prefetched, .now_us = now, .object = key.object,
@@ -975,6 +976,22 @@ Status DiskBlockStore::Reconcile() {
       }
     }
     if (auto s = FromRocks(it->status(), fmt::format("reading cache index {}/index", opts_.dir)); !s.ok()) return s;
+    // The access states written since each insert. Both key ranges are in
+    // id order, as the survivors are: one merge, no map of the ids. One
+    // without a record (its unit evicted while a flush wrote it) goes.
+    size_t at = 0;
+    for (it->Seek(kAccessKeyPrefix); it->Valid() && it->key().starts_with(kAccessKeyPrefix); it->Next()) {
+      const std::string_view id(it->key().data() + kAccessKeyPrefix.size(), it->key().size() - kAccessKeyPrefix.size());
+      while (at < survivors.size() && survivors[at].id < id) ++at;
+      auto a = DecodeAccessState(std::string_view(it->value().data(), it->value().size()));
+      if (at < survivors.size() && survivors[at].id == id && a) {
+        survivors[at].rec.last_access_us = a->last_access_us;
+        survivors[at].rec.access_count = a->access_count;
+      } else {
+        drop.Delete(it->key());
+      }
+    }
+    if (auto s = FromRocks(it->status(), fmt::format("reading cache index {}/index", opts_.dir)); !s.ok()) return s;
   }
   // Header check only (the data is verified chunk by chunk on read): one
   // small read per unit, so on several threads. A unit whose file is gone,
@@ -1009,12 +1026,14 @@ Status DiskBlockStore::Reconcile() {
   std::erase_if(survivors, [&](const Survivor& sv) {
     if (!sv.good) {
       drop.Delete(std::string(kUnitKeyPrefix) + sv.id);
+      drop.Delete(std::string(kAccessKeyPrefix) + sv.id);
       ++dropped;
     }
     return !sv.good;
   });
-  if (dropped > 0) {
+  if (dropped > 0)
     spdlog::warn("igtcache: dropped {} cache index entries without a valid unit file in {}", dropped, opts_.dir);
+  if (drop.Count() > 0) {
     // Not fatal (a full volume): the records stay stale on disk, are not
     // loaded, and the next start-up drops them again.
     if (auto s = FromRocks(db_->Write(rocksdb::WriteOptions(), &drop), "cache index: drop"); !s.ok())
@@ -1088,8 +1107,8 @@ Status DiskBlockStore::Reconcile() {
                             UnitMeta{.object = s.rec.key.object, .unit_index = s.rec.key.index,
                                      .disk_bytes = s.disk_bytes, .etag = s.rec.key.etag});
       used_bytes_ += s.disk_bytes;
-      index_[std::move(s.id)] = Entry{std::move(s.rec.key), s.rec.data_len, s.disk_bytes, s.rec.last_access_us,
-                                      s.rec.access_count, next_gen_++};
+      index_[std::move(s.id)] = Entry{s.rec.data_len, s.disk_bytes, s.rec.last_access_us, s.rec.access_count,
+                                      next_gen_++};
     }
     // A smaller max_bytes than last time: evict down now.
     EvictLocked([&](uint64_t) { return used_bytes_ <= opts_.max_bytes; }, victims);

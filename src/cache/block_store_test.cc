@@ -5,6 +5,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <rocksdb/db.h>
+
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <condition_variable>
@@ -19,6 +21,7 @@
 #include "igtcache/block_store.h"
 #include "igtcache/metrics.h"
 #include "src/cache/disk_block_store.h"
+#include "src/cache/index_record.h"
 #include "src/cache/unit_file.h"
 
 namespace fs = std::filesystem;
@@ -569,6 +572,54 @@ TEST_CASE("the access state of thousands of units is persisted in chunks, all of
   }
   CHECK(s->unit_count() == kN);
   CHECK(s->Contains(Key(0)));
+}
+
+TEST_CASE("access states have keys of their own: a cache dir without them still loads its order, strays go",
+          "[block_store]") {
+  // The index in memory keeps no copy of a unit's object key and ETag: the
+  // flush writes "a/<id>" instead of rewriting the unit's record. A cache
+  // dir of before (2026-11-28) has only records, whose own fields are the
+  // access state.
+  Fixture f;
+  f.opts.max_bytes = 3 * Disk(Key(0), 1000);
+  {
+    auto s = f.Open();
+    for (int i = 0; i < 3; ++i) REQUIRE(s->Put(Key(i), DataOf(Key(i), 1000)).ok());
+  }
+  const auto id = [](int i) { return UnitId(Key(i)); };
+  {
+    rocksdb::DB* raw = nullptr;
+    REQUIRE(rocksdb::DB::Open(rocksdb::Options(), f.opts.dir + "/index", &raw).ok());
+    std::unique_ptr<rocksdb::DB> db(raw);
+    // Key(1) as an old cache dir has it: read last, said by its record.
+    std::string v;
+    REQUIRE(db->Get(rocksdb::ReadOptions(), "u/" + id(1), &v).ok());
+    auto rec = DecodeUnitRecord(v);
+    REQUIRE(rec);
+    rec->last_access_us += 1'000'000;
+    REQUIRE(db->Put(rocksdb::WriteOptions(), "u/" + id(1), EncodeUnitRecord(*rec)).ok());
+    // Key(2) read later still, said by its access state; and one of a unit
+    // no longer indexed.
+    REQUIRE(db->Put(rocksdb::WriteOptions(), "a/" + id(2), EncodeAccessState({rec->last_access_us + 1'000'000, 1}))
+                .ok());
+    REQUIRE(db->Put(rocksdb::WriteOptions(), "a/" + id(42), EncodeAccessState({1, 1})).ok());
+  }
+  f.clock.t->fetch_add(10'000'000);  // later than every access above
+  {
+    auto s = f.Open();
+    REQUIRE(s->unit_count() == 3);
+    REQUIRE(s->Put(Key(9), DataOf(Key(9), 1000)).ok());
+    CHECK_FALSE(s->Contains(Key(0)));  // least recent: its insert
+    REQUIRE(s->Put(Key(10), DataOf(Key(10), 1000)).ok());
+    CHECK_FALSE(s->Contains(Key(1)));
+    CHECK(s->Contains(Key(2)));
+  }
+  rocksdb::DB* raw = nullptr;
+  REQUIRE(rocksdb::DB::Open(rocksdb::Options(), f.opts.dir + "/index", &raw).ok());
+  std::unique_ptr<rocksdb::DB> db(raw);
+  std::string v;
+  CHECK(db->Get(rocksdb::ReadOptions(), "a/" + id(42), &v).IsNotFound());  // the stray went at start-up
+  CHECK(db->Get(rocksdb::ReadOptions(), "a/" + id(0), &v).IsNotFound());   // evicted: its state went with it
 }
 
 TEST_CASE("start-up reconciles index and files", "[block_store]") {

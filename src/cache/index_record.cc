@@ -4,6 +4,7 @@ namespace igt::cache {
 namespace {
 
 constexpr uint8_t kRecordVersion = 1;
+constexpr uint8_t kAccessVersion = 1;
 
 void PutLe(std::string& s, uint64_t v, int n) {
   for (int i = 0; i < n; ++i) s.push_back(static_cast<char>(v >> (8 * i)));
@@ -67,6 +68,25 @@ std::optional<UnitRecord> DecodeUnitRecord(std::string_view bytes) {
   r.access_count = rd.Le(8);
   if (!rd.ok || !rd.in.empty()) return std::nullopt;
   return r;
+}
+
+std::string EncodeAccessState(const AccessState& a) {
+  std::string s;
+  s.reserve(17);
+  PutLe(s, kAccessVersion, 1);
+  PutLe(s, a.last_access_us, 8);
+  PutLe(s, a.access_count, 8);
+  return s;
+}
+
+std::optional<AccessState> DecodeAccessState(std::string_view bytes) {
+  Reader rd{bytes};
+  if (rd.Le(1) != kAccessVersion) return std::nullopt;
+  AccessState a;
+  a.last_access_us = rd.Le(8);
+  a.access_count = rd.Le(8);
+  if (!rd.ok || !rd.in.empty()) return std::nullopt;
+  return a;
 }
 
 }  // namespace igt::cache

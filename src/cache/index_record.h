@@ -2,10 +2,15 @@
 // The RocksDB index of the SSD tier: key layout and the per-unit record.
 //
 // Keys:  "u/" + unit id  -> UnitRecord (below)
+//        "a/" + unit id  -> AccessState: the unit's access state since its
+//                           insert (the record's own fields are those of the
+//                           insert; a cache dir of before 2026-11-28 has
+//                           none, and its records' fields are the state)
 //        "m/" + caller's key -> caller's bytes (BlockStore::PutMeta)
 // A record is small, versioned, little-endian:
 //   u8 version (1) | u32 len + object | u32 len + etag | u64 index |
 //   u64 data_len | u32 len + rel_path | u64 last_access_us | u64 access_count
+// An access state: u8 version (1) | u64 last_access_us | u64 access_count.
 // Pure functions; thread-safety: reentrant.
 
 #include <cstdint>
@@ -18,6 +23,7 @@
 namespace igt::cache {
 
 inline constexpr std::string_view kUnitKeyPrefix = "u/";
+inline constexpr std::string_view kAccessKeyPrefix = "a/";
 inline constexpr std::string_view kMetaKeyPrefix = "m/";
 
 struct UnitRecord {
@@ -28,7 +34,17 @@ struct UnitRecord {
   uint64_t access_count = 0;    // reads served (not counting the insert)
 };
 
+// What the periodic flush persists of a cached unit. Kept apart from the
+// record so that the index in memory needs no copy of the unit's object key
+// and ETag to write it (about 150 bytes a unit).
+struct AccessState {
+  uint64_t last_access_us = 0;
+  uint64_t access_count = 0;
+};
+
 std::string EncodeUnitRecord(const UnitRecord& r);
+std::string EncodeAccessState(const AccessState& a);
+std::optional<AccessState> DecodeAccessState(std::string_view bytes);
 // nullopt if the bytes are not a well-formed record of a known version.
 std::optional<UnitRecord> DecodeUnitRecord(std::string_view bytes);
 

@@ -188,6 +188,8 @@ struct PolicyEngine::Unit {
   uint64_t version = 0;        // hash of the unit's ETag (0: not known)
   Unit* file_prev = nullptr;   // the file's other cached units (FileRec::units)
   Unit* file_next = nullptr;
+  Unit* group_prev = nullptr;  // its stream's other units (Group::first_unit)
+  Unit* group_next = nullptr;
   const std::string* id = nullptr;  // its key in units_
 };
 
@@ -206,9 +208,11 @@ struct PolicyEngine::Group {
   std::unique_ptr<EvictionPolicy> module;
   std::string module_name;
   uint64_t bytes = 0, units = 0;
-  // Its units (keys of units_, whose addresses are stable): a relabel or a
-  // reload hands them to a new module without a walk over every unit.
-  std::unordered_set<const std::string*> unit_ids;
+  // Its units (nodes of units_, whose addresses are stable; Unit::
+  // group_next): a relabel or a reload hands them to a new module without
+  // a walk over every unit. A list through the units, not a set of them:
+  // the set took ~90 bytes a unit (LinkUnit).
+  Unit* first_unit = nullptr;
   // Demand: bytes read through this stream; rate is their EWMA per second.
   uint64_t read_bytes = 0, hit_bytes = 0, period_read_bytes = 0;
   uint64_t touched_bytes = 0;  // bytes of the units the reads touched
@@ -411,10 +415,9 @@ PolicyEngine::Group* PolicyEngine::GetGroup(const std::string& key, int label, c
     // config file's path changing the heap's layout).
     std::vector<std::pair<uint64_t, const std::string*>> moving;
     for (Group* old : left)
-      for (const std::string* id : old->unit_ids) {
-        const Unit& u = units_.find(*id)->second;
-        const FileRec& f = files_.find(*u.path)->second;
-        if (f.group == raw) moving.emplace_back(ScanPosition(f.rank, u.index), id);
+      for (const Unit* u = old->first_unit; u; u = u->group_next) {
+        const FileRec& f = files_.find(*u->path)->second;
+        if (f.group == raw) moving.emplace_back(ScanPosition(f.rank, u->index), u->id);
       }
     std::sort(moving.begin(), moving.end(), [](const auto& a, const auto& b) {
       return a.first != b.first ? a.first < b.first : *a.second < *b.second;
@@ -479,11 +482,9 @@ void PolicyEngine::SetLabel(Group* g, int label, bool rebuild) {
   // with hysteresis).
   // In scan order (the set's own order follows addresses: runs would differ).
   std::vector<std::pair<uint64_t, const std::string*>> order;
-  order.reserve(g->unit_ids.size());
-  for (const std::string* idp : g->unit_ids) {
-    const Unit& u = units_.at(*idp);
-    order.emplace_back(ScanPosition(files_.at(*u.path).rank, u.index), idp);
-  }
+  order.reserve(g->units);
+  for (const Unit* u = g->first_unit; u; u = u->group_next)
+    order.emplace_back(ScanPosition(files_.at(*u->path).rank, u->index), u->id);
   std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) {
     return a.first != b.first ? a.first < b.first : *a.second < *b.second;
   });
@@ -1235,9 +1236,9 @@ void PolicyEngine::OnInsert(const std::string& id, std::string_view path, uint64
     g->consumed_cached_bytes += bytes;
   }
   auto uit = units_.emplace(id, u).first;
-  g->unit_ids.insert(&uit->first);
   Unit& nu = uit->second;  // a node of units_: its address is stable
   nu.id = &uit->first;
+  LinkUnit(g, nu);
   if (f.gone && mode_igt_) {
     nu.queued_old = true;
     old_units_.push_back(id);
@@ -1283,7 +1284,7 @@ void PolicyEngine::OnHit(const std::string& id, uint64_t bytes, uint64_t now_us,
   // hits, space and eviction follow the stream that reads it.
   auto fit = files_.find(*u.path);
   if (fit != files_.end() && fit->second.group && fit->second.group != u.g)
-    MoveUnit(it->first, u, fit->second);  // the key in units_: Group::unit_ids holds its address
+    MoveUnit(it->first, u, fit->second);  // the key in units_: Unit::id holds its address
   Group* g = u.g;
   if (bytes == 0) bytes = u.bytes;  // the whole unit
   if (hit) g->hit_bytes += bytes;
@@ -1323,6 +1324,20 @@ bool PolicyEngine::NotReadYet(const Unit& u, const Group* g) const {
   return u.prefetched_unread || (g->label == kRandom && u.read_stamp != g->epoch + 1);
 }
 
+void PolicyEngine::LinkUnit(Group* g, Unit& u) {
+  u.group_prev = nullptr;
+  u.group_next = g->first_unit;
+  if (g->first_unit) g->first_unit->group_prev = &u;
+  g->first_unit = &u;
+}
+
+void PolicyEngine::UnlinkUnit(Group* g, Unit& u) {
+  if (u.group_prev) u.group_prev->group_next = u.group_next;
+  else g->first_unit = u.group_next;
+  if (u.group_next) u.group_next->group_prev = u.group_prev;
+  u.group_prev = u.group_next = nullptr;
+}
+
 void PolicyEngine::MoveUnit(const std::string& id, Unit& u, const FileRec& f, Group* dest, bool read) {
   Group* from = u.g;
   Group* to = dest ? dest : f.group;
@@ -1346,9 +1361,9 @@ void PolicyEngine::MoveUnit(const std::string& id, Unit& u, const FileRec& f, Gr
     from->prefetch_bytes -= std::min(from->prefetch_bytes, u.bytes);
     to->prefetch_bytes += u.bytes;
   }
+  UnlinkUnit(from, u);
   u.g = to;
-  from->unit_ids.erase(&id);
-  to->unit_ids.insert(&id);
+  LinkUnit(to, u);
   to->module->OnInsertUnit(id, u.bytes, 0,
                           UnitMeta{.position = ScanPosition(f.rank, u.index), .prefetched = NotReadYet(u, to),
                                    .now_us = now_us_, .object = *u.path, .unit_index = u.index, .replay = true});
@@ -1399,7 +1414,7 @@ void PolicyEngine::OnRemove(const std::string& id) {
     NoteGhost(g, id, u.bytes);
     last_victim_.clear();
   }
-  g->unit_ids.erase(&it->first);
+  UnlinkUnit(g, it->second);
   units_.erase(it);
   if (fit != files_.end() && fit->second.gone && !fit->second.units) EraseFile(fit->first);
 }

@@ -288,6 +288,9 @@ class PolicyEngine {
   // Moves a cached unit to `dest`, or to its file's stream (f.group); with
   // `read`, the unit counts as read in that stream's current epoch.
   void MoveUnit(const std::string& id, Unit& u, const FileRec& f, Group* dest = nullptr, bool read = false);
+  // Group::first_unit's list: `u` joins or leaves `g`'s units.
+  static void LinkUnit(Group* g, Unit& u);
+  static void UnlinkUnit(Group* g, Unit& u);
   // What `g`'s module is told of a unit it is handed: not read yet if
   // prefetched and unread, or, in a stream read in epochs (random), not read
   // in its current epoch (keep's order; a module rebuilt by a label flip

@@ -60,6 +60,12 @@ std::string ChildKey(const std::string& dir_key, std::string_view name) {
   return dir_key.empty() ? std::string(name) : dir_key + "/" + std::string(name);
 }
 
+// The last component of a key ("a/b.jpg" -> "b.jpg"; "" for the root).
+std::string_view NameOf(std::string_view key) {
+  const size_t slash = key.rfind('/');
+  return slash == std::string_view::npos ? key : key.substr(slash + 1);
+}
+
 // The version an inode number is derived from: the ETag, or for a server
 // that lists none, the size and modification time (as SameVersion); none for
 // a directory (its mtime is when the mount started).
@@ -91,11 +97,10 @@ struct Namespace::Fetch {
 
 Namespace::Namespace(Backend* backend, BlockStore* store, Metrics* metrics, Options opts)
     : backend_(backend), store_(store), metrics_(metrics), opts_(opts) {
-  Inode root{kRootIno, kRootIno, "", InodeAttr{kRootIno, true, "", 0, 0, ""}, 0, 1};
+  Inode root{kRootIno, kRootIno, InodeAttr{kRootIno, true, "", 0, 0, ""}, 0, 1};
   dir_mtime_ns_ = Now() * 1000000;
   root.attr.mtime_ns = dir_mtime_ns_;
-  inodes_.emplace(kRootIno, root);
-  by_key_.emplace("/", kRootIno);
+  OwnKey(&inodes_.emplace(kRootIno, root).first->second);
 }
 
 Namespace::~Namespace() {
@@ -634,7 +639,7 @@ std::optional<std::pair<uint64_t, std::string>> Namespace::EntryOf(uint64_t ino)
   std::lock_guard lk(mu_);
   auto it = inodes_.find(ino);
   if (it == inodes_.end() || ino == kRootIno) return std::nullopt;
-  return std::make_pair(it->second.parent, it->second.name);
+  return std::make_pair(it->second.parent, std::string(NameOf(it->second.attr.key)));
 }
 
 Namespace::ListingDiff Namespace::DiffListings(const DirListing& old, const DirListing& now) {
@@ -655,14 +660,12 @@ std::vector<std::pair<uint64_t, std::string>> Namespace::LiveEntries(const std::
   std::lock_guard lk(mu_);
   uint64_t parent = kRootIno;
   if (!dir_key.empty()) {
-    auto d = by_key_.find(dir_key + "/");
+    auto d = by_key_.find(KeyRef{dir_key, true});
     if (d == by_key_.end()) return live;  // the kernel has no entry below a directory it does not know
-    parent = d->second;
+    parent = (*d)->ino;
   }
   for (const DirEntry& e : entries) {
-    std::string k = ChildKey(dir_key, e.name);
-    if (e.is_dir) k.push_back('/');
-    if (by_key_.contains(k)) live.emplace_back(parent, e.name);
+    if (by_key_.contains(KeyRef{ChildKey(dir_key, e.name), e.is_dir})) live.emplace_back(parent, e.name);
   }
   return live;
 }
@@ -722,7 +725,7 @@ Result<InodeAttr> Namespace::Lookup(uint64_t parent, std::string_view name) {
   uint64_t listing_seq = 0;
   auto child = Child(*dir_key, name, &listing_seq);
   if (!child) return Err(child.error());
-  return AddLookup(parent, name, *child, listing_seq);
+  return AddLookup(parent, *child, listing_seq);
 }
 
 Result<InodeAttr> Namespace::LookupListed(uint64_t parent, const DirListing& l, const DirEntry& e) {
@@ -736,17 +739,16 @@ Result<InodeAttr> Namespace::LookupListed(uint64_t parent, const DirListing& l, 
   if (auto cur = CachedListing(*dir_key); cur && cur->seq > l.seq) {
     const DirEntry* now = cur->Find(e.name);
     if (!now || now->is_dir != e.is_dir) return Err(Status::NotFound(ChildKey(*dir_key, e.name)));
-    return AddLookup(parent, e.name, EntryAttr(*dir_key, *cur, *now), cur->seq);
+    return AddLookup(parent, EntryAttr(*dir_key, *cur, *now), cur->seq);
   }
-  return AddLookup(parent, e.name, EntryAttr(*dir_key, l, e), l.seq);
+  return AddLookup(parent, EntryAttr(*dir_key, l, e), l.seq);
 }
 
-InodeAttr Namespace::AddLookup(uint64_t parent, std::string_view name, const InodeAttr& child, uint64_t listing_seq) {
+InodeAttr Namespace::AddLookup(uint64_t parent, const InodeAttr& child, uint64_t listing_seq) {
   std::lock_guard lk(mu_);
-  std::string k = child.key + (child.is_dir ? "/" : "");
-  auto it = by_key_.find(k);
+  auto it = by_key_.find(KeyRef{child.key, child.is_dir});
   if (it != by_key_.end()) {
-    Inode& n = inodes_.at(it->second);
+    Inode& n = **it;
     // An older listing than the inode's (a lookup that got the listing a
     // refresh was replacing) must not move the name back to an older version.
     const bool older = listing_seq < n.listing_seq;
@@ -769,15 +771,23 @@ InodeAttr Namespace::AddLookup(uint64_t parent, std::string_view name, const Ino
     // give it the new size and cut their reads short with a silent EOF).
     n.superseded = true;
   }
-  uint64_t ino = InoOf(k, VersionOf(child.is_dir, child.etag, child.size, child.mtime_ns));
+  uint64_t ino = InoOf(child.key + (child.is_dir ? "/" : ""), VersionOf(child.is_dir, child.etag, child.size, child.mtime_ns));
   while (inodes_.contains(ino)) ino = ino + 1 < Namespace::kInoLimit ? ino + 1 : 2;
   InodeAttr a = child;
   a.ino = ino;
   a.stale = false;
-  inodes_.emplace(ino, Inode{ino, parent, std::string(name), a, child.listing_ms, 1, listing_seq});
-  by_key_[k] = ino;
+  OwnKey(&inodes_.emplace(ino, Inode{ino, parent, a, child.listing_ms, 1, listing_seq}).first->second);
   a.stale = child.stale;
   return a;
+}
+
+size_t Namespace::ByKeyHash::operator()(KeyRef r) const noexcept {
+  return XXH3_64bits_withSeed(r.key.data(), r.key.size(), r.dir ? 1 : 0);
+}
+
+void Namespace::OwnKey(Inode* n) {
+  if (auto o = by_key_.find(KeyOf(n)); o != by_key_.end()) by_key_.erase(o);
+  by_key_.insert(n);
 }
 
 uint64_t Namespace::InoOf(std::string_view key_slash, std::string_view version) {
@@ -796,9 +806,9 @@ uint64_t Namespace::EntryIno(uint64_t dir, const DirEntry& e) const {
   std::string k = ChildKey(d == inodes_.end() ? std::string() : d->second.attr.key, e.name);
   if (e.is_dir) k.push_back('/');
   const std::string version = VersionOf(e.is_dir, e.etag, e.size, e.mtime_ns);
-  if (auto it = by_key_.find(k); it != by_key_.end()) {
-    const InodeAttr& a = inodes_.at(it->second).attr;
-    if (VersionOf(a.is_dir, a.etag, a.size, a.mtime_ns) == version) return it->second;
+  if (auto it = by_key_.find(KeyOf(k)); it != by_key_.end()) {
+    const InodeAttr& a = (*it)->attr;
+    if (VersionOf(a.is_dir, a.etag, a.size, a.mtime_ns) == version) return (*it)->ino;
   }
   return InoOf(k, version);
 }
@@ -821,8 +831,8 @@ void Namespace::Forget(uint64_t ino, uint64_t nlookup) {
   it->second.nlookup -= nlookup;
   if (it->second.nlookup == 0) {
     // A superseded inode no longer owns its key.
-    auto k = by_key_.find(it->second.attr.key + (it->second.attr.is_dir ? "/" : ""));
-    if (k != by_key_.end() && k->second == ino) by_key_.erase(k);
+    auto k = by_key_.find(KeyOf(&it->second));
+    if (k != by_key_.end() && *k == &it->second) by_key_.erase(k);
     inodes_.erase(it);
   }
 }
@@ -837,7 +847,7 @@ Result<InodeAttr> Namespace::GetAttr(uint64_t ino) {
     auto p = inodes_.find(it->second.parent);
     if (p == inodes_.end()) return it->second.attr;
     parent_key = p->second.attr.key;
-    name = it->second.name;
+    name = NameOf(it->second.attr.key);
   }
   // Stale: refresh from the parent's listing (one LIST per directory, not a HEAD per file).
   uint64_t listing_seq = 0;

@@ -51,6 +51,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
@@ -231,10 +232,13 @@ class Namespace {
   static constexpr int64_t kWalkAheadIdleMs = 30000;
 
  private:
+  // One per name the kernel holds (a million for a data set of a million
+  // files it looked up): no copy of what attr has (its name is the last
+  // component of attr.key), and by_key_ points at it rather than holding
+  // the key again. Both cost ~130 bytes a file until 2026-11-28.
   struct Inode {
     uint64_t ino;
     uint64_t parent;
-    std::string name;
     InodeAttr attr;
     int64_t attr_ms;   // fetched_ms of the listing attr came from (its freshness)
     uint64_t nlookup;
@@ -262,7 +266,7 @@ class Namespace {
   // The inode of `child` (named `name` in directory inode `parent`, from a
   // listing of sequence `listing_seq`): the name's live inode if of the same
   // version, else a new one. Adds one lookup reference. Takes mu_.
-  InodeAttr AddLookup(uint64_t parent, std::string_view name, const InodeAttr& child, uint64_t listing_seq);
+  InodeAttr AddLookup(uint64_t parent, const InodeAttr& child, uint64_t listing_seq);
   // The key of directory inode `ino` ("" root); NotFound if not known, InvalidArgument if not a directory.
   Result<std::string> DirKeyOf(uint64_t ino) const;
   // After ReadDir of `dir_key`: detects a walk over its parent's children and
@@ -305,7 +309,37 @@ class Namespace {
 
   mutable std::mutex mu_;  // guards inodes_, by_key_
   std::unordered_map<uint64_t, Inode> inodes_;
-  std::unordered_map<std::string, uint64_t> by_key_;  // attr.key + (dir ? "/" : "")
+  // The inode a name leads to (a superseded one is not here), found by its
+  // key and kind (KeyRef; KeyOf turns "a/b/" into a directory's). Nodes of
+  // inodes_, whose addresses are stable; an inode's key and kind never
+  // change.
+  struct KeyRef {
+    std::string_view key;
+    bool dir = false;
+  };
+  static KeyRef KeyOf(std::string_view key_slash) {
+    const bool dir = !key_slash.empty() && key_slash.back() == '/';
+    return {dir ? key_slash.substr(0, key_slash.size() - 1) : key_slash, dir};
+  }
+  static KeyRef KeyOf(const Inode* n) { return {n->attr.key, n->attr.is_dir}; }
+  struct ByKeyHash {
+    using is_transparent = void;
+    size_t operator()(KeyRef r) const noexcept;
+    size_t operator()(const Inode* n) const noexcept { return (*this)(KeyOf(n)); }
+  };
+  struct ByKeyEq {
+    using is_transparent = void;
+    static KeyRef Ref(KeyRef r) { return r; }
+    static KeyRef Ref(const Inode* n) { return KeyOf(n); }
+    template <class A, class B>
+    bool operator()(const A& a, const B& b) const noexcept {
+      const KeyRef x = Ref(a), y = Ref(b);
+      return x.dir == y.dir && x.key == y.key;
+    }
+  };
+  std::unordered_set<Inode*, ByKeyHash, ByKeyEq> by_key_;
+  // Points `key`'s entry of by_key_ at `n`. Requires mu_.
+  void OwnKey(Inode* n);
 
   mutable std::mutex listings_mu_;  // guards listings_, fetches_, retry_after_ms_, refresh_due_, changed_*
   std::unordered_map<std::string, std::shared_ptr<const DirListing>> listings_;
