@@ -342,7 +342,7 @@ class DiskBlockStore final : public BlockStore {
     ForgetLocked(it->second);
     index_.erase(it);
     policy_->OnRemove(id);
-    dirty_.erase(id);
+    dirty_.erase(UnitIdBitsOf(id));
     busy_[id] = Busy{.deleting = true};
     return v;
   }
@@ -385,17 +385,18 @@ class DiskBlockStore final : public BlockStore {
       policy_->OnAccess(id);
     e.last_access_us = hooks_.now_us();
     ++e.access_count;
-    dirty_.insert(id);
+    dirty_.insert(UnitIdBitsOf(id));
   }
   // Persists dirty access state if the flush interval has passed (or `force`).
   void FlushAccessState(bool force = true);
   // Takes the dirty ids into `ids` if a flush is due (or `force`); true if
   // it did. Requires mu_.
-  bool TakeDirtyLocked(std::unordered_set<std::string>& ids, bool force);
+  using IdSet = std::unordered_set<UnitIdBits, UnitIdBitsHash, UnitIdBitsEq>;
+  bool TakeDirtyLocked(IdSet& ids, bool force);
   // Persists the access state of `ids`, taking mu_ for kFlushChunk of them
   // at a time: tens of thousands of units touched since the last flush held
   // every hit and insert back for the whole batch. Not under mu_.
-  void WriteAccessState(const std::unordered_set<std::string>& ids);
+  void WriteAccessState(const IdSet& ids);
   // Writes the unit file (temp file + rename) and returns it open for reading.
   Result<std::shared_ptr<OpenUnitFile>> WriteUnit(const std::string& id, std::string_view header,
                                                   std::string_view data);
@@ -469,10 +470,11 @@ class DiskBlockStore final : public BlockStore {
 
   // Lock order: mu_ before warn_mu_ (WarnOnce is never called under mu_ today).
   mutable std::mutex mu_;
-  std::unordered_map<std::string, Entry> index_;      // guarded by mu_
+  // Keyed by the ids' bits, found with the ids themselves (UnitIdBitsHash).
+  std::unordered_map<UnitIdBits, Entry, UnitIdBitsHash, UnitIdBitsEq> index_;  // guarded by mu_
   std::unique_ptr<EvictionPolicy> policy_;            // guarded by mu_
   std::unordered_map<std::string, Busy> busy_;        // guarded by mu_
-  std::unordered_set<std::string> dirty_;             // guarded by mu_
+  IdSet dirty_;                                       // guarded by mu_
   uint64_t used_bytes_ = 0;                           // guarded by mu_
   uint64_t reserved_bytes_ = 0;                       // guarded by mu_
   uint64_t next_gen_ = 1;                             // guarded by mu_
@@ -562,7 +564,7 @@ void DiskBlockStore::Remove(const UnitKey& key) {
   DeleteDetached(v, /*count_as_eviction=*/false);
 }
 
-bool DiskBlockStore::TakeDirtyLocked(std::unordered_set<std::string>& ids, bool force) {
+bool DiskBlockStore::TakeDirtyLocked(IdSet& ids, bool force) {
   const uint64_t now = hooks_.now_us();
   if (dirty_.empty() || (!force && now - last_flush_us_ < hooks_.access_flush_interval_us)) return false;
   last_flush_us_ = now;
@@ -572,7 +574,7 @@ bool DiskBlockStore::TakeDirtyLocked(std::unordered_set<std::string>& ids, bool 
 }
 
 void DiskBlockStore::FlushAccessState(bool force) {
-  std::unordered_set<std::string> ids;
+  IdSet ids;
   {
     std::lock_guard lk(mu_);
     if (!TakeDirtyLocked(ids, force)) return;
@@ -580,9 +582,9 @@ void DiskBlockStore::FlushAccessState(bool force) {
   WriteAccessState(ids);
 }
 
-void DiskBlockStore::WriteAccessState(const std::unordered_set<std::string>& ids) {
+void DiskBlockStore::WriteAccessState(const IdSet& ids) {
   rocksdb::WriteBatch batch;
-  std::vector<std::pair<const std::string*, AccessState>> recs;
+  std::vector<std::pair<const UnitIdBits*, AccessState>> recs;
   for (auto it = ids.begin(); it != ids.end();) {
     recs.clear();
     {
@@ -591,7 +593,7 @@ void DiskBlockStore::WriteAccessState(const std::unordered_set<std::string>& ids
         if (auto e = index_.find(*it); e != index_.end())
           recs.emplace_back(&*it, AccessState{e->second.last_access_us, e->second.access_count});
     }
-    for (const auto& [id, a] : recs) batch.Put(std::string(kAccessKeyPrefix) + *id, EncodeAccessState(a));
+    for (const auto& [id, a] : recs) batch.Put(std::string(kAccessKeyPrefix) + UnitIdOf(*id), EncodeAccessState(a));
   }
   // Outside mu_: if a unit is evicted meanwhile, this may write its access
   // state after the delete; the next start-up drops one without a record.
@@ -671,7 +673,7 @@ std::optional<size_t> DiskBlockStore::Read(const UnitKey& key, uint64_t offset, 
     }
     return std::nullopt;
   }
-  std::unordered_set<std::string> flush_ids;
+  IdSet flush_ids;
   bool flush = false;
   {
     std::lock_guard lk(mu_);
@@ -905,7 +907,7 @@ Status DiskBlockStore::Put(const UnitKey& key, std::string_view data, bool prefe
       // What may throw first (the entry, the policy's records), then what
       // cannot: an exception leaves the index as it was.
       if (auto old = index_.find(id); old != index_.end()) ForgetLocked(old->second);
-      auto it = index_.insert_or_assign(id, Entry{n, disk, now, 0, next_gen_}).first;
+      auto it = index_.insert_or_assign(UnitIdBitsOf(id), Entry{n, disk, now, 0, next_gen_}).first;
       try {
         policy_->OnInsertUnit(id, n, 0,
                               UnitMeta{.prefetched = prefetched, .now_us = now, .object = key.object,
@@ -1107,7 +1109,7 @@ Status DiskBlockStore::Reconcile() {
                             UnitMeta{.object = s.rec.key.object, .unit_index = s.rec.key.index,
                                      .disk_bytes = s.disk_bytes, .etag = s.rec.key.etag});
       used_bytes_ += s.disk_bytes;
-      index_[std::move(s.id)] = Entry{s.rec.data_len, s.disk_bytes, s.rec.last_access_us, s.rec.access_count,
+      index_[UnitIdBitsOf(s.id)] = Entry{s.rec.data_len, s.disk_bytes, s.rec.last_access_us, s.rec.access_count,
                                       next_gen_++};
     }
     // A smaller max_bytes than last time: evict down now.

@@ -67,6 +67,29 @@ std::string UnitId(const UnitKey& key) {
   return hex;
 }
 
+UnitIdBits UnitIdBitsOf(std::string_view id) {
+  const auto half = [&](size_t from) {
+    uint64_t v = 0;
+    for (size_t i = from; i < from + 16; ++i) {
+      const char c = i < id.size() ? id[i] : '0';
+      const uint64_t d = c >= '0' && c <= '9' ? uint64_t(c - '0') : c >= 'a' && c <= 'f' ? uint64_t(c - 'a' + 10) : 0;
+      v = v << 4 | d;
+    }
+    return v;
+  };
+  return UnitIdBits{half(0), half(16)};
+}
+
+std::string UnitIdOf(const UnitIdBits& bits) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string hex(32, '0');
+  for (int i = 0; i < 16; ++i) {
+    hex[15 - i] = kHex[(bits.hi >> (4 * i)) & 15];
+    hex[31 - i] = kHex[(bits.lo >> (4 * i)) & 15];
+  }
+  return hex;
+}
+
 std::string UnitRelPath(std::string_view id) {
   return fmt::format("units/{}/{}/{}", id.substr(0, 2), id.substr(2, 2), id);
 }

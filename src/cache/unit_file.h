@@ -96,6 +96,31 @@ struct UnitHeader {
 // Stable id of a unit: XXH3-128 (hex, 32 chars) over the length-prefixed
 // object key, etag and the unit index. Also the unit's file name.
 std::string UnitId(const UnitKey& key);
+// A unit id as the 16 bytes its 32 hex digits spell: the block store's
+// key in memory (a string of 32 chars does not fit a std::string's inline
+// buffer: 80 bytes a copy against 16).
+struct UnitIdBits {
+  uint64_t hi = 0, lo = 0;
+  bool operator==(const UnitIdBits&) const = default;
+};
+// `id` must be one UnitId made (32 lowercase hex digits); anything else maps
+// to bits no UnitId has... except by a 2^-128 chance (non-hex digits read as 0).
+UnitIdBits UnitIdBitsOf(std::string_view id);
+std::string UnitIdOf(const UnitIdBits& bits);  // UnitIdOf(UnitIdBitsOf(id)) == id
+// The bits are an XXH3-128 digest already: either half is a good hash. The
+// string form hashes alike (heterogeneous lookups: a map keyed by bits
+// found with the string id).
+struct UnitIdBitsHash {
+  using is_transparent = void;
+  size_t operator()(const UnitIdBits& b) const noexcept { return static_cast<size_t>(b.lo); }
+  size_t operator()(std::string_view id) const noexcept { return (*this)(UnitIdBitsOf(id)); }
+};
+struct UnitIdBitsEq {
+  using is_transparent = void;
+  bool operator()(const UnitIdBits& a, const UnitIdBits& b) const noexcept { return a == b; }
+  bool operator()(std::string_view a, const UnitIdBits& b) const noexcept { return UnitIdBitsOf(a) == b; }
+  bool operator()(const UnitIdBits& a, std::string_view b) const noexcept { return a == UnitIdBitsOf(b); }
+};
 // "units/xx/yy/<id>" relative to the cache dir (xx, yy = first hex pairs).
 std::string UnitRelPath(std::string_view id);
 // XXH3-64 of the object key (the header's key hash).

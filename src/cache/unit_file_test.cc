@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <set>
 #include <cstdlib>
 #include <random>
 #include <string>
@@ -57,6 +58,21 @@ TEST_CASE("unit id is stable, hex, and separates fields", "[unit_file]") {
   CHECK(UnitId(UnitKey{"ab", "c", 0}) != UnitId(UnitKey{"a", "bc", 0}));
   const std::string id = UnitId(a);
   CHECK(UnitRelPath(id) == "units/" + id.substr(0, 2) + "/" + id.substr(2, 2) + "/" + id);
+}
+
+TEST_CASE("a unit id's bits: the block store's key in memory, back to the same id", "[unit_file]") {
+  std::set<std::pair<uint64_t, uint64_t>> seen;
+  for (int i = 0; i < 1000; ++i) {
+    const std::string id = UnitId(UnitKey{"obj/" + std::to_string(i), "e", uint64_t(i % 7)});
+    const UnitIdBits b = UnitIdBitsOf(id);
+    CHECK(UnitIdOf(b) == id);
+    CHECK(UnitIdBitsHash{}(id) == UnitIdBitsHash{}(b));
+    CHECK(UnitIdBitsEq{}(id, b));
+    seen.insert({b.hi, b.lo});
+  }
+  CHECK(seen.size() == 1000);
+  CHECK(UnitIdOf(UnitIdBitsOf("0123456789abcdeffedcba9876543210")) == "0123456789abcdeffedcba9876543210");
+  CHECK(UnitIdBitsOf("0123456789abcdeffedcba9876543210") == UnitIdBits{0x0123456789abcdefULL, 0xfedcba9876543210ULL});
 }
 
 TEST_CASE("header round trip", "[unit_file]") {

@@ -126,6 +126,8 @@ std::vector<std::string> EnginePolicyNames() {
 }
 
 struct PolicyEngine::FileRec {
+  // 8-byte fields first, then the narrower ones: no padding between them
+  // (one record per file of the data set).
   uint64_t size = 0;
   uint64_t version = 0;       // hash of the current ETag (NewVersion, else the first known)
   uint64_t rank = 0;          // first-seen order: the scan position of its units
@@ -133,22 +135,8 @@ struct PolicyEngine::FileRec {
   size_t item_pos = 0;        // its place in group->items
   Unit* units = nullptr;      // its cached units (Unit::file_next), for NewVersion
   uint64_t epoch_read = 0;    // group->epoch + 1 when read in that epoch
-  uint32_t cached_units = 0;  // units and sub-units
   uint64_t cached_bytes = 0;
-  int block_label = 0;        // the file's own (block stream) label at its last read
-  // Proposed by epoch prefetching: its units are certain to be read this
-  // epoch and take only space freed by items already read, so they do not
-  // count against the readahead share (kMaxPrefetchShare).
-  bool epoch_planned = false;
-  // A fill was planned: whole (a random-access file fitting in free space)
-  // or partial (a file read uniformly at random, into free and idle space).
-  bool fill_planned = false;
   uint64_t fill_whole_us = 0;  // when a whole fill was last proposed (0: never)
-  // Proposed by a directory warm-up (Warm): takes free space only.
-  bool warm_planned = false;
-  // Fetched by `igtcache warm` (NoteWarm) since its last read: its units
-  // wait in the (warm) stream. Cleared by a read.
-  bool user_warm = false;
   // fill_planned and warm_planned are never cleared, so a prefetched unit
   // of a file once filled or warmed is taken for one of those, unless it is
   // in the file's latest readahead range below. Measured with the simulator
@@ -167,30 +155,45 @@ struct PolicyEngine::FileRec {
   // 64 MiB cache: the dd read 5.8 GiB from the backend in 4.1 s; now
   // 0.4 GiB in 0.7 s (a fresh cache: 0.32 GiB, 0.4 s).
   uint64_t ra_first = 1, ra_last = 0;
+  uint32_t cached_units = 0;  // units and sub-units
+  int block_label = 0;        // the file's own (block stream) label at its last read
+  // Proposed by epoch prefetching: its units are certain to be read this
+  // epoch and take only space freed by items already read, so they do not
+  // count against the readahead share (kMaxPrefetchShare).
+  bool epoch_planned = false;
+  // A fill was planned: whole (a random-access file fitting in free space)
+  // or partial (a file read uniformly at random, into free and idle space).
+  bool fill_planned = false;
+  // Proposed by a directory warm-up (Warm): takes free space only.
+  bool warm_planned = false;
+  // Fetched by `igtcache warm` (NoteWarm) since its last read: its units
+  // wait in the (warm) stream. Cleared by a read.
+  bool user_warm = false;
   // The source no longer has it (NoteGone): in no stream, its units of
   // old versions; the record goes with its last unit. A read clears it.
   bool gone = false;
 };
 
 struct PolicyEngine::Unit {
+  // 8-byte fields first, then the flags (one record per cached unit).
   Group* g = nullptr;
   const std::string* path = nullptr;  // key in files_
   uint64_t index = 0;
   uint64_t bytes = 0;
   uint64_t disk_bytes = 0;  // against capacity_bytes (OnInsert)
-  bool prefetched_unread = false;
-  bool in_share = false;       // counted in prefetched_unread_bytes_
-  bool consumed = false;       // read at least once since insert
   uint64_t read_stamp = 0;     // g->epoch + 1 when read in that epoch
   uint64_t inserted_us = 0;    // engine time of the insert
-  bool old_version = false;    // not of the file's current version (FileRec::etag)
-  bool queued_old = false;     // in old_units_ (NewVersion)
   uint64_t version = 0;        // hash of the unit's ETag (0: not known)
   Unit* file_prev = nullptr;   // the file's other cached units (FileRec::units)
   Unit* file_next = nullptr;
   Unit* group_prev = nullptr;  // its stream's other units (Group::first_unit)
   Unit* group_next = nullptr;
   const std::string* id = nullptr;  // its key in units_
+  bool prefetched_unread = false;
+  bool in_share = false;       // counted in prefetched_unread_bytes_
+  bool consumed = false;       // read at least once since insert
+  bool old_version = false;    // not of the file's current version (FileRec::etag)
+  bool queued_old = false;     // in old_units_ (NewVersion)
 };
 
 struct PolicyEngine::Group {
