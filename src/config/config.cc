@@ -103,9 +103,10 @@ const std::vector<Key>& Schema() {
        "store policies.",
        "igt|lru|fifo|lfu|2random|lru-readahead", SET_STR(cache.eviction)},
       {"cache.prefetch_budget_bytes", Type::kSize, "128M",
-       "Prefetching budget (policy engine only): bytes of queued and running prefetches at most; "
-       "plans beyond it are dropped, so prefetch memory stays bounded however many files are open. "
-       "At least twice backend.max_request_bytes.",
+       "Prefetching budget (policy engine only): bytes of queued and running prefetches at most "
+       "(a job of a small file counts 4 KiB at least: its bookkeeping); plans beyond it are "
+       "dropped, so prefetch memory stays bounded however many files are open. At least twice "
+       "backend.max_request_bytes.",
        nullptr, SET_SIZE(cache.prefetch_budget_bytes)},
       {"metadata.ttl_ms", Type::kInt, "60000",
        "How long directory listings and object attributes are trusted before the bucket is "

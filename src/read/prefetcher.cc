@@ -93,7 +93,7 @@ size_t Prefetcher::Submit(const FileVersion& file, uint64_t first, uint64_t last
       while (j + 1 < want.size() && want[j + 1] == want[j] + 1 && j + 1 - i < opts_.max_job_units &&
              !units_.count(TagOf(file, want[j + 1])))
         ++j;
-      const uint64_t bytes = JobBytes(file, want[i], want[j], unit);
+      const uint64_t bytes = std::max(JobBytes(file, want[i], want[j], unit), kMinJobHeldBytes);
       if (held_bytes_ + bytes > opts_.budget_bytes ||
           (background && bg_held_bytes_ + bytes > opts_.budget_bytes / 2)) {
         stats_.dropped_units += want.size() - i;  // backpressure: drop the rest

@@ -4,7 +4,8 @@
 // budget.
 //
 // Budget and backpressure: every queued or running job holds its bytes
-// (the bytes of its units: a small file counts its size) against `budget_bytes`; a plan that does not fit is
+// (the bytes of its units: a small file counts its size, but at least
+// kMinJobHeldBytes) against `budget_bytes`; a plan that does not fit is
 // dropped (counted), never queued without bound and never blocking the read
 // path. So the memory prefetching can hold is at most budget_bytes of
 // queued work plus `threads` GET bodies of at most max_request_bytes in
@@ -40,6 +41,13 @@ namespace igt {
 
 class Prefetcher {
  public:
+  // What a queued job holds of the budget at least. A job's own bookkeeping
+  // (its file's key and ETag, its units' tags, its queue slot) is a few
+  // hundred bytes: jobs of files of a few bytes each counted only those, so
+  // an epoch of a million tiny files could queue all of them, hundreds of
+  // MB outside the budget (a 20,000-file epoch queued 20,000 jobs). With
+  // this floor the default budget queues at most 32,768 jobs.
+  static constexpr uint64_t kMinJobHeldBytes = 4096;
   struct Options {
     size_t threads = 8;                 // Default: 8 fetches at once
     uint64_t budget_bytes = 128 << 20;  // Default: 128 MiB queued + running

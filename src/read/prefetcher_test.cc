@@ -100,6 +100,28 @@ TEST_CASE("prefetcher fetches units into the store and skips cached ones", "[pre
   }
 }
 
+TEST_CASE("prefetcher: jobs of tiny files hold a floor of the budget, so their number is bounded", "[prefetch]") {
+  // Files of 100 bytes: each job counted 100 bytes, and a budget of 1 MiB
+  // queued 10,485 of them (their bookkeeping, not their data, is the
+  // memory). Now each holds kMinJobHeldBytes: 256 of them.
+  Fx fx;
+  for (int i = 0; i < 400; ++i) fx.mem->Put("tiny/" + std::to_string(i), std::string(100, 'x'));
+  Gate gate;
+  Prefetcher::Options o{1, 1 << 20, 8};
+  Prefetcher p(fx.pipe.get(), fx.store.get(), o, [&](const std::string&, uint64_t, uint64_t) { gate.Wait(); });
+  size_t queued = 0;
+  for (int i = 0; i < 400; ++i) {
+    const std::string k = "tiny/" + std::to_string(i);
+    queued += p.Submit(FileVersion{k, fx.mem->EtagOf(k), 100}, 0, 0, Prefetcher::Priority::kReadahead);
+  }
+  CHECK(queued == (1 << 20) / Prefetcher::kMinJobHeldBytes);
+  CHECK(p.stats().held_bytes == queued * Prefetcher::kMinJobHeldBytes);
+  CHECK(p.stats().dropped_units == 400 - queued);
+  gate.Open();
+  Drain(p);
+  CHECK(p.stats().fetched_units == queued);
+}
+
 TEST_CASE("prefetcher: budget bounds queued + running bytes, overflow is dropped", "[prefetch]") {
   Fx fx;
   Gate gate;
