@@ -514,8 +514,12 @@ TEST_CASE("S3 fake: temporary credentials are renewed before they expire, in the
     o.refresh_credentials = [&]() -> igt::Result<igt::Credentials> {
       entered = true;
       // Bounded: a failing check below must not leave the destructor
-      // joining a renewer that waits for ever.
-      Eventually([&] { return released.load(); });
+      // joining a renewer that waits for ever. Long: the reads below must
+      // not outlast it on a loaded machine (they would be signed with the
+      // new keys and fail the test wrongly).
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(300);
+      while (!released && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
       ++reads;
       return igt::Credentials{"AKIDRENEWED", "secret-renewed", "token-renewed", now + 3600, "test provider"};
     };

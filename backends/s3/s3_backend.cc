@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <mutex>
 #include <random>
+#include <system_error>
 #include <thread>
 
 #include <spdlog/spdlog.h>
@@ -253,11 +254,7 @@ class S3Backend final : public Backend {
     StartRenewerLocked();
   }
   ~S3Backend() override {
-    {
-      std::lock_guard lk(cred_mu_);
-      stop_renewer_ = true;
-    }
-    renew_cv_.notify_all();
+    StopRenewer();
     // A provider call under way ends within its own timeout (STS 5 s,
     // instance metadata 1 s a request, a credential_process 60 s).
     if (renewer_.joinable()) renewer_.join();
@@ -406,6 +403,7 @@ class S3Backend final : public Backend {
     pool_.Cancel();
     { std::lock_guard lk(cancel_mu_); }  // a waiter has either seen the flag or is waiting
     cancel_cv_.notify_all();
+    StopRenewer();  // the mount is going: no renewal starts any more
   }
 
   std::string Describe() const override {
@@ -624,6 +622,7 @@ class S3Backend final : public Backend {
     if (SameKeys(*c, credentials_)) {
       credentials_.expires_unix_s = c->expires_unix_s;
       same_keys_until_s_ = NowUnixS() + kSameKeysBackoffS;
+      StartRenewerLocked();  // an expiry they did not carry before
       return false;
     }
     credentials_ = std::move(*c);
@@ -669,12 +668,19 @@ class S3Backend final : public Backend {
       return;
     try {
       renewer_ = std::thread([this] { RenewLoop(); });
-    } catch (const std::system_error& e) {
+    } catch (const std::exception& e) {
       // Without it the credentials are still read again when S3 refuses them.
       spdlog::warn("s3: cannot start the thread that renews the credentials before they expire ({}): they are "
                    "read again when S3 refuses them",
                    e.what());
     }
+  }
+  void StopRenewer() {
+    {
+      std::lock_guard lk(cred_mu_);
+      stop_renewer_ = true;
+    }
+    renew_cv_.notify_all();
   }
   void RenewLoop() {
     std::unique_lock lk(cred_mu_);
@@ -690,21 +696,30 @@ class S3Backend final : public Backend {
       next_renew_s_ = now + kRenewRetryS;
       const uint64_t gen = cred_gen_;
       lk.unlock();
-      Renew(gen, now);
+      try {
+        Renew(gen);
+      } catch (const std::exception& e) {  // out of memory: tried again kRenewRetryS later
+        spdlog::warn("s3: renewing the credentials: {}", e.what());
+      }
       lk.lock();
     }
   }
   // One renewal of the credentials of generation `gen` (the renewer's).
-  void Renew(uint64_t gen, int64_t now) {
+  // What it learns holds back a refusal's refresh waiting on renew_mu_
+  // meanwhile (same_keys_until_s_): it would ask the provider again at once
+  // and wait as long again.
+  void Renew(uint64_t gen) {
     std::lock_guard renewing(renew_mu_);
     {
       std::lock_guard lk(cred_mu_);
       if (cred_gen_ != gen || stop_renewer_) return;  // renewed meanwhile (a refusal's refresh)
     }
     auto c = CallProvider();
+    const int64_t now = NowUnixS();  // the provider may have taken a minute
     std::lock_guard lk(cred_mu_);
     if (cred_gen_ != gen) return;
     if (!c) {
+      same_keys_until_s_ = now + kSameKeysBackoffS;
       if (now >= next_renew_warn_s_) {
         next_renew_warn_s_ = now + kRenewWarnS;
         const int64_t left = credentials_.expires_unix_s - now;
@@ -718,6 +733,7 @@ class S3Backend final : public Backend {
       // The provider still hands out the same ones (IMDS does until shortly
       // before they expire): their expiry may have moved.
       credentials_.expires_unix_s = c->expires_unix_s;
+      same_keys_until_s_ = now + kSameKeysBackoffS;
       return;
     }
     credentials_ = std::move(*c);
@@ -740,7 +756,7 @@ class S3Backend final : public Backend {
                        // stop_renewer_, renewer_
   Credentials credentials_;   // what requests are signed with (RefreshCredentials)
   uint64_t cred_gen_ = 0;
-  int64_t next_renew_s_ = 0;  // RenewIfExpiring: not before (unix s)
+  int64_t next_renew_s_ = 0;  // RenewLoop: not before (unix s)
   int64_t next_renew_warn_s_ = 0;  // its warning: not before (unix s)
   int64_t same_keys_until_s_ = 0;  // RefreshCredentials: the provider is not asked again before (unix s)
   std::mutex renew_mu_;       // one renewal or refresh at a time (taken before cred_mu_, never inside it)

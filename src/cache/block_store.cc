@@ -891,7 +891,13 @@ Status DiskBlockStore::Put(const UnitKey& key, std::string_view data, bool prefe
   const uint64_t now = hooks_.now_us();
   if (s.ok()) {
     const UnitRecord rec{key, n, UnitRelPath(id), now, 0};
-    s = FromRocks(DbWrite([&] { return db_->Put(rocksdb::WriteOptions(), std::string(kUnitKeyPrefix) + id, EncodeUnitRecord(rec)); }),
+    // With the record, no access state of an earlier life of this id (a
+    // flush that wrote one after its eviction deleted it) stays to be
+    // taken for this one's.
+    rocksdb::WriteBatch batch;
+    batch.Put(std::string(kUnitKeyPrefix) + id, EncodeUnitRecord(rec));
+    batch.Delete(std::string(kAccessKeyPrefix) + id);
+    s = FromRocks(DbWrite([&] { return db_->Write(rocksdb::WriteOptions(), &batch); }),
                   fmt::format("cache index {}/index: put", opts_.dir));
     if (!s.ok()) ::unlink(unit_path.c_str());
   }
@@ -980,15 +986,21 @@ Status DiskBlockStore::Reconcile() {
     if (auto s = FromRocks(it->status(), fmt::format("reading cache index {}/index", opts_.dir)); !s.ok()) return s;
     // The access states written since each insert. Both key ranges are in
     // id order, as the survivors are: one merge, no map of the ids. One
-    // without a record (its unit evicted while a flush wrote it) goes.
+    // without a record (its unit evicted while a flush wrote it) goes. The
+    // later of record and state wins: a build of before access states had
+    // keys went on writing them into the records, and a state of an earlier
+    // life of the id may survive such a build's eviction.
     size_t at = 0;
     for (it->Seek(kAccessKeyPrefix); it->Valid() && it->key().starts_with(kAccessKeyPrefix); it->Next()) {
       const std::string_view id(it->key().data() + kAccessKeyPrefix.size(), it->key().size() - kAccessKeyPrefix.size());
       while (at < survivors.size() && survivors[at].id < id) ++at;
       auto a = DecodeAccessState(std::string_view(it->value().data(), it->value().size()));
       if (at < survivors.size() && survivors[at].id == id && a) {
-        survivors[at].rec.last_access_us = a->last_access_us;
-        survivors[at].rec.access_count = a->access_count;
+        UnitRecord& rec = survivors[at].rec;
+        if (a->last_access_us >= rec.last_access_us) {
+          rec.last_access_us = a->last_access_us;
+          rec.access_count = a->access_count;
+        }
       } else {
         drop.Delete(it->key());
       }

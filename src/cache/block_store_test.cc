@@ -579,20 +579,27 @@ TEST_CASE("access states have keys of their own: a cache dir without them still 
   // The index in memory keeps no copy of a unit's object key and ETag: the
   // flush writes "a/<id>" instead of rewriting the unit's record. A cache
   // dir of before (2026-11-28) has only records, whose own fields are the
-  // access state.
+  // access state; the later of record and state wins.
   Fixture f;
   f.opts.max_bytes = 3 * Disk(Key(0), 1000);
   {
     auto s = f.Open();
     for (int i = 0; i < 3; ++i) REQUIRE(s->Put(Key(i), DataOf(Key(i), 1000)).ok());
+    char b[10];
+    REQUIRE(s->Read(Key(0), 0, 10, b));  // its state is flushed at close
   }
   const auto id = [](int i) { return UnitId(Key(i)); };
+  std::string v;
   {
     rocksdb::DB* raw = nullptr;
     REQUIRE(rocksdb::DB::Open(rocksdb::Options(), f.opts.dir + "/index", &raw).ok());
     std::unique_ptr<rocksdb::DB> db(raw);
+    REQUIRE(db->Get(rocksdb::ReadOptions(), "a/" + id(0), &v).ok());
+    // Key(0)'s state older than its record (as an older build that went on
+    // writing records leaves it): the record's insert time wins, the
+    // oldest of the three.
+    REQUIRE(db->Put(rocksdb::WriteOptions(), "a/" + id(0), EncodeAccessState({1, 1})).ok());
     // Key(1) as an old cache dir has it: read last, said by its record.
-    std::string v;
     REQUIRE(db->Get(rocksdb::ReadOptions(), "u/" + id(1), &v).ok());
     auto rec = DecodeUnitRecord(v);
     REQUIRE(rec);
@@ -613,13 +620,18 @@ TEST_CASE("access states have keys of their own: a cache dir without them still 
     REQUIRE(s->Put(Key(10), DataOf(Key(10), 1000)).ok());
     CHECK_FALSE(s->Contains(Key(1)));
     CHECK(s->Contains(Key(2)));
+    // Cached again: its record comes without the state of its earlier life.
+    REQUIRE(s->Put(Key(0), DataOf(Key(0), 1000)).ok());
   }
   rocksdb::DB* raw = nullptr;
   REQUIRE(rocksdb::DB::Open(rocksdb::Options(), f.opts.dir + "/index", &raw).ok());
   std::unique_ptr<rocksdb::DB> db(raw);
-  std::string v;
   CHECK(db->Get(rocksdb::ReadOptions(), "a/" + id(42), &v).IsNotFound());  // the stray went at start-up
-  CHECK(db->Get(rocksdb::ReadOptions(), "a/" + id(0), &v).IsNotFound());   // evicted: its state went with it
+  CHECK(db->Get(rocksdb::ReadOptions(), "u/" + id(1), &v).IsNotFound());   // evicted
+  // Key(0): evicted (its state went with its record), then cached again
+  // (a record, no state).
+  CHECK(db->Get(rocksdb::ReadOptions(), "u/" + id(0), &v).ok());
+  CHECK(db->Get(rocksdb::ReadOptions(), "a/" + id(0), &v).IsNotFound());
 }
 
 TEST_CASE("start-up reconciles index and files", "[block_store]") {

@@ -103,8 +103,10 @@ struct UnitIdBits {
   uint64_t hi = 0, lo = 0;
   bool operator==(const UnitIdBits&) const = default;
 };
-// `id` must be one UnitId made (32 lowercase hex digits); anything else maps
-// to bits no UnitId has... except by a 2^-128 chance (non-hex digits read as 0).
+// `id` must be one UnitId made (32 lowercase hex digits): anything else
+// (another length, upper case) maps quietly onto some 128-bit value, taken
+// for the id that spells it. Every id the block store handles comes from
+// UnitId or is checked against it (start-up).
 UnitIdBits UnitIdBitsOf(std::string_view id);
 std::string UnitIdOf(const UnitIdBits& bits);  // UnitIdOf(UnitIdBitsOf(id)) == id
 // The bits are an XXH3-128 digest already: either half is a good hash. The
