@@ -51,6 +51,9 @@ struct Metrics {
   // A gauge, not a counter: 1 while the S3 source is in outage mode (it did
   // not answer for a whole retry budget: one short attempt per request).
   C backend_outage{0};
+  // A gauge: 1 once the cache dir was found deleted under the mount (its
+  // units went with it; nothing is cached until a remount).
+  C cache_dir_gone{0};
 
   // Snapshot of every counter by name (for JSON / Prometheus).
   std::map<std::string, uint64_t> Snapshot() const {
@@ -64,7 +67,7 @@ struct Metrics {
     IGT_M(backend_errors); IGT_M(read_failures_repeated); IGT_M(cache_insert_units); IGT_M(cache_insert_bytes);
     IGT_M(evictions); IGT_M(evicted_bytes); IGT_M(cache_write_errors);
     IGT_M(cache_insert_skipped); IGT_M(cache_insert_declined); IGT_M(cache_read_errors); IGT_M(cache_corruptions); IGT_M(singleflight_waits);
-    IGT_M(backend_outage);
+    IGT_M(backend_outage); IGT_M(cache_dir_gone);
 #undef IGT_M
     return m;
   }

@@ -448,12 +448,30 @@ class DiskBlockStore final : public BlockStore {
                                        "more and what was cached is gone; reads are served from the backend. "
                                        "Unmount and mount again to start a new cache there",
                                        opts_.dir));
+      ForgetAll();
       return s;
     }
     WarnOnce("write:" + s.ToString(),
              fmt::format("igtcache: cannot write to the cache in {}: {} (serving from the backend; will retry)",
                          opts_.dir, s.ToString()));
     return s;
+  }
+  // The cache dir is gone (WriteError): its units are no longer counted,
+  // held open or planned with (the policy is told each one went), and no
+  // insert is tried again (Put). Before (2026-11-28) the stats went on
+  // counting the gone units, and every miss's insert failed and counted a
+  // write error.
+  void ForgetAll() {
+    if (dir_gone_.exchange(true)) return;
+    Add(metrics_->cache_dir_gone);
+    std::lock_guard lk(mu_);
+    for (auto& [bits, e] : index_) {
+      ForgetLocked(e);
+      policy_->OnRemove(UnitIdOf(bits));
+    }
+    index_.clear();
+    dirty_.clear();
+    used_bytes_ = 0;
   }
   void WarnOnce(const std::string& kind, const std::string& msg) {
     std::lock_guard lk(warn_mu_);
@@ -489,6 +507,7 @@ class DiskBlockStore final : public BlockStore {
   std::atomic<bool> db_broken_{false};       // an index write failed; see DbWrite
   std::atomic<bool> write_failing_{false};   // the last unit write failed (not for lack of space); see Put
   std::atomic<bool> inserts_failing_{false}; // the last Put failed, for any reason (inserts_failing())
+  std::atomic<bool> dir_gone_{false};         // the cache dir was deleted under the mount (ForgetAll)
   std::atomic<uint64_t> last_resume_us_{0};  // last Resume() attempt
 };
 
@@ -773,6 +792,8 @@ Status DiskBlockStore::Put(const UnitKey& key, std::string_view data, bool prefe
                                        "not cached", n, disk, opts_.max_bytes));
   }
 
+  if (dir_gone_.load(std::memory_order_relaxed))
+    return Status::Unavailable(fmt::format("cache dir {} was deleted while mounted; not cached", opts_.dir));
   // Nothing is evicted for an insert that cannot succeed: while the index is
   // not writable, or while writes into tmp/ fail (a read-only volume, tmp/
   // gone), each miss would otherwise evict a unit and then fail, draining the

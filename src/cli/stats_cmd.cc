@@ -197,6 +197,8 @@ std::string StatsTable(const nlohmann::json& j, const nlohmann::json* prev, doub
                               prev ? Rate(got, U(*prev, "backend_get_bytes"), dt) : "",
                               U(j, "backend_list_requests"), U(j, "backend_head_requests"),
                               U(j, "backend_retries")));
+  if (U(j, "cache_dir_gone") != 0)
+    line("cache", "DIR DELETED under the mount: nothing is cached; reads go to the source. Unmount and mount again");
   if (U(j, "backend_outage") != 0)
     line("source", "NOT ANSWERING for a whole retry budget: one short attempt per request (uncached reads fail "
                    "with EIO) until it answers again");

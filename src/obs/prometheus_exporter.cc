@@ -91,6 +91,7 @@ constexpr KnownGauge kGauges[] = {
     {"inodes", "igtcache_inodes"},
     {"uptime_s", "igtcache_uptime_seconds"},
     {"backend_outage", "igtcache_backend_outage"},
+    {"cache_dir_gone", "igtcache_cache_dir_gone"},
     {"stream_tree_nodes", "igtcache_stream_tree_nodes"},
     {"stream_tree_bytes", "igtcache_stream_tree_bytes"},
 };
@@ -129,6 +130,7 @@ const std::map<std::string, std::string>& Help() {
       {"igtcache_inodes", "Inodes known to the mount."},
       {"igtcache_uptime_seconds", "Seconds since the mount started."},
       {"igtcache_backend_outage", "1 while the source has not answered for a whole retry budget (or since a mount that came up without it): requests get one short attempt until it answers."},
+      {"igtcache_cache_dir_gone", "1 once the cache dir was found deleted under the mount: nothing is cached until a remount."},
       {"igtcache_stream_tree_nodes", "Nodes in the access stream tree."},
       {"igtcache_stream_tree_bytes", "Memory accounted to the access stream tree."},
       {"igtcache_streams", "Access streams by detected pattern label."},

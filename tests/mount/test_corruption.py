@@ -124,6 +124,17 @@ def main():
         check(not cache2.exists(), "cache dir deleted under the live mount")
         st = read_all(s, m, want)
         check(st["cache_write_errors"] >= 1, f"cache_write_errors {st['cache_write_errors']} >= 1")
+        # The gone units are no longer counted, and once the deletion is
+        # seen no insert is tried again (before 2026-11-28 the stats kept
+        # the old units and every miss counted a write error).
+        errors = st["cache_write_errors"]
+        check(st["cache_dir_gone"] == 1, f"cache_dir_gone {st['cache_dir_gone']} == 1")
+        check(st["cache_units"] == 0 and st["cache_used_bytes"] == 0,
+              f"no units counted once the dir is gone ({st['cache_units']} units, {st['cache_used_bytes']} bytes)")
+        check(st["engine"]["cached_units"] == 0, f"the engine holds none ({st['engine']['cached_units']})")
+        st = read_all(s, m, want)
+        check(st["cache_write_errors"] == errors,
+              f"no insert tried after the deletion was seen ({st['cache_write_errors']} == {errors} write errors)")
         check(s.unmount(m) == 0, "daemon exited 0")
         said = [ln for ln in m.proc.stderr_text().splitlines() if "was deleted while mounted" in ln]
         check(len(said) == 1, f"the log says the cache dir was deleted, once ({said[:1]!r})")

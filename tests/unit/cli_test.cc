@@ -132,6 +132,13 @@ TEST_CASE("stats table: a failed policy reload is said, until one succeeds", "[c
   CHECK(Count(StatsTable(j, nullptr, 0), "reload failed") == 0);
 }
 
+TEST_CASE("stats table: a cache dir deleted under the mount is said", "[cli]") {
+  auto j = Stats(1, 0);
+  CHECK(Count(StatsTable(j, nullptr, 0), "DIR DELETED") == 0);
+  j["cache_dir_gone"] = 1;
+  CHECK(Count(StatsTable(j, nullptr, 0), "DIR DELETED under the mount: nothing is cached") == 1);
+}
+
 TEST_CASE("stats table: backend bytes are set against the bytes read", "[cli]") {
   auto j = Stats(1, 0);
   j["read_bytes"] = 1000;
