@@ -21,6 +21,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -274,10 +275,25 @@ Result<Credentials> ParseStsResponse(std::string_view xml, const std::string& so
   return c;
 }
 
-Result<Credentials> InstanceMetadataCredentials() {
+Result<std::string> InstanceMetadataEndpoint() {
   std::string base = Env("AWS_EC2_METADATA_SERVICE_ENDPOINT");
-  if (base.empty()) base = "http://169.254.169.254";
+  if (base.empty()) {
+    std::string mode = Env("AWS_EC2_METADATA_SERVICE_ENDPOINT_MODE");
+    for (char& ch : mode) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    if (mode.empty() || mode == "ipv4") base = "http://169.254.169.254";
+    else if (mode == "ipv6") base = "http://[fd00:ec2::254]";
+    else
+      return Err(Status::InvalidArgument(fmt::format(
+          "$AWS_EC2_METADATA_SERVICE_ENDPOINT_MODE is '{}': IPv4 or IPv6", Env("AWS_EC2_METADATA_SERVICE_ENDPOINT_MODE"))));
+  }
   while (base.ends_with('/')) base.pop_back();
+  return base;
+}
+
+Result<Credentials> InstanceMetadataCredentials() {
+  auto endpoint = InstanceMetadataEndpoint();
+  if (!endpoint) return Err(endpoint.error());
+  const std::string base = *endpoint;
   const std::string where = "instance metadata at " + base;
   constexpr long kTimeoutMs = 1000;  // as the AWS SDKs: the service answers in ms where there is one
   // IMDSv2: a session token first. An endpoint that refuses the PUT (or an

@@ -37,6 +37,11 @@ Result<Credentials> WebIdentityCredentials(const std::string& token_file, const 
 Result<Credentials> CheckedCredentials(Credentials c);
 Result<Credentials> ContainerCredentials();
 Result<Credentials> InstanceMetadataCredentials();
+// Where InstanceMetadataCredentials asks: $AWS_EC2_METADATA_SERVICE_ENDPOINT,
+// else by $AWS_EC2_METADATA_SERVICE_ENDPOINT_MODE (IPv4, the default:
+// http://169.254.169.254; IPv6: http://[fd00:ec2::254], as the AWS SDKs),
+// without a trailing '/'. InvalidArgument for another mode.
+Result<std::string> InstanceMetadataEndpoint();
 // STS AssumeRole of `role_arn`, signed with `base` (a profile's role_arn
 // with source_profile or credential_source); `what` names the profile in
 // messages. duration_s 0: STS's default.

@@ -275,6 +275,27 @@ std::string TempFile(const std::string& text) {
 }
 }  // namespace
 
+TEST_CASE("instance metadata: the endpoint, by $AWS_EC2_METADATA_SERVICE_ENDPOINT or its mode", "[credentials]") {
+  ScopedEnv ep("AWS_EC2_METADATA_SERVICE_ENDPOINT", std::nullopt);
+  {
+    ScopedEnv mode("AWS_EC2_METADATA_SERVICE_ENDPOINT_MODE", std::nullopt);
+    CHECK(igt::InstanceMetadataEndpoint().value() == "http://169.254.169.254");
+  }
+  {
+    ScopedEnv mode("AWS_EC2_METADATA_SERVICE_ENDPOINT_MODE", "IPv6");
+    CHECK(igt::InstanceMetadataEndpoint().value() == "http://[fd00:ec2::254]");
+    ScopedEnv moved("AWS_EC2_METADATA_SERVICE_ENDPOINT", "http://127.0.0.1:9/");  // an endpoint wins
+    CHECK(igt::InstanceMetadataEndpoint().value() == "http://127.0.0.1:9");
+  }
+  {
+    ScopedEnv mode("AWS_EC2_METADATA_SERVICE_ENDPOINT_MODE", "ipv5");
+    auto e = igt::InstanceMetadataEndpoint();
+    REQUIRE_FALSE(e);
+    CHECK_THAT(e.error().message(), Catch::Contains("AWS_EC2_METADATA_SERVICE_ENDPOINT_MODE is 'ipv5': IPv4 or IPv6"));
+    CHECK_FALSE(igt::InstanceMetadataCredentials());  // refused before any request
+  }
+}
+
 TEST_CASE("instance metadata: IMDSv2 token, the role, its credentials, and v1 when the token is refused",
           "[credentials]") {
   FakeServer s;
