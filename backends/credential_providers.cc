@@ -278,13 +278,14 @@ Result<Credentials> ParseStsResponse(std::string_view xml, const std::string& so
 Result<std::string> InstanceMetadataEndpoint() {
   std::string base = Env("AWS_EC2_METADATA_SERVICE_ENDPOINT");
   if (base.empty()) {
-    std::string mode = Env("AWS_EC2_METADATA_SERVICE_ENDPOINT_MODE");
+    const std::string given = Env("AWS_EC2_METADATA_SERVICE_ENDPOINT_MODE");
+    std::string mode = given;
     for (char& ch : mode) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
     if (mode.empty() || mode == "ipv4") base = "http://169.254.169.254";
     else if (mode == "ipv6") base = "http://[fd00:ec2::254]";
     else
-      return Err(Status::InvalidArgument(fmt::format(
-          "$AWS_EC2_METADATA_SERVICE_ENDPOINT_MODE is '{}': IPv4 or IPv6", Env("AWS_EC2_METADATA_SERVICE_ENDPOINT_MODE"))));
+      return Err(Status::InvalidArgument(
+          fmt::format("$AWS_EC2_METADATA_SERVICE_ENDPOINT_MODE is '{}': it must be IPv4 or IPv6", given)));
   }
   while (base.ends_with('/')) base.pop_back();
   return base;

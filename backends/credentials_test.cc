@@ -43,7 +43,8 @@ struct NoRemoteLinks {
       c{"AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", std::nullopt}, d{"AWS_CONTAINER_CREDENTIALS_FULL_URI", std::nullopt},
       e{"AWS_EC2_METADATA_DISABLED", std::string("true")}, f{"AWS_CONFIG_FILE", std::string("/nonexistent/igt/config")},
       g{"AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", std::nullopt}, h{"AWS_CONTAINER_AUTHORIZATION_TOKEN", std::nullopt},
-      i{"AWS_ENDPOINT_URL_STS", std::nullopt}, j{"AWS_ENDPOINT_URL", std::nullopt};
+      i{"AWS_ENDPOINT_URL_STS", std::nullopt}, j{"AWS_ENDPOINT_URL", std::nullopt},
+      k{"AWS_EC2_METADATA_SERVICE_ENDPOINT_MODE", std::nullopt};
   // The fakes are on loopback: never through a proxy the host may set.
   ScopedEnv np{"NO_PROXY", std::string("127.0.0.1,localhost")}, np2{"no_proxy", std::string("127.0.0.1,localhost")};
 };
@@ -291,7 +292,8 @@ TEST_CASE("instance metadata: the endpoint, by $AWS_EC2_METADATA_SERVICE_ENDPOIN
     ScopedEnv mode("AWS_EC2_METADATA_SERVICE_ENDPOINT_MODE", "ipv5");
     auto e = igt::InstanceMetadataEndpoint();
     REQUIRE_FALSE(e);
-    CHECK_THAT(e.error().message(), Catch::Contains("AWS_EC2_METADATA_SERVICE_ENDPOINT_MODE is 'ipv5': IPv4 or IPv6"));
+    CHECK_THAT(e.error().message(),
+               Catch::Contains("AWS_EC2_METADATA_SERVICE_ENDPOINT_MODE is 'ipv5': it must be IPv4 or IPv6"));
     CHECK_FALSE(igt::InstanceMetadataCredentials());  // refused before any request
   }
 }

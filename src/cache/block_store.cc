@@ -210,6 +210,10 @@ class DiskBlockStore final : public BlockStore {
   // succeeds (tried at most every kResumeIntervalUs), writes fail cleanly
   // and inserts degrade to misses.
   rocksdb::Status DbWrite(const std::function<rocksdb::Status()>& write) {
+    // Its files were deleted with the dir: writes would only fill an
+    // unlinked log (listings, access state) until the daemon exits.
+    if (dir_gone_.load(std::memory_order_relaxed))
+      return rocksdb::Status::IOError("cache dir deleted while mounted");
     if (db_broken_.load() && !TryResume(false))
       return rocksdb::Status::IOError("cache index not writable since an earlier error");
     auto s = write();
@@ -438,7 +442,9 @@ class DiskBlockStore final : public BlockStore {
     if (err == 0) return Status::Ok();
     return Status(CodeForErrno(err), fmt::format("cannot write a temp file in {}/tmp: {}", opts_.dir, ErrnoText(err)));
   }
-  bool inserts_failing() const override { return inserts_failing_.load(std::memory_order_relaxed); }
+  bool inserts_failing() const override {
+    return inserts_failing_.load(std::memory_order_relaxed) || dir_gone_.load(std::memory_order_relaxed);
+  }
   Status WriteError(Status s) {
     inserts_failing_.store(true, std::memory_order_relaxed);
     Add(metrics_->cache_write_errors);
@@ -461,17 +467,26 @@ class DiskBlockStore final : public BlockStore {
   // insert is tried again (Put). Before (2026-11-28) the stats went on
   // counting the gone units, and every miss's insert failed and counted a
   // write error.
+  // One pass under mu_ (a one-time event). The index is emptied before the
+  // policy is told: an exception there (out of memory) leaves the policy
+  // naming units the index does not hold, which eviction skips (EvictLocked).
   void ForgetAll() {
     if (dir_gone_.exchange(true)) return;
-    Add(metrics_->cache_dir_gone);
+    metrics_->cache_dir_gone.store(1, std::memory_order_relaxed);
     std::lock_guard lk(mu_);
+    std::vector<UnitIdBits> gone;
+    gone.reserve(index_.size());
     for (auto& [bits, e] : index_) {
       ForgetLocked(e);
-      policy_->OnRemove(UnitIdOf(bits));
+      gone.push_back(bits);
     }
-    index_.clear();
+    decltype(index_)().swap(index_);
     dirty_.clear();
     used_bytes_ = 0;
+    for (const auto& bits : gone) try {
+        policy_->OnRemove(UnitIdOf(bits));
+      } catch (...) {
+      }
   }
   void WarnOnce(const std::string& kind, const std::string& msg) {
     std::lock_guard lk(warn_mu_);
@@ -777,6 +792,8 @@ Result<std::shared_ptr<OpenUnitFile>> DiskBlockStore::WriteUnit(const std::strin
 }
 
 Status DiskBlockStore::Put(const UnitKey& key, std::string_view data, bool prefetched) {
+  if (dir_gone_.load(std::memory_order_relaxed))
+    return Status::Unavailable(fmt::format("cache dir {} was deleted while mounted; not cached", opts_.dir));
   const uint64_t n = data.size();
   if (n > opts_.max_bytes) {
     return Status::NoSpace(fmt::format("unit of {} bytes is larger than the cache limit ({} bytes); not cached", n,
@@ -792,8 +809,6 @@ Status DiskBlockStore::Put(const UnitKey& key, std::string_view data, bool prefe
                                        "not cached", n, disk, opts_.max_bytes));
   }
 
-  if (dir_gone_.load(std::memory_order_relaxed))
-    return Status::Unavailable(fmt::format("cache dir {} was deleted while mounted; not cached", opts_.dir));
   // Nothing is evicted for an insert that cannot succeed: while the index is
   // not writable, or while writes into tmp/ fail (a read-only volume, tmp/
   // gone), each miss would otherwise evict a unit and then fail, draining the
@@ -929,7 +944,8 @@ Status DiskBlockStore::Put(const UnitKey& key, std::string_view data, bool prefe
   {
     std::lock_guard lk(mu_);
     auto b = busy_.find(id);
-    cancelled = b->second.cancelled;
+    // The dir deleted meanwhile (ForgetAll): the unit is not indexed.
+    cancelled = b->second.cancelled || dir_gone_.load(std::memory_order_relaxed);
     if (s.ok() && !cancelled) {
       // What may throw first (the entry, the policy's records), then what
       // cannot: an exception leaves the index as it was.

@@ -308,7 +308,14 @@ int RunWarm(const WarmArgs& a) {
     // Read, but not cached: the cache volume failed the daemon's writes (a
     // full or read-only disk, a removed cache dir). The job to come would
     // read all of it from the bucket.
-    if (const uint64_t failed = grew("cache_write_errors"); failed > 0) {
+    if (after && after->value("cache_dir_gone", uint64_t{0}) != 0) {
+      // Its inserts are no longer tried, so no write error says so.
+      std::fprintf(stderr,
+                   "igtcache: warm: %s: the mount's cache dir was deleted under it (cache_dir_gone): nothing is "
+                   "cached until it is mounted again\n",
+                   mnt.c_str());
+      rc = kExitError;
+    } else if (const uint64_t failed = grew("cache_write_errors"); failed > 0) {
       std::fprintf(stderr,
                    "igtcache: warm: %s: %llu cache writes failed on the mount meanwhile (cache_write_errors; the "
                    "daemon's log says why): what they held, maybe some of what warm read, is not cached\n",

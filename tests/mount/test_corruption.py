@@ -13,6 +13,7 @@ sys.dont_write_bytecode = True  # keep tests/mount free of __pycache__
 import hashlib
 import os
 import shutil
+import subprocess
 import time
 from pathlib import Path
 
@@ -135,6 +136,12 @@ def main():
         st = read_all(s, m, want)
         check(st["cache_write_errors"] == errors,
               f"no insert tried after the deletion was seen ({st['cache_write_errors']} == {errors} write errors)")
+        # `igtcache warm` says nothing was cached (it went by write errors
+        # alone, which no longer grow).
+        w = subprocess.run([harness.igtcache_bin(), "warm", str(m.mountpoint)], capture_output=True, text=True,
+                           timeout=120, env=s.igt_env())
+        check(w.returncode == 1 and "cache dir was deleted under it" in w.stderr,
+              f"warm exits 1 and says why ({w.returncode}: {w.stderr.strip()[-200:]!r})")
         check(s.unmount(m) == 0, "daemon exited 0")
         said = [ln for ln in m.proc.stderr_text().splitlines() if "was deleted while mounted" in ln]
         check(len(said) == 1, f"the log says the cache dir was deleted, once ({said[:1]!r})")
