@@ -7,10 +7,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <string>
 #include <thread>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -93,7 +95,17 @@ int RunUnmount(const UnmountArgs& a) {
   } else {
     no_pid = j.error().message();
   }
+  // "Busy" a moment after the last file on the mount was closed (this
+  // command's own stats file among them) can pass: asked again for up to
+  // 2 s (within --timeout) before it is an error. A file really held open
+  // stays busy and is named below.
+  const auto busy_until =
+      std::chrono::steady_clock::now() + std::chrono::duration<double>(std::min(2.0, std::max(0.0, a.timeout_s)));
   auto [rc, err] = Run({"fusermount3", a.lazy ? "-uz" : "-u", mnt});
+  while (rc != 0 && err.find("busy") != std::string::npos && std::chrono::steady_clock::now() < busy_until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::tie(rc, err) = Run({"fusermount3", a.lazy ? "-uz" : "-u", mnt});
+  }
   if (rc != 0) {
     std::string why = err.empty() ? fmt::format("fusermount3 exited {}", rc) : err;
     if (err.find("busy") != std::string::npos)
