@@ -275,24 +275,33 @@ Result<Credentials> ParseStsResponse(std::string_view xml, const std::string& so
   return c;
 }
 
-Result<std::string> InstanceMetadataEndpoint() {
-  std::string base = Env("AWS_EC2_METADATA_SERVICE_ENDPOINT");
+Result<std::string> InstanceMetadataEndpoint(const ProfileSettings* profile) {
+  const auto setting = [profile](const char* env, const char* key) {
+    std::string v = Env(env);
+    if (v.empty() && profile)
+      if (auto it = profile->find(key); it != profile->end()) v = it->second;
+    return v;
+  };
+  std::string base = setting("AWS_EC2_METADATA_SERVICE_ENDPOINT", "ec2_metadata_service_endpoint");
   if (base.empty()) {
-    const std::string given = Env("AWS_EC2_METADATA_SERVICE_ENDPOINT_MODE");
+    const std::string given =
+        setting("AWS_EC2_METADATA_SERVICE_ENDPOINT_MODE", "ec2_metadata_service_endpoint_mode");
     std::string mode = given;
     for (char& ch : mode) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
     if (mode.empty() || mode == "ipv4") base = "http://169.254.169.254";
     else if (mode == "ipv6") base = "http://[fd00:ec2::254]";
     else
       return Err(Status::InvalidArgument(
-          fmt::format("$AWS_EC2_METADATA_SERVICE_ENDPOINT_MODE is '{}': it must be IPv4 or IPv6", given)));
+          fmt::format("the instance metadata endpoint mode ($AWS_EC2_METADATA_SERVICE_ENDPOINT_MODE or "
+                      "ec2_metadata_service_endpoint_mode) is '{}': it must be IPv4 or IPv6",
+                      given)));
   }
   while (base.ends_with('/')) base.pop_back();
   return base;
 }
 
-Result<Credentials> InstanceMetadataCredentials() {
-  auto endpoint = InstanceMetadataEndpoint();
+Result<Credentials> InstanceMetadataCredentials(const ProfileSettings* profile) {
+  auto endpoint = InstanceMetadataEndpoint(profile);
   if (!endpoint) return Err(endpoint.error());
   const std::string base = *endpoint;
   const std::string where = "instance metadata at " + base;

@@ -186,7 +186,7 @@ Result<Credentials> ProfileCredentials(const ProfileFiles& f, const std::string&
                                            "are not set"));
       base = Credentials{id, secret, Env("AWS_SESSION_TOKEN"), 0, "environment"};
     } else if (cs == "Ec2InstanceMetadata") {
-      base = InstanceMetadataCredentials();
+      base = InstanceMetadataCredentials(in_config ? &*in_config : nullptr);
       if (!base) return Err(Status(base.error().code(), what + ": " + base.error().message()));
     } else if (cs == "EcsContainer") {
       base = ContainerCredentials();
@@ -314,7 +314,9 @@ Result<Credentials> ResolveChain(const std::string& profile_arg, const std::stri
   }
   std::string imds_why = "instance metadata is off (AWS_EC2_METADATA_DISABLED)";
   if (Lower(Env("AWS_EC2_METADATA_DISABLED")) != "true") {
-    auto c = InstanceMetadataCredentials();
+    std::optional<ProfileSettings> settings;
+    if (files.config_text) settings = IniSection(*files.config_text, profile);
+    auto c = InstanceMetadataCredentials(settings ? &*settings : nullptr);
     if (c) return c;
     imds_why = c.error().message();
   }

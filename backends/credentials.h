@@ -36,12 +36,18 @@ Result<Credentials> WebIdentityCredentials(const std::string& token_file, const 
 // into HTTP headers): `c`, or InvalidArgument naming the field and source.
 Result<Credentials> CheckedCredentials(Credentials c);
 Result<Credentials> ContainerCredentials();
-Result<Credentials> InstanceMetadataCredentials();
-// Where InstanceMetadataCredentials asks: $AWS_EC2_METADATA_SERVICE_ENDPOINT,
-// else by $AWS_EC2_METADATA_SERVICE_ENDPOINT_MODE (IPv4, the default:
-// http://169.254.169.254; IPv6: http://[fd00:ec2::254], as the AWS SDKs),
-// without a trailing '/'. InvalidArgument for another mode.
-Result<std::string> InstanceMetadataEndpoint();
+// `profile`: the config file's section of the profile in use (its
+// ec2_metadata_service_endpoint[_mode] settings), if any.
+using ProfileSettings = std::map<std::string, std::string>;
+Result<Credentials> InstanceMetadataCredentials(const ProfileSettings* profile = nullptr);
+// Where InstanceMetadataCredentials asks, as the AWS SDKs: the endpoint
+// ($AWS_EC2_METADATA_SERVICE_ENDPOINT, else the profile's
+// ec2_metadata_service_endpoint), else by the mode
+// ($AWS_EC2_METADATA_SERVICE_ENDPOINT_MODE, else the profile's
+// ec2_metadata_service_endpoint_mode): IPv4, the default,
+// http://169.254.169.254; IPv6, http://[fd00:ec2::254]. Without a trailing
+// '/'. InvalidArgument for another mode.
+Result<std::string> InstanceMetadataEndpoint(const ProfileSettings* profile = nullptr);
 // STS AssumeRole of `role_arn`, signed with `base` (a profile's role_arn
 // with source_profile or credential_source); `what` names the profile in
 // messages. duration_s 0: STS's default.

@@ -292,9 +292,19 @@ TEST_CASE("instance metadata: the endpoint, by $AWS_EC2_METADATA_SERVICE_ENDPOIN
     ScopedEnv mode("AWS_EC2_METADATA_SERVICE_ENDPOINT_MODE", "ipv5");
     auto e = igt::InstanceMetadataEndpoint();
     REQUIRE_FALSE(e);
-    CHECK_THAT(e.error().message(),
-               Catch::Contains("AWS_EC2_METADATA_SERVICE_ENDPOINT_MODE is 'ipv5': it must be IPv4 or IPv6"));
+    CHECK_THAT(e.error().message(), Catch::Contains("ec2_metadata_service_endpoint_mode) is 'ipv5': it must be "
+                                                    "IPv4 or IPv6"));
     CHECK_FALSE(igt::InstanceMetadataCredentials());  // refused before any request
+  }
+  {
+    // The config file's profile settings, under the environment's.
+    ScopedEnv mode("AWS_EC2_METADATA_SERVICE_ENDPOINT_MODE", std::nullopt);
+    igt::ProfileSettings p{{"ec2_metadata_service_endpoint_mode", "ipv6"}};
+    CHECK(igt::InstanceMetadataEndpoint(&p).value() == "http://[fd00:ec2::254]");
+    p["ec2_metadata_service_endpoint"] = "http://127.0.0.1:8/";
+    CHECK(igt::InstanceMetadataEndpoint(&p).value() == "http://127.0.0.1:8");
+    ScopedEnv moved("AWS_EC2_METADATA_SERVICE_ENDPOINT", "http://127.0.0.1:9");
+    CHECK(igt::InstanceMetadataEndpoint(&p).value() == "http://127.0.0.1:9");
   }
 }
 
@@ -562,6 +572,26 @@ TEST_CASE("credential_process: its JSON, its failure's exit status and stderr", 
   auto missing = igt::ProcessCredentials("/nonexistent/igt/helper", "proc");
   REQUIRE(!missing);
   CHECK_THAT(missing.error().message(), Catch::Contains("exited with 127"));
+}
+
+TEST_CASE("instance metadata at the config file's ec2_metadata_service_endpoint, at the chain's end",
+          "[credentials]") {
+  FakeServer s;
+  NothingSet none;
+  ScopedEnv on("AWS_EC2_METADATA_DISABLED", std::string("false"));
+  ScopedEnv ep("AWS_EC2_METADATA_SERVICE_ENDPOINT", std::nullopt);
+  ScopedEnv nf("AWS_SHARED_CREDENTIALS_FILE", std::string("/nonexistent/igt/credentials"));
+  const std::string config =
+      TempFile("[default]\nregion = eu-west-1\nec2_metadata_service_endpoint = " + s.endpoint() + "\n");
+  ScopedEnv cf("AWS_CONFIG_FILE", config);
+  s.Push(FakeServer::Reply(200, {}, "TOKEN123"));
+  s.Push(FakeServer::Reply(200, {}, "my-role\n"));
+  s.Push(FakeServer::Reply(200, {}, kCredsJson));
+  auto c = igt::ResolveCredentials("");
+  REQUIRE(c);
+  CHECK(c->access_key == "ASIAIMDS");
+  CHECK(s.requests().size() == 3);
+  ::unlink(config.c_str());
 }
 
 TEST_CASE("the files: credentials file keys, then a credential_process, then the config file's keys", "[credentials]") {
