@@ -274,6 +274,15 @@ std::string TempFile(const std::string& text) {
   std::ofstream(tmpl) << text;
   return tmpl;
 }
+
+// An instance metadata service's replies to one IMDSv2 exchange: the
+// session token TOKEN123, the role my-role, then kCredsJson.
+void PushInstanceMetadata(FakeServer& s) {
+  s.Push(FakeServer::Reply(200, {}, "TOKEN123"));
+  s.Push(FakeServer::Reply(200, {}, "my-role\n"));
+  s.Push(FakeServer::Reply(200, {}, kCredsJson));
+}
+
 }  // namespace
 
 TEST_CASE("instance metadata: the endpoint, by $AWS_EC2_METADATA_SERVICE_ENDPOINT or its mode", "[credentials]") {
@@ -314,9 +323,7 @@ TEST_CASE("instance metadata: IMDSv2 token, the role, its credentials, and v1 wh
   NoRemoteLinks none;
   ScopedEnv ep("AWS_EC2_METADATA_SERVICE_ENDPOINT", s.endpoint() + "/");
   SECTION("v2") {
-    s.Push(FakeServer::Reply(200, {}, "TOKEN123"));
-    s.Push(FakeServer::Reply(200, {}, "my-role\n"));
-    s.Push(FakeServer::Reply(200, {}, kCredsJson));
+    PushInstanceMetadata(s);
     auto c = igt::InstanceMetadataCredentials();
     REQUIRE(c);
     CHECK(c->access_key == "ASIAIMDS");
@@ -366,13 +373,7 @@ TEST_CASE("instance metadata: nothing listening is a quick error, not a hang", "
   // can take it meanwhile): connections are refused.
   const int held = ::socket(AF_INET, SOCK_STREAM, 0);
   REQUIRE(held >= 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::bind(held, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-  socklen_t len = sizeof a;
-  ::getsockname(held, reinterpret_cast<sockaddr*>(&a), &len);
-  const std::string dead = "http://127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+  const std::string dead = "http://127.0.0.1:" + std::to_string(igt::testing::BindLoopback(held));
   ScopedEnv ep("AWS_EC2_METADATA_SERVICE_ENDPOINT", dead);
   const auto t0 = std::chrono::steady_clock::now();
   auto c = igt::InstanceMetadataCredentials();
@@ -477,9 +478,7 @@ TEST_CASE("the chain: environment, web identity, file, container, instance metad
   SECTION("instance metadata when nothing else is set") {
     ScopedEnv on("AWS_EC2_METADATA_DISABLED", std::nullopt);
     ScopedEnv ep("AWS_EC2_METADATA_SERVICE_ENDPOINT", s.endpoint());
-    s.Push(FakeServer::Reply(200, {}, "T"));
-    s.Push(FakeServer::Reply(200, {}, "r"));
-    s.Push(FakeServer::Reply(200, {}, kCredsJson));
+    PushInstanceMetadata(s);
     auto c = igt::ResolveCredentials("");
     REQUIRE(c);
     CHECK(c->access_key == "ASIAIMDS");
@@ -584,9 +583,7 @@ TEST_CASE("instance metadata at the config file's ec2_metadata_service_endpoint,
   const std::string config =
       TempFile("[default]\nregion = eu-west-1\nec2_metadata_service_endpoint = " + s.endpoint() + "\n");
   ScopedEnv cf("AWS_CONFIG_FILE", config);
-  s.Push(FakeServer::Reply(200, {}, "TOKEN123"));
-  s.Push(FakeServer::Reply(200, {}, "my-role\n"));
-  s.Push(FakeServer::Reply(200, {}, kCredsJson));
+  PushInstanceMetadata(s);
   auto c = igt::ResolveCredentials("");
   REQUIRE(c);
   CHECK(c->access_key == "ASIAIMDS");

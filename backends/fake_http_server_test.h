@@ -23,6 +23,17 @@
 
 namespace igt::testing {
 
+// Binds `fd` (a TCP socket) to a free port of 127.0.0.1: the port.
+inline uint16_t BindLoopback(int fd) {
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  return ntohs(a.sin_port);
+}
+
 // One request per connection; replies come from a FIFO script (an empty
 // script answers 500). Records each request's head (request line + headers).
 class FakeServer {
@@ -31,13 +42,7 @@ class FakeServer {
     fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
     int one = 1;
     ::setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    REQUIRE(::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-    socklen_t len = sizeof a;
-    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
-    port_ = ntohs(a.sin_port);
+    port_ = BindLoopback(fd_);
     REQUIRE(::listen(fd_, 16) == 0);
     thread_ = std::thread([this] { Loop(); });
   }

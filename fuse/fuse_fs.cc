@@ -792,17 +792,14 @@ void FuseFs::OpenVersion(uint64_t ino, const std::string& etag, fuse_file_info* 
   const uint64_t v = VersionHash(etag);
   std::lock_guard lk(etag_mu_);
   auto& pc = page_cache_[ino];
-  const auto open_on = [&pc](uint64_t version) {
-    return std::find_if(pc.open.begin(), pc.open.end(), [version](const auto& o) { return o.first == version; });
-  };
-  if (pc.version != v && open_on(pc.version) != pc.open.end()) {  // counts of 0 are erased
+  if (pc.version != v && pc.OpenOn(pc.version) != pc.open.end()) {  // counts of 0 are erased
     fi->direct_io = 1;
     fi->keep_cache = 0;
   } else {
     fi->keep_cache = pc.version == v && v != 0 ? 1 : 0;
     pc.version = v;
   }
-  if (auto o = open_on(v); o != pc.open.end()) ++o->second;
+  if (auto o = pc.OpenOn(v); o != pc.open.end()) ++o->second;
   else pc.open.emplace_back(v, 1);
 }
 
@@ -812,7 +809,7 @@ void FuseFs::CloseVersion(uint64_t ino, const std::string& etag) {
   auto it = page_cache_.find(ino);
   if (it == page_cache_.end()) return;
   auto& open = it->second.open;
-  auto o = std::find_if(open.begin(), open.end(), [v](const auto& e) { return e.first == v; });
+  auto o = it->second.OpenOn(v);
   if (o == open.end() || --o->second > 0) return;
   open.erase(o);
   if (open.empty()) open = {};  // its memory too: most inodes are not open

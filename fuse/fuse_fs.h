@@ -12,6 +12,7 @@
 // they must outlive Run(). Thread-safety: handlers run on libfuse's worker
 // threads; FuseFs state is guarded as noted on each member.
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -174,6 +175,9 @@ class FuseFs {
     uint64_t version = 0;  // VersionHash of the ETag whose pages the kernel may hold
     // Handles open, per version hash; freed when the last one closes.
     std::vector<std::pair<uint64_t, uint32_t>> open;
+    auto OpenOn(uint64_t v) {
+      return std::find_if(open.begin(), open.end(), [v](const auto& o) { return o.first == v; });
+    }
   };
   // 0 for no ETag (no telling versions apart: never keep_cache).
   static uint64_t VersionHash(std::string_view etag);

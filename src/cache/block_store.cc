@@ -330,6 +330,11 @@ class DiskBlockStore final : public BlockStore {
   };
 
   std::string PathOf(std::string_view id) const { return opts_.dir + "/" + UnitRelPath(id); }
+  // A unit's index keys go together: its record and its access state.
+  static void DeleteUnitKeys(rocksdb::WriteBatch& batch, std::string_view id) {
+    batch.Delete(std::string(kUnitKeyPrefix) + std::string(id));
+    batch.Delete(std::string(kAccessKeyPrefix) + std::string(id));
+  }
 
   // Drops what an entry holds in memory (its header, its open file). Requires mu_.
   void ForgetLocked(Entry& e) {
@@ -559,8 +564,7 @@ void DiskBlockStore::DeleteDetached(const std::vector<Victim>& victims, bool cou
   });
   rocksdb::WriteBatch batch;
   for (const auto& v : victims) {
-    batch.Delete(std::string(kUnitKeyPrefix) + v.id);
-    batch.Delete(std::string(kAccessKeyPrefix) + v.id);
+    DeleteUnitKeys(batch, v.id);
     if (count_as_eviction) {
       Add(metrics_->evictions);
       Add(metrics_->evicted_bytes, v.bytes);
@@ -1076,8 +1080,7 @@ Status DiskBlockStore::Reconcile() {
   const size_t checked = survivors.size() + dropped;  // records read
   std::erase_if(survivors, [&](const Survivor& sv) {
     if (!sv.good) {
-      drop.Delete(std::string(kUnitKeyPrefix) + sv.id);
-      drop.Delete(std::string(kAccessKeyPrefix) + sv.id);
+      DeleteUnitKeys(drop, sv.id);
       ++dropped;
     }
     return !sv.good;

@@ -60,11 +60,14 @@ std::string ChildKey(const std::string& dir_key, std::string_view name) {
   return dir_key.empty() ? std::string(name) : dir_key + "/" + std::string(name);
 }
 
-// The last component of a key ("a/b.jpg" -> "b.jpg"; "" for the root).
-std::string_view NameOf(std::string_view key) {
+// A key's directory and last component ("a/b.jpg" -> "a", "b.jpg";
+// "b.jpg" -> "", "b.jpg"; "" for the root -> "", "").
+std::pair<std::string_view, std::string_view> SplitKey(std::string_view key) {
   const size_t slash = key.rfind('/');
-  return slash == std::string_view::npos ? key : key.substr(slash + 1);
+  if (slash == std::string_view::npos) return {std::string_view(), key};
+  return {key.substr(0, slash), key.substr(slash + 1)};
 }
+std::string_view NameOf(std::string_view key) { return SplitKey(key).second; }
 
 // The version an inode number is derived from: the ETag, or for a server
 // that lists none, the size and modification time (as SameVersion); none for
@@ -127,9 +130,8 @@ Namespace::~Namespace() {
 void Namespace::NoteWalk(const std::string& dir_key) {
   // With ttl 0 every listing is stale at once: a prefetched one would never be used.
   if (opts_.prefetch_dirs == 0 || opts_.ttl_ms == 0 || dir_key.empty()) return;
-  const size_t slash = dir_key.rfind('/');
-  const std::string parent = slash == std::string::npos ? "" : dir_key.substr(0, slash);
-  const std::string name = slash == std::string::npos ? dir_key : dir_key.substr(slash + 1);
+  const auto [parent_view, name_view] = SplitKey(dir_key);
+  const std::string parent(parent_view), name(name_view);
   {
     // A walk: a second child of the same parent read in a row.
     std::lock_guard lk(walk_mu_);
@@ -606,9 +608,8 @@ std::shared_ptr<const DirListing> Namespace::CachedListing(const std::string& di
 }
 
 bool Namespace::NoteChanged(uint64_t ino, const std::string& key, const std::string& etag) {
-  const auto slash = key.rfind('/');
-  const std::string dir = slash == std::string::npos ? "" : key.substr(0, slash);
-  const std::string_view name = slash == std::string::npos ? std::string_view(key) : std::string_view(key).substr(slash + 1);
+  const auto [dir_view, name] = SplitKey(key);
+  const std::string dir(dir_view);
   bool listed = false, marked = false;
   {
     std::lock_guard lk(listings_mu_);
@@ -671,12 +672,10 @@ std::vector<std::pair<uint64_t, std::string>> Namespace::LiveEntries(const std::
 }
 
 std::optional<DirEntry> Namespace::CachedEntry(const std::string& key) {
-  const auto slash = key.rfind('/');
-  const std::string dir = slash == std::string::npos ? "" : key.substr(0, slash);
-  auto l = CachedListing(dir);
+  const auto [dir, name] = SplitKey(key);
+  auto l = CachedListing(std::string(dir));
   if (!l) return std::nullopt;
-  const DirEntry* e = l->Find(slash == std::string::npos ? std::string_view(key)
-                                                         : std::string_view(key).substr(slash + 1));
+  const DirEntry* e = l->Find(name);
   if (!e || e->is_dir) return std::nullopt;
   return *e;
 }
