@@ -1,7 +1,9 @@
 // The links of the AWS credential chain (ResolveCredentials) that ask
 // someone else: a web identity token exchanged at STS (EKS service
 // accounts), a profile's role assumed at STS (AssumeRole, SigV4-signed), a
-// profile's credential_process, the container endpoint (ECS tasks, EKS Pod
+// profile's credential_process, a profile's IAM Identity Center sign-in
+// (`aws sso login`'s token, refreshed at SSO-OIDC, exchanged by
+// GetRoleCredentials), the container endpoint (ECS tasks, EKS Pod
 // Identity) and the EC2 instance metadata service (IMDSv2, falling back to
 // v1). Each answers with temporary credentials and their expiry; the S3
 // backend renews them before that (S3Options::refresh_credentials).
@@ -10,7 +12,9 @@
 #include <curl/curl.h>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <openssl/evp.h>
 #include <pugixml.hpp>
+#include <spdlog/spdlog.h>
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -159,18 +163,21 @@ Status CheckContainerUrl(const std::string& url, std::string* shown) {
   return Status::Ok();
 }
 
-// STS: $AWS_ENDPOINT_URL_STS, else $AWS_ENDPOINT_URL (every service's, as
-// the SDKs read it), else the region's.
-std::string StsEndpoint(const std::string& region) {
-  std::string endpoint = Env("AWS_ENDPOINT_URL_STS");
+// A service's endpoint as the SDKs find it: $AWS_ENDPOINT_URL_<ID> (the
+// service's own), else $AWS_ENDPOINT_URL (every service's), else
+// https://<host>.<region>.amazonaws.com (.cn in China). No trailing '/'.
+std::string ServiceEndpoint(const char* env, std::string_view host, const std::string& region) {
+  std::string endpoint = Env(env);
   if (endpoint.empty()) endpoint = Env("AWS_ENDPOINT_URL");
   if (endpoint.empty()) {
     const std::string r = region.empty() ? "us-east-1" : region;
-    endpoint = fmt::format("https://sts.{}.amazonaws.com{}", r, r.starts_with("cn-") ? ".cn" : "");
+    endpoint = fmt::format("https://{}.{}.amazonaws.com{}", host, r, r.starts_with("cn-") ? ".cn" : "");
   }
   while (endpoint.ends_with('/')) endpoint.pop_back();
   return endpoint;
 }
+
+std::string StsEndpoint(const std::string& region) { return ServiceEndpoint("AWS_ENDPOINT_URL_STS", "sts", region); }
 
 }  // namespace
 
@@ -428,6 +435,182 @@ Result<Credentials> AssumeRoleCredentials(const std::string& role_arn, const Cre
   for (const auto& [k, v] : s3::SignRequest(in, base)) headers.push_back(k + ": " + v);
   HttpReply r = Call("POST", endpoint + "/", headers, &body, 5000, false);
   return StsReply(r, source);
+}
+
+namespace {
+
+std::string Sha1Hex(std::string_view s) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int n = 0;
+  EVP_Digest(s.data(), s.size(), md, &n, EVP_sha1(), nullptr);
+  return s3::ToHex(std::string_view(reinterpret_cast<const char*>(md), n));
+}
+
+std::string FormatIso8601(int64_t unix_s) {
+  const time_t t = static_cast<time_t>(unix_s);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+// The token cache's times: ISO 8601, also with the "UTC" suffix older AWS
+// CLI v2 releases wrote.
+Result<int64_t> ParseCacheTime(std::string s) {
+  if (s.ends_with("UTC")) s.replace(s.size() - 3, 3, "Z");
+  return ParseIso8601(s);
+}
+
+// Replaces `path` by `text` at once (temp file + rename), mode 0600 as the
+// AWS CLI keeps the token cache: a reader sees the old file or the new one.
+Status WriteFileAtomic(const std::string& path, const std::string& text) {
+  const std::string tmp = fmt::format("{}.igtcache-{}.tmp", path, ::getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return Status::Internal(fmt::format("cannot write {}: {}", tmp, std::strerror(errno)));
+  size_t off = 0;
+  while (off < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + off, text.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    off += static_cast<size_t>(n);
+  }
+  const bool ok = off == text.size() && ::fsync(fd) == 0;
+  const int err = errno;
+  ::close(fd);
+  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
+    const std::string why = std::strerror(ok ? errno : err);
+    ::unlink(tmp.c_str());
+    return Status::Internal(fmt::format("cannot write {}: {}", path, why));
+  }
+  return Status::Ok();
+}
+
+// SSO-OIDC CreateToken with the cached refresh token: the cache's JSON with
+// a new access token (and refresh token, if given), or why not.
+Result<nlohmann::json> RefreshSsoToken(const nlohmann::json& token, const SsoSettings& s, int64_t now) {
+  auto str = [&](const char* k) {
+    auto it = token.find(k);
+    return it != token.end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
+  for (const char* k : {"refreshToken", "clientId", "clientSecret", "registrationExpiresAt"})
+    if (str(k).empty()) return Err(Status::NotFound(fmt::format("the cache has no {}", k)));
+  auto reg = ParseCacheTime(str("registrationExpiresAt"));
+  if (!reg) return Err(Status::InvalidArgument("registrationExpiresAt: " + reg.error().message()));
+  if (*reg <= now)
+    return Err(Status::PermissionDenied("its client registration expired at " + FormatIso8601(*reg)));
+  const std::string endpoint = ServiceEndpoint("AWS_ENDPOINT_URL_SSO_OIDC", "oidc", s.region);
+  const std::string body = nlohmann::json{{"clientId", str("clientId")},
+                                          {"clientSecret", str("clientSecret")},
+                                          {"grantType", "refresh_token"},
+                                          {"refreshToken", str("refreshToken")}}
+                               .dump();
+  HttpReply r = Call("POST", endpoint + "/token", {"Content-Type: application/json", "Expect:"}, &body, 5000, false);
+  if (r.status != 200) {
+    // The error's code (invalid_grant, ...) says why; it names no secret.
+    auto e = nlohmann::json::parse(r.body, nullptr, false);
+    std::string code;
+    if (e.is_object())
+      if (auto it = e.find("error"); it != e.end() && it->is_string()) code = ": " + it->get<std::string>();
+    return Err(Status::Unavailable(fmt::format("SSO OIDC at {}: {}{}", endpoint, Why(r), code)));
+  }
+  auto reply = nlohmann::json::parse(r.body, nullptr, false);
+  const auto at = reply.is_object() ? reply.find("accessToken") : reply.end();
+  const auto in = reply.is_object() ? reply.find("expiresIn") : reply.end();
+  if (at == reply.end() || !at->is_string() || at->get<std::string>().empty() || in == reply.end() ||
+      !in->is_number())
+    return Err(Status::InvalidArgument(
+        fmt::format("SSO OIDC at {}: the reply has no accessToken and expiresIn", endpoint)));
+  nlohmann::json fresh = token;
+  fresh["accessToken"] = *at;
+  fresh["expiresAt"] = FormatIso8601(now + in->get<int64_t>());
+  if (auto rt = reply.find("refreshToken"); rt != reply.end() && rt->is_string()) fresh["refreshToken"] = *rt;
+  return fresh;
+}
+
+}  // namespace
+
+Result<Credentials> SsoCredentials(const SsoSettings& s) {
+  // The token `aws sso login` left: ~/.aws/sso/cache/<sha1 of the
+  // sso-session's name, or of the start URL in the legacy form>.json.
+  const std::string file = s.cache_dir + "/" + Sha1Hex(s.session.empty() ? s.start_url : s.session) + ".json";
+  const std::string login = s.session.empty() ? fmt::format("aws sso login --profile {}", s.profile)
+                                              : fmt::format("aws sso login --sso-session {}", s.session);
+  const std::string what = s.session.empty() ? fmt::format("SSO of profile [{}] ({})", s.profile, s.start_url)
+                                             : fmt::format("SSO of profile [{}] (sso-session {})", s.profile, s.session);
+  auto text = ReadText(file);
+  if (!text)
+    return Err(Status::PermissionDenied(
+        fmt::format("{}: no token at {} (not signed in): run '{}'", what, file, login)));
+  auto token = nlohmann::json::parse(*text, nullptr, false);
+  auto str = [&](const char* k) {
+    auto it = token.is_object() ? token.find(k) : token.end();
+    return it != token.end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
+  if (str("accessToken").empty() || str("expiresAt").empty())
+    return Err(Status::PermissionDenied(
+        fmt::format("{}: the token cache {} has no accessToken and expiresAt: run '{}'", what, file, login)));
+  auto expires = ParseCacheTime(str("expiresAt"));
+  if (!expires) return Err(Status::InvalidArgument(fmt::format("{}: {}: expiresAt: {}", what, file, expires.error().message())));
+  const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
+                          std::chrono::system_clock::now().time_since_epoch()).count();
+  // As the AWS CLI: a token of an sso-session is refreshed within 15
+  // minutes of its expiry, if the cache holds a refresh token and a live
+  // client registration; a refresh that fails leaves the old token while
+  // it lasts. The legacy form cannot be refreshed.
+  std::string refresh_why;
+  if (!s.session.empty() && *expires - now < 15 * 60) {
+    auto fresh = RefreshSsoToken(token, s, now);
+    if (fresh) {
+      token = std::move(*fresh);
+      expires = ParseCacheTime(str("expiresAt"));
+      if (auto st = WriteFileAtomic(file, token.dump(2)); !st.ok())
+        spdlog::warn("{}: the refreshed token is used but not saved: {}", what, st.message());
+    } else {
+      refresh_why = fresh.error().message();
+    }
+  }
+  if (*expires <= now)
+    return Err(Status::PermissionDenied(fmt::format(
+        "{}: the token in {} expired at {}{}: run '{}'", what, file, FormatIso8601(*expires),
+        refresh_why.empty() ? "" : " and was not refreshed (" + refresh_why + ")", login)));
+  const std::string access_token = str("accessToken");
+  if (access_token.find_first_of("\r\n") != std::string::npos)
+    return Err(Status::InvalidArgument(fmt::format("{}: the token in {} has a line break", what, file)));
+  // GetRoleCredentials: the role's temporary credentials for the token.
+  const std::string endpoint = ServiceEndpoint("AWS_ENDPOINT_URL_SSO", "portal.sso", s.region);
+  const std::string source = fmt::format("SSO role {} in account {} (profile [{}], portal at {})", s.role_name,
+                                         s.account_id, s.profile, endpoint);
+  HttpReply r = Call("GET",
+                     endpoint + "/federation/credentials?account_id=" + FormEncode(s.account_id) +
+                         "&role_name=" + FormEncode(s.role_name),
+                     {"x-amz-sso_bearer_token: " + access_token, "Accept: application/json"}, nullptr, 5000, false);
+  if (r.status != 200) {
+    auto e = nlohmann::json::parse(r.body, nullptr, false);
+    std::string msg;
+    if (e.is_object())
+      if (auto it = e.find("message"); it != e.end() && it->is_string()) msg = ": " + it->get<std::string>().substr(0, 200);
+    if (r.status == 401)
+      return Err(Status::PermissionDenied(
+          fmt::format("{}: the SSO session's token was refused (HTTP 401{}): run '{}'", source, msg, login)));
+    if (r.status == 403)
+      return Err(Status::PermissionDenied(fmt::format("{}: HTTP 403{}", source, msg)));
+    return Err(Status::Unavailable(fmt::format("{}: {}{}", source, Why(r), msg)));
+  }
+  auto j = nlohmann::json::parse(r.body, nullptr, false);
+  const auto rc = j.is_object() ? j.find("roleCredentials") : j.end();
+  if (rc == j.end() || !rc->is_object())
+    return Err(Status::InvalidArgument(source + ": the reply has no roleCredentials"));
+  auto field = [&](const char* k) {
+    auto it = rc->find(k);
+    return it != rc->end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
+  Credentials c{field("accessKeyId"), field("secretAccessKey"), field("sessionToken"), 0, source};
+  if (c.access_key.empty() || c.secret_key.empty())
+    return Err(Status::InvalidArgument(source + ": the reply has no accessKeyId and secretAccessKey"));
+  // Milliseconds since the epoch.
+  if (auto ex = rc->find("expiration"); ex != rc->end() && ex->is_number()) c.expires_unix_s = ex->get<int64_t>() / 1000;
+  return c;
 }
 
 Result<Credentials> ProcessCredentials(const std::string& command, const std::string& source) {

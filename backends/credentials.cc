@@ -9,10 +9,12 @@
 #include <chrono>
 #include <cstdlib>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <fstream>
 #include <map>
 #include <optional>
 #include <sstream>
+#include <vector>
 
 namespace igt {
 namespace {
@@ -104,6 +106,40 @@ ProfileFiles ReadProfileFiles() {
   f.cred_text = ReadText(f.path);
   f.config_text = ReadText(f.config);
   return f;
+}
+
+// A profile's SSO settings, with those of its [sso-session NAME] section
+// of the config file (which win; the same key in both must agree), checked
+// as the AWS CLI checks them, then SsoCredentials.
+template <typename Setting>
+Result<Credentials> SsoProfileCredentials(const ProfileFiles& f, const std::string& profile, const Setting& setting) {
+  SsoSettings s{profile, setting("sso_session"), "", "", setting("sso_account_id"), setting("sso_role_name"),
+                Home() + "/.aws/sso/cache"};
+  const std::string what = fmt::format("profile [{}] signs in through SSO", profile);
+  std::vector<std::string> missing;
+  for (const char* k : {"sso_start_url", "sso_region"}) {
+    std::string v = setting(k);
+    if (!s.session.empty()) {
+      std::optional<std::map<std::string, std::string>> sec;
+      if (f.config_text) sec = IniSection(*f.config_text, "sso-session " + s.session);
+      if (!sec)
+        return Err(Status::InvalidArgument(fmt::format("{}: its sso_session {} has no [sso-session {}] section in {}",
+                                                       what, s.session, s.session, f.config)));
+      const auto it = sec->find(k);
+      const std::string in_session = it == sec->end() ? std::string() : it->second;
+      if (!v.empty() && !in_session.empty() && v != in_session)
+        return Err(Status::InvalidArgument(fmt::format("{}: its {} is not its [sso-session {}]'s", what, k, s.session)));
+      if (!in_session.empty()) v = in_session;
+    }
+    if (v.empty()) missing.push_back(k);
+    (std::string_view(k) == "sso_start_url" ? s.start_url : s.region) = v;
+  }
+  for (const char* k : {"sso_account_id", "sso_role_name"})
+    if (setting(k).empty()) missing.push_back(k);
+  if (!missing.empty())
+    return Err(Status::InvalidArgument(fmt::format("{}, but it has no {}{}", what, fmt::join(missing, ", "),
+                                                   s.session.empty() ? "" : " (in the profile or its sso-session)")));
+  return SsoCredentials(s);
 }
 
 constexpr int kMaxRoleChain = 5;  // source_profile hops (a loop is an error)
@@ -213,6 +249,10 @@ Result<Credentials> ProfileCredentials(const ProfileFiles& f, const std::string&
     return AssumeRoleCredentials(role, *base, session, setting("external_id"), duration, region,
                                  fmt::format("profile [{}]", profile));
   }
+  // IAM Identity Center (`aws sso login`), before the profile's keys as in
+  // the AWS CLI's chain.
+  for (const char* k : {"sso_session", "sso_start_url", "sso_region", "sso_account_id", "sso_role_name"})
+    if (!setting(k).empty()) return SsoProfileCredentials(f, profile, setting);
   if (auto c = keys_of(in_cred, f.path)) return *c;
   for (const auto& [sec, where] : {std::pair{&in_cred, &f.path}, std::pair{&in_config, &f.config}}) {
     const std::string command = key_of(*sec, "credential_process");
@@ -220,14 +260,6 @@ Result<Credentials> ProfileCredentials(const ProfileFiles& f, const std::string&
     return ProcessCredentials(command, fmt::format("credential_process of profile [{}] in {}", profile, *where));
   }
   if (auto c = keys_of(in_config, f.config)) return *c;
-  // An SSO profile is configured, not absent: signing as the next link's
-  // identity would be someone else's.
-  for (const char* k : {"sso_session", "sso_start_url", "sso_account_id", "sso_role_name"})
-    if (!setting(k).empty())
-      return Err(Status::InvalidArgument(fmt::format(
-          "profile [{}] signs in through SSO ({}), which a mount does not read itself: add to it "
-          "'credential_process = aws configure export-credentials --profile {} --format process'",
-          profile, k, profile)));
   *absent = true;
   if (!f.cred_text && !in_config)
     return Err(Status::NotFound("credentials file " + f.path + " cannot be read (profile [" + profile + "])"));

@@ -59,6 +59,23 @@ Result<Credentials> AssumeRoleCredentials(const std::string& role_arn, const Cre
 // "Expiration"}; a failure names its exit status and stderr's tail. At
 // most 60 s.
 Result<Credentials> ProcessCredentials(const std::string& command, const std::string& source);
+// A profile that signs in through IAM Identity Center, as the AWS CLI reads
+// it after `aws sso login`: the token cached in
+// <cache_dir>/<sha1 of the sso-session's name, or of start_url when there is
+// no session>.json, refreshed at SSO-OIDC (CreateToken, at
+// $AWS_ENDPOINT_URL_SSO_OIDC, else $AWS_ENDPOINT_URL, else the region's) within 15
+// minutes of its expiry when it belongs to an sso-session (the cache file
+// is rewritten), then exchanged for the role's credentials
+// (GetRoleCredentials, at $AWS_ENDPOINT_URL_SSO, else $AWS_ENDPOINT_URL,
+// else the region's portal). Not signed in, or a token expired or refused:
+// PermissionDenied naming the `aws sso login` command to run.
+struct SsoSettings {
+  std::string profile;  // the profile, for messages
+  std::string session;  // sso_session's name; empty: the legacy form
+  std::string start_url, region, account_id, role_name;
+  std::string cache_dir;  // ~/.aws/sso/cache
+};
+Result<Credentials> SsoCredentials(const SsoSettings& s);
 // Their replies, as pure functions: the container / instance metadata JSON
 // ({"AccessKeyId", "SecretAccessKey", "Token", "Expiration"}) and STS's
 // AssumeRoleWithWebIdentity / AssumeRole XML; `source` names the provider in messages

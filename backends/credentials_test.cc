@@ -1,7 +1,10 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
+#include <chrono>
 #include <cstdlib>
+#include <ctime>
 #include <fstream>
 #include <optional>
 #include <string>
@@ -44,7 +47,8 @@ struct NoRemoteLinks {
       e{"AWS_EC2_METADATA_DISABLED", std::string("true")}, f{"AWS_CONFIG_FILE", std::string("/nonexistent/igt/config")},
       g{"AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", std::nullopt}, h{"AWS_CONTAINER_AUTHORIZATION_TOKEN", std::nullopt},
       i{"AWS_ENDPOINT_URL_STS", std::nullopt}, j{"AWS_ENDPOINT_URL", std::nullopt},
-      k{"AWS_EC2_METADATA_SERVICE_ENDPOINT_MODE", std::nullopt};
+      k{"AWS_EC2_METADATA_SERVICE_ENDPOINT_MODE", std::nullopt}, l{"AWS_ENDPOINT_URL_SSO", std::nullopt},
+      m{"AWS_ENDPOINT_URL_SSO_OIDC", std::nullopt};
   // The fakes are on loopback: never through a proxy the host may set.
   ScopedEnv np{"NO_PROXY", std::string("127.0.0.1,localhost")}, np2{"no_proxy", std::string("127.0.0.1,localhost")};
 };
@@ -751,8 +755,8 @@ TEST_CASE("profiles signed in through SSO, or with a web identity, are not skipp
   ScopedEnv full("AWS_CONTAINER_CREDENTIALS_FULL_URI", s.endpoint() + "/c");
   auto sso = igt::ResolveCredentials("");
   REQUIRE(!sso);
-  CHECK_THAT(sso.error().message(), Catch::Contains("SSO"));
-  CHECK_THAT(sso.error().message(), Catch::Contains("aws configure export-credentials"));
+  CHECK_THAT(sso.error().message(), Catch::Contains("profile [default] signs in through SSO"));
+  CHECK_THAT(sso.error().message(), Catch::Contains("no [sso-session corp] section"));
   CHECK(s.requests().empty());
   s.Push(FakeServer::Reply(200, {}, "<AssumeRoleWithWebIdentityResponse><AssumeRoleWithWebIdentityResult>"
                                     "<Credentials><AccessKeyId>ASIAWEB</AccessKeyId><SecretAccessKey>w</SecretAccessKey>"
@@ -766,5 +770,231 @@ TEST_CASE("profiles signed in through SSO, or with a web identity, are not skipp
   CHECK_THAT(none_sent.error().message(), Catch::Contains("is empty"));
   ::unlink(token.c_str());
   ::unlink(empty.c_str());
+  ::unlink(config.c_str());
+}
+
+namespace {
+// $HOME as a fresh directory with ~/.aws/sso/cache, for the scope of a test.
+std::string TempDir() {
+  char tmpl[] = "/tmp/igt-home-XXXXXX";
+  REQUIRE(::mkdtemp(tmpl) != nullptr);
+  return tmpl;
+}
+
+struct SsoHome {
+  std::string dir = TempDir();
+  std::string cache = dir + "/.aws/sso/cache";
+  ScopedEnv home{"HOME", dir};
+  SsoHome() { REQUIRE(std::system(("mkdir -p " + cache).c_str()) == 0); }
+  ~SsoHome() { std::system(("rm -rf " + dir).c_str()); }
+  void Token(const std::string& name, const std::string& json) const {
+    std::ofstream(cache + "/" + name + ".json") << json;
+  }
+  std::string Read(const std::string& name) const { return igt::ReadText(cache + "/" + name + ".json").value_or(""); }
+};
+
+std::string Iso(int64_t unix_s) {
+  const time_t t = static_cast<time_t>(unix_s);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+int64_t Now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::string RoleCredentials(const char* key) {
+  return FakeServer::Reply(200, {"Content-Type: application/json"},
+                           fmt::format(R"({{"roleCredentials":{{"accessKeyId":"{}","secretAccessKey":"sso-secret",)"
+                                       R"("sessionToken":"sso-session-token","expiration":1795885200000}}}})",
+                                       key));
+}
+
+// The cache file names: SHA-1 of the sso-session's name, of the start URL.
+constexpr const char* kCorp = "ee0bfd2552fbd840c02cc48b6e823320543c450f";
+constexpr const char* kLegacy = "e8be5486177c5b5392bd9aa76563515b29358e6e";
+}  // namespace
+
+TEST_CASE("SSO: aws sso login's cached token, refreshed near its expiry, exchanged for the role's credentials",
+          "[credentials]") {
+  NothingSet none;
+  FakeServer s;
+  SsoHome home;
+  ScopedEnv file("AWS_SHARED_CREDENTIALS_FILE", std::string("/nonexistent/igt/credentials"));
+  ScopedEnv portal("AWS_ENDPOINT_URL_SSO", s.endpoint());
+  ScopedEnv oidc("AWS_ENDPOINT_URL_SSO_OIDC", s.endpoint());
+  const std::string config = TempFile(
+      "[profile dev]\nsso_session = corp\nsso_account_id = 111122223333\nsso_role_name = Reader\n"
+      "[sso-session corp]\nsso_start_url = https://example.awsapps.com/start\nsso_region = eu-west-1\n"
+      "sso_registration_scopes = sso:account:access\n"
+      "[profile legacy]\nsso_start_url = https://example.awsapps.com/start\nsso_region = eu-west-1\n"
+      "sso_account_id = 111122223333\nsso_role_name = Legacy\n"
+      "[profile half]\nsso_start_url = https://example.awsapps.com/start\n"
+      "[profile nosection]\nsso_session = gone\nsso_account_id = 1\nsso_role_name = R\n"
+      "[profile mismatch]\nsso_session = corp\nsso_region = us-east-1\nsso_account_id = 1\nsso_role_name = R\n"
+      "[profile trainer]\nrole_arn = arn:aws:iam::1:role/trainer\nsource_profile = dev\n");
+  ScopedEnv cf("AWS_CONFIG_FILE", config);
+  auto token = [](const std::string& access, int64_t expires, const std::string& extra = "") {
+    return fmt::format(R"({{"startUrl":"https://example.awsapps.com/start","region":"eu-west-1",)"
+                       R"("accessToken":"{}","expiresAt":"{}"{}}})",
+                       access, Iso(expires), extra);
+  };
+  const std::string registration = fmt::format(
+      R"(,"refreshToken":"refresh-1","clientId":"client-1","clientSecret":"client-secret-1",)"
+      R"("registrationExpiresAt":"{}")",
+      Iso(Now() + 86400));
+
+  SECTION("a live token: one GetRoleCredentials with it") {
+    home.Token(kCorp, token("access-1", Now() + 3600, registration));
+    s.Push(RoleCredentials("ASIASSO"));
+    auto c = igt::ResolveCredentials("dev", "us-east-1");
+    REQUIRE(c);
+    CHECK(c->access_key == "ASIASSO");
+    CHECK(c->secret_key == "sso-secret");
+    CHECK(c->session_token == "sso-session-token");
+    CHECK(c->expires_unix_s == 1795885200);
+    CHECK_THAT(c->source, Catch::Contains("SSO role Reader in account 111122223333 (profile [dev], portal at " +
+                                          s.endpoint()));
+    REQUIRE(s.requests().size() == 1);
+    CHECK(s.requests()[0].starts_with("GET /federation/credentials?account_id=111122223333&role_name=Reader "));
+    CHECK(Header(s.requests()[0], "x-amz-sso_bearer_token") == "access-1");
+    CHECK(Header(s.requests()[0], "authorization").empty());  // a bearer token, not a signature
+  }
+  SECTION("a token within 15 minutes of its expiry is refreshed first, and the cache rewritten") {
+    home.Token(kCorp, token("access-old", Now() + 300, registration));
+    s.Push(FakeServer::Reply(200, {"Content-Type: application/json"},
+                             R"({"accessToken":"access-new","expiresIn":28800,"refreshToken":"refresh-2",)"
+                             R"("tokenType":"Bearer"})"));
+    s.Push(RoleCredentials("ASIAREFRESHED"));
+    auto c = igt::ResolveCredentials("dev", "us-east-1");
+    REQUIRE(c);
+    CHECK(c->access_key == "ASIAREFRESHED");
+    REQUIRE(s.requests().size() == 2);
+    CHECK(s.requests()[0].starts_with("POST /token "));
+    auto body = nlohmann::json::parse(s.bodies()[0]);
+    CHECK(body["grantType"] == "refresh_token");
+    CHECK(body["refreshToken"] == "refresh-1");
+    CHECK(body["clientId"] == "client-1");
+    CHECK(body["clientSecret"] == "client-secret-1");
+    CHECK(Header(s.requests()[1], "x-amz-sso_bearer_token") == "access-new");
+    auto saved = nlohmann::json::parse(home.Read(kCorp));
+    CHECK(saved["accessToken"] == "access-new");
+    CHECK(saved["refreshToken"] == "refresh-2");
+    CHECK(saved["clientId"] == "client-1");  // the registration is kept
+    CHECK(saved["startUrl"] == "https://example.awsapps.com/start");
+    auto expires = igt::ParseIso8601(saved["expiresAt"].get<std::string>());
+    REQUIRE(expires);
+    CHECK(*expires >= Now() + 28800 - 60);
+  }
+  SECTION("a refresh refused: the old token while it lasts, then an error naming aws sso login") {
+    home.Token(kCorp, token("access-old", Now() + 300, registration));
+    s.Push(FakeServer::Reply(400, {}, R"({"error":"invalid_grant","error_description":"expired"})"));
+    s.Push(RoleCredentials("ASIAOLD"));
+    auto c = igt::ResolveCredentials("dev", "us-east-1");
+    REQUIRE(c);
+    CHECK(c->access_key == "ASIAOLD");
+    CHECK(Header(s.requests()[1], "x-amz-sso_bearer_token") == "access-old");
+    CHECK(nlohmann::json::parse(home.Read(kCorp))["accessToken"] == "access-old");
+
+    home.Token(kCorp, token("access-old", Now() - 10, registration));
+    s.Push(FakeServer::Reply(400, {}, R"({"error":"invalid_grant"})"));
+    auto expired = igt::ResolveCredentials("dev", "us-east-1");
+    REQUIRE(!expired);
+    CHECK(expired.error().code() == Code::kPermissionDenied);
+    CHECK_THAT(expired.error().message(), Catch::Contains("expired at"));
+    CHECK_THAT(expired.error().message(), Catch::Contains("invalid_grant"));
+    CHECK_THAT(expired.error().message(), Catch::Contains("run 'aws sso login --sso-session corp'"));
+    CHECK(s.requests().size() == 3);  // no GetRoleCredentials with an expired token
+    CHECK_THAT(expired.error().message(), !Catch::Contains("refresh-1"));
+    CHECK_THAT(expired.error().message(), !Catch::Contains("client-secret-1"));
+  }
+  SECTION("without a refresh token (or its registration expired) an expired token is an error at once") {
+    home.Token(kCorp, token("access-old", Now() - 10,
+                            fmt::format(R"(,"refreshToken":"r","clientId":"c","clientSecret":"x",)"
+                                        R"("registrationExpiresAt":"{}")",
+                                        Iso(Now() - 1))));
+    auto c = igt::ResolveCredentials("dev", "us-east-1");
+    REQUIRE(!c);
+    CHECK_THAT(c.error().message(), Catch::Contains("client registration expired"));
+    home.Token(kCorp, token("access-old", Now() - 10));
+    c = igt::ResolveCredentials("dev", "us-east-1");
+    REQUIRE(!c);
+    CHECK_THAT(c.error().message(), Catch::Contains("no refreshToken"));
+    CHECK(s.requests().empty());
+  }
+  SECTION("the legacy form: the token keyed by the start URL, never refreshed") {
+    home.Token(kLegacy, token("legacy-access", Now() + 3600));
+    s.Push(RoleCredentials("ASIALEGACY"));
+    auto c = igt::ResolveCredentials("legacy", "us-east-1");
+    REQUIRE(c);
+    CHECK(c->access_key == "ASIALEGACY");
+    CHECK(s.requests()[0].starts_with("GET /federation/credentials?account_id=111122223333&role_name=Legacy "));
+    // The "UTC" suffix older CLI v2 releases wrote, expired.
+    home.Token(kLegacy, R"({"accessToken":"legacy-access","expiresAt":"2020-01-01T00:00:00UTC"})");
+    auto expired = igt::ResolveCredentials("legacy", "us-east-1");
+    REQUIRE(!expired);
+    CHECK_THAT(expired.error().message(), Catch::Contains("expired at 2020-01-01T00:00:00Z"));
+    CHECK_THAT(expired.error().message(), Catch::Contains("run 'aws sso login --profile legacy'"));
+    CHECK(s.requests().size() == 1);
+  }
+  SECTION("not signed in, a refused token, a role not granted") {
+    auto c = igt::ResolveCredentials("dev", "us-east-1");
+    REQUIRE(!c);
+    CHECK_THAT(c.error().message(), Catch::Contains("no token at " + home.cache + "/" + kCorp + ".json"));
+    CHECK_THAT(c.error().message(), Catch::Contains("aws sso login --sso-session corp"));
+    home.Token(kCorp, token("access-1", Now() + 3600));
+    s.Push(FakeServer::Reply(401, {"x-amzn-ErrorType: UnauthorizedException"},
+                             R"({"message":"Session token not found or invalid"})"));
+    c = igt::ResolveCredentials("dev", "us-east-1");
+    REQUIRE(!c);
+    CHECK(c.error().code() == Code::kPermissionDenied);
+    CHECK_THAT(c.error().message(), Catch::Contains("HTTP 401: Session token not found or invalid"));
+    CHECK_THAT(c.error().message(), Catch::Contains("aws sso login --sso-session corp"));
+    s.Push(FakeServer::Reply(403, {"x-amzn-ErrorType: ForbiddenException"}, R"({"message":"No access"})"));
+    c = igt::ResolveCredentials("dev", "us-east-1");
+    REQUIRE(!c);
+    CHECK_THAT(c.error().message(), Catch::Contains("SSO role Reader in account 111122223333"));
+    CHECK_THAT(c.error().message(), Catch::Contains("HTTP 403: No access"));
+    CHECK_THAT(c.error().message(), !Catch::Contains("access-1"));
+  }
+  SECTION("settings checked as the AWS CLI checks them") {
+    auto half = igt::ResolveCredentials("half", "us-east-1");
+    REQUIRE(!half);
+    CHECK_THAT(half.error().message(),
+               Catch::Contains("profile [half] signs in through SSO, but it has no sso_region, sso_account_id, "
+                               "sso_role_name"));
+    auto gone = igt::ResolveCredentials("nosection", "us-east-1");
+    REQUIRE(!gone);
+    CHECK_THAT(gone.error().message(), Catch::Contains("no [sso-session gone] section in " + config));
+    auto mismatch = igt::ResolveCredentials("mismatch", "us-east-1");
+    REQUIRE(!mismatch);
+    CHECK_THAT(mismatch.error().message(), Catch::Contains("its sso_region is not its [sso-session corp]'s"));
+    CHECK(s.requests().empty());
+  }
+  SECTION("an SSO profile as a role's source, and before the profile's keys") {
+    home.Token(kCorp, token("access-1", Now() + 3600));
+    ScopedEnv sts("AWS_ENDPOINT_URL_STS", s.endpoint());
+    s.Push(RoleCredentials("ASIASSOBASE"));
+    s.Push(FakeServer::Reply(200, {}, "<AssumeRoleResponse><AssumeRoleResult><Credentials><AccessKeyId>ASIATRAINER"
+                                      "</AccessKeyId><SecretAccessKey>t</SecretAccessKey></Credentials>"
+                                      "</AssumeRoleResult></AssumeRoleResponse>"));
+    auto c = igt::ResolveCredentials("trainer", "us-east-1");
+    REQUIRE(c);
+    CHECK(c->access_key == "ASIATRAINER");
+    REQUIRE(s.requests().size() == 2);
+    CHECK_THAT(Header(s.requests()[1], "authorization"), Catch::Contains("Credential=ASIASSOBASE/"));
+    CHECK(Header(s.requests()[1], "x-amz-security-token") == "sso-session-token");
+    // Keys of the same profile in the credentials file: SSO still wins, as in the AWS CLI.
+    const std::string creds = TempFile("[dev]\naws_access_key_id = AKIDDEV\naws_secret_access_key = d\n");
+    ScopedEnv f2("AWS_SHARED_CREDENTIALS_FILE", creds);
+    s.Push(RoleCredentials("ASIASSOFIRST"));
+    auto first = igt::ResolveCredentials("dev", "us-east-1");
+    REQUIRE(first);
+    CHECK(first->access_key == "ASIASSOFIRST");
+    ::unlink(creds.c_str());
+  }
   ::unlink(config.c_str());
 }

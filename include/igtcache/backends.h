@@ -43,6 +43,8 @@ struct Credentials {
 //      `region`): EKS service accounts;
 //   3. the profile $AWS_PROFILE or "default": a role to assume (role_arn
 //      with source_profile or credential_source, STS AssumeRole), else its
+//      IAM Identity Center sign-in (sso_session or sso_start_url: the token
+//      `aws sso login` cached, SSO GetRoleCredentials), else its
 //      keys in the credentials file, else its credential_process (config or
 //      credentials file),
 //      else its keys in the config file (~/.aws/config, $AWS_CONFIG_FILE);

@@ -3,7 +3,9 @@ the AWS chain's remote links, each played by a fake on loopback: the EC2
 instance metadata service (IMDSv2, credentials near their expiry renewed by
 the running mount), the container endpoint (ECS, EKS Pod Identity), a
 credential_process in the config file, STS's AssumeRoleWithWebIdentity
-(EKS service accounts) and a profile that assumes a role (STS AssumeRole). No AWS_* keys and no
+(EKS service accounts), a profile that assumes a role (STS AssumeRole) and
+one signed in through IAM Identity Center (`aws sso login`'s cached token,
+refreshed at SSO-OIDC, exchanged at the SSO portal). No AWS_* keys and no
 credentials file in the daemon's environment. A link configured but failing,
 and no credentials anywhere, fail the mount with a message that says why.
 s3rver does not check signatures: that requests are signed with what the
@@ -13,6 +15,7 @@ import sys
 sys.dont_write_bytecode = True  # keep tests/mount free of __pycache__
 
 import datetime
+import hashlib
 import http.server
 import json
 import threading
@@ -79,6 +82,19 @@ class Fake:
                     if self.headers.get("Authorization") != "pod-secret-token":
                         return self.reply(401, '{"message":"bad token"}')
                     return self.reply(200, self.creds(), "application/json")
+                if self.path.startswith("/federation/credentials?"):  # SSO GetRoleCredentials
+                    if self.headers.get("x-amz-sso_bearer_token") != "sso-access-2":
+                        return self.reply(401, '{"message":"Session token not found or invalid"}')
+                    fake.fetches += 1
+                    return self.reply(200, json.dumps({"roleCredentials": {
+                        "accessKeyId": fake.key, "secretAccessKey": fake.key, "sessionToken": "t-sso",
+                        "expiration": int(fake.expires * 1000)}}), "application/json")
+                if self.command == "POST" and self.path == "/token":  # SSO-OIDC CreateToken
+                    form = json.loads(body)
+                    if form.get("grantType") != "refresh_token" or form.get("refreshToken") != "sso-refresh-1":
+                        return self.reply(400, '{"error":"invalid_grant"}')
+                    return self.reply(200, json.dumps({"accessToken": "sso-access-2", "expiresIn": 28800,
+                                                       "refreshToken": "sso-refresh-2"}), "application/json")
                 if self.command == "POST" and self.path == "/":
                     if fake.sts_error:
                         return self.reply(400, "<ErrorResponse><Error><Code>InvalidIdentityToken</Code><Message>"
@@ -118,7 +134,8 @@ def bare_env(s: harness.Session, extra: dict) -> dict:
               "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_ROLE_ARN", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
               "AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_CONTAINER_AUTHORIZATION_TOKEN",
               "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", "AWS_EC2_METADATA_SERVICE_ENDPOINT",
-              "AWS_EC2_METADATA_SERVICE_ENDPOINT_MODE", "AWS_ENDPOINT_URL_STS",
+              "AWS_EC2_METADATA_SERVICE_ENDPOINT_MODE", "AWS_ENDPOINT_URL_STS", "AWS_ENDPOINT_URL_SSO",
+              "AWS_ENDPOINT_URL_SSO_OIDC",
               "AWS_CONFIG_FILE"):
         env.pop(k, None)
     env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"  # the fakes are on loopback
@@ -233,6 +250,42 @@ def main():
                           in fake.requests[0][2].get("authorization", ""),
                           "STS AssumeRole, signed with the source profile's key")
             s.unmount(m)
+
+            # -- 3c. a profile signed in through IAM Identity Center: the token
+            # `aws sso login` cached, 5 minutes from its expiry, is refreshed
+            # at SSO-OIDC (the cache file rewritten) and exchanged for the
+            # role's credentials.
+            fake.requests.clear()
+            home = s.mkdir("home")
+            cache = home / ".aws" / "sso" / "cache"
+            cache.mkdir(parents=True)
+            token_file = cache / (hashlib.sha1(b"corp").hexdigest() + ".json")
+            token_file.write_text(json.dumps({
+                "startUrl": "https://example.awsapps.com/start", "region": "eu-west-1",
+                "accessToken": "sso-access-1", "expiresAt": iso(time.time() + 300),
+                "refreshToken": "sso-refresh-1", "clientId": "client-1", "clientSecret": "client-secret-1",
+                "registrationExpiresAt": iso(time.time() + 86400)}))
+            config = s.write_config("aws-config-sso", "[profile dev]\nsso_session = corp\n"
+                                    "sso_account_id = 111122223333\nsso_role_name = Reader\n"
+                                    "[sso-session corp]\nsso_start_url = https://example.awsapps.com/start\n"
+                                    "sso_region = eu-west-1\n")
+            m = s.mount(f"s3://{BUCKET}", args=args + ["--profile", "dev"], env=bare_env(s, {
+                "HOME": str(home), "AWS_CONFIG_FILE": str(config),
+                "AWS_ENDPOINT_URL_SSO": fake.url, "AWS_ENDPOINT_URL_SSO_OIDC": fake.url}))
+            harness.check(m.path("a.bin").read_bytes() == b"a" * 300_000, "SSO: a.bin read")
+            harness.check([r[1].split("?")[0] for r in fake.requests] == ["/token", "/federation/credentials"],
+                          f"the token refreshed, then exchanged: {[r[1] for r in fake.requests]}")
+            harness.check("account_id=111122223333&role_name=Reader" in fake.requests[1][1],
+                          "GetRoleCredentials of the profile's account and role")
+            saved = json.loads(token_file.read_text())
+            harness.check(saved["accessToken"] == "sso-access-2" and saved["refreshToken"] == "sso-refresh-2"
+                          and saved["clientId"] == "client-1",
+                          "the refreshed token is saved where aws sso login keeps it")
+            s.unmount(m)
+            log = m.proc.stderr_text()
+            harness.check("credentials from SSO role Reader in account 111122223333 (profile [dev]" in log
+                          and "sso-access" not in log and "sso-refresh" not in log,
+                          "the log names the SSO role, not the tokens")
 
             # -- 4. configured but refused: the mount fails, saying why; a key
             # S3 does not know fails it too (s3rver checks the key id).
