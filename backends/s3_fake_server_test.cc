@@ -99,6 +99,50 @@ TEST_CASE("S3 fake: anonymous requests are unsigned", "[s3fake]") {
   CHECK(Head(s.requests()[0], "authorization").empty());
 }
 
+TEST_CASE("S3 fake: a Requester Pays bucket and an expected owner: two headers on every request, signed",
+          "[s3fake]") {
+  FakeServer s;
+  auto o = Opts(s, nullptr);
+  o.requester_pays = true;
+  o.expected_bucket_owner = "111122223333";
+  auto b = igt::MakeS3Backend(o);
+  REQUIRE(b);
+  s.Push(FakeServer::Reply(206, kOkHeaders, kTen));
+  char buf[10];
+  REQUIRE((*b)->Read("k", 0, 10, "e1", buf));
+  s.Push("HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 10\r\nETag: \"e1\"\r\n\r\n");
+  REQUIRE((*b)->Stat("k"));
+  s.Push(FakeServer::Reply(200, {}, "<ListBucketResult><IsTruncated>false</IsTruncated></ListBucketResult>"));
+  igt::ListRequest req;
+  REQUIRE((*b)->List(req));
+  const auto reqs = s.requests();
+  REQUIRE(reqs.size() == 3);
+  for (const auto& r : reqs) {
+    INFO(r.substr(0, r.find("\r\n")));
+    CHECK(Head(r, "x-amz-request-payer") == "requester");
+    CHECK(Head(r, "x-amz-expected-bucket-owner") == "111122223333");
+    // Signed: both are among the signature's headers.
+    CHECK_THAT(Head(r, "authorization"),
+               Catch::Contains("SignedHeaders=host;x-amz-content-sha256;x-amz-date;x-amz-expected-bucket-owner;"
+                               "x-amz-request-payer"));
+  }
+  // Without them: neither header, and a 403 says a Requester Pays bucket needs the option.
+  auto plain = igt::MakeS3Backend(Opts(s, nullptr));
+  REQUIRE(plain);
+  s.Push(FakeServer::Reply(403, {}, "<Error><Code>AccessDenied</Code><Message>Access Denied</Message></Error>"));
+  auto denied = (*plain)->Read("k", 0, 10, "e1", buf);
+  REQUIRE(!denied);
+  CHECK(Head(s.requests().back(), "x-amz-request-payer").empty());
+  CHECK(Head(s.requests().back(), "x-amz-expected-bucket-owner").empty());
+  CHECK(denied.error().code() == Code::kPermissionDenied);
+  CHECK_THAT(denied.error().message(), Catch::Contains("Requester Pays bucket also needs backend.requester_pays"));
+  // With them, the hint is not given.
+  s.Push(FakeServer::Reply(403, {}, "<Error><Code>AccessDenied</Code><Message>Access Denied</Message></Error>"));
+  auto denied_rp = (*b)->Read("k", 0, 10, "e1", buf);
+  REQUIRE(!denied_rp);
+  CHECK_THAT(denied_rp.error().message(), !Catch::Contains("Requester Pays"));
+}
+
 TEST_CASE("S3 fake: retries 503 SlowDown, 500, truncated bodies and bad ranges", "[s3fake]") {
   FakeServer s;
   igt::Metrics m;

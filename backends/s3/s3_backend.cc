@@ -183,7 +183,8 @@ bool RetryableCurl(int code) {
 
 }  // namespace
 
-Outcome ClassifyFailure(const HttpResponse& r, const S3Endpoint& ep, std::string_view what) {
+Outcome ClassifyFailure(const HttpResponse& r, const S3Endpoint& ep, std::string_view what,
+                        std::string_view hint_403) {
   const std::string bucket = "bucket '" + ep.bucket + "'";
   if (r.curl_code != 0) {
     return {Status::Unavailable("cannot reach S3 endpoint " + ep.endpoint + " (" + std::string(what) +
@@ -216,7 +217,7 @@ Outcome ClassifyFailure(const HttpResponse& r, const S3Endpoint& ep, std::string
   if (s == 403) {
     return {Status::PermissionDenied("access denied to " + bucket + " at " + ep.endpoint + " for " +
                                      std::string(what) + " (" + detail +
-                                     "); check the credentials and the bucket policy"),
+                                     "); check the credentials and the bucket policy" + std::string(hint_403)),
             false, /*credentials_refused=*/e.code.empty()};  // a HEAD's 403 has no body to tell why
   }
   if (s == 404) {
@@ -299,7 +300,7 @@ class S3Backend final : public Backend {
     Status st = WithRetries([&]() -> Outcome {
       HttpRequest req = Build("HEAD", full, {}, {});
       HttpResponse r = Send(req);
-      if (r.curl_code != 0 || r.status != 200) return ClassifyFailure(r, ep_, "key " + Quote(key));
+      if (r.curl_code != 0 || r.status != 200) return ClassifyFailure(r, ep_, "key " + Quote(key), hint_403_);
       const std::string* len = r.Header("content-length");
       auto size = len ? ParseU64(*len) : std::nullopt;
       if (!size) return {Status::IoError("HEAD " + Quote(key) + ": reply without a valid Content-Length"), true};
@@ -342,7 +343,7 @@ class S3Backend final : public Backend {
                 false};
       }
       if (r.curl_code != 0 || (r.status != 200 && r.status != 206 && r.status != 416)) {
-        return ClassifyFailure(r, ep_, "key " + Quote(key));
+        return ClassifyFailure(r, ep_, "key " + Quote(key), hint_403_);
       }
       const std::string* et = r.Header("etag");
       if (!etag.empty()) {
@@ -451,6 +452,10 @@ class S3Backend final : public Backend {
     req.method = method;
     req.url = ep_.Url(full_key, query);
     req.headers = std::move(extra);
+    // Signed with the rest (x-amz-* headers are part of the signature).
+    if (opts_.requester_pays) req.headers.emplace_back("x-amz-request-payer", "requester");
+    if (!opts_.expected_bucket_owner.empty())
+      req.headers.emplace_back("x-amz-expected-bucket-owner", opts_.expected_bucket_owner);
     if (!anonymous_) {
       SignInput in;
       in.method = method;
@@ -493,7 +498,7 @@ class S3Backend final : public Backend {
                                   "endpoint? (check --endpoint)"),
                   false};
         }
-        return ClassifyFailure(r, ep_, what);
+        return ClassifyFailure(r, ep_, what, hint_403_);
       }
       auto parsed = ParseListObjectsV2(r.body);
       if (!parsed) return {Status(parsed.error().code(), what + ": " + parsed.error().message()), true};
@@ -752,6 +757,10 @@ class S3Backend final : public Backend {
   const S3Options opts_;
   const S3Endpoint ep_;
   bool anonymous_ = false;
+  // What a 403 names besides the credentials and the bucket policy.
+  const std::string hint_403_ = opts_.requester_pays || opts_.no_sign_request
+                                    ? std::string()
+                                    : " (a Requester Pays bucket also needs backend.requester_pays: --requester-pays)";
   std::mutex cred_mu_;  // guards credentials_, cred_gen_, next_renew_s_, next_renew_warn_s_, same_keys_until_s_,
                        // stop_renewer_, renewer_
   Credentials credentials_;   // what requests are signed with (RefreshCredentials)

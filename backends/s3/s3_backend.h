@@ -54,6 +54,8 @@ struct Outcome {
 
 // Maps a failed exchange (transport error or a non-success status) to a
 // Status. `what` names the object or operation ("key 'a/b'", "listing").
-Outcome ClassifyFailure(const HttpResponse& r, const S3Endpoint& ep, std::string_view what);
+// `hint_403` ends the message of a 403 that is not about the credentials.
+Outcome ClassifyFailure(const HttpResponse& r, const S3Endpoint& ep, std::string_view what,
+                        std::string_view hint_403 = {});
 
 }  // namespace igt::s3

@@ -75,6 +75,10 @@ struct S3Options {
   // callback: the request fails (PermissionDenied). May be empty.
   std::function<Result<Credentials>()> refresh_credentials;
   bool no_sign_request = false;
+  // Sent with every request, signed: x-amz-request-payer: requester (a
+  // Requester Pays bucket), x-amz-expected-bucket-owner (when not empty).
+  bool requester_pays = false;
+  std::string expected_bucket_owner;
   int connect_timeout_ms = 3000;      // Default: 3 s
   int request_timeout_ms = 30000;     // Default: 30 s; a stalled transfer (no bytes for this long) fails too
   int max_retries = 5;                // Default: 5 retries after the first attempt

@@ -36,6 +36,8 @@ struct Config {
     std::string addressing;
     std::string profile;
     bool no_sign_request = false;
+    bool requester_pays = false;
+    std::string expected_bucket_owner;  // "" or a 12-digit account id
     uint64_t connect_timeout_ms = 0;
     uint64_t request_timeout_ms = 0;
     uint64_t max_retries = 0;

@@ -26,7 +26,8 @@ _igtcache() {
     --addressing) COMPREPLY=($(compgen -W "auto path virtual" -- "$cur")); return ;;
     --log-level) COMPREPLY=($(compgen -W "trace debug info warn error off" -- "$cur")); return ;;
     --policy) COMPREPLY=($(compgen -W "igt lru lfu fifo 2random lru-readahead belady" -- "$cur")); return ;;
-    --cache-size|--endpoint|--region|--profile|--metrics-addr|-o|--interval|--timeout|-j|--jobs|--unit-size|\
+    --cache-size|--endpoint|--region|--profile|--expected-bucket-owner|--metrics-addr|-o|--interval|--timeout|\
+      -j|--jobs|--unit-size|\
       --latency-ms|--bandwidth|--connections) return ;;
   esac
 
@@ -34,7 +35,8 @@ _igtcache() {
     mount)
       if [[ "$cur" == -* ]]; then
         COMPREPLY=($(compgen -W "--config --cache-dir --cache-size -f --foreground -o --endpoint --region
-          --profile --addressing --log-level --log-file --trace-out --metrics-addr --help" -- "$cur"))
+          --profile --addressing --requester-pays --expected-bucket-owner --log-level --log-file --trace-out
+          --metrics-addr --help" -- "$cur"))
       elif [[ "$cur" == s3:* || "$cur" == file:* ]]; then
         COMPREPLY=()
       else

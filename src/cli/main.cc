@@ -141,6 +141,11 @@ int main(int argc, char** argv) {
   mount->add_option("--region", m.region, "S3 region (backend.region)")->check(non_empty);
   mount->add_option("--profile", m.profile, "Credentials profile in ~/.aws/credentials (backend.profile)")->check(non_empty);
   mount->add_option("--addressing", m.addressing, "auto | path | virtual (backend.addressing)")->check(non_empty);
+  mount->add_flag("--requester-pays", m.requester_pays,
+                  "Read a Requester Pays bucket: this account pays for the requests (backend.requester_pays)");
+  mount->add_option("--expected-bucket-owner", m.expected_bucket_owner,
+                    "Refuse a bucket of another AWS account: its 12-digit id (backend.expected_bucket_owner)")
+      ->check(non_empty);
   mount->add_option("--log-level", m.log_level, "trace|debug|info|warn|error|off (logging.level)")->check(non_empty);
   mount->add_option("--log-file", m.log_file, "Log file (logging.file)")->check(non_empty);
   mount->add_option("--trace-out", m.trace_out, "Record every read as a trace CSV (docs/TRACES.md)")->check(non_empty);

@@ -174,6 +174,8 @@ Result<std::unique_ptr<Backend>> BuildBackend(const SourceUrl& url, const Config
   o.region = c.backend.region.empty() ? RegionFromEnv() : c.backend.region;
   o.addressing = c.backend.addressing;
   o.no_sign_request = c.backend.no_sign_request;
+  o.requester_pays = c.backend.requester_pays;
+  o.expected_bucket_owner = c.backend.expected_bucket_owner;
   o.connect_timeout_ms = static_cast<int>(c.backend.connect_timeout_ms);
   o.request_timeout_ms = static_cast<int>(c.backend.request_timeout_ms);
   o.max_retries = static_cast<int>(c.backend.max_retries);
@@ -720,11 +722,14 @@ int RunMount(const MountArgs& a) {
     const char* key;
     const std::string& value;
   };
+  const std::string requester_pays = a.requester_pays ? "true" : "";
   for (const Override& o : {Override{"cache.dir", a.cache_dir}, {"cache.max_bytes", a.cache_size},
                             {"backend.endpoint", a.endpoint}, {"backend.region", a.region},
                             {"backend.profile", a.profile}, {"backend.addressing", a.addressing},
                             {"logging.level", a.log_level}, {"logging.file", a.log_file},
-                            {"metrics.addr", a.metrics_addr}}) {
+                            {"metrics.addr", a.metrics_addr},
+                            {"backend.expected_bucket_owner", a.expected_bucket_owner},
+                            {"backend.requester_pays", requester_pays}}) {
     if (o.value.empty()) continue;
     if (auto s = SetConfigValue(*cfg, o.key, o.value); !s.ok())
       return fail(kExitUsage, fmt::format("{} (from the command line)", s.message()));
@@ -735,7 +740,9 @@ int RunMount(const MountArgs& a) {
   if (url->kind == SourceUrl::Kind::kFile) {
     std::string unused;
     for (const auto& [flag, v] : {std::pair<const char*, const std::string&>{"--endpoint", a.endpoint},
-                                  {"--region", a.region}, {"--profile", a.profile}, {"--addressing", a.addressing}})
+                                  {"--region", a.region}, {"--profile", a.profile}, {"--addressing", a.addressing},
+                                  {"--expected-bucket-owner", a.expected_bucket_owner},
+                                  {"--requester-pays", requester_pays}})
       if (!v.empty()) unused += (unused.empty() ? "" : ", ") + std::string(flag);
     if (!unused.empty())
       std::fprintf(stderr, "igtcache: warning: %s: for s3:// sources, not used with a file:// source\n",

@@ -15,6 +15,8 @@ struct MountArgs {
   std::string cache_dir, cache_size, endpoint, region, profile, addressing, log_level, log_file;
   std::string trace_out;
   std::string metrics_addr;  // --metrics-addr (metrics.addr)
+  std::string expected_bucket_owner;  // --expected-bucket-owner (backend.expected_bucket_owner)
+  bool requester_pays = false;        // --requester-pays (backend.requester_pays)
   std::vector<std::string> fuse_opts;
   bool foreground = false;
 };

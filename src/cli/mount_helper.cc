@@ -34,7 +34,12 @@ Status ApplyOption(const std::string& opt, MountArgs& m) {
       {"region", &MountArgs::region},         {"profile", &MountArgs::profile},
       {"addressing", &MountArgs::addressing}, {"log_level", &MountArgs::log_level},
       {"log_file", &MountArgs::log_file},     {"metrics_addr", &MountArgs::metrics_addr},
-      {"trace_out", &MountArgs::trace_out}};
+      {"trace_out", &MountArgs::trace_out},   {"expected_bucket_owner", &MountArgs::expected_bucket_owner}};
+  if (k == "requester_pays") {
+    if (eq != std::string::npos) return Status::InvalidArgument("mount option 'requester_pays' takes no value");
+    m.requester_pays = true;
+    return Status::Ok();
+  }
   if (auto it = kOwn.find(k); it != kOwn.end()) {
     if (eq == std::string::npos || v.empty())
       return Status::InvalidArgument(fmt::format("mount option '{}' needs a value ({}=...)", k, k));

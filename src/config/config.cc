@@ -142,6 +142,14 @@ const std::vector<Key>& Schema() {
       {"backend.no_sign_request", Type::kBool, "false",
        "Send unsigned requests (public buckets); no credentials needed.", nullptr,
        SET_BOOL(backend.no_sign_request)},
+      {"backend.requester_pays", Type::kBool, "false",
+       "Read a Requester Pays bucket: every request says the mount's account pays for it "
+       "(x-amz-request-payer: requester); S3 refuses the requests of others with 403. Needs signed "
+       "requests.", nullptr, SET_BOOL(backend.requester_pays)},
+      {"backend.expected_bucket_owner", Type::kString, "",
+       "The 12-digit account id the bucket must belong to: S3 refuses (403) every request to a bucket "
+       "of another account (x-amz-expected-bucket-owner), so a bucket name taken over by someone else "
+       "is not read. Empty: not checked.", nullptr, SET_STR(backend.expected_bucket_owner)},
       {"backend.connect_timeout_ms", Type::kInt, "3000", "TCP/TLS connect timeout per attempt.",
        nullptr, SET_U64(backend.connect_timeout_ms)},
       {"backend.request_timeout_ms", Type::kInt, "30000",
@@ -471,6 +479,12 @@ Status Validate(const Config& c) {
   if (c.backend.max_connections < 1 || c.backend.max_connections > 1024)
     return bad("backend.max_connections", "must be 1..1024");
   if (c.backend.max_retries > 100) return bad("backend.max_retries", "must be at most 100");
+  if (c.backend.requester_pays && c.backend.no_sign_request)
+    return bad("backend.requester_pays", "needs signed requests: S3 refuses an unsigned one (unset "
+                                         "backend.no_sign_request)");
+  if (const std::string& o = c.backend.expected_bucket_owner;
+      !o.empty() && (o.size() != 12 || o.find_first_not_of("0123456789") != std::string::npos))
+    return bad("backend.expected_bucket_owner", "'" + o + "' is not an AWS account id (12 digits)");
   if (c.backend.connect_timeout_ms < 1) return bad("backend.connect_timeout_ms", "must be > 0");
   if (c.backend.request_timeout_ms < 1) return bad("backend.request_timeout_ms", "must be > 0");
   // Times are kept in milliseconds as int (libcurl, the retry loop) and

@@ -64,6 +64,15 @@ TEST_CASE("errors name the bad key") {
   REQUIRE_FALSE(en.has_value());
   CHECK_THAT(en.error().message(), Catch::Contains("backend.addressing"));
   // A key given twice (yaml-cpp keeps both; one silently won).
+  auto owner = ParseConfig("backend:\n  expected_bucket_owner: '12345'\n", "t.yaml");
+  REQUIRE_FALSE(owner.has_value());
+  CHECK_THAT(owner.error().message(), Catch::Contains("backend.expected_bucket_owner"));
+  CHECK_THAT(owner.error().message(), Catch::Contains("'12345' is not an AWS account id (12 digits)"));
+  CHECK(ParseConfig("backend:\n  expected_bucket_owner: '111122223333'\n", "t.yaml").has_value());
+  auto unsigned_rp = ParseConfig("backend:\n  requester_pays: true\n  no_sign_request: true\n", "t.yaml");
+  REQUIRE_FALSE(unsigned_rp.has_value());
+  CHECK_THAT(unsigned_rp.error().message(), Catch::Contains("backend.requester_pays"));
+  CHECK_THAT(unsigned_rp.error().message(), Catch::Contains("needs signed requests"));
   auto dup = ParseConfig("cache:\n  max_bytes: 1G\n  max_bytes: 2G\n", "t.yaml");
   REQUIRE_FALSE(dup.has_value());
   CHECK_THAT(dup.error().message(), Catch::Contains("duplicate key 'cache.max_bytes'"));

@@ -41,11 +41,14 @@ def main():
         rc = s.unmount(m)
         harness.check(rc == 0, f"daemon exited 0 after fusermount3 -u (rc={rc})")
 
-        # A prefix mount: s3://bucket/<dir> shows only that subtree, relative.
+        # A prefix mount: s3://bucket/<dir> shows only that subtree, relative;
+        # as a Requester Pays bucket with an expected owner (two signed headers
+        # on every request: s3rver ignores them, the mount must still work).
         sub = "ünïcödé"
         sub_ds = Dataset(ds.root / sub, [e.__class__(e.path[len(sub) + 1:], e.size, e.mtime, e.sha256)
                                           for e in ds.files if e.path.startswith(sub + "/")])
-        m2 = s.mount(f"s3://{BUCKET}/{sub}", args=["--endpoint", srv.endpoint, "--region", "us-east-1"])
+        m2 = s.mount(f"s3://{BUCKET}/{sub}", args=["--endpoint", srv.endpoint, "--region", "us-east-1",
+                                                  "--requester-pays", "--expected-bucket-owner", "111122223333"])
         verify.check_tree(m2.mountpoint, sub_ds, mtime_mode="sane")
         verify.check_whole_files(m2.mountpoint, sub_ds)
         rc = s.unmount(m2)

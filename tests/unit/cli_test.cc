@@ -166,5 +166,16 @@ TEST_CASE("mount helper: flags it does not know are named", "[cli]") {
   REQUIRE(r->has_value());
   CHECK((*r)->mount.cache_dir == "/c");
   CHECK((*r)->mount.fuse_opts == std::vector<std::string>{"allow_other"});
+  CHECK_FALSE((*r)->mount.requester_pays);
+  r = call({"mount.fuse.igtcache", "s3://b", "/mnt", "-o", "requester_pays,expected_bucket_owner=111122223333"});
+  REQUIRE(r.has_value());
+  REQUIRE(r->has_value());
+  CHECK((*r)->mount.requester_pays);
+  CHECK((*r)->mount.expected_bucket_owner == "111122223333");
+  CHECK((*r)->mount.fuse_opts.empty());
+  r = call({"mount.fuse.igtcache", "s3://b", "/mnt", "-o", "requester_pays=yes"});
+  REQUIRE(r.has_value());
+  REQUIRE_FALSE(r->has_value());
+  CHECK_THAT(r->error().message(), Catch::Contains("'requester_pays' takes no value"));
   CHECK_FALSE(call({"igtcache", "stats", "/mnt"}).has_value());  // not a helper call
 }
