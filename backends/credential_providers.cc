@@ -163,12 +163,11 @@ Status CheckContainerUrl(const std::string& url, std::string* shown) {
   return Status::Ok();
 }
 
-// A service's endpoint as the SDKs find it: $AWS_ENDPOINT_URL_<ID> (the
-// service's own), else $AWS_ENDPOINT_URL (every service's), else
-// https://<host>.<region>.amazonaws.com (.cn in China). No trailing '/'.
-std::string ServiceEndpoint(const char* env, std::string_view host, const std::string& region) {
+}  // namespace
+
+std::string ServiceEndpoint(const char* env, std::string_view host, const std::string& region, bool global) {
   std::string endpoint = Env(env);
-  if (endpoint.empty()) endpoint = Env("AWS_ENDPOINT_URL");
+  if (endpoint.empty() && global) endpoint = Env("AWS_ENDPOINT_URL");
   if (endpoint.empty()) {
     const std::string r = region.empty() ? "us-east-1" : region;
     endpoint = fmt::format("https://{}.{}.amazonaws.com{}", host, r, r.starts_with("cn-") ? ".cn" : "");
@@ -177,11 +176,10 @@ std::string ServiceEndpoint(const char* env, std::string_view host, const std::s
   return endpoint;
 }
 
+namespace {
+
 std::string StsEndpoint(const std::string& region) { return ServiceEndpoint("AWS_ENDPOINT_URL_STS", "sts", region); }
 
-}  // namespace
-
-namespace {
 // STS's answer: its credentials, its error (a 5xx or a throttle: try again
 // later, not access denied), or no answer at all.
 Result<Credentials> StsReply(const HttpReply& r, const std::string& source) {
@@ -462,27 +460,27 @@ Result<int64_t> ParseCacheTime(std::string s) {
   return ParseIso8601(s);
 }
 
-// Replaces `path` by `text` at once (temp file + rename), mode 0600 as the
-// AWS CLI keeps the token cache: a reader sees the old file or the new one.
-Status WriteFileAtomic(const std::string& path, const std::string& text) {
-  const std::string tmp = fmt::format("{}.igtcache-{}.tmp", path, ::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return Status::Internal(fmt::format("cannot write {}: {}", tmp, std::strerror(errno)));
+// Rewrites the token cache file in place, as the AWS CLI does (mode 0600
+// if it is created): its owner, mode and a symlink to it stay as they are
+// (a mount run under sudo with the user's $HOME must not leave the user a
+// cache file owned by root). A reader at that moment may see it short; the
+// CLI's own rewrite has the same window.
+Status RewriteFile(const std::string& path, const std::string& text) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return Status::Internal(fmt::format("cannot write {}: {}", path, std::strerror(errno)));
   size_t off = 0;
+  int err = 0;
   while (off < text.size()) {
     const ssize_t n = ::write(fd, text.data() + off, text.size() - off);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
+    if (n <= 0) {
+      err = n < 0 ? errno : ENOSPC;
+      break;
+    }
     off += static_cast<size_t>(n);
   }
-  const bool ok = off == text.size() && ::fsync(fd) == 0;
-  const int err = errno;
-  ::close(fd);
-  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string why = std::strerror(ok ? errno : err);
-    ::unlink(tmp.c_str());
-    return Status::Internal(fmt::format("cannot write {}: {}", path, why));
-  }
+  if (::close(fd) != 0 && err == 0) err = errno;
+  if (err != 0) return Status::Internal(fmt::format("cannot write {}: {}", path, std::strerror(err)));
   return Status::Ok();
 }
 
@@ -499,7 +497,7 @@ Result<nlohmann::json> RefreshSsoToken(const nlohmann::json& token, const SsoSet
   if (!reg) return Err(Status::InvalidArgument("registrationExpiresAt: " + reg.error().message()));
   if (*reg <= now)
     return Err(Status::PermissionDenied("its client registration expired at " + FormatIso8601(*reg)));
-  const std::string endpoint = ServiceEndpoint("AWS_ENDPOINT_URL_SSO_OIDC", "oidc", s.region);
+  const std::string endpoint = ServiceEndpoint("AWS_ENDPOINT_URL_SSO_OIDC", "oidc", s.region, /*global=*/false);
   const std::string body = nlohmann::json{{"clientId", str("clientId")},
                                           {"clientSecret", str("clientSecret")},
                                           {"grantType", "refresh_token"},
@@ -564,10 +562,11 @@ Result<Credentials> SsoCredentials(const SsoSettings& s) {
     if (fresh) {
       token = std::move(*fresh);
       expires = ParseCacheTime(str("expiresAt"));
-      if (auto st = WriteFileAtomic(file, token.dump(2)); !st.ok())
+      if (auto st = RewriteFile(file, token.dump()); !st.ok())
         spdlog::warn("{}: the refreshed token is used but not saved: {}", what, st.message());
     } else {
       refresh_why = fresh.error().message();
+      spdlog::debug("{}: the token in {} was not refreshed: {}", what, file, refresh_why);
     }
   }
   if (*expires <= now)
@@ -578,7 +577,7 @@ Result<Credentials> SsoCredentials(const SsoSettings& s) {
   if (access_token.find_first_of("\r\n") != std::string::npos)
     return Err(Status::InvalidArgument(fmt::format("{}: the token in {} has a line break", what, file)));
   // GetRoleCredentials: the role's temporary credentials for the token.
-  const std::string endpoint = ServiceEndpoint("AWS_ENDPOINT_URL_SSO", "portal.sso", s.region);
+  const std::string endpoint = ServiceEndpoint("AWS_ENDPOINT_URL_SSO", "portal.sso", s.region, /*global=*/false);
   const std::string source = fmt::format("SSO role {} in account {} (profile [{}], portal at {})", s.role_name,
                                          s.account_id, s.profile, endpoint);
   HttpReply r = Call("GET",
@@ -593,8 +592,10 @@ Result<Credentials> SsoCredentials(const SsoSettings& s) {
     if (r.status == 401)
       return Err(Status::PermissionDenied(
           fmt::format("{}: the SSO session's token was refused (HTTP 401{}): run '{}'", source, msg, login)));
-    if (r.status == 403)
-      return Err(Status::PermissionDenied(fmt::format("{}: HTTP 403{}", source, msg)));
+    // 403: the role is not granted to the user; 404: no such account or
+    // role; 400: a request it refuses. None goes away by itself.
+    if (r.status == 403 || r.status == 404 || r.status == 400)
+      return Err(Status::PermissionDenied(fmt::format("{}: HTTP {}{}", source, r.status, msg)));
     return Err(Status::Unavailable(fmt::format("{}: {}{}", source, Why(r), msg)));
   }
   auto j = nlohmann::json::parse(r.body, nullptr, false);
@@ -608,8 +609,12 @@ Result<Credentials> SsoCredentials(const SsoSettings& s) {
   Credentials c{field("accessKeyId"), field("secretAccessKey"), field("sessionToken"), 0, source};
   if (c.access_key.empty() || c.secret_key.empty())
     return Err(Status::InvalidArgument(source + ": the reply has no accessKeyId and secretAccessKey"));
-  // Milliseconds since the epoch.
-  if (auto ex = rc->find("expiration"); ex != rc->end() && ex->is_number()) c.expires_unix_s = ex->get<int64_t>() / 1000;
+  // Milliseconds since the epoch; without it the mount could not renew
+  // them before they run out (the AWS CLI refuses such a reply too).
+  const auto ex = rc->find("expiration");
+  if (ex == rc->end() || !ex->is_number() || ex->get<double>() <= 0)
+    return Err(Status::InvalidArgument(source + ": the reply has no expiration (a number)"));
+  c.expires_unix_s = static_cast<int64_t>(ex->get<double>() / 1000);
   return c;
 }
 

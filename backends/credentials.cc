@@ -182,10 +182,17 @@ Result<Credentials> ProfileCredentials(const ProfileFiles& f, const std::string&
       return Err(Status::NotFound(
           fmt::format("profile [{}] in {} has no {}", profile, *where, id ? "aws_secret_access_key" : "aws_access_key_id")));
   }
+  // IAM Identity Center (`aws sso login`): a profile with sso_account_id
+  // or sso_role_name, as the AWS CLI decides (a profile with only
+  // sso_session or sso_start_url holds a token for other tools).
+  const bool sso = !setting("sso_account_id").empty() || !setting("sso_role_name").empty();
   // A source profile's own keys come before its role (the AWS CLI's rule
-  // for the profiles of a chain).
-  if (depth > 0)
+  // for the profiles of a chain), and its SSO sign-in before its keys.
+  if (depth > 0) {
+    const bool keys = keys_of(in_cred, f.path) || keys_of(in_config, f.config);
+    if (sso && (keys || setting("role_arn").empty())) return SsoProfileCredentials(f, profile, setting);
     if (auto c = keys_of(in_cred, f.path) ? keys_of(in_cred, f.path) : keys_of(in_config, f.config)) return *c;
+  }
   if (const std::string role = setting("role_arn"); !role.empty()) {
     const std::string what = fmt::format("profile [{}] (role {})", profile, role);
     if (!setting("mfa_serial").empty())
@@ -249,10 +256,8 @@ Result<Credentials> ProfileCredentials(const ProfileFiles& f, const std::string&
     return AssumeRoleCredentials(role, *base, session, setting("external_id"), duration, region,
                                  fmt::format("profile [{}]", profile));
   }
-  // IAM Identity Center (`aws sso login`), before the profile's keys as in
-  // the AWS CLI's chain.
-  for (const char* k : {"sso_session", "sso_start_url", "sso_region", "sso_account_id", "sso_role_name"})
-    if (!setting(k).empty()) return SsoProfileCredentials(f, profile, setting);
+  // SSO before the profile's keys, as in the AWS CLI's chain.
+  if (sso) return SsoProfileCredentials(f, profile, setting);
   if (auto c = keys_of(in_cred, f.path)) return *c;
   for (const auto& [sec, where] : {std::pair{&in_cred, &f.path}, std::pair{&in_config, &f.config}}) {
     const std::string command = key_of(*sec, "credential_process");

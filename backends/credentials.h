@@ -59,15 +59,24 @@ Result<Credentials> AssumeRoleCredentials(const std::string& role_arn, const Cre
 // "Expiration"}; a failure names its exit status and stderr's tail. At
 // most 60 s.
 Result<Credentials> ProcessCredentials(const std::string& command, const std::string& source);
+// A service's endpoint as the AWS SDKs find it: $<env> (the service's own,
+// e.g. AWS_ENDPOINT_URL_STS), else, with `global`, $AWS_ENDPOINT_URL (every
+// service's), else https://<host>.<region>.amazonaws.com (.cn in China; ""
+// region: us-east-1). No trailing '/'. The SSO calls pass global = false:
+// they send the token, the refresh token and the client secret themselves
+// (not a signature), and $AWS_ENDPOINT_URL is often the S3-compatible store
+// being mounted.
+std::string ServiceEndpoint(const char* env, std::string_view host, const std::string& region, bool global = true);
+
 // A profile that signs in through IAM Identity Center, as the AWS CLI reads
 // it after `aws sso login`: the token cached in
 // <cache_dir>/<sha1 of the sso-session's name, or of start_url when there is
 // no session>.json, refreshed at SSO-OIDC (CreateToken, at
-// $AWS_ENDPOINT_URL_SSO_OIDC, else $AWS_ENDPOINT_URL, else the region's) within 15
+// $AWS_ENDPOINT_URL_SSO_OIDC, else the sso_region's) within 15
 // minutes of its expiry when it belongs to an sso-session (the cache file
 // is rewritten), then exchanged for the role's credentials
-// (GetRoleCredentials, at $AWS_ENDPOINT_URL_SSO, else $AWS_ENDPOINT_URL,
-// else the region's portal). Not signed in, or a token expired or refused:
+// (GetRoleCredentials, at $AWS_ENDPOINT_URL_SSO, else the sso_region's
+// portal). Not signed in, or a token expired or refused:
 // PermissionDenied naming the `aws sso login` command to run.
 struct SsoSettings {
   std::string profile;  // the profile, for messages

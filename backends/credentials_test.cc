@@ -832,7 +832,10 @@ TEST_CASE("SSO: aws sso login's cached token, refreshed near its expiry, exchang
       "sso_registration_scopes = sso:account:access\n"
       "[profile legacy]\nsso_start_url = https://example.awsapps.com/start\nsso_region = eu-west-1\n"
       "sso_account_id = 111122223333\nsso_role_name = Legacy\n"
-      "[profile half]\nsso_start_url = https://example.awsapps.com/start\n"
+      "[profile half]\nsso_start_url = https://example.awsapps.com/start\nsso_account_id = 1\n"
+      "[profile tokenonly]\nsso_session = corp\n"
+      "[profile keyedsource]\nsso_session = corp\nsso_account_id = 111122223333\nsso_role_name = Reader\n"
+      "[profile viakeyedsource]\nrole_arn = arn:aws:iam::1:role/v\nsource_profile = keyedsource\n"
       "[profile nosection]\nsso_session = gone\nsso_account_id = 1\nsso_role_name = R\n"
       "[profile mismatch]\nsso_session = corp\nsso_region = us-east-1\nsso_account_id = 1\nsso_role_name = R\n"
       "[profile trainer]\nrole_arn = arn:aws:iam::1:role/trainer\nsource_profile = dev\n");
@@ -879,6 +882,7 @@ TEST_CASE("SSO: aws sso login's cached token, refreshed near its expiry, exchang
     CHECK(body["refreshToken"] == "refresh-1");
     CHECK(body["clientId"] == "client-1");
     CHECK(body["clientSecret"] == "client-secret-1");
+    CHECK(Header(s.requests()[0], "content-type") == "application/json");
     CHECK(Header(s.requests()[1], "x-amz-sso_bearer_token") == "access-new");
     auto saved = nlohmann::json::parse(home.Read(kCorp));
     CHECK(saved["accessToken"] == "access-new");
@@ -888,6 +892,43 @@ TEST_CASE("SSO: aws sso login's cached token, refreshed near its expiry, exchang
     auto expires = igt::ParseIso8601(saved["expiresAt"].get<std::string>());
     REQUIRE(expires);
     CHECK(*expires >= Now() + 28800 - 60);
+  }
+  SECTION("an expired token with a live registration is refreshed, and used") {
+    home.Token(kCorp, token("access-old", Now() - 3600, registration));
+    s.Push(FakeServer::Reply(200, {}, R"({"accessToken":"access-new","expiresIn":3600})"));
+    s.Push(RoleCredentials("ASIAAFTER"));
+    auto c = igt::ResolveCredentials("dev", "us-east-1");
+    REQUIRE(c);
+    CHECK(c->access_key == "ASIAAFTER");
+    CHECK(Header(s.requests()[1], "x-amz-sso_bearer_token") == "access-new");
+    auto saved = nlohmann::json::parse(home.Read(kCorp));
+    CHECK(saved["accessToken"] == "access-new");
+    CHECK(saved["refreshToken"] == "refresh-1");  // not rotated: the old one is kept
+  }
+  SECTION("a cache file that is not the CLI's, a reply without an expiry") {
+    home.Token(kCorp, "not json");
+    auto c = igt::ResolveCredentials("dev", "us-east-1");
+    REQUIRE(!c);
+    CHECK_THAT(c.error().message(), Catch::Contains("has no accessToken and expiresAt"));
+    home.Token(kCorp, R"({"accessToken": 5, "expiresAt": "2099-01-01T00:00:00Z"})");
+    c = igt::ResolveCredentials("dev", "us-east-1");
+    REQUIRE(!c);
+    CHECK_THAT(c.error().message(), Catch::Contains("has no accessToken and expiresAt"));
+    home.Token(kCorp, R"({"accessToken": "a", "expiresAt": "soon"})");
+    c = igt::ResolveCredentials("dev", "us-east-1");
+    REQUIRE(!c);
+    CHECK_THAT(c.error().message(), Catch::Contains("not an ISO 8601 time: 'soon'"));
+    CHECK(s.requests().empty());
+    // Fractional seconds and an offset, as other tools write them.
+    home.Token(kCorp, R"({"accessToken": "a", "expiresAt": "2099-01-01T00:00:00.123+00:00"})");
+    s.Push(FakeServer::Reply(200, {}, R"({"roleCredentials":{"accessKeyId":"A","secretAccessKey":"S"}})"));
+    c = igt::ResolveCredentials("dev", "us-east-1");
+    REQUIRE(!c);
+    CHECK_THAT(c.error().message(), Catch::Contains("the reply has no expiration"));
+    s.Push(FakeServer::Reply(200, {}, R"({"roleCredentials":"none"})"));
+    c = igt::ResolveCredentials("dev", "us-east-1");
+    REQUIRE(!c);
+    CHECK_THAT(c.error().message(), Catch::Contains("the reply has no roleCredentials"));
   }
   SECTION("a refresh refused: the old token while it lasts, then an error naming aws sso login") {
     home.Token(kCorp, token("access-old", Now() + 300, registration));
@@ -926,12 +967,15 @@ TEST_CASE("SSO: aws sso login's cached token, refreshed near its expiry, exchang
     CHECK(s.requests().empty());
   }
   SECTION("the legacy form: the token keyed by the start URL, never refreshed") {
-    home.Token(kLegacy, token("legacy-access", Now() + 3600));
+    // Near its expiry and with refresh fields: still no CreateToken.
+    home.Token(kLegacy, token("legacy-access", Now() + 300, registration));
     s.Push(RoleCredentials("ASIALEGACY"));
     auto c = igt::ResolveCredentials("legacy", "us-east-1");
     REQUIRE(c);
     CHECK(c->access_key == "ASIALEGACY");
+    REQUIRE(s.requests().size() == 1);
     CHECK(s.requests()[0].starts_with("GET /federation/credentials?account_id=111122223333&role_name=Legacy "));
+    CHECK(Header(s.requests()[0], "x-amz-sso_bearer_token") == "legacy-access");
     // The "UTC" suffix older CLI v2 releases wrote, expired.
     home.Token(kLegacy, R"({"accessToken":"legacy-access","expiresAt":"2020-01-01T00:00:00UTC"})");
     auto expired = igt::ResolveCredentials("legacy", "us-east-1");
@@ -964,8 +1008,15 @@ TEST_CASE("SSO: aws sso login's cached token, refreshed near its expiry, exchang
     auto half = igt::ResolveCredentials("half", "us-east-1");
     REQUIRE(!half);
     CHECK_THAT(half.error().message(),
-               Catch::Contains("profile [half] signs in through SSO, but it has no sso_region, sso_account_id, "
-                               "sso_role_name"));
+               Catch::Contains("profile [half] signs in through SSO, but it has no sso_region, sso_role_name"));
+    // Only a session (a token for other tools, no account or role): not an
+    // SSO sign-in, as in the AWS CLI; the profile's keys are used.
+    const std::string creds = TempFile("[tokenonly]\naws_access_key_id = AKIDTOKENONLY\naws_secret_access_key = t\n");
+    ScopedEnv f2("AWS_SHARED_CREDENTIALS_FILE", creds);
+    auto tokenonly = igt::ResolveCredentials("tokenonly", "us-east-1");
+    REQUIRE(tokenonly);
+    CHECK(tokenonly->access_key == "AKIDTOKENONLY");
+    ::unlink(creds.c_str());
     auto gone = igt::ResolveCredentials("nosection", "us-east-1");
     REQUIRE(!gone);
     CHECK_THAT(gone.error().message(), Catch::Contains("no [sso-session gone] section in " + config));
@@ -994,7 +1045,34 @@ TEST_CASE("SSO: aws sso login's cached token, refreshed near its expiry, exchang
     auto first = igt::ResolveCredentials("dev", "us-east-1");
     REQUIRE(first);
     CHECK(first->access_key == "ASIASSOFIRST");
+    // So too for a role's source profile with keys of its own.
+    const std::string creds2 = TempFile("[keyedsource]\naws_access_key_id = AKIDKS\naws_secret_access_key = k\n");
+    ScopedEnv f3("AWS_SHARED_CREDENTIALS_FILE", creds2);
+    s.Push(RoleCredentials("ASIAKSSSO"));
+    s.Push(FakeServer::Reply(200, {}, "<AssumeRoleResponse><AssumeRoleResult><Credentials><AccessKeyId>ASIAV"
+                                      "</AccessKeyId><SecretAccessKey>t</SecretAccessKey></Credentials>"
+                                      "</AssumeRoleResult></AssumeRoleResponse>"));
+    auto via = igt::ResolveCredentials("viakeyedsource", "us-east-1");
+    REQUIRE(via);
+    CHECK(via->access_key == "ASIAV");
+    CHECK_THAT(Header(s.requests().back(), "authorization"), Catch::Contains("Credential=ASIAKSSSO/"));
     ::unlink(creds.c_str());
+    ::unlink(creds2.c_str());
   }
   ::unlink(config.c_str());
+}
+
+TEST_CASE("ServiceEndpoint: the service's variable, $AWS_ENDPOINT_URL unless the call sends secrets, the region's",
+          "[credentials]") {
+  NothingSet none;
+  ScopedEnv all("AWS_ENDPOINT_URL", std::string("http://minio.local:9000/"));
+  CHECK(igt::ServiceEndpoint("AWS_ENDPOINT_URL_STS", "sts", "eu-west-1") == "http://minio.local:9000");
+  CHECK(igt::ServiceEndpoint("AWS_ENDPOINT_URL_SSO", "portal.sso", "eu-west-1", false) ==
+        "https://portal.sso.eu-west-1.amazonaws.com");
+  CHECK(igt::ServiceEndpoint("AWS_ENDPOINT_URL_SSO_OIDC", "oidc", "cn-north-1", false) ==
+        "https://oidc.cn-north-1.amazonaws.com.cn");
+  CHECK(igt::ServiceEndpoint("AWS_ENDPOINT_URL_SSO", "portal.sso", "", false) ==
+        "https://portal.sso.us-east-1.amazonaws.com");
+  ScopedEnv sso("AWS_ENDPOINT_URL_SSO", std::string("http://127.0.0.1:1/"));
+  CHECK(igt::ServiceEndpoint("AWS_ENDPOINT_URL_SSO", "portal.sso", "eu-west-1", false) == "http://127.0.0.1:1");
 }
