@@ -122,9 +122,11 @@ TEST_CASE("S3 fake: a Requester Pays bucket and an expected owner: two headers o
     CHECK(Head(r, "x-amz-request-payer") == "requester");
     CHECK(Head(r, "x-amz-expected-bucket-owner") == "111122223333");
     // Signed: both are among the signature's headers.
-    CHECK_THAT(Head(r, "authorization"),
-               Catch::Contains("SignedHeaders=host;x-amz-content-sha256;x-amz-date;x-amz-expected-bucket-owner;"
-                               "x-amz-request-payer"));
+    const std::string auth = Head(r, "authorization");
+    const auto sh = auth.find("SignedHeaders=");
+    REQUIRE(sh != std::string::npos);
+    CHECK_THAT(auth.substr(sh, auth.find(',', sh) - sh),
+               Catch::EndsWith(";x-amz-date;x-amz-expected-bucket-owner;x-amz-request-payer"));
   }
   // Without them: neither header, and a 403 says a Requester Pays bucket needs the option.
   auto plain = igt::MakeS3Backend(Opts(s, nullptr));
