@@ -196,6 +196,21 @@ struct PolicyEngine::Unit {
   bool queued_old = false;     // in old_units_ (NewVersion)
 };
 
+// The sums over the SiblingUniform streams of one parent directory (an
+// image folder's class directories) that UnreadItems plans against: kept as
+// the members change, so a plan costs the same with 10 or 1,000 class
+// directories (a walk over every stream per read cost ~2.5x the warm
+// epoch's time at 1,000 directories).
+struct PolicyEngine::SiblingPool {
+  uint64_t read_cached_bytes = 0, epoch_inflight_bytes = 0;
+  size_t members = 0;
+  // VictimGroup's scratch: its members' values summed in its round
+  // `value_round` (no map built per victim).
+  uint64_t value_round = 0;
+  double value_sum = 0;
+  size_t value_count = 0;
+};
+
 struct PolicyEngine::Group {
   std::string key;
   int label = kUnknown;
@@ -239,11 +254,15 @@ struct PolicyEngine::Group {
   uint64_t prev_epoch_read_count = 0;  // items read in the previous epoch (stragglers included)
   bool stragglers = false;             // the previous epoch read nearly every item (NewVisit)
   bool epoch_ok = true;
+  // Both set through SetReadCached / SetInflight only: they are summed
+  // into `pool`.
   uint64_t read_cached_bytes = 0;      // cached units read this epoch
   // Epoch items planned but not inserted yet: they will take space that is
   // already promised. Reset every allocation period, so a plan the executor
   // dropped does not hold prefetching back for long.
   uint64_t epoch_inflight_bytes = 0;
+  // Its siblings' sums, while SiblingUniform (SyncPool); else null.
+  SiblingPool* pool = nullptr;
   uint64_t consumed_cached_bytes = 0;  // cached units read since insert
   // Warm-up (Warm): position in the directory's listing, passes done, files
   // proposed in this pass, whether it began (the whole directory fitted in
@@ -473,6 +492,7 @@ void PolicyEngine::SetLabel(Group* g, int label, bool rebuild) {
   const bool same = !rebuild && g->module && spec.name == was.name && spec.params == was.params;
   if (g->label != label) g->label_us = now_us_;
   g->label = label;
+  SyncPool(g);
   if (same) return;  // the same module: it keeps its state (counts, order)
   auto m = MakeEvictionPolicy(spec.name, spec.params);
   if (!m) m = MakeEvictionPolicy("lru");  // specs were validated at Init
@@ -753,7 +773,7 @@ void PolicyEngine::NewVisit(Group* g, FileRec* f, const std::string* fkey) {
       g->prev_epoch_read_count = g->epoch_read_count;
       g->epoch_read_count = 0;
       g->repeats_in_epoch = 0;
-      g->read_cached_bytes = 0;
+      SetReadCached(g, 0);
       g->item_cursor = 0;
       g->module->OnEpoch();
     } else {
@@ -798,13 +818,8 @@ std::vector<ListedFile> PolicyEngine::UnreadItems(Group* g, size_t n) {
   // items were evicted newest first, unread (a live DataLoader over 10 class
   // directories: ~55 MiB an epoch wasted, 0.9x the data fetched per epoch
   // against 0.67x for the same files in one directory).
-  uint64_t avail = free_bytes + g->read_cached_bytes, inflight = g->epoch_inflight_bytes;
-  if (SiblingUniform(g))
-    for (const auto& [k, h] : groups_)
-      if (h.get() != g && SiblingUniform(h.get()) && h->parent == g->parent) {
-        avail += h->read_cached_bytes;
-        inflight += h->epoch_inflight_bytes;
-      }
+  uint64_t avail = free_bytes + (g->pool ? g->pool->read_cached_bytes : g->read_cached_bytes);
+  const uint64_t inflight = g->pool ? g->pool->epoch_inflight_bytes : g->epoch_inflight_bytes;
   avail -= std::min(avail, inflight);
   while (out.size() < n && g->item_cursor < g->items.size()) {
     const std::string* key = g->items[g->item_cursor];
@@ -822,7 +837,7 @@ std::vector<ListedFile> PolicyEngine::UnreadItems(Group* g, size_t n) {
     files_[*key].epoch_planned = true;
     out.push_back({*key, f.size});
     avail -= f.size;
-    g->epoch_inflight_bytes += f.size;
+    SetInflight(g, g->epoch_inflight_bytes + f.size);
   }
   return out;
 }
@@ -1234,7 +1249,7 @@ void PolicyEngine::OnInsert(const std::string& id, std::string_view path, uint64
     u.consumed = true;
     if (!prev_epoch) {
       u.read_stamp = g->epoch + 1;
-      g->read_cached_bytes += bytes;
+      SetReadCached(g, g->read_cached_bytes + bytes);
     }
     g->consumed_cached_bytes += bytes;
   }
@@ -1270,7 +1285,7 @@ void PolicyEngine::OnInsert(const std::string& id, std::string_view path, uint64
     } else if (f.fill_planned || f.warm_planned) {
       // A fill or warm-up takes free space only: not held against the readahead share.
     } else {
-      g->epoch_inflight_bytes -= std::min(g->epoch_inflight_bytes, bytes);
+      SetInflight(g, g->epoch_inflight_bytes - std::min(g->epoch_inflight_bytes, bytes));
     }
     prefetch_bytes_ += bytes;
     g->prefetch_bytes += bytes;
@@ -1309,7 +1324,7 @@ void PolicyEngine::OnHit(const std::string& id, uint64_t bytes, uint64_t now_us,
   if (fit != files_.end() && PrevEpochRead(fit->second, g)) return;
   if (u.read_stamp != g->epoch + 1) {
     u.read_stamp = g->epoch + 1;
-    g->read_cached_bytes += u.bytes;
+    SetReadCached(g, g->read_cached_bytes + u.bytes);
   }
   g->module->OnAccessAt(id, now_us_);
   g->module_us = now_us_;
@@ -1347,7 +1362,8 @@ void PolicyEngine::MoveUnit(const std::string& id, Unit& u, const FileRec& f, Gr
   from->module->OnRemove(id);
   from->bytes -= u.bytes;
   --from->units;
-  if (u.read_stamp == from->epoch + 1) from->read_cached_bytes -= std::min(from->read_cached_bytes, u.bytes);
+  if (u.read_stamp == from->epoch + 1)
+    SetReadCached(from, from->read_cached_bytes - std::min(from->read_cached_bytes, u.bytes));
   if (u.consumed) {
     from->consumed_cached_bytes -= std::min(from->consumed_cached_bytes, u.bytes);
     to->consumed_cached_bytes += u.bytes;
@@ -1355,7 +1371,7 @@ void PolicyEngine::MoveUnit(const std::string& id, Unit& u, const FileRec& f, Gr
   u.read_stamp = 0;  // not read in the new stream's epoch yet, unless `read`
   if (read) {
     u.read_stamp = to->epoch + 1;
-    to->read_cached_bytes += u.bytes;
+    SetReadCached(to, to->read_cached_bytes + u.bytes);
   }
   // A unit fetched ahead and not read yet counts as the new stream's
   // prefetch (a readahead unit moves to its file's stream on its first
@@ -1408,7 +1424,7 @@ void PolicyEngine::OnRemove(const std::string& id) {
       if (baseline_prefetch_) baseline_prefetch_->OnWasted(*u.path);
     }
   }
-  if (u.read_stamp == g->epoch + 1) g->read_cached_bytes -= std::min(g->read_cached_bytes, u.bytes);
+  if (u.read_stamp == g->epoch + 1) SetReadCached(g, g->read_cached_bytes - std::min(g->read_cached_bytes, u.bytes));
   if (u.consumed) g->consumed_cached_bytes -= std::min(g->consumed_cached_bytes, u.bytes);
   // Evictions only: a unit dropped (its object changed, its file corrupt) or
   // replaced by a new insert of itself is not a victim, and its next fetch
@@ -1425,6 +1441,35 @@ void PolicyEngine::OnRemove(const std::string& id) {
 bool PolicyEngine::SiblingUniform(const Group* g) {
   return g->label == kRandom && !g->ov && !g->window && !g->user_warm && !g->key.empty() && g->key.back() == '/' &&
          g->key.front() != '?' && g->key != kRootStream;
+}
+
+void PolicyEngine::SetReadCached(Group* g, uint64_t v) {
+  if (g->pool) g->pool->read_cached_bytes += v - g->read_cached_bytes;  // modulo 2^64: either way
+  g->read_cached_bytes = v;
+}
+
+void PolicyEngine::SetInflight(Group* g, uint64_t v) {
+  if (g->pool) g->pool->epoch_inflight_bytes += v - g->epoch_inflight_bytes;
+  g->epoch_inflight_bytes = v;
+}
+
+void PolicyEngine::SyncPool(Group* g, bool leave) {
+  const bool want = !leave && SiblingUniform(g);
+  if (want == (g->pool != nullptr)) return;
+  if (!want) {
+    SiblingPool* p = g->pool;
+    p->read_cached_bytes -= g->read_cached_bytes;
+    p->epoch_inflight_bytes -= g->epoch_inflight_bytes;
+    g->pool = nullptr;
+    if (--p->members == 0) pools_.erase(g->parent);
+    return;
+  }
+  auto& slot = pools_[g->parent];
+  if (!slot) slot = std::make_unique<SiblingPool>();
+  g->pool = slot.get();
+  g->pool->read_cached_bytes += g->read_cached_bytes;
+  g->pool->epoch_inflight_bytes += g->epoch_inflight_bytes;
+  ++g->pool->members;
 }
 
 double PolicyEngine::Value(const Group* g) const {
@@ -1567,7 +1612,7 @@ void PolicyEngine::Allocate(uint64_t now_us) {
     const double inst_shadow = g->period_shadow / dt;
     g->shadow_rate = allocations_ == 0 ? inst_shadow : 0.5 * g->shadow_rate + 0.5 * inst_shadow;
     g->period_shadow = 0;
-    g->epoch_inflight_bytes = 0;
+    SetInflight(g.get(), 0);
     g->value = Value(g.get());
   }
   // Drop empty, idle unlabelled streams (their files re-home on next read),
@@ -1582,6 +1627,7 @@ void PolicyEngine::Allocate(uint64_t now_us) {
         if (f != files_.end() && f->second.group == g) f->second.group = nullptr;
       }
       StopWarm(g);
+      SyncPool(g, /*leave=*/true);
       it = groups_.erase(it);
     } else {
       ++it;
@@ -1617,17 +1663,23 @@ PolicyEngine::Group* PolicyEngine::VictimGroup() {
   // are estimates of one epoch's pace and drift apart by chance: valued
   // apart, the sibling with the lowest estimate gave its unread (just
   // prefetched) items while others still held read ones.
-  std::unordered_map<std::string_view, std::pair<double, int>> pool;  // parent -> (sum, count)
+  // (A stream is in a pool exactly while SiblingUniform: SyncPool.)
+  const uint64_t round = ++victim_rounds_;
   for (auto& [k, g] : groups_)
-    if (SiblingUniform(g.get()) && !Idle(g.get())) {
-      auto& p = pool[g->parent];
-      p.first += g->read_cached_bytes > 0 ? 2 * Value(g.get()) : Value(g.get());
-      ++p.second;
+    if (g->pool && !Idle(g.get())) {
+      SiblingPool* p = g->pool;
+      if (p->value_round != round) {
+        p->value_round = round;
+        p->value_sum = 0;
+        p->value_count = 0;
+      }
+      p->value_sum += g->read_cached_bytes > 0 ? 2 * Value(g.get()) : Value(g.get());
+      ++p->value_count;
     }
   auto value = [&](const Group* g) {
-    if (SiblingUniform(g) && !Idle(g))
-      if (auto it = pool.find(g->parent); it != pool.end() && it->second.second >= 2) {
-        const double mean = it->second.first / it->second.second;
+    if (g->pool && !Idle(g))
+      if (const SiblingPool* p = g->pool; p->value_round == round && p->value_count >= 2) {
+        const double mean = p->value_sum / double(p->value_count);
         // No rate measured yet (the first allocation period): the one holding
         // read items still goes first.
         if (mean <= 0) return g->read_cached_bytes > 0 ? 0.0 : std::numeric_limits<double>::min();
@@ -1729,6 +1781,7 @@ Status PolicyEngine::SetPolicyFile(PolicyFile pf) {
     for (const auto& o : opts_.policy_file.overrides)
       if (o.prefix == key || (o.prefix.empty() && key == "=")) g->ov = &o;
     g->forced = g->ov && g->ov->pattern >= 0;
+    SyncPool(g.get());
     const int label = g->forced ? g->ov->pattern : g->label;
     // A stream whose module is unchanged keeps it, and with it its state
     // (LFU counts, LRU order, what keep saw read this epoch).

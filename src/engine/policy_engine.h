@@ -218,6 +218,7 @@ class PolicyEngine {
 
  private:
   struct Group;
+  struct SiblingPool;
   struct Unit;
   struct FileRec;
 
@@ -272,6 +273,13 @@ class PolicyEngine {
   // its siblings of this kind under the same parent (an image folder's class
   // directories) share room and value (UnreadItems, VictimGroup).
   static bool SiblingUniform(const Group* g);
+  // g's read_cached_bytes / epoch_inflight_bytes become `v`, its pool's
+  // sums with them.
+  static void SetReadCached(Group* g, uint64_t v);
+  static void SetInflight(Group* g, uint64_t v);
+  // g joins or leaves its parent's pool as SiblingUniform(g) says now: after
+  // a change of its label or override, and before it goes (leave = true).
+  void SyncPool(Group* g, bool leave = false);
   Group* WarmGroup();  // the (warm) stream, made on first use
   // A stream that holds units until read (fifo, forced `label`, `kind` set):
   // the (readahead) and (warm) streams.
@@ -309,6 +317,8 @@ class PolicyEngine {
   uint64_t now_us_ = 0;
 
   std::unordered_map<std::string, std::unique_ptr<Group>> groups_;
+  // By parent directory (SiblingPool); node-based: members point in.
+  std::unordered_map<std::string, std::unique_ptr<SiblingPool>> pools_;
   std::unordered_map<std::string, Unit> units_;
   std::unordered_map<std::string, FileRec> files_;
   uint64_t files_seen_ = 0;
@@ -348,6 +358,7 @@ class PolicyEngine {
   // null; drops the entries before it.
   const std::string* FrontOldUnit();
   uint64_t allocations_ = 0, switches_ = 0, reloads_ = 0;
+  uint64_t victim_rounds_ = 0;  // VictimGroup calls (SiblingPool::value_round)
   uint64_t gone_files_ = 0;  // NoteGone's files, in all
   // Names of gone files whose record went with their last unit, so that a
   // handle still open on one (its reads come later) does not make a live
