@@ -6,6 +6,7 @@
 #include "igtcache/block_store.h"
 
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -1438,6 +1439,8 @@ void PolicyEngine::OnRemove(const std::string& id) {
   if (fit != files_.end() && fit->second.gone && !fit->second.units) EraseFile(fit->first);
 }
 
+// Its inputs (label, ov, window, user_warm, key) change only where SyncPool
+// follows (SetLabel, SetPolicyFile); Allocate checks the invariant.
 bool PolicyEngine::SiblingUniform(const Group* g) {
   return g->label == kRandom && !g->ov && !g->window && !g->user_warm && !g->key.empty() && g->key.back() == '/' &&
          g->key.front() != '?' && g->key != kRootStream;
@@ -1634,8 +1637,14 @@ void PolicyEngine::Allocate(uint64_t now_us) {
     }
   }
   idle_groups_.clear();
-  for (const auto& [k, g] : groups_)
+  for (const auto& [k, g] : groups_) {
     if (Idle(g.get())) idle_groups_.push_back(g.get());
+    // A stream is in a pool exactly while SiblingUniform: a change of its
+    // inputs without SyncPool would be a bug (asserted in debug and
+    // sanitizer builds; mended here otherwise, once a period).
+    assert((g->pool != nullptr) == SiblingUniform(g.get()));
+    SyncPool(g.get());
+  }
   last_alloc_us_ = now_us;
   ++allocations_;
 }
