@@ -519,6 +519,10 @@ TEST_CASE("S3 fake: temporary credentials are renewed before they expire, in the
   SECTION("renewed once, and the new ones sign") {
     auto b = igt::MakeS3Backend(o);
     REQUIRE(b);
+    // The expiry in use is a metric (stats, /metrics): the old ones', then
+    // the renewed ones'.
+    CHECK((m.credentials_expiry_unix_s.load() == uint64_t(now + 120) ||
+           m.credentials_expiry_unix_s.load() == uint64_t(now + 3600)));
     // Reads go on, signed with the old ones until the renewer has stored
     // the new ones.
     const auto renewed_signs = [&] {
@@ -529,6 +533,8 @@ TEST_CASE("S3 fake: temporary credentials are renewed before they expire, in the
     REQUIRE(Eventually(renewed_signs));
     CHECK(renewed_signs());
     CHECK(reads == 1);  // renewed once: the new ones expire in an hour
+    CHECK(m.credentials_expiry_unix_s.load() == uint64_t(now + 3600));
+    CHECK(m.credentials_renew_failures.load() == 0);
     const std::string last = s.requests().back();
     CHECK(Head(last, "x-amz-security-token") == "token-renewed");
   }
@@ -546,6 +552,8 @@ TEST_CASE("S3 fake: temporary credentials are renewed before they expire, in the
     auto b = igt::MakeS3Backend(o);
     REQUIRE(b);
     REQUIRE(Eventually([&] { return reads.load() >= 1; }));
+    REQUIRE(Eventually([&] { return m.credentials_renew_failures.load() >= 1; }));  // counted, after the call
+    CHECK(m.credentials_expiry_unix_s.load() == uint64_t(now + 120));  // the old ones still
     for (int i = 0; i < 3; ++i) {
       s.Push(FakeServer::Reply(206, kOkHeaders, kTen));
       REQUIRE((*b)->Read("k", 0, 10, "e1", buf));

@@ -252,6 +252,7 @@ class S3Backend final : public Backend {
     anonymous_ = opts_.no_sign_request || opts_.credentials.access_key.empty();
     credentials_ = opts_.credentials;
     std::lock_guard lk(cred_mu_);
+    NoteCredentialsLocked();
     StartRenewerLocked();
   }
   ~S3Backend() override {
@@ -622,15 +623,18 @@ class S3Backend final : public Backend {
     if (!c) {
       spdlog::warn("s3: credentials refused by {} and cannot be read again: {}", ep_.endpoint, c.error().message());
       same_keys_until_s_ = NowUnixS() + kSameKeysBackoffS;
+      if (opts_.metrics) Add(opts_.metrics->credentials_renew_failures);
       return false;
     }
     if (SameKeys(*c, credentials_)) {
       credentials_.expires_unix_s = c->expires_unix_s;
+      NoteCredentialsLocked();
       same_keys_until_s_ = NowUnixS() + kSameKeysBackoffS;
       StartRenewerLocked();  // an expiry they did not carry before
       return false;
     }
     credentials_ = std::move(*c);
+    NoteCredentialsLocked();
     ++cred_gen_;
     same_keys_until_s_ = 0;  // new keys: a refusal of them asks again
     StartRenewerLocked();    // they may be the first to carry an expiry
@@ -725,6 +729,7 @@ class S3Backend final : public Backend {
     if (cred_gen_ != gen) return;
     if (!c) {
       same_keys_until_s_ = now + kSameKeysBackoffS;
+      if (opts_.metrics) Add(opts_.metrics->credentials_renew_failures);
       if (now >= next_renew_warn_s_) {
         next_renew_warn_s_ = now + kRenewWarnS;
         const int64_t left = credentials_.expires_unix_s - now;
@@ -738,15 +743,25 @@ class S3Backend final : public Backend {
       // The provider still hands out the same ones (IMDS does until shortly
       // before they expire): their expiry may have moved.
       credentials_.expires_unix_s = c->expires_unix_s;
+      NoteCredentialsLocked();
       same_keys_until_s_ = now + kSameKeysBackoffS;
       return;
     }
     credentials_ = std::move(*c);
+    NoteCredentialsLocked();
     ++cred_gen_;
     same_keys_until_s_ = 0;  // new keys: a refusal of them asks again
     next_renew_warn_s_ = 0;
     spdlog::info("s3: credentials from {} renewed; they expire in {} s", credentials_.source,
                  credentials_.expires_unix_s ? credentials_.expires_unix_s - now : 0);
+  }
+
+  // The credentials' expiry as the metrics show it (stats, /metrics).
+  // Requires cred_mu_.
+  void NoteCredentialsLocked() {
+    if (opts_.metrics && !anonymous_)
+      opts_.metrics->credentials_expiry_unix_s.store(
+          static_cast<uint64_t>(std::max<int64_t>(0, credentials_.expires_unix_s)), std::memory_order_relaxed);
   }
 
   static int64_t Jitter(int64_t cap) {

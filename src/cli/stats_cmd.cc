@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <map>
 #include <optional>
 #include <set>
@@ -199,6 +200,18 @@ std::string StatsTable(const nlohmann::json& j, const nlohmann::json* prev, doub
                               U(j, "backend_retries")));
   if (U(j, "cache_dir_gone") != 0)
     line("cache", "DIR DELETED under the mount: nothing is cached; reads go to the source. Unmount and mount again");
+  if (const uint64_t expiry = U(j, "credentials_expiry_unix_s"); expiry != 0) {
+    // The daemon runs on this machine: its clock is ours.
+    const int64_t left = static_cast<int64_t>(expiry) - static_cast<int64_t>(std::time(nullptr));
+    const uint64_t failed = U(j, "credentials_renew_failures");
+    const std::string fails = failed ? fmt::format(", {} renewals failed (the log says why)", failed) : "";
+    if (left <= 0)
+      line("credentials", fmt::format("EXPIRED {} ago and not renewed{}: S3 refuses requests until they are "
+                                      "(an SSO session may need 'aws sso login')",
+                                      Dur(static_cast<uint64_t>(-left)), fails));
+    else
+      line("credentials", fmt::format("temporary, expire in {}, renewed 5 min ahead{}", Dur(static_cast<uint64_t>(left)), fails));
+  }
   if (U(j, "backend_outage") != 0)
     line("source", "NOT ANSWERING for a whole retry budget: one short attempt per request (uncached reads fail "
                    "with EIO) until it answers again");

@@ -73,6 +73,7 @@ constexpr KnownCounter kCounters[] = {
     {"cache_read_errors", "igtcache_errors_total", "op", "cache_read"},
     {"cache_corruptions", "igtcache_errors_total", "op", "cache_verify"},
     {"singleflight_waits", "igtcache_singleflight_waits_total", nullptr, nullptr},
+    {"credentials_renew_failures", "igtcache_credentials_renew_failures_total", nullptr, nullptr},
     // Prefetcher (issue 4); looked up at the top level and under "engine".
     {"prefetch_bytes", "igtcache_prefetched_bytes_total", nullptr, nullptr},
     {"prefetch_hit_bytes", "igtcache_prefetch_hit_bytes_total", nullptr, nullptr},
@@ -92,6 +93,7 @@ constexpr KnownGauge kGauges[] = {
     {"uptime_s", "igtcache_uptime_seconds"},
     {"backend_outage", "igtcache_backend_outage"},
     {"cache_dir_gone", "igtcache_cache_dir_gone"},
+    {"credentials_expiry_unix_s", "igtcache_credentials_expiry_timestamp_seconds"},
     {"stream_tree_nodes", "igtcache_stream_tree_nodes"},
     {"stream_tree_bytes", "igtcache_stream_tree_bytes"},
 };
@@ -131,6 +133,8 @@ const std::map<std::string, std::string>& Help() {
       {"igtcache_uptime_seconds", "Seconds since the mount started."},
       {"igtcache_backend_outage", "1 while the source has not answered for a whole retry budget (or since a mount that came up without it): requests get one short attempt until it answers."},
       {"igtcache_cache_dir_gone", "1 once the cache dir was found deleted under the mount: nothing is cached until a remount."},
+      {"igtcache_credentials_expiry_timestamp_seconds", "When the S3 credentials in use expire (unix time; 0: they do not expire, or none are used). They are renewed 5 minutes ahead: alert when this is less than a few minutes away."},
+      {"igtcache_credentials_renew_failures_total", "Failed renewals of the S3 credentials (the log says why: an expired SSO session, a failing credential_process, STS refusing)."},
       {"igtcache_stream_tree_nodes", "Nodes in the access stream tree."},
       {"igtcache_stream_tree_bytes", "Memory accounted to the access stream tree."},
       {"igtcache_streams", "Access streams by detected pattern label."},

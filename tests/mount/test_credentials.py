@@ -176,6 +176,11 @@ def main():
                           f"({fake.creds_fetches()} fetches)")
             harness.check(m.path("b.bin").read_bytes() == b"b" * 200_000, "b.bin read after the renewal")
             harness.check(fake.creds_fetches() == 2, "renewed ones (an hour left) are not fetched again")
+            st = s.stats(m)
+            harness.check(abs(st.get("credentials_expiry_unix_s", 0) - fake.expires) <= 1
+                          and st.get("credentials_renew_failures") == 0,
+                          f"stats show the renewed ones' expiry ({st.get('credentials_expiry_unix_s')} against "
+                          f"{fake.expires:.0f}) and no failed renewal")
             s.unmount(m)
             log = m.proc.stderr_text()
             harness.check("credentials from instance metadata (role training-role)" in log

@@ -4,6 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <ctime>
+
 #include "src/cli/ops_cmds.h"
 
 using namespace igt;
@@ -137,6 +139,22 @@ TEST_CASE("stats table: a cache dir deleted under the mount is said", "[cli]") {
   CHECK(Count(StatsTable(j, nullptr, 0), "DIR DELETED") == 0);
   j["cache_dir_gone"] = 1;
   CHECK(Count(StatsTable(j, nullptr, 0), "DIR DELETED under the mount: nothing is cached") == 1);
+}
+
+TEST_CASE("stats table: temporary credentials, when they expire, failed renewals", "[cli]") {
+  auto j = Stats(1, 0);
+  CHECK(Count(StatsTable(j, nullptr, 0), "credentials") == 0);  // keys that do not expire: nothing to say
+  const auto now = static_cast<uint64_t>(std::time(nullptr));
+  j["credentials_expiry_unix_s"] = now + 3000;
+  const std::string t = StatsTable(j, nullptr, 0);
+  CHECK((Count(t, "temporary, expire in 50m00s, renewed 5 min ahead") == 1 ||
+         Count(t, "temporary, expire in 49m5") == 1));  // a second may pass
+  CHECK(Count(t, "renewals failed") == 0);
+  j["credentials_renew_failures"] = 3;
+  CHECK(Count(StatsTable(j, nullptr, 0), ", 3 renewals failed (the log says why)") == 1);
+  j["credentials_expiry_unix_s"] = now - 120;
+  CHECK(Count(StatsTable(j, nullptr, 0), "EXPIRED 2m0") == 1);
+  CHECK(Count(StatsTable(j, nullptr, 0), "not renewed, 3 renewals failed (the log says why): S3 refuses") == 1);
 }
 
 TEST_CASE("stats table: backend bytes are set against the bytes read", "[cli]") {
