@@ -193,6 +193,15 @@ Result<Credentials> StsReply(const HttpReply& r, const std::string& source) {
 }
 }  // namespace
 
+std::string FormatIso8601(int64_t unix_s) {
+  const time_t t = static_cast<time_t>(unix_s);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
 Result<int64_t> ParseIso8601(std::string_view s) {
   // 2026-11-28T17:00:00Z, with optional fractional seconds; Z (or z),
   // +hh:mm or +hhmm.
@@ -442,15 +451,6 @@ std::string Sha1Hex(std::string_view s) {
   unsigned int n = 0;
   EVP_Digest(s.data(), s.size(), md, &n, EVP_sha1(), nullptr);
   return s3::ToHex(std::string_view(reinterpret_cast<const char*>(md), n));
-}
-
-std::string FormatIso8601(int64_t unix_s) {
-  const time_t t = static_cast<time_t>(unix_s);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
 }
 
 // The token cache's times: ISO 8601, also with the "UTC" suffix older AWS

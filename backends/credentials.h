@@ -93,5 +93,7 @@ Result<Credentials> ParseCredentialsJson(std::string_view body, const std::strin
 Result<Credentials> ParseStsResponse(std::string_view xml, const std::string& source);
 // 2026-11-28T17:00:00Z (fraction and +hh:mm allowed) -> unix seconds.
 Result<int64_t> ParseIso8601(std::string_view s);
+// Unix seconds -> 2026-11-28T17:00:00Z (UTC).
+std::string FormatIso8601(int64_t unix_s);
 
 }  // namespace igt

@@ -793,13 +793,14 @@ struct SsoHome {
   std::string Read(const std::string& name) const { return igt::ReadText(cache + "/" + name + ".json").value_or(""); }
 };
 
-std::string Iso(int64_t unix_s) {
-  const time_t t = static_cast<time_t>(unix_s);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
+using igt::FormatIso8601;
+
+// STS's AssumeRole reply with key id `key`.
+std::string AssumeRoleReply(const char* key) {
+  return FakeServer::Reply(200, {}, fmt::format("<AssumeRoleResponse><AssumeRoleResult><Credentials><AccessKeyId>{}"
+                                                "</AccessKeyId><SecretAccessKey>t</SecretAccessKey></Credentials>"
+                                                "</AssumeRoleResult></AssumeRoleResponse>",
+                                                key));
 }
 
 int64_t Now() {
@@ -843,12 +844,12 @@ TEST_CASE("SSO: aws sso login's cached token, refreshed near its expiry, exchang
   auto token = [](const std::string& access, int64_t expires, const std::string& extra = "") {
     return fmt::format(R"({{"startUrl":"https://example.awsapps.com/start","region":"eu-west-1",)"
                        R"("accessToken":"{}","expiresAt":"{}"{}}})",
-                       access, Iso(expires), extra);
+                       access, FormatIso8601(expires), extra);
   };
   const std::string registration = fmt::format(
       R"(,"refreshToken":"refresh-1","clientId":"client-1","clientSecret":"client-secret-1",)"
       R"("registrationExpiresAt":"{}")",
-      Iso(Now() + 86400));
+      FormatIso8601(Now() + 86400));
 
   SECTION("a live token: one GetRoleCredentials with it") {
     home.Token(kCorp, token("access-1", Now() + 3600, registration));
@@ -956,7 +957,7 @@ TEST_CASE("SSO: aws sso login's cached token, refreshed near its expiry, exchang
     home.Token(kCorp, token("access-old", Now() - 10,
                             fmt::format(R"(,"refreshToken":"r","clientId":"c","clientSecret":"x",)"
                                         R"("registrationExpiresAt":"{}")",
-                                        Iso(Now() - 1))));
+                                        FormatIso8601(Now() - 1))));
     auto c = igt::ResolveCredentials("dev", "us-east-1");
     REQUIRE(!c);
     CHECK_THAT(c.error().message(), Catch::Contains("client registration expired"));
@@ -1029,9 +1030,7 @@ TEST_CASE("SSO: aws sso login's cached token, refreshed near its expiry, exchang
     home.Token(kCorp, token("access-1", Now() + 3600));
     ScopedEnv sts("AWS_ENDPOINT_URL_STS", s.endpoint());
     s.Push(RoleCredentials("ASIASSOBASE"));
-    s.Push(FakeServer::Reply(200, {}, "<AssumeRoleResponse><AssumeRoleResult><Credentials><AccessKeyId>ASIATRAINER"
-                                      "</AccessKeyId><SecretAccessKey>t</SecretAccessKey></Credentials>"
-                                      "</AssumeRoleResult></AssumeRoleResponse>"));
+    s.Push(AssumeRoleReply("ASIATRAINER"));
     auto c = igt::ResolveCredentials("trainer", "us-east-1");
     REQUIRE(c);
     CHECK(c->access_key == "ASIATRAINER");
@@ -1049,9 +1048,7 @@ TEST_CASE("SSO: aws sso login's cached token, refreshed near its expiry, exchang
     const std::string creds2 = TempFile("[keyedsource]\naws_access_key_id = AKIDKS\naws_secret_access_key = k\n");
     ScopedEnv f3("AWS_SHARED_CREDENTIALS_FILE", creds2);
     s.Push(RoleCredentials("ASIAKSSSO"));
-    s.Push(FakeServer::Reply(200, {}, "<AssumeRoleResponse><AssumeRoleResult><Credentials><AccessKeyId>ASIAV"
-                                      "</AccessKeyId><SecretAccessKey>t</SecretAccessKey></Credentials>"
-                                      "</AssumeRoleResult></AssumeRoleResponse>"));
+    s.Push(AssumeRoleReply("ASIAV"));
     auto via = igt::ResolveCredentials("viakeyedsource", "us-east-1");
     REQUIRE(via);
     CHECK(via->access_key == "ASIAV");
