@@ -138,11 +138,17 @@ TEST_CASE("S3 fake: a Requester Pays bucket and an expected owner: two headers o
   CHECK(Head(s.requests().back(), "x-amz-expected-bucket-owner").empty());
   CHECK(denied.error().code() == Code::kPermissionDenied);
   CHECK_THAT(denied.error().message(), Catch::Contains("Requester Pays bucket also needs backend.requester_pays"));
-  // With them, the hint is not given.
+  // Not for a 403 that says another cause.
+  s.Push(FakeServer::Reply(403, {}, "<Error><Code>SignatureDoesNotMatch</Code><Message>x</Message></Error>"));
+  auto badsig = (*plain)->Read("k", 0, 10, "e1", buf);
+  REQUIRE(!badsig);
+  CHECK_THAT(badsig.error().message(), !Catch::Contains("Requester Pays"));
+  // With them: not Requester Pays, but maybe the owner.
   s.Push(FakeServer::Reply(403, {}, "<Error><Code>AccessDenied</Code><Message>Access Denied</Message></Error>"));
   auto denied_rp = (*b)->Read("k", 0, 10, "e1", buf);
   REQUIRE(!denied_rp);
   CHECK_THAT(denied_rp.error().message(), !Catch::Contains("Requester Pays"));
+  CHECK_THAT(denied_rp.error().message(), Catch::Contains("or the bucket does not belong to account 111122223333"));
 }
 
 TEST_CASE("S3 fake: retries 503 SlowDown, 500, truncated bodies and bad ranges", "[s3fake]") {
@@ -545,6 +551,7 @@ TEST_CASE("S3 fake: temporary credentials are renewed before they expire, in the
     s.Push(FakeServer::Reply(206, kOkHeaders, kTen));
     REQUIRE((*b)->Read("k", 0, 10, "e1", buf));
     CHECK(reads == 0);
+    CHECK(m.credentials_expiry_unix_s.load() == uint64_t(now + 3600));  // set at the start
     CHECK_THAT(Head(s.requests().back(), "authorization"), Catch::Contains("Credential=AKIDOLD/"));
   }
   SECTION("a renewal that fails: the old ones go on signing") {
@@ -553,6 +560,7 @@ TEST_CASE("S3 fake: temporary credentials are renewed before they expire, in the
     REQUIRE(b);
     REQUIRE(Eventually([&] { return reads.load() >= 1; }));
     REQUIRE(Eventually([&] { return m.credentials_renew_failures.load() >= 1; }));  // counted, after the call
+    CHECK(m.credentials_renew_failures.load() == uint64_t(reads.load()));  // once a failed call
     CHECK(m.credentials_expiry_unix_s.load() == uint64_t(now + 120));  // the old ones still
     for (int i = 0; i < 3; ++i) {
       s.Push(FakeServer::Reply(206, kOkHeaders, kTen));

@@ -217,7 +217,10 @@ Outcome ClassifyFailure(const HttpResponse& r, const S3Endpoint& ep, std::string
   if (s == 403) {
     return {Status::PermissionDenied("access denied to " + bucket + " at " + ep.endpoint + " for " +
                                      std::string(what) + " (" + detail +
-                                     "); check the credentials and the bucket policy" + std::string(hint_403)),
+                                     "); check the credentials and the bucket policy" +
+                                     // Access denied as such (a HEAD's 403 has no code): not a bad
+                                     // signature or a skewed clock, which say so.
+                                     (e.code.empty() || e.code == "AccessDenied" ? std::string(hint_403) : "")),
             false, /*credentials_refused=*/e.code.empty()};  // a HEAD's 403 has no body to tell why
   }
   if (s == 404) {
@@ -772,10 +775,17 @@ class S3Backend final : public Backend {
   const S3Options opts_;
   const S3Endpoint ep_;
   bool anonymous_ = false;
-  // What a 403 names besides the credentials and the bucket policy.
-  const std::string hint_403_ = opts_.requester_pays || opts_.no_sign_request
-                                    ? std::string()
-                                    : " (a Requester Pays bucket also needs backend.requester_pays: --requester-pays)";
+  // What an access-denied 403 names besides the credentials and the bucket
+  // policy: the bucket's owner when one is expected, and Requester Pays
+  // when it is not asked for.
+  const std::string hint_403_ =
+      (opts_.expected_bucket_owner.empty()
+           ? std::string()
+           : "; or the bucket does not belong to account " + opts_.expected_bucket_owner +
+                 " (backend.expected_bucket_owner)") +
+      (opts_.requester_pays || opts_.no_sign_request
+           ? std::string()
+           : "; a Requester Pays bucket also needs backend.requester_pays (--requester-pays)");
   std::mutex cred_mu_;  // guards credentials_, cred_gen_, next_renew_s_, next_renew_warn_s_, same_keys_until_s_,
                        // stop_renewer_, renewer_
   Credentials credentials_;   // what requests are signed with (RefreshCredentials)

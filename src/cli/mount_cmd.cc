@@ -176,6 +176,9 @@ Result<std::unique_ptr<Backend>> BuildBackend(const SourceUrl& url, const Config
   o.no_sign_request = c.backend.no_sign_request;
   o.requester_pays = c.backend.requester_pays;
   o.expected_bucket_owner = c.backend.expected_bucket_owner;
+  if (o.requester_pays) spdlog::info("s3: Requester Pays: every request says this account pays for it");
+  if (!o.expected_bucket_owner.empty())
+    spdlog::info("s3: every request asks that the bucket belong to account {}", o.expected_bucket_owner);
   o.connect_timeout_ms = static_cast<int>(c.backend.connect_timeout_ms);
   o.request_timeout_ms = static_cast<int>(c.backend.request_timeout_ms);
   o.max_retries = static_cast<int>(c.backend.max_retries);

@@ -200,11 +200,14 @@ std::string StatsTable(const nlohmann::json& j, const nlohmann::json* prev, doub
                               U(j, "backend_retries")));
   if (U(j, "cache_dir_gone") != 0)
     line("cache", "DIR DELETED under the mount: nothing is cached; reads go to the source. Unmount and mount again");
-  if (const uint64_t expiry = U(j, "credentials_expiry_unix_s"); expiry != 0) {
+  const uint64_t expiry = U(j, "credentials_expiry_unix_s"), failed = U(j, "credentials_renew_failures");
+  const std::string fails =
+      failed ? fmt::format(", {} renewals failed since the mount (the log says why)", failed) : "";
+  if (expiry == 0 && failed)  // keys that do not expire, read again after S3 refused them
+    line("credentials", fmt::format("S3 refused them and {} reading them again failed (the log says why)", failed));
+  if (expiry != 0) {
     // The daemon runs on this machine: its clock is ours.
     const int64_t left = static_cast<int64_t>(expiry) - static_cast<int64_t>(std::time(nullptr));
-    const uint64_t failed = U(j, "credentials_renew_failures");
-    const std::string fails = failed ? fmt::format(", {} renewals failed (the log says why)", failed) : "";
     if (left <= 0)
       line("credentials", fmt::format("EXPIRED {} ago and not renewed{}: S3 refuses requests until they are "
                                       "(an SSO session may need 'aws sso login')",

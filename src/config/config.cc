@@ -144,12 +144,13 @@ const std::vector<Key>& Schema() {
        SET_BOOL(backend.no_sign_request)},
       {"backend.requester_pays", Type::kBool, "false",
        "Read a Requester Pays bucket: every request says the mount's account pays for it "
-       "(x-amz-request-payer: requester); S3 refuses the requests of others with 403. Needs signed "
-       "requests.", nullptr, SET_BOOL(backend.requester_pays)},
+       "(x-amz-request-payer: requester); without it S3 answers every request to such a bucket "
+       "with 403. Needs signed requests. Amazon S3; other stores ignore the header.", nullptr, SET_BOOL(backend.requester_pays)},
       {"backend.expected_bucket_owner", Type::kString, "",
        "The 12-digit account id the bucket must belong to: S3 refuses (403) every request to a bucket "
        "of another account (x-amz-expected-bucket-owner), so a bucket name taken over by someone else "
-       "is not read. Empty: not checked.", nullptr, SET_STR(backend.expected_bucket_owner)},
+       "is not read. Empty: not checked. Amazon S3 only: other stores (MinIO, R2, ...) ignore the header, "
+       "and the check with it.", nullptr, SET_STR(backend.expected_bucket_owner)},
       {"backend.connect_timeout_ms", Type::kInt, "3000", "TCP/TLS connect timeout per attempt.",
        nullptr, SET_U64(backend.connect_timeout_ms)},
       {"backend.request_timeout_ms", Type::kInt, "30000",

@@ -133,7 +133,7 @@ const std::map<std::string, std::string>& Help() {
       {"igtcache_uptime_seconds", "Seconds since the mount started."},
       {"igtcache_backend_outage", "1 while the source has not answered for a whole retry budget (or since a mount that came up without it): requests get one short attempt until it answers."},
       {"igtcache_cache_dir_gone", "1 once the cache dir was found deleted under the mount: nothing is cached until a remount."},
-      {"igtcache_credentials_expiry_timestamp_seconds", "When the S3 credentials in use expire (unix time; 0: they do not expire, or none are used). They are renewed 5 minutes ahead: alert when this is less than a few minutes away."},
+      {"igtcache_credentials_expiry_timestamp_seconds", "When the S3 credentials in use expire (unix time; 0: they do not expire, or none are used). They are renewed 5 minutes ahead: alert when it is above 0 and less than a few minutes away."},
       {"igtcache_credentials_renew_failures_total", "Failed renewals of the S3 credentials (the log says why: an expired SSO session, a failing credential_process, STS refusing)."},
       {"igtcache_stream_tree_nodes", "Nodes in the access stream tree."},
       {"igtcache_stream_tree_bytes", "Memory accounted to the access stream tree."},

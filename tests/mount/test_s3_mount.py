@@ -48,11 +48,16 @@ def main():
         sub_ds = Dataset(ds.root / sub, [e.__class__(e.path[len(sub) + 1:], e.size, e.mtime, e.sha256)
                                           for e in ds.files if e.path.startswith(sub + "/")])
         m2 = s.mount(f"s3://{BUCKET}/{sub}", args=["--endpoint", srv.endpoint, "--region", "us-east-1",
-                                                  "--requester-pays", "--expected-bucket-owner", "111122223333"])
+                                                  "--requester-pays", "--expected-bucket-owner", "111122223333",
+                                                  "--log-level", "info"])
         verify.check_tree(m2.mountpoint, sub_ds, mtime_mode="sane")
         verify.check_whole_files(m2.mountpoint, sub_ds)
         rc = s.unmount(m2)
         harness.check(rc == 0, f"prefix mount: daemon exited 0 after unmount (rc={rc})")
+        log = m2.proc.stderr_text()
+        harness.check("s3: Requester Pays: every request says this account pays for it" in log
+                      and "s3: every request asks that the bucket belong to account 111122223333" in log,
+                      "the flags reached the S3 backend (its log says so)")
 
         # A prefix nothing is under (a typo) mounts empty, and the command says so.
         m3 = s.mount(f"s3://{BUCKET}/no-such-prefix", args=["--endpoint", srv.endpoint, "--region", "us-east-1"],

@@ -151,10 +151,12 @@ TEST_CASE("stats table: temporary credentials, when they expire, failed renewals
          Count(t, "temporary, expire in 49m5") == 1));  // a second may pass
   CHECK(Count(t, "renewals failed") == 0);
   j["credentials_renew_failures"] = 3;
-  CHECK(Count(StatsTable(j, nullptr, 0), ", 3 renewals failed (the log says why)") == 1);
+  CHECK(Count(StatsTable(j, nullptr, 0), ", 3 renewals failed since the mount (the log says why)") == 1);
   j["credentials_expiry_unix_s"] = now - 120;
   CHECK(Count(StatsTable(j, nullptr, 0), "EXPIRED 2m0") == 1);
-  CHECK(Count(StatsTable(j, nullptr, 0), "not renewed, 3 renewals failed (the log says why): S3 refuses") == 1);
+  CHECK(Count(StatsTable(j, nullptr, 0), "not renewed, 3 renewals failed since the mount (the log says why): S3 refuses") == 1);
+  j["credentials_expiry_unix_s"] = 0;  // keys that do not expire, refused and read again in vain
+  CHECK(Count(StatsTable(j, nullptr, 0), "S3 refused them and 3 reading them again failed") == 1);
 }
 
 TEST_CASE("stats table: backend bytes are set against the bytes read", "[cli]") {
