@@ -22,6 +22,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -460,14 +461,8 @@ Result<int64_t> ParseCacheTime(std::string s) {
   return ParseIso8601(s);
 }
 
-// Rewrites the token cache file in place, as the AWS CLI does (mode 0600
-// if it is created): its owner, mode and a symlink to it stay as they are
-// (a mount run under sudo with the user's $HOME must not leave the user a
-// cache file owned by root). A reader at that moment may see it short; the
-// CLI's own rewrite has the same window.
-Status RewriteFile(const std::string& path, const std::string& text) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return Status::Internal(fmt::format("cannot write {}: {}", path, std::strerror(errno)));
+// Writes `text` to `fd` and closes it: 0, or the errno of the failure.
+int WriteAndClose(int fd, const std::string& text) {
   size_t off = 0;
   int err = 0;
   while (off < text.size()) {
@@ -480,7 +475,33 @@ Status RewriteFile(const std::string& path, const std::string& text) {
     off += static_cast<size_t>(n);
   }
   if (::close(fd) != 0 && err == 0) err = errno;
-  if (err != 0) return Status::Internal(fmt::format("cannot write {}: {}", path, std::strerror(err)));
+  return err;
+}
+
+// Rewrites the token cache file. A plain file of this user is replaced at
+// once (a temp file beside it with its mode, then a rename): a full disk
+// leaves the old token, not half a file the AWS CLI cannot read. Another
+// user's file (a mount run under sudo with the user's $HOME) or a symlink
+// is rewritten in place, as the CLI does (mode 0600 if it is created): its
+// owner, mode and link stay as they are.
+Status RewriteFile(const std::string& path, const std::string& text) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == ::geteuid()) {
+    const std::string tmp = fmt::format("{}.igtcache-{}.tmp", path, ::getpid());
+    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, st.st_mode & 0777);
+    if (fd >= 0) {
+      int err = WriteAndClose(fd, text);
+      if (err == 0 && ::rename(tmp.c_str(), path.c_str()) != 0) err = errno;
+      if (err == 0) return Status::Ok();
+      ::unlink(tmp.c_str());
+      return Status::Internal(fmt::format("cannot write {}: {}", path, std::strerror(err)));
+    }
+    // No file can be made beside it: in place, below.
+  }
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return Status::Internal(fmt::format("cannot write {}: {}", path, std::strerror(errno)));
+  if (const int err = WriteAndClose(fd, text); err != 0)
+    return Status::Internal(fmt::format("cannot write {}: {}", path, std::strerror(err)));
   return Status::Ok();
 }
 

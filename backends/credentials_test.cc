@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "backends/credentials.h"
@@ -896,6 +897,7 @@ TEST_CASE("SSO: aws sso login's cached token, refreshed near its expiry, exchang
   }
   SECTION("an expired token with a live registration is refreshed, and used") {
     home.Token(kCorp, token("access-old", Now() - 3600, registration));
+    REQUIRE(::chmod((home.cache + "/" + kCorp + ".json").c_str(), 0600) == 0);  // as the CLI makes it
     s.Push(FakeServer::Reply(200, {}, R"({"accessToken":"access-new","expiresIn":3600})"));
     s.Push(RoleCredentials("ASIAAFTER"));
     auto c = igt::ResolveCredentials("dev", "us-east-1");
@@ -905,6 +907,23 @@ TEST_CASE("SSO: aws sso login's cached token, refreshed near its expiry, exchang
     auto saved = nlohmann::json::parse(home.Read(kCorp));
     CHECK(saved["accessToken"] == "access-new");
     CHECK(saved["refreshToken"] == "refresh-1");  // not rotated: the old one is kept
+    // Replaced whole (a temp file, then a rename), with its mode; none left.
+    struct stat st {};
+    REQUIRE(::stat((home.cache + "/" + kCorp + ".json").c_str(), &st) == 0);
+    CHECK((st.st_mode & 0777) == 0600);
+    CHECK(std::system(("test -z \"$(ls " + home.cache + " | grep tmp)\"").c_str()) == 0);
+  }
+  SECTION("a cache file that is a symlink is rewritten through it, the link kept") {
+    const std::string target = home.dir + "/token-elsewhere.json";
+    std::ofstream(target) << token("access-old", Now() - 3600, registration);
+    REQUIRE(::symlink(target.c_str(), (home.cache + "/" + kCorp + ".json").c_str()) == 0);
+    s.Push(FakeServer::Reply(200, {}, R"({"accessToken":"access-new","expiresIn":3600})"));
+    s.Push(RoleCredentials("ASIALINKED"));
+    REQUIRE(igt::ResolveCredentials("dev", "us-east-1"));
+    struct stat st {};
+    REQUIRE(::lstat((home.cache + "/" + kCorp + ".json").c_str(), &st) == 0);
+    CHECK(S_ISLNK(st.st_mode));
+    CHECK(nlohmann::json::parse(*igt::ReadText(target))["accessToken"] == "access-new");
   }
   SECTION("a cache file that is not the CLI's, a reply without an expiry") {
     home.Token(kCorp, "not json");
