@@ -200,8 +200,9 @@ struct PolicyEngine::Unit {
 // The sums over the SiblingUniform streams of one parent directory (an
 // image folder's class directories) that UnreadItems plans against: kept as
 // the members change, so a plan costs the same with 10 or 1,000 class
-// directories (a walk over every stream per read cost ~2.5x the warm
-// epoch's time at 1,000 directories).
+// directories (a walk over every stream on each read took a quarter of the
+// daemon's samples on a warm epoch over 1,000 directories: docs/BENCHMARKS.md,
+// "small-files-siblings").
 struct PolicyEngine::SiblingPool {
   uint64_t read_cached_bytes = 0, epoch_inflight_bytes = 0;
   size_t members = 0;
