@@ -94,6 +94,15 @@ std::string Why(const HttpReply& r) {
   return r.status ? fmt::format("HTTP {}", r.status) : r.error;
 }
 
+// obj[key] if `obj` is an object and it is a string there, else "" (the
+// replies and caches read here are not trusted to have the right types: no
+// get<> that can throw).
+std::string JsonString(const nlohmann::json& obj, const char* key) {
+  if (!obj.is_object()) return {};
+  auto it = obj.find(key);
+  return it != obj.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
 // A token file's content, without its line end; `what` names its setting.
 Result<std::string> ReadFile(const std::string& path, const char* what) {
   auto s = ReadText(path);
@@ -234,11 +243,7 @@ Result<int64_t> ParseIso8601(std::string_view s) {
 Result<Credentials> ParseCredentialsJson(std::string_view body, const std::string& source) {
   auto j = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object()) return Err(Status::InvalidArgument(source + ": the reply is not a JSON object"));
-  // Every field read as a string or not at all (no get<> that can throw).
-  auto str = [&](const char* k) {
-    auto it = j.find(k);
-    return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
-  };
+  auto str = [&](const char* k) { return JsonString(j, k); };
   if (auto code = j.find("Code"); code != j.end() && code->is_string() && *code != "Success") {
     const std::string msg = str("Message");
     return Err(Status::PermissionDenied(fmt::format("{}: {}{}", source, str("Code"), msg.empty() ? "" : ": " + msg)));
@@ -508,10 +513,7 @@ Status RewriteFile(const std::string& path, const std::string& text) {
 // SSO-OIDC CreateToken with the cached refresh token: the cache's JSON with
 // a new access token (and refresh token, if given), or why not.
 Result<nlohmann::json> RefreshSsoToken(const nlohmann::json& token, const SsoSettings& s, int64_t now) {
-  auto str = [&](const char* k) {
-    auto it = token.find(k);
-    return it != token.end() && it->is_string() ? it->get<std::string>() : std::string();
-  };
+  auto str = [&](const char* k) { return JsonString(token, k); };
   for (const char* k : {"refreshToken", "clientId", "clientSecret", "registrationExpiresAt"})
     if (str(k).empty()) return Err(Status::NotFound(fmt::format("the cache has no {}", k)));
   auto reg = ParseCacheTime(str("registrationExpiresAt"));
@@ -527,11 +529,8 @@ Result<nlohmann::json> RefreshSsoToken(const nlohmann::json& token, const SsoSet
   HttpReply r = Call("POST", endpoint + "/token", {"Content-Type: application/json", "Expect:"}, &body, 5000, false);
   if (r.status != 200) {
     // The error's code (invalid_grant, ...) says why; it names no secret.
-    auto e = nlohmann::json::parse(r.body, nullptr, false);
-    std::string code;
-    if (e.is_object())
-      if (auto it = e.find("error"); it != e.end() && it->is_string()) code = ": " + it->get<std::string>();
-    return Err(Status::Unavailable(fmt::format("SSO OIDC at {}: {}{}", endpoint, Why(r), code)));
+    const std::string code = JsonString(nlohmann::json::parse(r.body, nullptr, false), "error");
+    return Err(Status::Unavailable(fmt::format("SSO OIDC at {}: {}{}", endpoint, Why(r), code.empty() ? "" : ": " + code)));
   }
   auto reply = nlohmann::json::parse(r.body, nullptr, false);
   const auto at = reply.is_object() ? reply.find("accessToken") : reply.end();
@@ -562,10 +561,7 @@ Result<Credentials> SsoCredentials(const SsoSettings& s) {
     return Err(Status::PermissionDenied(
         fmt::format("{}: no token at {} (not signed in): run '{}'", what, file, login)));
   auto token = nlohmann::json::parse(*text, nullptr, false);
-  auto str = [&](const char* k) {
-    auto it = token.is_object() ? token.find(k) : token.end();
-    return it != token.end() && it->is_string() ? it->get<std::string>() : std::string();
-  };
+  auto str = [&](const char* k) { return JsonString(token, k); };
   if (str("accessToken").empty() || str("expiresAt").empty())
     return Err(Status::PermissionDenied(
         fmt::format("{}: the token cache {} has no accessToken and expiresAt: run '{}'", what, file, login)));
@@ -606,10 +602,8 @@ Result<Credentials> SsoCredentials(const SsoSettings& s) {
                          "&role_name=" + FormEncode(s.role_name),
                      {"x-amz-sso_bearer_token: " + access_token, "Accept: application/json"}, nullptr, 5000, false);
   if (r.status != 200) {
-    auto e = nlohmann::json::parse(r.body, nullptr, false);
-    std::string msg;
-    if (e.is_object())
-      if (auto it = e.find("message"); it != e.end() && it->is_string()) msg = ": " + it->get<std::string>().substr(0, 200);
+    std::string msg = JsonString(nlohmann::json::parse(r.body, nullptr, false), "message").substr(0, 200);
+    if (!msg.empty()) msg = ": " + msg;
     if (r.status == 401)
       return Err(Status::PermissionDenied(
           fmt::format("{}: the SSO session's token was refused (HTTP 401{}): run '{}'", source, msg, login)));
@@ -623,11 +617,8 @@ Result<Credentials> SsoCredentials(const SsoSettings& s) {
   const auto rc = j.is_object() ? j.find("roleCredentials") : j.end();
   if (rc == j.end() || !rc->is_object())
     return Err(Status::InvalidArgument(source + ": the reply has no roleCredentials"));
-  auto field = [&](const char* k) {
-    auto it = rc->find(k);
-    return it != rc->end() && it->is_string() ? it->get<std::string>() : std::string();
-  };
-  Credentials c{field("accessKeyId"), field("secretAccessKey"), field("sessionToken"), 0, source};
+  Credentials c{JsonString(*rc, "accessKeyId"), JsonString(*rc, "secretAccessKey"), JsonString(*rc, "sessionToken"), 0,
+                source};
   if (c.access_key.empty() || c.secret_key.empty())
     return Err(Status::InvalidArgument(source + ": the reply has no accessKeyId and secretAccessKey"));
   // Milliseconds since the epoch; without it the mount could not renew

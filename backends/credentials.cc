@@ -116,15 +116,17 @@ Result<Credentials> SsoProfileCredentials(const ProfileFiles& f, const std::stri
   SsoSettings s{profile, setting("sso_session"), "", "", setting("sso_account_id"), setting("sso_role_name"),
                 Home() + "/.aws/sso/cache"};
   const std::string what = fmt::format("profile [{}] signs in through SSO", profile);
+  std::optional<std::map<std::string, std::string>> sec;
+  if (!s.session.empty()) {
+    if (f.config_text) sec = IniSection(*f.config_text, "sso-session " + s.session);
+    if (!sec)
+      return Err(Status::InvalidArgument(fmt::format("{}: its sso_session {} has no [sso-session {}] section in {}",
+                                                     what, s.session, s.session, f.config)));
+  }
   std::vector<std::string> missing;
-  for (const char* k : {"sso_start_url", "sso_region"}) {
+  for (const auto& [k, field] : {std::pair{"sso_start_url", &s.start_url}, std::pair{"sso_region", &s.region}}) {
     std::string v = setting(k);
-    if (!s.session.empty()) {
-      std::optional<std::map<std::string, std::string>> sec;
-      if (f.config_text) sec = IniSection(*f.config_text, "sso-session " + s.session);
-      if (!sec)
-        return Err(Status::InvalidArgument(fmt::format("{}: its sso_session {} has no [sso-session {}] section in {}",
-                                                       what, s.session, s.session, f.config)));
+    if (sec) {
       const auto it = sec->find(k);
       const std::string in_session = it == sec->end() ? std::string() : it->second;
       if (!v.empty() && !in_session.empty() && v != in_session)
@@ -132,7 +134,7 @@ Result<Credentials> SsoProfileCredentials(const ProfileFiles& f, const std::stri
       if (!in_session.empty()) v = in_session;
     }
     if (v.empty()) missing.push_back(k);
-    (std::string_view(k) == "sso_start_url" ? s.start_url : s.region) = v;
+    *field = v;
   }
   for (const char* k : {"sso_account_id", "sso_role_name"})
     if (setting(k).empty()) missing.push_back(k);
@@ -189,9 +191,10 @@ Result<Credentials> ProfileCredentials(const ProfileFiles& f, const std::string&
   // A source profile's own keys come before its role (the AWS CLI's rule
   // for the profiles of a chain), and its SSO sign-in before its keys.
   if (depth > 0) {
-    const bool keys = keys_of(in_cred, f.path) || keys_of(in_config, f.config);
+    auto keys = keys_of(in_cred, f.path);
+    if (!keys) keys = keys_of(in_config, f.config);
     if (sso && (keys || setting("role_arn").empty())) return SsoProfileCredentials(f, profile, setting);
-    if (auto c = keys_of(in_cred, f.path) ? keys_of(in_cred, f.path) : keys_of(in_config, f.config)) return *c;
+    if (keys) return *keys;
   }
   if (const std::string role = setting("role_arn"); !role.empty()) {
     const std::string what = fmt::format("profile [{}] (role {})", profile, role);
