@@ -6,7 +6,7 @@
 # cache) and a built build/igtcache. Not part of the test suite. Every
 # process it starts is stopped by pid and every mount is unmounted (see
 # tests/mount/harness.py).
-#   scripts/bench_small_files.sh [--files N] [--per-dir N] [--size BYTES] [--cache-size SIZE] [--lru] [--restart [--restart-cache-size SIZE]] [--compare LABEL=BINARY] [--doc [--section NAME]]
+#   scripts/bench_small_files.sh [--files N] [--per-dir N] [--size BYTES] [--cache-size SIZE] [--lru] [--variant LABEL=KEY=VALUE] [--restart [--restart-cache-size SIZE]] [--compare LABEL=BINARY] [--doc [--section NAME]]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export IGTCACHE_BIN="${IGTCACHE_BIN:-$PWD/build/igtcache}"

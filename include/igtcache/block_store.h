@@ -60,10 +60,17 @@ void ForEachSubUnit(uint64_t from, uint64_t to, uint64_t sub, Fn&& fn) {
 struct BlockStoreOptions {
   std::string dir;                  // created 0700 if absent
   // Default: 10 GiB. Disk use of the unit files kept: header + data of each,
-  // in whole 4 KiB blocks (a 110,000-byte file counts 112 KiB). The index and
-  // the directories are not counted (docs/ARCHITECTURE.md, "Disk use").
+  // in whole 4 KiB blocks (a 110,000-byte file counts 112 KiB); of an inline
+  // unit, its record's key and value. The rest of the index and the
+  // directories are not counted (docs/ARCHITECTURE.md, "Disk use").
   uint64_t max_bytes = 10ull << 30;
   double min_free_ratio = 0.05;     // Default: 0.05. Free space kept on the volume.
+  // Units of at most this many bytes are kept inline in the index (one
+  // RocksDB record with their bytes and a checksum) instead of a unit file
+  // of whole 4 KiB blocks, an inode and a temp file renamed into place
+  // (docs/ARCHITECTURE.md, "Small units inline"). 0: every unit is a file.
+  // Default here: 0 (the config default, cache.inline_max_bytes, is not).
+  uint64_t inline_max_bytes = 0;
   std::string eviction = "lru";     // Default here: lru (the config default, cache.eviction, is igt). See MakeEvictionPolicy.
   // If set, the eviction policy comes from here instead of `eviction` (the
   // live mount's policy engine, src/engine/live_engine.h). Called once, in Open.
@@ -100,6 +107,10 @@ class BlockStore {
   virtual uint64_t used_bytes() const = 0;
   virtual uint64_t limit_bytes() const = 0;
   virtual uint64_t unit_count() const = 0;
+  // Of those, the units kept inline in the index (no unit file), and the
+  // largest unit it keeps so (BlockStoreOptions::inline_max_bytes).
+  virtual uint64_t inline_unit_count() const { return 0; }
+  virtual uint64_t inline_max_bytes() const { return 0; }
   // Unit files kept open for later reads (an fd each; bounded).
   virtual uint64_t open_unit_files() const { return 0; }
   // The last insert failed (cache volume full, write errors, index not

@@ -22,6 +22,7 @@ struct Config {
     double min_free_ratio = 0;
     uint64_t unit_size_bytes = 0;
     uint64_t sub_unit_bytes = 0;     // 0: misses always fetch whole units
+    uint64_t inline_max_bytes = 0;   // 0: every unit is a file
     std::string eviction;
     uint64_t prefetch_budget_bytes = 0;
   } cache;

@@ -98,6 +98,16 @@ def ls_lr(root: Path) -> float:
     return time.monotonic() - t0
 
 
+def variant_args(s: harness.Session, i: int, setting: tuple[str, str] | None) -> list[str]:
+    """--config of a YAML file setting one dotted key (none: no args)."""
+    if setting is None:
+        return []
+    key, value = setting
+    *sections, leaf = key.split(".")
+    yaml = "".join(f"{'  ' * d}{sec}:\n" for d, sec in enumerate(sections)) + f"{'  ' * len(sections)}{leaf}: {value}\n"
+    return ["--config", str(s.write_config(f"variant-{i}.yaml", yaml))]
+
+
 def timed_mount(s: harness.Session, src: Path, cache_dir: Path, args: list[str]) -> tuple[harness.Mount, float]:
     drop_caches()
     t0 = time.monotonic()
@@ -207,6 +217,8 @@ def main() -> int:
                     help="also run another igtcache binary (e.g. an older build), same data, same run")
     ap.add_argument("--cache-size", default="8G", help="the mount's --cache-size (default 8G: everything fits)")
     ap.add_argument("--lru", action="store_true", help="also run the build with cache.eviction: lru (no policy engine)")
+    ap.add_argument("--variant", action="append", default=[], metavar="LABEL=KEY=VALUE",
+                    help="also run the build with one config key set (e.g. 'files only=cache.inline_max_bytes=0')")
     ap.add_argument("--restart", action="store_true",
                     help="then mount each filled cache dir again: start-up time and a third epoch")
     ap.add_argument("--restart-cache-size", metavar="SIZE",
@@ -214,9 +226,13 @@ def main() -> int:
     ap.add_argument("--doc", action="store_true", help="write the section of docs/BENCHMARKS.md")
     ap.add_argument("--section", default="small-files", help="the marked section --doc writes")
     a = ap.parse_args()
-    binaries = [("igtcache", harness.igtcache_bin(), False)] + [(*c.split("=", 1), False) for c in a.compare]
+    # (label, binary, config key -> value or None)
+    binaries = [("igtcache", harness.igtcache_bin(), None)] + [(*c.split("=", 1), None) for c in a.compare]
     if a.lru:
-        binaries.append(("igtcache, cache.eviction lru", harness.igtcache_bin(), True))
+        binaries.append(("igtcache, cache.eviction lru", harness.igtcache_bin(), ("cache.eviction", "lru")))
+    for v in a.variant:
+        label, key, value = v.split("=", 2)
+        binaries.append((label, harness.igtcache_bin(), (key, value)))
     head = subprocess.run(["git", "-C", str(ROOT), "log", "--oneline", "-1"], capture_output=True,
                           text=True).stdout.strip()[:80]
     with harness.Session("bench-small-files") as s:
@@ -235,11 +251,10 @@ def main() -> int:
             base[f"ep{ep}_s"], got = read_pass(src, orders[ep - 1])
             if got != total:
                 raise RuntimeError(f"source: read {got} bytes, expected {total}")
-        lru_cfg = s.write_config("lru.yaml", "cache:\n  eviction: lru\n")
         harness.MOUNT_DEADLINE_S = 1800.0  # a restart over a million cached units took 85 s before 2026-11-24
-        runs = [run_mount(s, label, binary, src, orders, total, a.cache_size, ["--config", str(lru_cfg)] if lru else [],
+        runs = [run_mount(s, label, binary, src, orders, total, a.cache_size, variant_args(s, i, setting),
                           (a.restart_cache_size or a.cache_size) if a.restart else None)
-                for label, binary, lru in binaries]
+                for i, (label, binary, setting) in enumerate(binaries)]
     text = render(a.files, a.size, a.cache_size, base, runs, datetime.datetime.now().strftime("%Y-%m-%d %H:%M"), head,
                   a.restart_cache_size)
     print(text)

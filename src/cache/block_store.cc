@@ -3,9 +3,11 @@
 //
 // State and its invariants (all guarded by mu_):
 //   index_     id -> Entry for every unit whose file is in place and whose
-//              index record is written. INVARIANT: the policy tracks exactly
+//              index record is written (an inline unit: whose record, with
+//              its bytes, is written). INVARIANT: the policy tracks exactly
 //              the ids of index_; used_bytes_ = sum of their disk_bytes
-//              (UnitDiskBytes: header + data in whole file system blocks).
+//              (UnitDiskBytes: header + data in whole file system blocks;
+//              InlineRecordDiskBytes for an inline unit).
 //   busy_      ids whose file is being written (Put) or deleted (evict,
 //              remove, drop). An id is never in index_ and busy_ at once, so
 //              no two threads touch the same unit file concurrently.
@@ -17,6 +19,7 @@
 #include <fmt/format.h>
 #include <rocksdb/cache.h>
 #include <rocksdb/db.h>
+#include <rocksdb/filter_policy.h>
 #include <rocksdb/options.h>
 #include <rocksdb/table.h>
 #include <rocksdb/write_batch.h>
@@ -33,6 +36,7 @@
 #include <list>
 #include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <mutex>
 #include <random>
@@ -253,6 +257,11 @@ class DiskBlockStore final : public BlockStore {
     std::lock_guard lk(mu_);
     return index_.size();
   }
+  uint64_t inline_unit_count() const override {
+    std::lock_guard lk(mu_);
+    return inline_units_;
+  }
+  uint64_t inline_max_bytes() const override { return opts_.inline_max_bytes; }
   uint64_t open_unit_files() const override {
     std::lock_guard lk(mu_);
     return open_lru_.size();
@@ -310,7 +319,10 @@ class DiskBlockStore final : public BlockStore {
     uint64_t disk_bytes = 0;  // UnitDiskBytes: what the file takes on the volume
     uint64_t last_access_us = 0;
     uint64_t access_count = 0;
-    uint64_t gen = 0;  // distinguishes re-inserts of the same id
+    uint64_t gen : 63 = 0;  // distinguishes re-inserts of the same id
+    // Its bytes are in its index record, not a unit file (no header, no
+    // open file). A bit of gen's word: an Entry per unit, a million units.
+    uint64_t is_inline : 1 = 0;
     // The unit file's header once a read verified it (kMaxCachedHeaderBytes at
     // most): later reads skip reading and parsing it again. A header never
     // changes for a gen; the chunk checksums it holds still verify the data.
@@ -327,6 +339,7 @@ class DiskBlockStore final : public BlockStore {
     std::string id;
     uint64_t bytes;       // data (the evicted_bytes metric)
     uint64_t disk_bytes;  // freed on the volume
+    bool is_inline;       // no unit file to delete
   };
 
   std::string PathOf(std::string_view id) const { return opts_.dir + "/" + UnitRelPath(id); }
@@ -346,8 +359,9 @@ class DiskBlockStore final : public BlockStore {
   // Removes `id` from index_/policy and marks it busy-deleting. Requires mu_.
   Victim DetachLocked(const std::string& id) {
     auto it = index_.find(id);
-    Victim v{id, it->second.data_len, it->second.disk_bytes};
+    Victim v{id, it->second.data_len, it->second.disk_bytes, bool(it->second.is_inline)};
     used_bytes_ -= it->second.disk_bytes;
+    inline_units_ -= it->second.is_inline;
     ForgetLocked(it->second);
     index_.erase(it);
     policy_->OnRemove(id);
@@ -406,6 +420,14 @@ class DiskBlockStore final : public BlockStore {
   // at a time: tens of thousands of units touched since the last flush held
   // every hit and insert back for the whole batch. Not under mu_.
   void WriteAccessState(const IdSet& ids);
+  // Reads bytes of an inline unit from its record, checked against the
+  // record's key and checksum. NotFound: no record; Corruption; IoError.
+  Result<size_t> ReadInline(const std::string& id, const UnitKey& key, uint64_t offset, size_t len, char* out);
+  // After a read of `n` bytes of generation `gen` of `id`: the policy and
+  // access state see it; a header read and verified, a file opened, are
+  // kept for the next read (if not null). Returns n.
+  size_t Touched(const std::string& id, uint64_t gen, size_t n, bool hit, std::shared_ptr<const UnitHeader> header,
+                 std::shared_ptr<OpenUnitFile> file);
   // Writes the unit file (temp file + rename) and returns it open for reading.
   Result<std::shared_ptr<OpenUnitFile>> WriteUnit(const std::string& id, std::string_view header,
                                                   std::string_view data);
@@ -488,6 +510,7 @@ class DiskBlockStore final : public BlockStore {
     decltype(index_)().swap(index_);
     dirty_.clear();
     used_bytes_ = 0;
+    inline_units_ = 0;
     for (const auto& bits : gone) try {
         policy_->OnRemove(UnitIdOf(bits));
       } catch (...) {
@@ -515,6 +538,7 @@ class DiskBlockStore final : public BlockStore {
   IdSet dirty_;                                       // guarded by mu_
   uint64_t used_bytes_ = 0;                           // guarded by mu_
   uint64_t reserved_bytes_ = 0;                       // guarded by mu_
+  uint64_t inline_units_ = 0;                         // entries of index_ with is_inline; mu_
   uint64_t next_gen_ = 1;                             // guarded by mu_
   size_t cached_header_bytes_ = 0;                    // HeaderMemBytes of Entry::headers; mu_
   std::list<std::string> open_lru_;                   // ids with Entry::file, oldest first; mu_
@@ -547,6 +571,7 @@ void DiskBlockStore::DeleteDetached(const std::vector<Victim>& victims, bool cou
   // once: 98k unlinks took 7.4 s on one thread) are unlinked on several
   // threads; up to 64 on this one.
   ParallelFor(victims.size(), kIoThreads, [&](size_t i) {
+    if (victims[i].is_inline) return;  // its record goes below
     std::string path = PathOf(victims[i].id);
     if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
       const int err = errno;
@@ -646,9 +671,29 @@ void DiskBlockStore::WriteAccessState(const IdSet& ids) {
   }
 }
 
+Result<size_t> DiskBlockStore::ReadInline(const std::string& id, const UnitKey& key, uint64_t offset, size_t len,
+                                          char* out) {
+  rocksdb::PinnableSlice v;
+  auto s = db_->Get(rocksdb::ReadOptions(), db_->DefaultColumnFamily(), std::string(kUnitKeyPrefix) + id, &v);
+  if (s.IsNotFound()) return Err(Status::NotFound("its index record is gone"));
+  if (s.IsCorruption()) return Err(Status::Corruption(s.ToString()));
+  if (!s.ok()) return Err(Status::IoError(s.ToString()));
+  auto rec = DecodeUnitRecord(std::string_view(v.data(), v.size()));
+  if (!rec || !rec->is_inline || rec->key.object != key.object || rec->key.etag != key.etag ||
+      rec->key.index != key.index)
+    return Err(Status::Corruption("its index record is not an inline record of this unit"));
+  if (!rec->inline_data_ok) return Err(Status::Corruption("checksum mismatch"));
+  const std::string& data = rec->inline_data;
+  if (offset >= data.size() || len == 0) return size_t{0};
+  const size_t n = static_cast<size_t>(std::min<uint64_t>(len, data.size() - offset));
+  std::memcpy(out, data.data() + offset, n);
+  return n;
+}
+
 std::optional<size_t> DiskBlockStore::Read(const UnitKey& key, uint64_t offset, size_t len, char* out, bool hit) {
   const std::string id = UnitId(key);
   uint64_t gen;
+  bool is_inline;
   std::shared_ptr<const UnitHeader> header;
   std::shared_ptr<OpenUnitFile> file;
   {
@@ -656,9 +701,39 @@ std::optional<size_t> DiskBlockStore::Read(const UnitKey& key, uint64_t offset, 
     auto it = index_.find(id);
     if (it == index_.end()) return std::nullopt;
     gen = it->second.gen;
+    is_inline = it->second.is_inline;
     header = it->second.header;
     file = it->second.file;
     if (file) open_lru_.splice(open_lru_.end(), open_lru_, it->second.lru_pos);
+  }
+  // Still this unit, this generation (not evicted or replaced since the
+  // lookup above).
+  auto still_indexed = [&] {
+    std::lock_guard lk(mu_);
+    auto it = index_.find(id);
+    return it != index_.end() && it->second.gen == gen;
+  };
+  if (is_inline) {
+    Result<size_t> n = ReadInline(id, key, offset, len, out);
+    if (!n) {
+      // Evicted since the lookup (the entry leaves the index before its
+      // record is deleted): a plain miss. A record missing under a live
+      // entry is as good as corrupt.
+      if (n.error().code() == Code::kNotFound && !still_indexed()) return std::nullopt;
+      const std::string what = fmt::format("inline cache unit {} in {}/index", id, opts_.dir);
+      if (n.error().code() == Code::kIoError) {
+        Add(metrics_->cache_read_errors);
+        WarnOnce("read:" + n.error().ToString(),
+                 fmt::format("igtcache: cannot read {}: {} (served from the backend)", what, n.error().message()));
+      } else {
+        Add(metrics_->cache_corruptions);
+        WarnOnce("corrupt", fmt::format("igtcache: corrupt {} dropped ({}); further ones are only counted", what,
+                                        n.error().message()));
+      }
+      Drop(id, gen);
+      return std::nullopt;
+    }
+    return Touched(id, gen, *n, hit, nullptr, nullptr);
   }
   const std::string path = PathOf(id);
   const bool new_file = !file;
@@ -669,13 +744,9 @@ std::optional<size_t> DiskBlockStore::Read(const UnitKey& key, uint64_t offset, 
   const int fd = file ? file->fd : -1;
   if (fd < 0) {
     const int err = errno;
-    if (err == ENOENT) {
-      // Evicted or removed since the lookup above (the entry leaves the index
-      // before its file is deleted): a plain miss, not an error.
-      std::lock_guard lk(mu_);
-      auto it = index_.find(id);
-      if (it == index_.end() || it->second.gen != gen) return std::nullopt;
-    }
+    // Evicted or removed since the lookup above (the entry leaves the index
+    // before its file is deleted): a plain miss, not an error.
+    if (err == ENOENT && !still_indexed()) return std::nullopt;
     Add(metrics_->cache_read_errors);
     WarnOnce("read-open:" + ErrnoText(err),
              fmt::format("igtcache: cannot open cache unit {}: {} (served from the backend)", path, ErrnoText(err)));
@@ -711,20 +782,25 @@ std::optional<size_t> DiskBlockStore::Read(const UnitKey& key, uint64_t offset, 
     }
     return std::nullopt;
   }
+  return Touched(id, gen, *n, hit, new_header ? std::move(header) : nullptr, new_file ? std::move(file) : nullptr);
+}
+
+size_t DiskBlockStore::Touched(const std::string& id, uint64_t gen, size_t n, bool hit,
+                               std::shared_ptr<const UnitHeader> header, std::shared_ptr<OpenUnitFile> file) {
   IdSet flush_ids;
   bool flush = false;
   {
     std::lock_guard lk(mu_);
     auto it = index_.find(id);
     if (it != index_.end() && it->second.gen == gen) {
-      Touch(id, it->second, hit ? *n : 0);
-      if (new_header) KeepHeaderLocked(it->second, std::move(header));
-      if (new_file) KeepOpenLocked(id, it->second, std::move(file), /*read=*/true);
+      Touch(id, it->second, hit ? n : 0);
+      if (header) KeepHeaderLocked(it->second, std::move(header));
+      if (file) KeepOpenLocked(id, it->second, std::move(file), /*read=*/true);
     }
     flush = TakeDirtyLocked(flush_ids, /*force=*/false);
   }
   if (flush) WriteAccessState(flush_ids);
-  return *n;
+  return n;
 }
 
 Result<std::shared_ptr<OpenUnitFile>> DiskBlockStore::WriteUnit(const std::string& id, std::string_view header,
@@ -803,11 +879,25 @@ Status DiskBlockStore::Put(const UnitKey& key, std::string_view data, bool prefe
     return Status::NoSpace(fmt::format("unit of {} bytes is larger than the cache limit ({} bytes); not cached", n,
                                        opts_.max_bytes));
   }
-  auto header = EncodeUnitHeader(key, data);
-  if (!header) return header.error();
   const std::string id = UnitId(key);
+  // A small unit goes inline: `encoded` is its index record, bytes and
+  // all. Otherwise `encoded` is its file's header.
+  const bool is_inline = opts_.inline_max_bytes > 0 && n <= opts_.inline_max_bytes;
+  std::string encoded;
   // What the unit takes on the volume, counted against max_bytes.
-  const uint64_t disk = UnitDiskBytes(header->size(), n);
+  uint64_t disk;
+  if (is_inline) {
+    if (key.etag.size() > kMaxEtagBytes)  // as a unit file's header refuses it
+      return Status::InvalidArgument(fmt::format("etag of '{}' is {} bytes, over the {} byte limit", key.object,
+                                                 key.etag.size(), kMaxEtagBytes));
+    encoded = EncodeUnitRecord(InlineUnitRecord(key, data, hooks_.now_us()));
+    disk = InlineRecordDiskBytes(encoded.size());
+  } else {
+    auto header = EncodeUnitHeader(key, data);
+    if (!header) return header.error();
+    encoded = std::move(*header);
+    disk = UnitDiskBytes(encoded.size(), n);
+  }
   if (disk > opts_.max_bytes) {
     return Status::NoSpace(fmt::format("unit of {} bytes takes {} bytes on disk, more than the cache limit ({} bytes); "
                                        "not cached", n, disk, opts_.max_bytes));
@@ -820,7 +910,7 @@ Status DiskBlockStore::Put(const UnitKey& key, std::string_view data, bool prefe
   if (db_broken_.load() && !TryResume(false))
     return WriteError(Status::IoError(fmt::format("cache index {}/index not writable since an earlier error",
                                                   opts_.dir)));
-  if (write_failing_.load()) {
+  if (write_failing_.load() && !is_inline) {
     // A full volume is no reason to skip eviction (it makes room).
     if (auto s = ProbeTmp(); !s.ok() && s.code() != Code::kNoSpace) return WriteError(s);
   }
@@ -919,32 +1009,34 @@ Status DiskBlockStore::Put(const UnitKey& key, std::string_view data, bool prefe
   }
   if (hooks_.reserved) hooks_.reserved(key);
 
-  auto written = WriteUnit(id, *header, data);
+  // An inline unit has no file: its record below is its write.
+  Result<std::shared_ptr<OpenUnitFile>> written =
+      is_inline ? std::shared_ptr<OpenUnitFile>() : WriteUnit(id, encoded, data);
   Status s = written ? Status::Ok() : written.error();
   // A full volume is not a reason to stop evicting (that makes room); any
   // other write failure is probed for before the next insert evicts.
-  write_failing_.store(!s.ok() && s.code() != Code::kNoSpace);
+  if (!is_inline) write_failing_.store(!s.ok() && s.code() != Code::kNoSpace);
   std::shared_ptr<const UnitHeader> written_header;  // decoded outside mu_
-  if (written) {
-    if (auto h = DecodeUnitHeader(*header)) written_header = std::make_shared<const UnitHeader>(std::move(*h));
+  if (written && !is_inline) {
+    if (auto h = DecodeUnitHeader(encoded)) written_header = std::make_shared<const UnitHeader>(std::move(*h));
   }
   const uint64_t now = hooks_.now_us();
   if (s.ok()) {
-    const UnitRecord rec{key, n, UnitRelPath(id), now, 0};
     // With the record, no access state of an earlier life of this id (a
     // flush that wrote one after its eviction deleted it) stays to be
     // taken for this one's.
     rocksdb::WriteBatch batch;
-    batch.Put(std::string(kUnitKeyPrefix) + id, EncodeUnitRecord(rec));
+    batch.Put(std::string(kUnitKeyPrefix) + id,
+              is_inline ? encoded : EncodeUnitRecord(FileUnitRecord(key, n, UnitRelPath(id), now)));
     batch.Delete(std::string(kAccessKeyPrefix) + id);
     s = FromRocks(DbWrite([&] { return db_->Write(rocksdb::WriteOptions(), &batch); }),
                   fmt::format("cache index {}/index: put", opts_.dir));
-    if (!s.ok()) ::unlink(unit_path.c_str());
+    if (!s.ok() && !is_inline) ::unlink(unit_path.c_str());
   }
   bool cancelled = false;
   // Made before the reservation is handed over below: once it is, nothing
   // may throw before the unit is in the index or on its way out.
-  std::vector<Victim> cancelled_victims{Victim{id, n, disk}};
+  std::vector<Victim> cancelled_victims{Victim{id, n, disk, is_inline}};
   {
     std::lock_guard lk(mu_);
     auto b = busy_.find(id);
@@ -953,8 +1045,11 @@ Status DiskBlockStore::Put(const UnitKey& key, std::string_view data, bool prefe
     if (s.ok() && !cancelled) {
       // What may throw first (the entry, the policy's records), then what
       // cannot: an exception leaves the index as it was.
-      if (auto old = index_.find(id); old != index_.end()) ForgetLocked(old->second);
-      auto it = index_.insert_or_assign(UnitIdBitsOf(id), Entry{n, disk, now, 0, next_gen_}).first;
+      if (auto old = index_.find(id); old != index_.end()) {
+        ForgetLocked(old->second);
+        inline_units_ -= old->second.is_inline;
+      }
+      auto it = index_.insert_or_assign(UnitIdBitsOf(id), Entry{n, disk, now, 0, next_gen_, is_inline}).first;
       try {
         policy_->OnInsertUnit(id, n, 0,
                               UnitMeta{.prefetched = prefetched, .now_us = now, .object = key.object,
@@ -977,6 +1072,7 @@ Status DiskBlockStore::Put(const UnitKey& key, std::string_view data, bool prefe
       } catch (const std::bad_alloc&) {  // opened again on its first read
       }
       used_bytes_ += disk;
+      inline_units_ += is_inline;
       busy_.erase(b);
     } else if (!s.ok()) {
       busy_.erase(b);
@@ -1016,9 +1112,18 @@ Status DiskBlockStore::Reconcile() {
     for (it->Seek(kUnitKeyPrefix); it->Valid() && it->key().starts_with(kUnitKeyPrefix); it->Next()) {
       std::string id = it->key().ToString().substr(kUnitKeyPrefix.size());
       auto rec = DecodeUnitRecord(std::string_view(it->value().data(), it->value().size()));
-      if (rec && id.size() == 32 && UnitId(rec->key) == id && rec->rel_path == UnitRelPath(id)) {
+      if (rec && id.size() == 32 && UnitId(rec->key) == id &&
+          (rec->is_inline ? rec->inline_data_ok : rec->rel_path == UnitRelPath(id))) {
         std::string().swap(rec->rel_path);  // checked; PathOf(id) rebuilds it
-        survivors.push_back({std::move(id), std::move(*rec)});
+        // An inline unit is checked whole here (its bytes came with the
+        // record, read in key order): it needs no file.
+        Survivor sv{std::move(id), std::move(*rec)};
+        if (sv.rec.is_inline) {
+          sv.good = true;
+          sv.disk_bytes = InlineRecordDiskBytes(it->value().size());
+          std::string().swap(sv.rec.inline_data);
+        }
+        survivors.push_back(std::move(sv));
       } else {
         drop.Delete(it->key());
         ++dropped;
@@ -1057,6 +1162,7 @@ Status DiskBlockStore::Reconcile() {
   std::vector<int> open_errno(survivors.size(), 0);
   ParallelFor(survivors.size(), kIoThreads, [&](size_t i) {
     Survivor& sv = survivors[i];
+    if (sv.rec.is_inline) return;
     const std::string path = PathOf(sv.id);
     int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0) {
@@ -1086,7 +1192,7 @@ Status DiskBlockStore::Reconcile() {
     return !sv.good;
   });
   if (dropped > 0)
-    spdlog::warn("igtcache: dropped {} cache index entries without a valid unit file in {}", dropped, opts_.dir);
+    spdlog::warn("igtcache: dropped {} cache index entries without a valid unit file or inline record in {}", dropped, opts_.dir);
   if (drop.Count() > 0) {
     // Not fatal (a full volume): the records stay stale on disk, are not
     // loaded, and the next start-up drops them again.
@@ -1096,13 +1202,15 @@ Status DiskBlockStore::Reconcile() {
 
   const auto t1 = Clock::now();
   // Delete unit files nobody indexes, or in the wrong place: a kept file is
-  // units/ab/cd/<id> with <id> a survivor starting "abcd". (`kept` views
-  // the survivors' ids: it must not outlive this block's order of them.)
+  // units/ab/cd/<id> with <id> a survivor starting "abcd" and not inline.
+  // (`kept` views the survivors' ids: it must not outlive this block's
+  // order of them.)
   std::atomic<size_t> strays{0};
   {
     std::unordered_set<std::string_view> kept;
     kept.reserve(survivors.size());
-    for (const auto& sv : survivors) kept.insert(sv.id);
+    for (const auto& sv : survivors)
+      if (!sv.rec.is_inline) kept.insert(sv.id);
     const std::filesystem::path units = opts_.dir + "/units";
     std::vector<std::filesystem::path> tops;  // units/ab, listed on several threads
     std::error_code ec;
@@ -1161,8 +1269,9 @@ Status DiskBlockStore::Reconcile() {
                             UnitMeta{.object = s.rec.key.object, .unit_index = s.rec.key.index,
                                      .disk_bytes = s.disk_bytes, .etag = s.rec.key.etag});
       used_bytes_ += s.disk_bytes;
+      inline_units_ += s.rec.is_inline;
       index_[UnitIdBitsOf(s.id)] = Entry{s.rec.data_len, s.disk_bytes, s.rec.last_access_us, s.rec.access_count,
-                                      next_gen_++};
+                                      next_gen_++, s.rec.is_inline};
     }
     // A smaller max_bytes than last time: evict down now.
     EvictLocked([&](uint64_t) { return used_bytes_ <= opts_.max_bytes; }, victims);
@@ -1209,6 +1318,10 @@ Result<std::unique_ptr<rocksdb::DB>> OpenIndex(const std::string& dir) {
   o.info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;
   rocksdb::BlockBasedTableOptions t;
   t.block_cache = rocksdb::NewLRUCache(kIndexBlockCacheBytes);
+  // A read of an inline unit is a point lookup: without a filter it
+  // searches every level's file whose key range covers the id, which for
+  // random ids is all of them.
+  t.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
   o.table_factory.reset(rocksdb::NewBlockBasedTableFactory(t));
 
   auto open = [&]() -> std::pair<rocksdb::Status, std::unique_ptr<rocksdb::DB>> {

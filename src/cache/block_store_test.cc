@@ -66,6 +66,12 @@ uint64_t Disk(const UnitKey& k, size_t n) {
   return UnitDiskBytes(h->size(), n);
 }
 
+// The same for a unit kept inline: its record's key and value.
+uint64_t InlineDisk(const UnitKey& k, size_t n) {
+  return InlineRecordDiskBytes(
+      EncodeUnitRecord(InlineUnitRecord(k, DataOf(k, n), 0)).size());
+}
+
 struct FakeClock {
   std::shared_ptr<std::atomic<uint64_t>> t = std::make_shared<std::atomic<uint64_t>>(1'000'000);
   uint64_t Tick() { return t->fetch_add(1000) + 1000; }
@@ -1238,6 +1244,8 @@ TEST_CASE("concurrent Put/Read/Remove from 8 threads against a model", "[block_s
   Fixture f;
   f.opts.max_bytes = 40 * 20000;  // ~40 of 100 units fit
   const uint32_t seed = GENERATE(1u, 2u, 3u);
+  // Units of up to 8 KiB inline (about a quarter of them) beside files.
+  f.opts.inline_max_bytes = GENERATE(0u, 8192u);
   auto s = f.Open();
   constexpr int kKeys = 100;
   auto size_of = [](int i) { return size_t(1000 + (i * 3917) % 30000); };
@@ -1277,11 +1285,13 @@ TEST_CASE("concurrent Put/Read/Remove from 8 threads against a model", "[block_s
   CHECK(f.metrics.cache_read_errors == 0);
   CHECK(f.metrics.cache_write_errors == 0);
   // used_bytes and unit_count agree with what is in the store.
-  uint64_t sum = 0, count = 0;
+  uint64_t sum = 0, count = 0, inline_count = 0;
   for (int i = 0; i < kKeys; ++i) {
     if (s->Contains(Key(i))) {
-      sum += Disk(Key(i), size_of(i));
+      const bool is_inline = size_of(i) <= f.opts.inline_max_bytes;
+      sum += is_inline ? InlineDisk(Key(i), size_of(i)) : Disk(Key(i), size_of(i));
       ++count;
+      inline_count += is_inline;
       CHECK(ReadAll(*s, Key(i), size_of(i)) == DataOf(Key(i), size_of(i)));
     }
   }
@@ -1289,7 +1299,8 @@ TEST_CASE("concurrent Put/Read/Remove from 8 threads against a model", "[block_s
   CHECK(s->unit_count() == count);
   size_t files = 0;
   for (auto& e : fs::recursive_directory_iterator(f.opts.dir + "/units")) files += e.is_regular_file();
-  CHECK(files == count);
+  CHECK(files == count - inline_count);
+  if (f.opts.inline_max_bytes > 0) CHECK(inline_count > 0);
   CHECK(fs::is_empty(f.opts.dir + "/tmp"));
   // And it all survives a reopen.
   s.reset();
@@ -1343,6 +1354,141 @@ TEST_CASE("inserts skipped because others in flight hold the room are not write 
   CHECK(s->Contains(Key(1)));
   CHECK(s->Put(Key(2), DataOf(Key(2), 700 << 10)).ok());  // evicts the first: room again
   CHECK(f.metrics.cache_write_errors == 0);
+}
+
+
+// The index record of an inline unit, read with a handle of our own (the
+// store closed): its key "u/<id>" and its value.
+std::optional<std::string> RawRecord(const std::string& dir, const UnitKey& k) {
+  rocksdb::DB* raw = nullptr;
+  REQUIRE(rocksdb::DB::Open(rocksdb::Options(), dir + "/index", &raw).ok());
+  std::unique_ptr<rocksdb::DB> db(raw);
+  std::string v;
+  auto st = db->Get(rocksdb::ReadOptions(), "u/" + UnitId(k), &v);
+  if (st.IsNotFound()) return std::nullopt;
+  REQUIRE(st.ok());
+  return v;
+}
+void PutRawRecord(const std::string& dir, const UnitKey& k, const std::string& v) {
+  rocksdb::DB* raw = nullptr;
+  REQUIRE(rocksdb::DB::Open(rocksdb::Options(), dir + "/index", &raw).ok());
+  std::unique_ptr<rocksdb::DB> db(raw);
+  REQUIRE(db->Put(rocksdb::WriteOptions(), "u/" + UnitId(k), v).ok());
+}
+
+TEST_CASE("small units inline in the index: no file, their record's size counted, kept across restarts",
+          "[block_store][inline]") {
+  Fixture f;
+  f.opts.inline_max_bytes = 4096;
+  uint64_t record_disk = 0;
+  {
+    auto s = f.Open();
+    REQUIRE(s->Put(Key(1), DataOf(Key(1), 512)).ok());
+    REQUIRE(s->Put(Key(2), DataOf(Key(2), 4096)).ok());  // at the limit: inline
+    REQUIRE(s->Put(Key(3), DataOf(Key(3), 4097)).ok());  // above: a file
+    REQUIRE(s->Put(Key(4), "").ok());                    // an empty object
+    CHECK_FALSE(fs::exists(f.UnitPath(Key(1))));
+    CHECK_FALSE(fs::exists(f.UnitPath(Key(2))));
+    CHECK(fs::exists(f.UnitPath(Key(3))));
+    CHECK_FALSE(fs::exists(f.UnitPath(Key(4))));
+    CHECK(s->unit_count() == 4);
+    CHECK(ReadAll(*s, Key(1), 512) == DataOf(Key(1), 512));
+    CHECK(ReadAll(*s, Key(2), 4096) == DataOf(Key(2), 4096));
+    CHECK(ReadAll(*s, Key(3), 4097) == DataOf(Key(3), 4097));
+    CHECK(ReadAll(*s, Key(4), 10) == "");
+    // A range, a range running past the end, a range past the end.
+    char b[100];
+    REQUIRE(s->Read(Key(1), 500, 100, b) == 12u);
+    CHECK(std::string(b, 12) == DataOf(Key(1), 512).substr(500));
+    REQUIRE(s->Read(Key(1), 100, 50, b) == 50u);
+    CHECK(std::string(b, 50) == DataOf(Key(1), 512).substr(100, 50));
+    CHECK(s->Read(Key(1), 512, 10, b) == 0u);
+    record_disk = s->used_bytes() - Disk(Key(3), 4097);
+    CHECK(f.metrics.cache_insert_units == 4);
+    CHECK(f.metrics.cache_corruptions == 0);
+    CHECK(f.metrics.cache_read_errors == 0);
+  }
+  // What each inline unit counts: its record's key and value.
+  uint64_t want = 0;
+  for (int i : {1, 2, 4}) {
+    auto v = RawRecord(f.opts.dir, Key(i));
+    REQUIRE(v);
+    want += InlineRecordDiskBytes(v->size());
+  }
+  CHECK(record_disk == want);
+  CHECK(want == InlineDisk(Key(1), 512) + InlineDisk(Key(2), 4096) + InlineDisk(Key(4), 0));
+  CHECK(InlineRecordDiskBytes(RawRecord(f.opts.dir, Key(1))->size()) < 700);  // a 512-byte object: not 4 KiB
+  // A restart keeps them, counted alike; a store that no longer inlines
+  // (cache.inline_max_bytes 0) still serves them, and writes files.
+  f.opts.inline_max_bytes = 0;
+  {
+    auto s = f.Open();
+    CHECK(s->unit_count() == 4);
+    CHECK(s->used_bytes() == want + Disk(Key(3), 4097));
+    CHECK(ReadAll(*s, Key(1), 512) == DataOf(Key(1), 512));
+    CHECK(ReadAll(*s, Key(2), 4096) == DataOf(Key(2), 4096));
+    REQUIRE(s->Put(Key(5), DataOf(Key(5), 512)).ok());
+    CHECK(fs::exists(f.UnitPath(Key(5))));
+    // Removed: its record goes (no file to delete).
+    s->Remove(Key(2));
+    CHECK_FALSE(s->Contains(Key(2)));
+    CHECK(ReadAll(*s, Key(2), 4096) == std::nullopt);
+  }
+  CHECK_FALSE(RawRecord(f.opts.dir, Key(2)));
+  // A stray file named like an inline unit goes at start-up; the unit stays.
+  const std::string stray = f.UnitPath(Key(1));
+  fs::create_directories(fs::path(stray).parent_path());
+  std::ofstream(stray) << "not this unit's bytes";
+  f.opts.inline_max_bytes = 4096;
+  auto s = f.Open();
+  CHECK_FALSE(fs::exists(stray));
+  CHECK(ReadAll(*s, Key(1), 512) == DataOf(Key(1), 512));
+  CHECK(s->unit_count() == 4);
+}
+
+TEST_CASE("inline units are evicted like files, their records deleted", "[block_store][inline]") {
+  Fixture f;
+  f.opts.inline_max_bytes = 4096;
+  f.opts.max_bytes = 64 << 10;  // room for about a hundred 512-byte records, 16 unit files
+  {
+    auto s = f.Open();
+    for (int i = 0; i < 300; ++i) REQUIRE(s->Put(Key(i), DataOf(Key(i), 512)).ok());
+    CHECK(s->used_bytes() <= f.opts.max_bytes);
+    CHECK(s->unit_count() > 64);  // files of 4 KiB would hold 16
+    CHECK(f.metrics.evictions == 300 - s->unit_count());
+    CHECK_FALSE(s->Contains(Key(0)));  // lru: the first went first
+    CHECK(s->Contains(Key(299)));
+    CHECK(ReadAll(*s, Key(299), 512) == DataOf(Key(299), 512));
+    CHECK(ReadAll(*s, Key(0), 512) == std::nullopt);
+    // A file unit evicts inline ones to make its room, and the other way.
+    REQUIRE(s->Put(Key(1000), DataOf(Key(1000), 20000)).ok());
+    CHECK(s->Contains(Key(1000)));
+    CHECK(s->used_bytes() <= f.opts.max_bytes);
+  }
+  CHECK_FALSE(RawRecord(f.opts.dir, Key(0)));
+  CHECK(RawRecord(f.opts.dir, Key(299)));
+}
+
+TEST_CASE("a corrupt inline record is dropped at start-up, never served", "[block_store][inline]") {
+  Fixture f;
+  f.opts.inline_max_bytes = 4096;
+  {
+    auto s = f.Open();
+    for (int i = 0; i < 3; ++i) REQUIRE(s->Put(Key(i), DataOf(Key(i), 1000)).ok());
+  }
+  // A flipped byte of Key(0)'s data (its checksum no longer matches), Key(1)'s
+  // record moved under Key(2)'s id (the wrong unit's bytes).
+  auto v0 = RawRecord(f.opts.dir, Key(0));
+  REQUIRE(v0);
+  (*v0)[v0->size() - 10] ^= 0x20;
+  PutRawRecord(f.opts.dir, Key(0), *v0);
+  PutRawRecord(f.opts.dir, Key(2), *RawRecord(f.opts.dir, Key(1)));
+  auto s = f.Open();
+  CHECK(s->unit_count() == 1);
+  CHECK_FALSE(s->Contains(Key(0)));
+  CHECK_FALSE(s->Contains(Key(2)));
+  CHECK(ReadAll(*s, Key(1), 1000) == DataOf(Key(1), 1000));
+  CHECK(ReadAll(*s, Key(0), 1000) == std::nullopt);
 }
 
 }  // namespace

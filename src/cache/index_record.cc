@@ -1,9 +1,14 @@
 #include "src/cache/index_record.h"
 
+#include <xxhash.h>
+
+#include "src/cache/unit_file.h"
+
 namespace igt::cache {
 namespace {
 
 constexpr uint8_t kRecordVersion = 1;
+constexpr uint8_t kInlineRecordVersion = 2;
 constexpr uint8_t kAccessVersion = 1;
 
 void PutLe(std::string& s, uint64_t v, int n) {
@@ -43,8 +48,8 @@ struct Reader {
 
 std::string EncodeUnitRecord(const UnitRecord& r) {
   std::string s;
-  s.reserve(64 + r.key.object.size() + r.key.etag.size() + r.rel_path.size());
-  PutLe(s, kRecordVersion, 1);
+  s.reserve(80 + r.key.object.size() + r.key.etag.size() + r.rel_path.size() + r.inline_data.size());
+  PutLe(s, r.is_inline ? kInlineRecordVersion : kRecordVersion, 1);
   PutStr(s, r.key.object);
   PutStr(s, r.key.etag);
   PutLe(s, r.key.index, 8);
@@ -52,13 +57,19 @@ std::string EncodeUnitRecord(const UnitRecord& r) {
   PutStr(s, r.rel_path);
   PutLe(s, r.last_access_us, 8);
   PutLe(s, r.access_count, 8);
+  if (r.is_inline) {
+    PutLe(s, XXH3_64bits(r.inline_data.data(), r.inline_data.size()), 8);
+    PutStr(s, r.inline_data);
+  }
   return s;
 }
 
 std::optional<UnitRecord> DecodeUnitRecord(std::string_view bytes) {
   Reader rd{bytes};
-  if (rd.Le(1) != kRecordVersion) return std::nullopt;
+  const uint64_t version = rd.Le(1);
+  if (version != kRecordVersion && version != kInlineRecordVersion) return std::nullopt;
   UnitRecord r;
+  r.is_inline = version == kInlineRecordVersion;
   r.key.object = rd.Str();
   r.key.etag = rd.Str();
   r.key.index = rd.Le(8);
@@ -66,8 +77,44 @@ std::optional<UnitRecord> DecodeUnitRecord(std::string_view bytes) {
   r.rel_path = rd.Str();
   r.last_access_us = rd.Le(8);
   r.access_count = rd.Le(8);
+  if (r.is_inline) {
+    const uint64_t sum = rd.Le(8);
+    r.inline_data = rd.Str();
+    if (!r.rel_path.empty() || r.inline_data.size() != r.data_len) return std::nullopt;
+    r.inline_data_ok = XXH3_64bits(r.inline_data.data(), r.inline_data.size()) == sum;
+  }
   if (!rd.ok || !rd.in.empty()) return std::nullopt;
   return r;
+}
+
+UnitRecord InlineUnitRecord(const UnitKey& key, std::string_view data, uint64_t last_access_us) {
+  UnitRecord r;
+  r.key = key;
+  r.data_len = data.size();
+  r.last_access_us = last_access_us;
+  r.is_inline = true;
+  r.inline_data = data;
+  r.inline_data_ok = true;
+  return r;
+}
+
+UnitRecord FileUnitRecord(const UnitKey& key, uint64_t data_len, std::string rel_path, uint64_t last_access_us) {
+  UnitRecord r;
+  r.key = key;
+  r.data_len = data_len;
+  r.rel_path = std::move(rel_path);
+  r.last_access_us = last_access_us;
+  return r;
+}
+
+uint64_t InlineDiskBytesAtMost(uint64_t data_len, size_t object_key_bytes) {
+  // version, object, etag, index, data_len, rel_path (empty), last access,
+  // count, checksum, data: EncodeUnitRecord's fields.
+  return InlineRecordDiskBytes(1 + 4 + object_key_bytes + 4 + kMaxEtagBytes + 8 + 8 + 4 + 8 + 8 + 8 + 4 + data_len);
+}
+
+uint64_t InlineRecordDiskBytes(size_t value_bytes) {
+  return kUnitKeyPrefix.size() + 32 + value_bytes;  // "u/" + the 32 hex digits of the id
 }
 
 std::string EncodeAccessState(const AccessState& a) {

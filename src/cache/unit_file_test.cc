@@ -259,7 +259,8 @@ TEST_CASE("headers longer than the first read are read whole", "[unit_file]") {
 }
 
 TEST_CASE("index record round trip and rejection", "[index_record]") {
-  UnitRecord r{UnitKey{"a/b", "etag", 9}, 1234, "units/aa/bb/x", 111, 5};
+  UnitRecord r = FileUnitRecord(UnitKey{"a/b", "etag", 9}, 1234, "units/aa/bb/x", 111);
+  r.access_count = 5;
   const std::string enc = EncodeUnitRecord(r);
   auto d = DecodeUnitRecord(enc);
   REQUIRE(d.has_value());
@@ -275,6 +276,44 @@ TEST_CASE("index record round trip and rejection", "[index_record]") {
   std::string bad = enc;
   bad[0] = 9;
   CHECK_FALSE(DecodeUnitRecord(bad).has_value());
+  CHECK_FALSE(d->is_inline);
+}
+
+TEST_CASE("an inline unit's record holds its bytes under a checksum", "[index_record]") {
+  const std::string data = "a small object's bytes";
+  const UnitRecord r = InlineUnitRecord(UnitKey{"a/b", "etag", 0}, data, 7);
+  const std::string enc = EncodeUnitRecord(r);
+  CHECK(enc[0] == 2);  // a version older builds do not read (they drop it)
+  auto d = DecodeUnitRecord(enc);
+  REQUIRE(d.has_value());
+  CHECK(d->is_inline);
+  CHECK(d->inline_data_ok);
+  CHECK(d->inline_data == data);
+  CHECK(d->rel_path.empty());
+  CHECK(d->key.object == "a/b");
+  CHECK(d->last_access_us == 7);
+  CHECK(InlineRecordDiskBytes(enc.size()) == enc.size() + 34);
+  for (size_t i = 0; i < enc.size(); ++i) CHECK_FALSE(DecodeUnitRecord(enc.substr(0, i)).has_value());
+  CHECK_FALSE(DecodeUnitRecord(enc + "x").has_value());
+  // A flipped data byte: decoded, but marked as failing its checksum.
+  std::string flipped = enc;
+  flipped[enc.size() - 3] ^= 0x20;
+  auto f = DecodeUnitRecord(flipped);
+  REQUIRE(f.has_value());
+  CHECK_FALSE(f->inline_data_ok);
+  // Its length must be the record's data length; an inline record names no file.
+  UnitRecord wrong_len = r;
+  wrong_len.data_len = data.size() + 1;
+  CHECK_FALSE(DecodeUnitRecord(EncodeUnitRecord(wrong_len)).has_value());
+  UnitRecord with_path = r;
+  with_path.rel_path = "units/aa/bb/x";
+  CHECK_FALSE(DecodeUnitRecord(EncodeUnitRecord(with_path)).has_value());
+  // An empty object inline.
+  const UnitRecord empty = InlineUnitRecord(UnitKey{"e", "x", 0}, "", 0);
+  auto e = DecodeUnitRecord(EncodeUnitRecord(empty));
+  REQUIRE(e.has_value());
+  CHECK(e->inline_data_ok);
+  CHECK(e->inline_data.empty());
 }
 
 }  // namespace

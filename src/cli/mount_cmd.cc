@@ -364,6 +364,7 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
   bo.dir = cfg.cache.dir;
   bo.max_bytes = cfg.cache.max_bytes;
   bo.min_free_ratio = cfg.cache.min_free_ratio;
+  bo.inline_max_bytes = cfg.cache.inline_max_bytes;
   bo.eviction = cfg.cache.eviction;
   if (live) bo.make_policy = [live] { return live->MakeEvictionAdapter(); };
   auto store = BlockStore::Open(bo, &metrics);
@@ -489,6 +490,8 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
     j["cache_limit_bytes"] = st->limit_bytes();
     j["cache_unit_bytes"] = unit_bytes;
     j["cache_units"] = st->unit_count();
+    j["cache_inline_units"] = st->inline_unit_count();
+    j["cache_inline_max_bytes"] = st->inline_max_bytes();
     j["open_unit_files"] = st->open_unit_files();
     j["inodes"] = ns.inode_count();
     j["pid"] = static_cast<int64_t>(getpid());

@@ -179,8 +179,10 @@ std::string StatsTable(const nlohmann::json& j, const nlohmann::json* prev, doub
   o += fmt::format("igtcache {}  {}  pid {}  up {}\n\n", j.value("version", std::string("?")),
                    j.value("source", std::string("?")), U(j, "pid"), Dur(U(j, "uptime_s")));
   const uint64_t used = U(j, "cache_used_bytes"), limit = U(j, "cache_limit_bytes");
-  line("cache", fmt::format("{} of {} ({}), {} units", FormatSize(used), FormatSize(limit),
-                            Pct(static_cast<double>(used), static_cast<double>(limit)), U(j, "cache_units")));
+  const uint64_t inline_units = U(j, "cache_inline_units");
+  line("cache", fmt::format("{} of {} ({}), {} units{}", FormatSize(used), FormatSize(limit),
+                            Pct(static_cast<double>(used), static_cast<double>(limit)), U(j, "cache_units"),
+                            inline_units ? fmt::format(" ({} inline)", inline_units) : std::string()));
   const uint64_t hb = U(j, "cache_hit_bytes"), mb = U(j, "cache_miss_bytes");
   const uint64_t hu = U(j, "cache_hit_units"), mu = U(j, "cache_miss_units");
   line("reads", fmt::format("{} requests, {}{}, {} opens", U(j, "read_requests"), FormatSize(U(j, "read_bytes")),

@@ -34,6 +34,7 @@
 
 #include "fuse/fuse_fs.h"
 #include "igtcache/config.h"
+#include "src/cache/index_record.h"
 #include "src/cache/unit_file.h"
 #include "src/cli/ops_cmds.h"
 
@@ -181,6 +182,10 @@ int RunWarm(const WarmArgs& a) {
     const uint64_t used = stats->value("cache_used_bytes", uint64_t{0});
     // An older daemon does not report its unit size: assume the default.
     const uint64_t unit = stats->value("cache_unit_bytes", uint64_t{1} << 20);
+    const uint64_t inline_max = stats->value("cache_inline_max_bytes", uint64_t{0});
+    // The object key is the path below the mount point after the source's
+    // prefix: shorter than the path and the source's URL together.
+    const size_t key_bound = stats->value("source", std::string()).size();
 
     std::vector<Item> all;
     std::vector<std::string> errors;
@@ -194,12 +199,15 @@ int RunWarm(const WarmArgs& a) {
     if (!errors.empty()) rc = kExitError;
 
     // What fits: first fit in the given order, within the cache limit, which
-    // counts disk use (each unit's header and whole blocks; at most this for
-    // whole units, which a file read through from its start is cached as).
+    // counts disk use (each unit's header and whole blocks, or a small
+    // object's record inline in the index; at most this for whole units,
+    // which a file read through from its start is cached as).
     std::vector<Item> todo, skipped;
     uint64_t budget = limit, total = 0, skipped_bytes = 0;
     for (auto& it : all) {
-      const uint64_t disk = cache::ObjectDiskBytesAtMost(it.size, unit);
+      const uint64_t disk = inline_max > 0 && it.size <= inline_max
+                                ? cache::InlineDiskBytesAtMost(it.size, it.path.size() + key_bound)
+                                : cache::ObjectDiskBytesAtMost(it.size, unit);
       if (disk <= budget) {
         budget -= disk;
         total += it.size;

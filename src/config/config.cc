@@ -96,6 +96,15 @@ const std::vector<Key>& Schema() {
        "0 turns it off, and so does a size not below cache.unit_size_bytes; otherwise a power "
        "of two from 64K.",
        nullptr, SET_SIZE(cache.sub_unit_bytes)},
+      {"cache.inline_max_bytes", Type::kSize, "4K",
+       "Units (small objects) of at most this many bytes are kept inline in the cache index: one "
+       "RocksDB record holding their bytes and a checksum, instead of a unit file of whole 4 KiB "
+       "blocks with an inode, written as a temp file and renamed into place. They count their "
+       "record's size against cache.max_bytes (a 512-byte object about 620 bytes, not 4 KiB), so "
+       "the same limit holds several times more small files, and inserting one costs no file "
+       "creation. 0 makes every unit a file. At most 64K. Changing it keeps what is cached: each "
+       "unit stays as it was written.",
+       nullptr, SET_SIZE(cache.inline_max_bytes)},
       {"cache.eviction", Type::kEnum, "igt",
        "Eviction policy of the SSD tier. `igt`: the pattern-driven policy engine (per-stream "
        "eviction, space allocation and prefetching, docs/POLICIES.md, tuned by policy.file); "
@@ -460,6 +469,8 @@ Status Validate(const Config& c) {
   if (c.cache.sub_unit_bytes != 0 &&
       (c.cache.sub_unit_bytes < kMinUnit || (c.cache.sub_unit_bytes & (c.cache.sub_unit_bytes - 1)) != 0))
     return bad("cache.sub_unit_bytes", "must be 0 (off) or a power of two from 64K");
+  if (c.cache.inline_max_bytes > kMinUnit)
+    return bad("cache.inline_max_bytes", "must be at most 64K (larger units belong in files)");
   // A unit's file is its data plus a header page (cache.max_bytes counts disk use).
   if (c.cache.max_bytes < c.cache.unit_size_bytes + 4096)
     return bad("cache.max_bytes", "must hold at least one unit file (cache.unit_size_bytes + 4K)");

@@ -4,9 +4,11 @@ Part 1 (ROUNDS rounds, seeded): mount a local source on the same cache dir,
 start 6 readers over the files in a seeded order (the cache is smaller than
 the data, so inserts and evictions both run), SIGKILL the daemon after a
 seeded random delay, clean up the dead mount. After every remount, before
-any read: the index and the unit files agree (`cache_units` in stats equals
-the unit files on disk, nothing left in tmp/) — no orphans piling up, no
-entry without its file. Every byte any reader got is checked. At the end
+any read: the index and the unit files agree (`cache_units` less
+`cache_inline_units` in stats equals the unit files on disk, nothing left in
+tmp/) — no orphans piling up, no entry without its file; the 700-byte
+objects are kept inline in the index (cache.inline_max_bytes), so kills
+land in their record writes too. Every byte any reader got is checked. At the end
 every file is read whole through a fresh mount, byte for byte, with
 cache_corruptions == 0.
 
@@ -40,6 +42,12 @@ def unit_files(cache: Path) -> list[Path]:
     return sorted((Path(d) / f for d, _, fs in os.walk(root) for f in fs), key=str)
 
 
+def file_units(st: dict) -> int:
+    """Units the index holds as unit files (the 700-byte objects are kept
+    inline in the index: cache.inline_max_bytes)."""
+    return st["cache_units"] - st["cache_inline_units"]
+
+
 def tmp_files(cache: Path) -> list[Path]:
     root = cache / "tmp"
     return [Path(d) / f for d, _, fs in os.walk(root) for f in fs] if root.is_dir() else []
@@ -69,10 +77,11 @@ def main():
             m = s.mount(source, cache_dir=cache, args=args)
             st = s.stats(m)
             on_disk = len(unit_files(cache))
-            if st["cache_units"] != on_disk or tmp_files(cache):
+            if file_units(st) != on_disk or tmp_files(cache):
                 raise harness.TestFailure(
-                    f"round {rnd}: after restart the index has {st['cache_units']} units but "
-                    f"{on_disk} unit files are on disk, {len(tmp_files(cache))} temp files")
+                    f"round {rnd}: after restart the index has {file_units(st)} unit files "
+                    f"({st['cache_inline_units']} more units inline) but {on_disk} unit files are on disk, "
+                    f"{len(tmp_files(cache))} temp files")
             if st["cache_used_bytes"] > limit:
                 raise harness.TestFailure(f"round {rnd}: cache_used_bytes {st['cache_used_bytes']} > {limit}")
             order = keys[:]
@@ -122,7 +131,8 @@ def main():
                 raise harness.TestFailure(f"round {rnd}: WRONG BYTES read from {wrong[:5]}")
             if busy > 0:
                 kills_mid_fill += 1
-            log(f"  round {rnd}: killed after {done[0]} whole-file reads; {on_disk} units at start, "
+            log(f"  round {rnd}: killed after {done[0]} whole-file reads; {on_disk} unit files and "
+                f"{st['cache_inline_units']} inline units at start, "
                 f"{pre['cache_insert_units']} inserts and {pre['evictions']} evictions so far")
         check(True, f"{ROUNDS} kill -9 rounds: every remount found index == unit files, no temp "
                     f"files; no wrong byte read ({kills_mid_fill} kills mid-fill)")
@@ -133,8 +143,9 @@ def main():
 
         m = s.mount(source, cache_dir=cache, args=args)
         st0 = s.stats(m)
-        check(st0["cache_units"] == len(unit_files(cache)),
-              f"final remount: index {st0['cache_units']} == {len(unit_files(cache))} unit files")
+        check(file_units(st0) == len(unit_files(cache)),
+              f"final remount: index {file_units(st0)} == {len(unit_files(cache))} unit files")
+        check(st0["cache_inline_units"] > 0, f"the small files' units inline ({st0['cache_inline_units']})")
         bad = [k for k in keys if try_read(m.mountpoint / k)[0] != files[k]]
         st = s.stats(m)
         check(not bad, f"every file byte-exact after {ROUNDS} crashes ({bad[:3]})")
@@ -175,7 +186,7 @@ def main():
         check(not bad, f"every file byte-exact with damaged unit files ({bad[:3]})")
         log(f"  units at start {st0['cache_units']} (was {len(units)}); corruptions found on read "
             f"{st['cache_corruptions']}")
-        check(len(units) - st0["cache_units"] == 4,
+        check(len(units) - file_units(st0) == 4,
               "swapped, truncated and emptied units dropped at start-up (header / size check)")
         check(st["cache_corruptions"] == 1, "the flipped bit caught by the data checksum on read")
         check(s.unmount(m) == 0, "daemon exited 0")
