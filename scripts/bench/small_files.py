@@ -51,14 +51,18 @@ PER_DIR = 1000
 
 def make_files(root: Path, n: int, size: int) -> list[str]:
     rels = []
-    payload = bytes(range(256)) * (size // 256 + 2)  # room for any start below 256
+    # Incompressible, as image files are (the cache's index compresses
+    # what it holds, and a repeating pattern would flatter units kept
+    # inline there): each file a slice of 1 MiB of seeded random bytes.
+    pool = random.Random(12345).randbytes((1 << 20) + size)
     for i in range(n):
         d = root / f"class_{i // PER_DIR:04d}"
         if i % PER_DIR == 0:
             d.mkdir()
         rel = f"class_{i // PER_DIR:04d}/img_{i:07d}.jpg"
         with open(root / rel, "wb") as f:
-            f.write(payload[i % 256:i % 256 + size])
+            at = (i * 7919) % (1 << 20)
+            f.write(pool[at:at + size])
         rels.append(rel)
     return rels
 
@@ -96,6 +100,18 @@ def ls_lr(root: Path) -> float:
     t0 = time.monotonic()
     subprocess.run(["ls", "-lR", str(root)], check=True, stdout=subprocess.DEVNULL)
     return time.monotonic() - t0
+
+
+def disk_use(d: Path) -> int:
+    """Bytes a directory tree takes on its volume (allocated blocks, as du)."""
+    total = 0
+    for root, dirs, files in os.walk(d):
+        for name in dirs + files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_blocks * 512
+            except FileNotFoundError:
+                pass
+    return total
 
 
 def variant_args(s: harness.Session, i: int, setting: tuple[str, str] | None) -> list[str]:
@@ -139,6 +155,8 @@ def run_mount(s: harness.Session, label: str, binary: str, src: Path, orders: li
         harness.log(f"  {label} epoch {ep}: {dt:.1f} s, daemon cpu {r[f'ep{ep}_cpu']:.1f} s, rss {r[f'rss_ep{ep}']} KiB")
     st = s.stats(m)
     r["gets"], r["units"] = st["backend_get_requests"], st["cache_units"]
+    r["inline_units"], r["used_bytes"] = st.get("cache_inline_units", 0), st["cache_used_bytes"]
+    r["disk_bytes"] = disk_use(cache_dir)
     hits, misses = st["cache_hit_units"], st["cache_miss_units"]
     r["hit_ratio"] = hits / (hits + misses) if hits + misses else 0.0
     s.unmount(m)
@@ -171,6 +189,10 @@ def render(n: int, size: int, cache_size: str, base: dict, runs: list[dict], whe
              "order, twice, a new order each epoch (seeded: the same for every run), as a DataLoader with shuffle does; the page cache is dropped before each pass. The baseline reads the source directory "
              "itself the same way in the same run. RSS is the daemon's VmRSS.")
     L.append("")
+    for r in runs:
+        if r.get("setting"):
+            L.append(f"\"{r['label']}\": the same build with `{r['setting'][0]}: {r['setting'][1]}`.")
+            L.append("")
     L.append("| run | list s | ls -lR s | ls -lR / source | epoch 1 s | epoch 2 s | epoch 1 / source | epoch 2 / source "
              "| daemon CPU ep 1 / ep 2 s | RSS start / listed / ep 1 / ep 2 MiB | RSS per file after ep 2 |")
     L.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
@@ -200,8 +222,12 @@ def render(n: int, size: int, cache_size: str, base: dict, runs: list[dict], whe
                      f"{r['remount_s'] / r['mount_s']:.1f} | {r['phases']} | {r['rss_remount'] / 1024:.0f} | "
                      f"{r['ep3_s']:.1f} | {r['ep3_s'] / base['ep3_s']:.1f} |")
         L.append("")
-    L.append("Backend GETs, cached units and unit hit ratio over both epochs (`igtcache stats`): " +
-             "; ".join(f"{r['label']}: {r['gets']} GETs, {r['units']} units, hit ratio {r['hit_ratio']:.2f}"
+    L.append("Backend GETs, cached units and unit hit ratio over both epochs (`igtcache stats`), and the cache "
+             "dir's disk use after them (allocated blocks of its unit files, index and directories, as `du`) against "
+             "what the limit counts (`cache_used_bytes`): " +
+             "; ".join(f"{r['label']}: {r['gets']} GETs, {r['units']} units ({r['inline_units']} inline), hit ratio "
+                       f"{r['hit_ratio']:.2f}, on disk {r['disk_bytes'] / 2**20:.0f} MiB, counted "
+                       f"{r['used_bytes'] / 2**20:.0f} MiB"
                        for r in runs) + ".")
     return "\n".join(L)
 
@@ -255,6 +281,8 @@ def main() -> int:
         runs = [run_mount(s, label, binary, src, orders, total, a.cache_size, variant_args(s, i, setting),
                           (a.restart_cache_size or a.cache_size) if a.restart else None)
                 for i, (label, binary, setting) in enumerate(binaries)]
+        for r, (_, _, setting) in zip(runs, binaries):
+            r["setting"] = setting
     text = render(a.files, a.size, a.cache_size, base, runs, datetime.datetime.now().strftime("%Y-%m-%d %H:%M"), head,
                   a.restart_cache_size)
     print(text)

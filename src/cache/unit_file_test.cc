@@ -308,6 +308,13 @@ TEST_CASE("an inline unit's record holds its bytes under a checksum", "[index_re
   UnitRecord with_path = r;
   with_path.rel_path = "units/aa/bb/x";
   CHECK_FALSE(DecodeUnitRecord(EncodeUnitRecord(with_path)).has_value());
+  // What igtcache warm plans with bounds any record: the longest etag, a
+  // key of the length given.
+  for (size_t n : {0, 1, 512, 4096, 65536}) {
+    const std::string key(300, 'k');
+    const auto rec = InlineUnitRecord(UnitKey{key, std::string(kMaxEtagBytes, 'e'), 3}, std::string(n, 'd'), 99);
+    CHECK(InlineRecordDiskBytes(EncodeUnitRecord(rec).size()) == InlineDiskBytesAtMost(n, key.size()));
+  }
   // An empty object inline.
   const UnitRecord empty = InlineUnitRecord(UnitKey{"e", "x", 0}, "", 0);
   auto e = DecodeUnitRecord(EncodeUnitRecord(empty));

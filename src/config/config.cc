@@ -73,7 +73,8 @@ const std::vector<Key>& Schema() {
        nullptr, SET_STR(cache.dir)},
       {"cache.max_bytes", Type::kSize, "10G",
        "Upper bound on the cache's disk use: the unit files, each counted in whole 4 KiB blocks "
-       "with its header (the index and directories come on top, docs/ARCHITECTURE.md). Least "
+       "with its header, and the records of units kept inline (cache.inline_max_bytes); the rest "
+       "of the index and the directories come on top (docs/ARCHITECTURE.md). Least "
        "valuable units are evicted beyond it.", nullptr,
        SET_SIZE(cache.max_bytes)},
       {"cache.min_free_ratio", Type::kRatio, "0.05",

@@ -110,6 +110,13 @@ TEST_CASE("errors name the bad key") {
     CHECK_THAT(sub.error().message(), Catch::Contains("cache.sub_unit_bytes"));
   }
   CHECK(ParseConfig("cache:\n  sub_unit_bytes: 0\n", "t.yaml").has_value());
+  // Units inline in the index: small ones only (a record is read whole).
+  auto inl = ParseConfig("cache:\n  inline_max_bytes: 128K\n", "t.yaml");
+  REQUIRE_FALSE(inl.has_value());
+  CHECK_THAT(inl.error().message(), Catch::Contains("cache.inline_max_bytes"));
+  CHECK(ParseConfig("cache:\n  inline_max_bytes: 0\n", "t.yaml")->cache.inline_max_bytes == 0);
+  CHECK(ParseConfig("cache:\n  inline_max_bytes: 64K\n", "t.yaml")->cache.inline_max_bytes == 64 << 10);
+  CHECK(ParseConfig("", "t.yaml")->cache.inline_max_bytes == 4096);
   // With the smallest unit, the default sub-unit is not below it: off, not an error.
   CHECK(ParseConfig("cache:\n  unit_size_bytes: 64K\n", "t.yaml").has_value());
   // A budget below two GETs would hold background prefetch jobs queued for good.

@@ -1,7 +1,8 @@
 """Persistence across a restart: mount the s3rver bucket, read every file,
 unmount, remount with the same cache dir and read everything again. The
 second pass must be served entirely from the SSD cache: zero backend GETs
-(from `igtcache stats`) and byte-identical data. The first pass must fetch
+(from `igtcache stats`) and byte-identical data, the small objects from
+their records inline in the index. The first pass must fetch
 each byte once (backend_get_bytes == dataset size)."""
 
 import sys
@@ -36,6 +37,11 @@ def main():
         check(st1["cache_used_bytes"] >= total,
               f"cache holds the dataset (cache_used_bytes {st1['cache_used_bytes']} >= {total})")
         check(st1["evictions"] == 0, "no evictions with a 2G limit")
+        # Objects of at most cache.inline_max_bytes (4 KiB) are kept inline in
+        # the index, not as unit files; they come back with it.
+        small = sum(1 for e in ds.files if 0 < e.size <= 4096)
+        check(small > 0 and st1["cache_inline_units"] >= small,
+              f"the {small} objects of 1 B to 4 KiB kept inline ({st1['cache_inline_units']} inline units)")
         check(s.unmount(m1) == 0, "first daemon exited 0 after unmount")
 
         m2 = s.mount(f"s3://{BUCKET}", cache_dir=cache, args=args)
@@ -50,6 +56,8 @@ def main():
         check(st2["cache_hit_bytes"] >= total - sum(e.size for e in ds.files if e.size == 0),
               f"pass 2: cache hits cover the dataset ({st2['cache_hit_bytes']} bytes)")
         check(st2["cache_corruptions"] == 0, "pass 2: no corruptions")
+        check(st2["cache_inline_units"] == st1["cache_inline_units"],
+              f"pass 2: the inline units kept across the restart ({st2['cache_inline_units']})")
         log(f"  (info) pass 2 backend_list_requests={st2['backend_list_requests']} "
             f"backend_head_requests={st2['backend_head_requests']}")
         check(s.unmount(m2) == 0, "second daemon exited 0 after unmount")

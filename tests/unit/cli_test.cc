@@ -43,6 +43,14 @@ TEST_CASE("stats table: unlabelled streams holding nothing are left out", "[cli]
   CHECK(Count(holding, "?dir/") == 1);
 }
 
+TEST_CASE("stats table: the cache line counts units kept inline when there are any", "[cli]") {
+  auto j = Stats(1, 0);
+  j["cache_units"] = 12;
+  CHECK(Count(StatsTable(j, nullptr, 0), "12 units\n") == 1);
+  j["cache_inline_units"] = 7;
+  CHECK(Count(StatsTable(j, nullptr, 0), "12 units (7 inline)\n") == 1);
+}
+
 TEST_CASE("stats table: the root stream, never used, is left out", "[cli]") {
   auto j = Stats(1, 0);
   j["streams"].push_back({{"path", "/"}, {"label", "skewed"}, {"granularity", "file"}, {"samples", 99}});
