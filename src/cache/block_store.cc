@@ -361,7 +361,10 @@ class DiskBlockStore final : public BlockStore {
     auto it = index_.find(id);
     Victim v{id, it->second.data_len, it->second.disk_bytes, bool(it->second.is_inline)};
     used_bytes_ -= it->second.disk_bytes;
-    inline_units_ -= it->second.is_inline;
+    if (it->second.is_inline) {
+      --inline_units_;
+      inline_bytes_ -= it->second.disk_bytes;
+    }
     ForgetLocked(it->second);
     index_.erase(it);
     policy_->OnRemove(id);
@@ -370,7 +373,9 @@ class DiskBlockStore final : public BlockStore {
     return v;
   }
   // Evicts policy victims until `fits()` holds or nothing is left. Requires mu_.
-  // `fits(freed)` gets the disk bytes detached so far. Returns that sum.
+  // `fits(freed)` gets the volume space detached so far: the disk bytes of
+  // the unit files among the victims (an inline unit's record gives its
+  // space back only at RocksDB's next compaction). Returns that sum.
   template <class Fits>
   uint64_t EvictLocked(Fits fits, std::vector<Victim>& out) {
     uint64_t freed = 0;
@@ -392,7 +397,7 @@ class DiskBlockStore final : public BlockStore {
         continue;
       }
       out.push_back(DetachLocked(*v));
-      freed += out.back().disk_bytes;
+      if (!out.back().is_inline) freed += out.back().disk_bytes;
     }
     return freed;
   }
@@ -511,6 +516,7 @@ class DiskBlockStore final : public BlockStore {
     dirty_.clear();
     used_bytes_ = 0;
     inline_units_ = 0;
+    inline_bytes_ = 0;
     for (const auto& bits : gone) try {
         policy_->OnRemove(UnitIdOf(bits));
       } catch (...) {
@@ -539,6 +545,7 @@ class DiskBlockStore final : public BlockStore {
   uint64_t used_bytes_ = 0;                           // guarded by mu_
   uint64_t reserved_bytes_ = 0;                       // guarded by mu_
   uint64_t inline_units_ = 0;                         // entries of index_ with is_inline; mu_
+  uint64_t inline_bytes_ = 0;                         // their part of used_bytes_; mu_
   uint64_t next_gen_ = 1;                             // guarded by mu_
   size_t cached_header_bytes_ = 0;                    // HeaderMemBytes of Entry::headers; mu_
   std::list<std::string> open_lru_;                   // ids with Entry::file, oldest first; mu_
@@ -963,9 +970,11 @@ Status DiskBlockStore::Put(const UnitKey& key, std::string_view data, bool prefe
       const double want = opts_.min_free_ratio * double(space->total_bytes) + double(disk + reserved_bytes_);
       if (want > double(space->avail_bytes)) need_free = uint64_t(want - double(space->avail_bytes)) + 1;
     }
-    if (need_free > used_bytes_) {
+    if (need_free > used_bytes_ - inline_bytes_) {
       // Even an empty cache would not leave enough free space: do not evict
-      // everything for nothing.
+      // everything for nothing. Only unit files count: evicting inline
+      // units frees no volume space until RocksDB compacts (a volume filled
+      // by others would otherwise drain them one insert at a time).
       fail = Status::NoSpace(fmt::format("cache volume has less than {:.1f}% free", opts_.min_free_ratio * 100));
     } else if (reserved_bytes_ + disk > opts_.max_bytes) {
       // Nor when the inserts in flight hold so much that evicting every
@@ -1045,10 +1054,7 @@ Status DiskBlockStore::Put(const UnitKey& key, std::string_view data, bool prefe
     if (s.ok() && !cancelled) {
       // What may throw first (the entry, the policy's records), then what
       // cannot: an exception leaves the index as it was.
-      if (auto old = index_.find(id); old != index_.end()) {
-        ForgetLocked(old->second);
-        inline_units_ -= old->second.is_inline;
-      }
+      if (auto old = index_.find(id); old != index_.end()) ForgetLocked(old->second);
       auto it = index_.insert_or_assign(UnitIdBitsOf(id), Entry{n, disk, now, 0, next_gen_, is_inline}).first;
       try {
         policy_->OnInsertUnit(id, n, 0,
@@ -1072,7 +1078,10 @@ Status DiskBlockStore::Put(const UnitKey& key, std::string_view data, bool prefe
       } catch (const std::bad_alloc&) {  // opened again on its first read
       }
       used_bytes_ += disk;
-      inline_units_ += is_inline;
+      if (is_inline) {
+        ++inline_units_;
+        inline_bytes_ += disk;
+      }
       busy_.erase(b);
     } else if (!s.ok()) {
       busy_.erase(b);
@@ -1269,7 +1278,10 @@ Status DiskBlockStore::Reconcile() {
                             UnitMeta{.object = s.rec.key.object, .unit_index = s.rec.key.index,
                                      .disk_bytes = s.disk_bytes, .etag = s.rec.key.etag});
       used_bytes_ += s.disk_bytes;
-      inline_units_ += s.rec.is_inline;
+      if (s.rec.is_inline) {
+        ++inline_units_;
+        inline_bytes_ += s.disk_bytes;
+      }
       index_[UnitIdBitsOf(s.id)] = Entry{s.rec.data_len, s.disk_bytes, s.rec.last_access_us, s.rec.access_count,
                                       next_gen_++, s.rec.is_inline};
     }

@@ -1013,6 +1013,31 @@ TEST_CASE("min_free_ratio keeps free space on the volume", "[block_store]") {
     CHECK(s->Put(Key(1), DataOf(Key(1), 1000)).ok());
     CHECK(s->Contains(Key(1)));
   }
+  SECTION("inline units are not evicted for the volume's floor: that frees nothing until RocksDB compacts") {
+    f.opts.min_free_ratio = 0.05;  // 5,000 of 100,000 bytes
+    f.opts.inline_max_bytes = 4096;
+    auto hooks = f.Hooks();
+    auto avail = std::make_shared<std::atomic<uint64_t>>(90000);
+    hooks.volume_space = [avail](const std::string&) -> Result<VolumeSpace> {
+      return VolumeSpace{avail->load(), 100000};
+    };
+    auto s = f.Open(hooks);
+    for (int i = 0; i < 5; ++i) REQUIRE(s->Put(Key(i), DataOf(Key(i), 1000)).ok());
+    REQUIRE(s->used_bytes() > 5000);
+    // Others filled the volume: an insert needs ~3,100 bytes freed, less
+    // than the inline units count, but evicting them would free none.
+    avail->store(3000);
+    for (int i = 10; i < 20; ++i) CHECK(s->Put(Key(i), DataOf(Key(i), 1000)).code() == Code::kNoSpace);
+    for (int i = 0; i < 5; ++i) CHECK(s->Contains(Key(i)));
+    CHECK(f.metrics.evictions == 0);
+    // A unit file among them is evicted for it: that frees space.
+    avail->store(90000);
+    REQUIRE(s->Put(Key(9), DataOf(Key(9), 9000)).ok());
+    avail->store(3000);
+    CHECK(s->Put(Key(20), DataOf(Key(20), 1000)).ok());
+    CHECK_FALSE(s->Contains(Key(9)));
+    CHECK(f.metrics.evictions >= 1);
+  }
 }
 
 TEST_CASE("write failures are counted, cleaned up, and retried later", "[block_store]") {

@@ -101,7 +101,7 @@ const std::vector<Key>& Schema() {
        "Units (small objects) of at most this many bytes are kept inline in the cache index: one "
        "RocksDB record holding their bytes and a checksum, instead of a unit file of whole 4 KiB "
        "blocks with an inode, written as a temp file and renamed into place. They count their "
-       "record's size against cache.max_bytes (a 512-byte object about 620 bytes, not 4 KiB), so "
+       "record's size against cache.max_bytes (a 512-byte object about 670 bytes, not 4 KiB), so "
        "the same limit holds several times more small files, and inserting one costs no file "
        "creation. 0 makes every unit a file. At most 64K. Changing it keeps what is cached: each "
        "unit stays as it was written.",
