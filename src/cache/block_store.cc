@@ -579,20 +579,14 @@ void DiskBlockStore::DeleteDetached(const std::vector<Victim>& victims, bool cou
   // threads; up to 64 on this one.
   ParallelFor(victims.size(), kIoThreads, [&](size_t i) {
     if (victims[i].is_inline) return;  // its record goes below
-    std::string path = PathOf(victims[i].id);
+    const std::string path = PathOf(victims[i].id);
     if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
       const int err = errno;
       WarnOnce("unlink", fmt::format("igtcache: cannot delete cache unit {}: {}", path, ErrnoText(err)));
-      return;
     }
-    // Its fan-out directories go once empty (rmdir fails on the others): a
-    // small cache otherwise kept every one it ever used, up to 256 x 256 of
-    // 4 KiB each (a 32 MiB cache took 56 MiB on disk in a black-box test).
-    // A Put racing into one that goes makes it again (WriteUnit).
-    for (int up = 0; up < 2; ++up) {
-      path.resize(path.rfind('/'));
-      if (::rmdir(path.c_str()) != 0) break;
-    }
+    // Its fan-out directory stays (256 at most, docs/ARCHITECTURE.md "Disk
+    // use"): removing it when empty, as the two-level layout of before
+    // 2026-11-29 did (256 x 256 directories), only made it again later.
   });
   rocksdb::WriteBatch batch;
   for (const auto& v : victims) {
@@ -851,12 +845,10 @@ Result<std::shared_ptr<OpenUnitFile>> DiskBlockStore::WriteUnit(const std::strin
   if (s.ok()) {
     const std::string dst = PathOf(id);
     int err = ::rename(tmp.c_str(), dst.c_str()) == 0 ? 0 : errno;
-    // Fan-out directories are made on first use, and again if an eviction
-    // removed them, empty, between the mkdir and the rename.
+    // Fan-out directories are made on first use, and again if something
+    // removed one (a tmp cleaner) between the mkdir and the rename.
     for (int attempt = 0; attempt < 4 && err == ENOENT; ++attempt) {
-      const std::string d1 = opts_.dir + "/units/" + id.substr(0, 2);
-      s = MakeDirIfMissing(d1);
-      if (s.ok()) s = MakeDirIfMissing(d1 + "/" + id.substr(2, 2));  // fails if d1 just went: again
+      s = MakeDirIfMissing(opts_.dir + "/units/" + id.substr(0, 2));
       if (s.ok()) err = ::rename(tmp.c_str(), dst.c_str()) == 0 ? 0 : errno;
     }
     guard.renamed = s.ok() && err == 0;
@@ -1112,6 +1104,7 @@ Status DiskBlockStore::Reconcile() {
     UnitRecord rec;
     uint64_t disk_bytes = 0;
     bool good = false;
+    bool legacy = false;  // its record names the two-level path of before 2026-11-29
   };
   std::vector<Survivor> survivors;
   rocksdb::WriteBatch drop;
@@ -1121,12 +1114,14 @@ Status DiskBlockStore::Reconcile() {
     for (it->Seek(kUnitKeyPrefix); it->Valid() && it->key().starts_with(kUnitKeyPrefix); it->Next()) {
       std::string id = it->key().ToString().substr(kUnitKeyPrefix.size());
       auto rec = DecodeUnitRecord(std::string_view(it->value().data(), it->value().size()));
+      const bool legacy = rec && !rec->is_inline && id.size() == 32 && rec->rel_path == LegacyUnitRelPath(id);
       if (rec && id.size() == 32 && UnitId(rec->key) == id &&
-          (rec->is_inline ? rec->inline_data_ok : rec->rel_path == UnitRelPath(id))) {
+          (rec->is_inline ? rec->inline_data_ok : rec->rel_path == UnitRelPath(id) || legacy)) {
         std::string().swap(rec->rel_path);  // checked; PathOf(id) rebuilds it
         // An inline unit is checked whole here (its bytes came with the
         // record, read in key order): it needs no file.
         Survivor sv{std::move(id), std::move(*rec)};
+        sv.legacy = legacy;
         if (sv.rec.is_inline) {
           sv.good = true;
           sv.disk_bytes = InlineRecordDiskBytes(it->value().size());
@@ -1169,10 +1164,14 @@ Status DiskBlockStore::Reconcile() {
   // start-up instead: it says nothing about the unit, and dropping it would
   // also delete its file below.
   std::vector<int> open_errno(survivors.size(), 0);
+  // A unit of the two-level layout is moved to its place first (a rename
+  // within units/ab/), once: its record is rewritten below.
+  std::atomic<size_t> moved{0};
   ParallelFor(survivors.size(), kIoThreads, [&](size_t i) {
     Survivor& sv = survivors[i];
     if (sv.rec.is_inline) return;
     const std::string path = PathOf(sv.id);
+    if (sv.legacy && ::rename((opts_.dir + "/" + LegacyUnitRelPath(sv.id)).c_str(), path.c_str()) == 0) ++moved;
     int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0) {
       if (errno != ENOENT && errno != ELOOP) open_errno[i] = errno;
@@ -1192,11 +1191,18 @@ Status DiskBlockStore::Reconcile() {
                                                              ErrnoText(open_errno[i])));
     }
   }
+  if (moved > 0)
+    spdlog::info("igtcache: moved {} unit files in {}/units to the one-level layout (units/xx/<id>)", moved.load(),
+                 opts_.dir);
   const size_t checked = survivors.size() + dropped;  // records read
   std::erase_if(survivors, [&](const Survivor& sv) {
     if (!sv.good) {
       DeleteUnitKeys(drop, sv.id);
       ++dropped;
+    } else if (sv.legacy) {  // its record names where its file is now
+      UnitRecord r = FileUnitRecord(sv.rec.key, sv.rec.data_len, UnitRelPath(sv.id), sv.rec.last_access_us);
+      r.access_count = sv.rec.access_count;
+      drop.Put(std::string(kUnitKeyPrefix) + sv.id, EncodeUnitRecord(r));
     }
     return !sv.good;
   });
@@ -1211,7 +1217,9 @@ Status DiskBlockStore::Reconcile() {
 
   const auto t1 = Clock::now();
   // Delete unit files nobody indexes, or in the wrong place: a kept file is
-  // units/ab/cd/<id> with <id> a survivor starting "abcd" and not inline.
+  // units/ab/<id> with <id> a survivor starting "ab" and not inline; any
+  // directory below units/ab (the two-level layout's, emptied by the moves
+  // above) goes with what it still holds.
   // (`kept` views the survivors' ids: it must not outlive this block's
   // order of them.)
   std::atomic<size_t> strays{0};
@@ -1239,15 +1247,18 @@ Status DiskBlockStore::Reconcile() {
     ParallelFor(tops.size(), kIoThreads, [&](size_t i) {
       const std::string ab = tops[i].filename().string();
       std::error_code lec;
-      for (auto it = std::filesystem::recursive_directory_iterator(tops[i], lec);
-           !lec && it != std::filesystem::recursive_directory_iterator(); it.increment(lec)) {
+      for (auto it = std::filesystem::directory_iterator(tops[i], lec);
+           !lec && it != std::filesystem::directory_iterator(); it.increment(lec)) {
         std::error_code tec;
         const auto type = it->symlink_status(tec).type();  // a symlink is never followed
-        if (type == std::filesystem::file_type::directory) continue;
+        if (type == std::filesystem::file_type::directory) {
+          const auto n = std::filesystem::remove_all(it->path(), tec);  // links in it removed, not followed
+          if (n != static_cast<std::uintmax_t>(-1) && n > 1) strays += n - 1;
+          continue;
+        }
         const std::string name = it->path().filename().string();
-        const std::string cd = it->path().parent_path().filename().string();
-        const bool ok = it.depth() == 1 && type == std::filesystem::file_type::regular && name.size() == 32 &&
-                        name.compare(0, 2, ab) == 0 && name.compare(2, 2, cd) == 0 && kept.contains(name);
+        const bool ok = type == std::filesystem::file_type::regular && name.size() == 32 &&
+                        name.compare(0, 2, ab) == 0 && kept.contains(name);
         if (!ok) {
           std::filesystem::remove(it->path(), tec);
           ++strays;

@@ -191,7 +191,7 @@ TEST_CASE("layout and permissions are umask-independent", "[block_store]") {
   CHECK(ModeOf(f.opts.dir + "/tmp") == 0700);
   const std::string id = UnitId(k);
   CHECK(ModeOf(f.opts.dir + "/units/" + id.substr(0, 2)) == 0700);
-  CHECK(ModeOf(f.opts.dir + "/units/" + id.substr(0, 2) + "/" + id.substr(2, 2)) == 0700);
+  CHECK(f.UnitPath(k) == f.opts.dir + "/units/" + id.substr(0, 2) + "/" + id);
   CHECK(ModeOf(f.UnitPath(k)) == 0600);
   CHECK(ModeOf(f.opts.dir + "/LOCK") == 0600);
   std::ifstream lock(f.opts.dir + "/LOCK");
@@ -657,9 +657,10 @@ TEST_CASE("start-up reconciles index and files", "[block_store]") {
   std::ofstream(stray_tmp) << "partial";
   const std::string misplaced = f.opts.dir + "/units/zz-not-a-unit";
   std::ofstream(misplaced) << "?";
-  // A kept unit's name in the wrong fan-out directory, and a file too deep.
+  // A kept unit's name in the wrong fan-out directory, and a file too deep
+  // (in a directory below units/ab, as the two-level layout had them).
   const std::string id3 = UnitId(Key(3));
-  const std::string wrong_dir = f.opts.dir + "/units/" + (id3[0] == '0' ? "11" : "00") + "/" + id3.substr(2, 2) + "/" + id3;
+  const std::string wrong_dir = f.opts.dir + "/units/" + (id3[0] == '0' ? "11" : "00") + "/" + id3;
   fs::create_directories(fs::path(wrong_dir).parent_path());
   fs::copy_file(f.UnitPath(Key(3)), wrong_dir);
   const std::string too_deep = fs::path(f.UnitPath(Key(3))).parent_path().string() + "/sub/" + id3;
@@ -668,7 +669,7 @@ TEST_CASE("start-up reconciles index and files", "[block_store]") {
   const std::string wrong_cd = f.opts.dir + "/units/" + id3.substr(0, 2) + "/" + (id3[2] == '0' ? "11" : "00") + "/" + id3;
   fs::create_directories(fs::path(wrong_cd).parent_path());
   fs::copy_file(f.UnitPath(Key(3)), wrong_cd);
-  const std::string too_shallow = f.opts.dir + "/units/" + id3.substr(0, 2) + "/" + id3;
+  const std::string too_shallow = f.opts.dir + "/units/" + id3;
   fs::copy_file(f.UnitPath(Key(3)), too_shallow);
   // Symlinks in units/ are strays: the links go, never what they point to.
   const std::string outside = f.opts.dir + "-outside";
@@ -1142,22 +1143,95 @@ TEST_CASE("a Put that throws gives back its reservation and leaves no file", "[b
   CHECK(s->unit_count() == 4);
 }
 
-TEST_CASE("fan-out directories of units/ go when their last unit goes", "[block_store]") {
+TEST_CASE("units/ fans out one level: at most 256 directories, made on demand", "[block_store]") {
   Fixture f;
   auto s = f.Open();
-  for (int i = 0; i < 40; ++i) REQUIRE(s->Put(Key(i), DataOf(Key(i), 1000)).ok());
+  for (int i = 0; i < 600; ++i) REQUIRE(s->Put(Key(i), DataOf(Key(i), 1000)).ok());
   auto dirs = [&] {
     size_t n = 0;
     for (const auto& e : fs::recursive_directory_iterator(f.opts.dir + "/units"))
       if (e.is_directory()) ++n;
     return n;
   };
-  CHECK(dirs() > 40);  // 40 ids, two levels each (some first levels shared)
-  for (int i = 0; i < 39; ++i) s->Remove(Key(i));
-  CHECK(dirs() == 2);  // the last unit's two levels only (before: every one ever made)
-  REQUIRE(s->Put(Key(0), DataOf(Key(0), 1000)).ok());  // made again on demand
-  CHECK(ReadAll(*s, Key(0), 1000) == DataOf(Key(0), 1000));
-  CHECK(ReadAll(*s, Key(39), 1000) == DataOf(Key(39), 1000));
+  // 600 ids over 256 first hex pairs (the two-level layout of before
+  // 2026-11-29 made a directory per id here, and as many 4 KiB blocks).
+  CHECK(dirs() <= 256);
+  CHECK(dirs() > 200);
+  fs::remove_all(f.opts.dir + "/units/" + UnitId(Key(0)).substr(0, 2));  // a cleaner took one
+  REQUIRE(s->Put(Key(1000), DataOf(Key(1000), 1000)).ok());
+  for (int i = 1000; i < 1600 && fs::exists(f.opts.dir + "/units/" + UnitId(Key(0)).substr(0, 2)) == false; ++i)
+    REQUIRE(s->Put(Key(i), DataOf(Key(i), 1000)).ok());
+  CHECK(fs::exists(f.opts.dir + "/units/" + UnitId(Key(0)).substr(0, 2)));  // made again on demand
+  CHECK(ReadAll(*s, Key(599), 1000) == DataOf(Key(599), 1000));
+}
+
+TEST_CASE("a cache dir of the two-level layout is moved to one level at start-up, nothing refetched",
+          "[block_store]") {
+  Fixture f;
+  {
+    auto s = f.Open();
+    for (int i = 0; i < 50; ++i) REQUIRE(s->Put(Key(i), DataOf(Key(i), 1000 + i)).ok());
+    char b[10];
+    REQUIRE(s->Read(Key(7), 0, 10, b));
+  }
+  // As a build of before 2026-11-29 left it: units/ab/cd/<id>, records
+  // naming that path.
+  {
+    rocksdb::DB* raw = nullptr;
+    REQUIRE(rocksdb::DB::Open(rocksdb::Options(), f.opts.dir + "/index", &raw).ok());
+    std::unique_ptr<rocksdb::DB> db(raw);
+    for (int i = 0; i < 50; ++i) {
+      const std::string id = UnitId(Key(i));
+      const std::string old = f.opts.dir + "/" + LegacyUnitRelPath(id);
+      fs::create_directories(fs::path(old).parent_path());
+      fs::rename(f.UnitPath(Key(i)), old);
+      std::string v;
+      REQUIRE(db->Get(rocksdb::ReadOptions(), "u/" + id, &v).ok());
+      auto rec = DecodeUnitRecord(v);
+      REQUIRE(rec);
+      rec->rel_path = LegacyUnitRelPath(id);
+      REQUIRE(db->Put(rocksdb::WriteOptions(), "u/" + id, EncodeUnitRecord(*rec)).ok());
+    }
+  }
+  // A stray left in an old directory, and an old directory holding a link.
+  const std::string stray_dir = f.opts.dir + "/units/" + UnitId(Key(3)).substr(0, 2) + "/zz";
+  fs::create_directories(stray_dir);
+  std::ofstream(stray_dir + "/" + std::string(32, 'a')) << "stray";
+  const std::string outside = f.tmp.path + "/outside";
+  fs::create_directories(outside);
+  std::ofstream(outside + "/keep.txt") << "not the cache's";
+  fs::create_directory_symlink(outside, stray_dir + "/link");
+  const uint64_t used_before = [&] {
+    auto s = f.Open();
+    return s->used_bytes();
+  }();
+  // Opened once above (the move); again: nothing left to move.
+  auto s = f.Open();
+  CHECK(s->unit_count() == 50);
+  CHECK(s->used_bytes() == used_before);
+  for (int i = 0; i < 50; ++i) {
+    CHECK(fs::exists(f.UnitPath(Key(i))));
+    CHECK_FALSE(fs::exists(f.opts.dir + "/" + LegacyUnitRelPath(UnitId(Key(i)))));
+    CHECK(ReadAll(*s, Key(i), 1000 + i) == DataOf(Key(i), 1000 + i));
+  }
+  CHECK(f.metrics.cache_corruptions == 0);
+  CHECK_FALSE(fs::exists(stray_dir));
+  CHECK(fs::exists(outside + "/keep.txt"));
+  // No directory below units/ab is left.
+  for (const auto& e : fs::recursive_directory_iterator(f.opts.dir + "/units"))
+    if (e.is_directory()) CHECK(e.path().parent_path() == fs::path(f.opts.dir + "/units"));
+  s.reset();
+  // The records name the new paths: an older build's check would drop
+  // them, and this build moves nothing more.
+  rocksdb::DB* raw = nullptr;
+  REQUIRE(rocksdb::DB::Open(rocksdb::Options(), f.opts.dir + "/index", &raw).ok());
+  std::unique_ptr<rocksdb::DB> db(raw);
+  std::string v;
+  REQUIRE(db->Get(rocksdb::ReadOptions(), "u/" + UnitId(Key(7)), &v).ok());
+  auto rec = DecodeUnitRecord(v);
+  REQUIRE(rec);
+  CHECK(rec->rel_path == UnitRelPath(UnitId(Key(7))));
+  CHECK(rec->access_count == 1);
 }
 
 TEST_CASE("a deleted tmp/ is made again and caching goes on", "[block_store]") {

@@ -35,7 +35,9 @@ inline constexpr std::string_view kMetaKeyPrefix = "m/";
 struct UnitRecord {
   UnitKey key;
   uint64_t data_len = 0;
-  std::string rel_path;         // "units/xx/yy/<id>", relative to the cache dir
+  // "units/xx/<id>" relative to the cache dir (UnitRelPath; a cache dir of
+  // before 2026-11-29 has "units/xx/yy/<id>"); empty for an inline unit.
+  std::string rel_path;
   uint64_t last_access_us = 0;  // wall clock, us since the epoch
   uint64_t access_count = 0;    // reads served (not counting the insert)
   // An inline unit (version 2): its bytes, and whether they match the

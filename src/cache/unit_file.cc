@@ -90,7 +90,9 @@ std::string UnitIdOf(const UnitIdBits& bits) {
   return hex;
 }
 
-std::string UnitRelPath(std::string_view id) {
+std::string UnitRelPath(std::string_view id) { return fmt::format("units/{}/{}", id.substr(0, 2), id); }
+
+std::string LegacyUnitRelPath(std::string_view id) {
   return fmt::format("units/{}/{}/{}", id.substr(0, 2), id.substr(2, 2), id);
 }
 

@@ -123,8 +123,11 @@ struct UnitIdBitsEq {
   bool operator()(std::string_view a, const UnitIdBits& b) const noexcept { return UnitIdBitsOf(a) == b; }
   bool operator()(const UnitIdBits& a, std::string_view b) const noexcept { return a == UnitIdBitsOf(b); }
 };
-// "units/xx/yy/<id>" relative to the cache dir (xx, yy = first hex pairs).
+// "units/xx/<id>" relative to the cache dir (xx = the id's first hex pair).
 std::string UnitRelPath(std::string_view id);
+// Where a unit file was kept before 2026-11-29: "units/xx/yy/<id>" (yy =
+// the second pair). Start-up moves such a file to UnitRelPath.
+std::string LegacyUnitRelPath(std::string_view id);
 // XXH3-64 of the object key (the header's key hash).
 uint64_t ObjectKeyHash(std::string_view object);
 

@@ -57,7 +57,8 @@ TEST_CASE("unit id is stable, hex, and separates fields", "[unit_file]") {
   // Length prefixes: moving bytes between fields changes the id.
   CHECK(UnitId(UnitKey{"ab", "c", 0}) != UnitId(UnitKey{"a", "bc", 0}));
   const std::string id = UnitId(a);
-  CHECK(UnitRelPath(id) == "units/" + id.substr(0, 2) + "/" + id.substr(2, 2) + "/" + id);
+  CHECK(UnitRelPath(id) == "units/" + id.substr(0, 2) + "/" + id);
+  CHECK(LegacyUnitRelPath(id) == "units/" + id.substr(0, 2) + "/" + id.substr(2, 2) + "/" + id);
 }
 
 TEST_CASE("a unit id's bits: the block store's key in memory, back to the same id", "[unit_file]") {
