@@ -376,14 +376,19 @@ class DiskBlockStore final : public BlockStore {
   // `fits(freed)` gets the volume space detached so far: the disk bytes of
   // the unit files among the victims (an inline unit's record gives its
   // space back only at RocksDB's next compaction). Returns that sum.
-  template <class Fits>
-  uint64_t EvictLocked(Fits fits, std::vector<Victim>& out) {
+  // `only_volume()`: true once nothing but the volume's floor asks for more
+  // room; from then on an inline victim stops the eviction (evicting it
+  // would free nothing on the volume now) instead of going.
+  template <class Fits, class OnlyVolume>
+  uint64_t EvictLocked(Fits fits, std::vector<Victim>& out, OnlyVolume only_volume) {
     uint64_t freed = 0;
     size_t strays = 0;  // victims the index does not hold
     while (!fits(freed)) {
       auto v = policy_->PickVictim();
       if (!v) break;
-      if (!index_.contains(*v)) {
+      auto e = index_.find(*v);
+      if (e != index_.end() && e->second.is_inline && only_volume()) break;
+      if (e == index_.end()) {
         // Cannot happen (INVARIANT). If a policy kept naming ids it does not
         // drop, this loop would spin holding mu_ and block every read: give
         // up after as many as the index holds (plus a few), and say so.
@@ -599,6 +604,8 @@ void DiskBlockStore::DeleteDetached(const std::vector<Victim>& victims, bool cou
   auto s = DbWrite([&] { return db_->Write(rocksdb::WriteOptions(), &batch); });
   if (!s.ok()) {
     // A stale record whose file is gone is dropped by the next start-up.
+    // An inline unit's record is whole: the next start-up loads it again
+    // (its bytes still checked), the store did not count it meanwhile.
     WarnOnce("index-delete", fmt::format("igtcache: cache index {}/index: delete: {}", opts_.dir, s.ToString()));
   }
 }
@@ -930,15 +937,27 @@ Status DiskBlockStore::Put(const UnitKey& key, std::string_view data, bool prefe
     const std::string& id;
     const std::string& path;
     uint64_t disk;
+    bool is_inline;
     bool held = false;
     ~Reservation() {
       if (!held) return;
-      ::unlink(path.c_str());
+      if (is_inline) {
+        // Its record may be written: complete on its own, a start-up would
+        // load it back, uncounted until then. Best effort (a destructor).
+        try {
+          rocksdb::WriteBatch b;
+          DeleteUnitKeys(b, id);
+          (void)store->DbWrite([&] { return store->db_->Write(rocksdb::WriteOptions(), &b); });
+        } catch (...) {
+        }
+      } else {
+        ::unlink(path.c_str());
+      }
       std::lock_guard lk(store->mu_);
       store->reserved_bytes_ -= disk;
       store->busy_.erase(id);
     }
-  } reservation{this, id, unit_path, disk};
+  } reservation{this, id, unit_path, disk, is_inline};
   std::vector<Victim> victims;
   Status fail;
   // Other Puts in flight hold the room: this insert is skipped, but the
@@ -982,15 +1001,16 @@ Status DiskBlockStore::Put(const UnitKey& key, std::string_view data, bool prefe
       // free-space floor needs room: that is given back whatever the policy.
       declined = true;
     } else {
-      const uint64_t freed = EvictLocked(
-          [&](uint64_t freed) {
-            return used_bytes_ + reserved_bytes_ + disk <= opts_.max_bytes && freed >= need_free;
-          },
-          victims);
-      if (used_bytes_ + reserved_bytes_ + disk > opts_.max_bytes || freed < need_free) {
-        // Only possible when other Puts in flight hold the space.
-        fail = Status::NoSpace("cache space is held by inserts in flight");
+      auto within_limit = [&] { return used_bytes_ + reserved_bytes_ + disk <= opts_.max_bytes; };
+      const uint64_t freed = EvictLocked([&](uint64_t freed) { return within_limit() && freed >= need_free; },
+                                         victims, within_limit);
+      if (!within_limit() || freed < need_free) {
+        // Other Puts in flight hold the space, or the volume's floor needs
+        // room that only inline units (freeing nothing now) stand before.
         contended = need_free == 0 || freed >= need_free;  // not the volume's floor
+        fail = contended ? Status::NoSpace("cache space is held by inserts in flight")
+                         : Status::NoSpace(fmt::format("cache volume has less than {:.1f}% free",
+                                                       opts_.min_free_ratio * 100));
       } else {
         busy_[id] = Busy{};
         reserved_bytes_ += disk;
@@ -1171,7 +1191,17 @@ Status DiskBlockStore::Reconcile() {
     Survivor& sv = survivors[i];
     if (sv.rec.is_inline) return;
     const std::string path = PathOf(sv.id);
-    if (sv.legacy && ::rename((opts_.dir + "/" + LegacyUnitRelPath(sv.id)).c_str(), path.c_str()) == 0) ++moved;
+    if (sv.legacy) {
+      // ENOENT: moved by an earlier start that stopped before rewriting its
+      // record, or gone (the open below tells). Any other failure fails
+      // the start-up, as an open's does: the stray pass would delete it.
+      if (::rename((opts_.dir + "/" + LegacyUnitRelPath(sv.id)).c_str(), path.c_str()) == 0) {
+        ++moved;
+      } else if (errno != ENOENT) {
+        open_errno[i] = errno;
+        return;
+      }
+    }
     int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0) {
       if (errno != ENOENT && errno != ELOOP) open_errno[i] = errno;
@@ -1187,8 +1217,9 @@ Status DiskBlockStore::Reconcile() {
   });
   for (size_t i = 0; i < survivors.size(); ++i) {
     if (open_errno[i] != 0) {
-      return Status(CodeForErrno(open_errno[i]), fmt::format("cannot open cache unit {}: {}", PathOf(survivors[i].id),
-                                                             ErrnoText(open_errno[i])));
+      return Status(CodeForErrno(open_errno[i]),
+                    fmt::format("cannot {} cache unit {}: {}", survivors[i].legacy ? "move or open" : "open",
+                                PathOf(survivors[i].id), ErrnoText(open_errno[i])));
     }
   }
   if (moved > 0)
@@ -1297,7 +1328,7 @@ Status DiskBlockStore::Reconcile() {
                                       next_gen_++, s.rec.is_inline};
     }
     // A smaller max_bytes than last time: evict down now.
-    EvictLocked([&](uint64_t) { return used_bytes_ <= opts_.max_bytes; }, victims);
+    EvictLocked([&](uint64_t) { return used_bytes_ <= opts_.max_bytes; }, victims, [] { return false; });
   }
   DeleteDetached(victims, /*count_as_eviction=*/true);
   const auto t3 = Clock::now();

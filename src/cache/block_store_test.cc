@@ -1023,21 +1023,25 @@ TEST_CASE("min_free_ratio keeps free space on the volume", "[block_store]") {
       return VolumeSpace{avail->load(), 100000};
     };
     auto s = f.Open(hooks);
+    REQUIRE(s->Put(Key(9), DataOf(Key(9), 9000)).ok());  // a unit file, first in lru order
     for (int i = 0; i < 5; ++i) REQUIRE(s->Put(Key(i), DataOf(Key(i), 1000)).ok());
     REQUIRE(s->used_bytes() > 5000);
-    // Others filled the volume: an insert needs ~3,100 bytes freed, less
-    // than the inline units count, but evicting them would free none.
-    avail->store(3000);
-    for (int i = 10; i < 20; ++i) CHECK(s->Put(Key(i), DataOf(Key(i), 1000)).code() == Code::kNoSpace);
-    for (int i = 0; i < 5; ++i) CHECK(s->Contains(Key(i)));
-    CHECK(f.metrics.evictions == 0);
-    // A unit file among them is evicted for it: that frees space.
-    avail->store(90000);
-    REQUIRE(s->Put(Key(9), DataOf(Key(9), 9000)).ok());
+    // Others filled the volume: an insert needs ~3,100 bytes freed. The
+    // unit file goes for it (that frees space), the inline units stay.
     avail->store(3000);
     CHECK(s->Put(Key(20), DataOf(Key(20), 1000)).ok());
     CHECK_FALSE(s->Contains(Key(9)));
-    CHECK(f.metrics.evictions >= 1);
+    CHECK(f.metrics.evictions == 1);
+    // Now only inline units are left before it: evicting them would free
+    // nothing, so the inserts are skipped and every one of them stays.
+    for (int i = 10; i < 20; ++i) {
+      const Status st = s->Put(Key(i), DataOf(Key(i), 1000));
+      CHECK(st.code() == Code::kNoSpace);
+      CHECK_THAT(st.message(), Catch::Contains("free"));
+    }
+    for (int i = 0; i < 5; ++i) CHECK(s->Contains(Key(i)));
+    CHECK(s->Contains(Key(20)));
+    CHECK(f.metrics.evictions == 1);
   }
 }
 
@@ -1168,6 +1172,7 @@ TEST_CASE("units/ fans out one level: at most 256 directories, made on demand", 
 TEST_CASE("a cache dir of the two-level layout is moved to one level at start-up, nothing refetched",
           "[block_store]") {
   Fixture f;
+  f.opts.inline_max_bytes = 1004;  // Key(0) to Key(4) inline, beside the files
   {
     auto s = f.Open();
     for (int i = 0; i < 50; ++i) REQUIRE(s->Put(Key(i), DataOf(Key(i), 1000 + i)).ok());
@@ -1175,16 +1180,18 @@ TEST_CASE("a cache dir of the two-level layout is moved to one level at start-up
     REQUIRE(s->Read(Key(7), 0, 10, b));
   }
   // As a build of before 2026-11-29 left it: units/ab/cd/<id>, records
-  // naming that path.
+  // naming that path. Key(40) to Key(44) as a start-up that stopped half
+  // way leaves them: moved, records not rewritten yet. Key(45)'s file gone.
   {
     rocksdb::DB* raw = nullptr;
     REQUIRE(rocksdb::DB::Open(rocksdb::Options(), f.opts.dir + "/index", &raw).ok());
     std::unique_ptr<rocksdb::DB> db(raw);
-    for (int i = 0; i < 50; ++i) {
+    for (int i = 5; i < 50; ++i) {
       const std::string id = UnitId(Key(i));
       const std::string old = f.opts.dir + "/" + LegacyUnitRelPath(id);
       fs::create_directories(fs::path(old).parent_path());
-      fs::rename(f.UnitPath(Key(i)), old);
+      if (i < 40) fs::rename(f.UnitPath(Key(i)), old);
+      if (i == 45) fs::remove(f.UnitPath(Key(i)));
       std::string v;
       REQUIRE(db->Get(rocksdb::ReadOptions(), "u/" + id, &v).ok());
       auto rec = DecodeUnitRecord(v);
@@ -1207,10 +1214,15 @@ TEST_CASE("a cache dir of the two-level layout is moved to one level at start-up
   }();
   // Opened once above (the move); again: nothing left to move.
   auto s = f.Open();
-  CHECK(s->unit_count() == 50);
+  CHECK(s->unit_count() == 49);
+  CHECK(s->inline_unit_count() == 5);
   CHECK(s->used_bytes() == used_before);
   for (int i = 0; i < 50; ++i) {
-    CHECK(fs::exists(f.UnitPath(Key(i))));
+    if (i == 45) {
+      CHECK_FALSE(s->Contains(Key(i)));
+      continue;
+    }
+    CHECK(fs::exists(f.UnitPath(Key(i))) == (i >= 5));
     CHECK_FALSE(fs::exists(f.opts.dir + "/" + LegacyUnitRelPath(UnitId(Key(i)))));
     CHECK(ReadAll(*s, Key(i), 1000 + i) == DataOf(Key(i), 1000 + i));
   }

@@ -113,6 +113,16 @@ uint64_t InlineDiskBytesAtMost(uint64_t data_len, size_t object_key_bytes) {
   return InlineRecordDiskBytes(1 + 4 + object_key_bytes + 4 + kMaxEtagBytes + 8 + 8 + 4 + 8 + 8 + 8 + 4 + data_len);
 }
 
+uint64_t CachedObjectDiskBytesAtMost(uint64_t size, uint64_t unit, uint64_t inline_max, size_t object_key_bytes) {
+  auto one = [&](uint64_t n) {
+    return inline_max > 0 && n <= inline_max ? InlineDiskBytesAtMost(n, object_key_bytes) : UnitDiskBytesAtMost(n);
+  };
+  if (size == 0) return 0;  // nothing to read, nothing cached
+  if (unit == 0 || size <= unit) return one(size);
+  const uint64_t rest = size % unit;
+  return size / unit * one(unit) + (rest ? one(rest) : 0);
+}
+
 uint64_t InlineRecordDiskBytes(size_t value_bytes) {
   return kUnitKeyPrefix.size() + 32 + value_bytes;  // "u/" + the 32 hex digits of the id
 }

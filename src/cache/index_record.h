@@ -73,5 +73,10 @@ uint64_t InlineRecordDiskBytes(size_t value_bytes);
 // has at most `object_key_bytes` takes (any etag the store accepts), for
 // planning what fits (igtcache warm).
 uint64_t InlineDiskBytesAtMost(uint64_t data_len, size_t object_key_bytes);
+// At most what an object of `size` bytes takes cached as whole units of
+// `unit` bytes, each of at most `inline_max` bytes inline (0: none), the
+// others unit files (ObjectDiskBytesAtMost): a large object's last unit
+// may be small enough to go inline.
+uint64_t CachedObjectDiskBytesAtMost(uint64_t size, uint64_t unit, uint64_t inline_max, size_t object_key_bytes);
 
 }  // namespace igt::cache

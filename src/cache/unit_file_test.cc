@@ -316,6 +316,13 @@ TEST_CASE("an inline unit's record holds its bytes under a checksum", "[index_re
     const auto rec = InlineUnitRecord(UnitKey{key, std::string(kMaxEtagBytes, 'e'), 3}, std::string(n, 'd'), 99);
     CHECK(InlineRecordDiskBytes(EncodeUnitRecord(rec).size()) == InlineDiskBytesAtMost(n, key.size()));
   }
+  // A large object's small last unit goes inline: priced as a record, not
+  // a file (whose bound can be below a record's: 3,900 bytes in one block).
+  CHECK(CachedObjectDiskBytesAtMost(3900, 1 << 20, 4096, 300) == InlineDiskBytesAtMost(3900, 300));
+  CHECK(CachedObjectDiskBytesAtMost((1 << 20) + 3900, 1 << 20, 4096, 300) ==
+        UnitDiskBytesAtMost(1 << 20) + InlineDiskBytesAtMost(3900, 300));
+  CHECK(CachedObjectDiskBytesAtMost((1 << 20) + 3900, 1 << 20, 0, 300) == ObjectDiskBytesAtMost((1 << 20) + 3900, 1 << 20));
+  CHECK(CachedObjectDiskBytesAtMost(0, 1 << 20, 4096, 300) == 0);
   // An empty object inline.
   const UnitRecord empty = InlineUnitRecord(UnitKey{"e", "x", 0}, "", 0);
   auto e = DecodeUnitRecord(EncodeUnitRecord(empty));

@@ -205,9 +205,7 @@ int RunWarm(const WarmArgs& a) {
     std::vector<Item> todo, skipped;
     uint64_t budget = limit, total = 0, skipped_bytes = 0;
     for (auto& it : all) {
-      const uint64_t disk = inline_max > 0 && it.size <= inline_max
-                                ? cache::InlineDiskBytesAtMost(it.size, it.path.size() + key_bound)
-                                : cache::ObjectDiskBytesAtMost(it.size, unit);
+      const uint64_t disk = cache::CachedObjectDiskBytesAtMost(it.size, unit, inline_max, it.path.size() + key_bound);
       if (disk <= budget) {
         budget -= disk;
         total += it.size;
