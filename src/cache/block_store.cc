@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <exception>
 #include <functional>
@@ -686,7 +687,14 @@ Result<size_t> DiskBlockStore::ReadInline(const std::string& id, const UnitKey& 
   if (s.IsNotFound()) return Err(Status::NotFound("its index record is gone"));
   if (s.IsCorruption()) return Err(Status::Corruption(s.ToString()));
   if (!s.ok()) return Err(Status::IoError(s.ToString()));
-  auto rec = DecodeUnitRecord(std::string_view(v.data(), v.size()));
+  std::string_view bytes(v.data(), v.size());
+  std::string damaged;  // the test hook's copy
+  if (hooks_.inline_record_read) {
+    damaged.assign(bytes);
+    hooks_.inline_record_read(damaged);
+    bytes = damaged;
+  }
+  auto rec = DecodeUnitRecord(bytes);
   if (!rec || !rec->is_inline || rec->key.object != key.object || rec->key.etag != key.etag ||
       rec->key.index != key.index)
     return Err(Status::Corruption("its index record is not an inline record of this unit"));
@@ -1184,18 +1192,30 @@ Status DiskBlockStore::Reconcile() {
   // start-up instead: it says nothing about the unit, and dropping it would
   // also delete its file below.
   std::vector<int> open_errno(survivors.size(), 0);
+  // Only real directories are gone through: a unit under a units/ab that
+  // is a symlink (or anything but a directory) counts as missing, so no
+  // file outside the cache dir is opened, moved or deleted as a unit; the
+  // stray pass removes the link. (O_NOFOLLOW guards the last component.)
+  auto real_dir = [](const std::string& p) {
+    struct stat st {};
+    return ::lstat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+  };
+  std::array<bool, 256> top_ok{};
+  for (int t = 0; t < 256; ++t) top_ok[t] = real_dir(fmt::format("{}/units/{:02x}", opts_.dir, t));
+  auto top_of = [](const std::string& id) { return std::stoi(id.substr(0, 2), nullptr, 16); };
   // A unit of the two-level layout is moved to its place first (a rename
   // within units/ab/), once: its record is rewritten below.
   std::atomic<size_t> moved{0};
   ParallelFor(survivors.size(), kIoThreads, [&](size_t i) {
     Survivor& sv = survivors[i];
-    if (sv.rec.is_inline) return;
+    if (sv.rec.is_inline || !top_ok[top_of(sv.id)]) return;
     const std::string path = PathOf(sv.id);
-    if (sv.legacy) {
+    const std::string old = opts_.dir + "/" + LegacyUnitRelPath(sv.id);
+    if (sv.legacy && real_dir(old.substr(0, old.rfind('/')))) {
       // ENOENT: moved by an earlier start that stopped before rewriting its
       // record, or gone (the open below tells). Any other failure fails
       // the start-up, as an open's does: the stray pass would delete it.
-      if (::rename((opts_.dir + "/" + LegacyUnitRelPath(sv.id)).c_str(), path.c_str()) == 0) {
+      if (::rename(old.c_str(), path.c_str()) == 0) {
         ++moved;
       } else if (errno != ENOENT) {
         open_errno[i] = errno;

@@ -1208,17 +1208,28 @@ TEST_CASE("a cache dir of the two-level layout is moved to one level at start-up
   fs::create_directories(outside);
   std::ofstream(outside + "/keep.txt") << "not the cache's";
   fs::create_directory_symlink(outside, stray_dir + "/link");
+  // Key(30)'s old directory replaced by a link to a directory outside the
+  // cache holding a file of its name: not moved in, opened or deleted.
+  const std::string id30 = UnitId(Key(30));
+  const fs::path dir30 = fs::path(f.opts.dir + "/" + LegacyUnitRelPath(id30)).parent_path();
+  const std::string elsewhere = f.tmp.path + "/elsewhere";
+  fs::create_directories(elsewhere);
+  fs::rename(dir30 / id30, elsewhere + "/" + id30);
+  fs::remove_all(dir30);
+  fs::create_directory_symlink(elsewhere, dir30);
   const uint64_t used_before = [&] {
     auto s = f.Open();
     return s->used_bytes();
   }();
+  CHECK(fs::exists(elsewhere + "/" + id30));
+  CHECK_FALSE(fs::is_symlink(dir30));
   // Opened once above (the move); again: nothing left to move.
   auto s = f.Open();
-  CHECK(s->unit_count() == 49);
+  CHECK(s->unit_count() == 48);
   CHECK(s->inline_unit_count() == 5);
   CHECK(s->used_bytes() == used_before);
   for (int i = 0; i < 50; ++i) {
-    if (i == 45) {
+    if (i == 45 || i == 30) {
       CHECK_FALSE(s->Contains(Key(i)));
       continue;
     }
@@ -1555,6 +1566,42 @@ TEST_CASE("small units inline in the index: no file, their record's size counted
   CHECK_FALSE(fs::exists(stray));
   CHECK(ReadAll(*s, Key(1), 512) == DataOf(Key(1), 512));
   CHECK(s->unit_count() == 4);
+}
+
+TEST_CASE("an inline record found damaged on a read is dropped and counted, never served", "[block_store][inline]") {
+  Fixture f;
+  f.opts.inline_max_bytes = 4096;
+  auto hooks = f.Hooks();
+  auto damage = std::make_shared<std::function<void(std::string&)>>();
+  hooks.inline_record_read = [damage](std::string& rec) {
+    if (*damage) (*damage)(rec);
+  };
+  auto s = f.Open(hooks);
+  for (int i = 0; i < 4; ++i) REQUIRE(s->Put(Key(i), DataOf(Key(i), 1000)).ok());
+  // A flipped data byte: the checksum.
+  *damage = [](std::string& rec) { rec[rec.size() - 5] ^= 0x20; };
+  CHECK(ReadAll(*s, Key(0), 1000) == std::nullopt);
+  CHECK(f.metrics.cache_corruptions == 1);
+  CHECK_FALSE(s->Contains(Key(0)));
+  // Another unit's record under this id: the key check.
+  const std::string other = EncodeUnitRecord(InlineUnitRecord(Key(9), DataOf(Key(9), 1000), 1));
+  *damage = [other](std::string& rec) { rec = other; };
+  CHECK(ReadAll(*s, Key(1), 1000) == std::nullopt);
+  CHECK(f.metrics.cache_corruptions == 2);
+  CHECK_FALSE(s->Contains(Key(1)));
+  // Unreadable bytes.
+  *damage = [](std::string& rec) { rec.resize(3); };
+  CHECK(ReadAll(*s, Key(2), 1000) == std::nullopt);
+  CHECK(f.metrics.cache_corruptions == 3);
+  // The others are served, and a dropped one is cached again by its next miss.
+  *damage = nullptr;
+  CHECK(ReadAll(*s, Key(3), 1000) == DataOf(Key(3), 1000));
+  REQUIRE(s->Put(Key(0), DataOf(Key(0), 1000)).ok());
+  CHECK(ReadAll(*s, Key(0), 1000) == DataOf(Key(0), 1000));
+  CHECK(s->unit_count() == 2);
+  CHECK(s->inline_unit_count() == 2);
+  s.reset();
+  CHECK_FALSE(RawRecord(f.opts.dir, Key(1)));  // its record deleted
 }
 
 TEST_CASE("inline units are evicted like files, their records deleted", "[block_store][inline]") {

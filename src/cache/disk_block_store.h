@@ -42,6 +42,9 @@ struct BlockStoreHooks {
   // Called by Put once the unit's room is reserved, before its file is
   // written (tests hold an insert in flight). Default: none.
   std::function<void(const UnitKey&)> reserved;
+  // Called with an inline unit's record as read from the index, before it
+  // is checked (tests damage it). Default: none.
+  std::function<void(std::string& record)> inline_record_read;
 };
 
 Result<std::unique_ptr<BlockStore>> OpenDiskBlockStore(const BlockStoreOptions& opts, Metrics* metrics,
