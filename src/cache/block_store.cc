@@ -1202,7 +1202,8 @@ Status DiskBlockStore::Reconcile() {
   };
   std::array<bool, 256> top_ok{};
   for (int t = 0; t < 256; ++t) top_ok[t] = real_dir(fmt::format("{}/units/{:02x}", opts_.dir, t));
-  auto top_of = [](const std::string& id) { return std::stoi(id.substr(0, 2), nullptr, 16); };
+  // The id's first hex pair: the top byte of its bits.
+  auto top_of = [](const std::string& id) { return static_cast<size_t>(UnitIdBitsOf(id).hi >> 56); };
   // A unit of the two-level layout is moved to its place first (a rename
   // within units/ab/), once: its record is rewritten below.
   std::atomic<size_t> moved{0};
@@ -1210,15 +1211,19 @@ Status DiskBlockStore::Reconcile() {
     Survivor& sv = survivors[i];
     if (sv.rec.is_inline || !top_ok[top_of(sv.id)]) return;
     const std::string path = PathOf(sv.id);
-    const std::string old = opts_.dir + "/" + LegacyUnitRelPath(sv.id);
-    if (sv.legacy && real_dir(old.substr(0, old.rfind('/')))) {
+    if (sv.legacy) {
       // ENOENT: moved by an earlier start that stopped before rewriting its
       // record, or gone (the open below tells). Any other failure fails
       // the start-up, as an open's does: the stray pass would delete it.
-      if (::rename(old.c_str(), path.c_str()) == 0) {
-        ++moved;
-      } else if (errno != ENOENT) {
-        open_errno[i] = errno;
+      // Not through an old directory that is a link (or gone): the open
+      // below then finds no file.
+      const std::string old = opts_.dir + "/" + LegacyUnitRelPath(sv.id);
+      const int err = !real_dir(old.substr(0, old.rfind('/'))) ? ENOENT
+                      : ::rename(old.c_str(), path.c_str()) == 0 ? 0
+                                                                  : errno;
+      if (err == 0) ++moved;
+      if (err != 0 && err != ENOENT) {
+        open_errno[i] = err;
         return;
       }
     }
