@@ -334,7 +334,11 @@ Result<Credentials> ResolveChain(const std::string& profile_arg, const std::stri
   // Ends in " and " (cut off where it ends a message).
   const std::string why_not_env = profile_arg.empty()
                                       ? "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY are not set and "
-                                      : "profile [" + profile_arg + "] was asked for (the AWS_* keys are not used) and ";
+                                      : "profile [" + profile_arg + "] was asked for" +
+                                            (Env("AWS_ACCESS_KEY_ID").empty() && Env("AWS_SECRET_ACCESS_KEY").empty()
+                                                 ? ""
+                                                 : " (the AWS_* keys set are not used)") +
+                                            " and ";
   // 3. The profile, from the files.
   const ProfileFiles files = ReadProfileFiles();
   bool absent = false;

@@ -156,6 +156,35 @@ TEST_CASE("ResolveEndpoint: addressing styles", "[endpoint]") {
     REQUIRE(!r);
     CHECK_THAT(r.error().message(), Catch::Contains("space or control character"));
   }
+  // A port that is no port, a user name and password, a bad region: said
+  // as such (curl's "URL using bad/illegal format" said nothing of which).
+  for (const char* bad_port : {"http://127.0.0.1:99999", "http://127.0.0.1:abc", "http://h:0", "http://[::1]:x"}) {
+    o.endpoint = bad_port;
+    auto r = ResolveEndpoint(o);
+    REQUIRE(!r);
+    CHECK_THAT(r.error().message(), Catch::Contains("not a port number"));
+  }
+  for (const char* bad_form : {"http://[::1", "http://h:", "http://:80", "http://[::1]9000"}) {
+    o.endpoint = bad_form;
+    auto r = ResolveEndpoint(o);
+    REQUIRE(!r);
+    CHECK_THAT(r.error().message(), Catch::Contains("must look like scheme://host"));
+  }
+  o.endpoint = "http://[::1]:9000";
+  CHECK(ResolveEndpoint(o));
+  o.endpoint = "http://usr:hunter2pw@127.0.0.1:4598";
+  auto userinfo = ResolveEndpoint(o);
+  REQUIRE(!userinfo);
+  CHECK_THAT(userinfo.error().message(),
+             Catch::Contains("user name or password") && !Catch::Contains("hunter2pw") && Catch::Contains("127.0.0.1:4598"));
+  o.endpoint = "http://127.0.0.1:9000";
+  for (const char* bad_region : {"us\r\nX-Evil: 1", "us east", "eu/west"}) {
+    o.region = bad_region;
+    auto r = ResolveEndpoint(o);
+    REQUIRE(!r);
+    CHECK_THAT(r.error().message(), Catch::Contains("is not a region name"));
+  }
+  o.region = "us-east-1";
   // No host is said as such (trailing slashes once made it "http:", "needs a scheme").
   for (const char* no_host : {"http://", "http:///", "https://"}) {
     o.endpoint = no_host;

@@ -24,6 +24,21 @@ TEST_CASE("ParseSourceUrl: file URLs", "[url]") {
   REQUIRE(r);
   CHECK(r->path == "/x/y");
 
+  // Percent-escapes decoded (Python's Path.as_uri() writes a space as %20);
+  // a '%' without two hex digits after it stays as it is.
+  r = ParseSourceUrl("file:///data/dir%20with%20spaces/%C3%A9t%c3%a9%25");
+  REQUIRE(r);
+  CHECK(r->path == "/data/dir with spaces/\xC3\xA9t\xC3\xA9%");
+  r = ParseSourceUrl("file:///data/50%off/%2/%");
+  REQUIRE(r);
+  CHECK(r->path == "/data/50%off/%2/%");
+  r = ParseSourceUrl("file:///data%2Fset%2F");
+  REQUIRE(r);
+  CHECK(r->path == "/data/set");
+  auto nul = ParseSourceUrl("file:///data/a%00b");
+  REQUIRE(!nul);
+  CHECK_THAT(nul.error().message(), Catch::Contains("NUL"));
+
   auto bad = ParseSourceUrl("file://relative/dir");
   REQUIRE(!bad);
   CHECK(bad.error().code() == Code::kInvalidArgument);

@@ -597,8 +597,13 @@ Status FuseFs::Mount() {
     return o;
   }();
 
-  std::string fsname = opts_.fsname;
-  std::replace(fsname.begin(), fsname.end(), ',', '_');  // ',' separates -o options
+  // ',' separates -o options and '\\' escapes: both escaped, as libfuse's
+  // option parser reads them (the source shows as it is in /proc/mounts).
+  std::string fsname;
+  for (char c : opts_.fsname) {
+    if (c == ',' || c == '\\') fsname.push_back('\\');
+    fsname.push_back(c);
+  }
   std::string o = fmt::format("ro,fsname={},subtype=igtcache,max_read={}", fsname,
                               opts_.config.fuse.max_read_bytes);
   // allow_other (from the config or a raw -o) always comes with

@@ -19,6 +19,7 @@
 #include <fmt/format.h>
 #include <rocksdb/cache.h>
 #include <rocksdb/db.h>
+#include <rocksdb/env.h>
 #include <rocksdb/filter_policy.h>
 #include <rocksdb/options.h>
 #include <rocksdb/table.h>
@@ -37,6 +38,8 @@
 #include <list>
 #include <cerrno>
 #include <chrono>
+#include <cstdarg>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <mutex>
@@ -84,6 +87,10 @@ constexpr size_t kFlushChunk = 1024;
 // unit on a cold disk: a million header checks took 71 s on one thread
 // (docs/BENCHMARKS.md, "Many small files (1,000,000), restart").
 constexpr unsigned kIoThreads = 16;
+// Unit files without a record that start-up deletes with only an info line:
+// a crash leaves at most the writes then in flight (prefetch and FUSE
+// threads); more is a warning (Reconcile).
+constexpr size_t kStrayWarnFiles = 64;
 
 // Runs fn(i) for every i in [0, n) on up to `threads` threads. If a thread
 // cannot be started, the ones running (and the caller) do its share. The
@@ -495,7 +502,9 @@ class DiskBlockStore final : public BlockStore {
       ForgetAll();
       return s;
     }
-    WarnOnce("write:" + s.ToString(),
+    // Once per kind of error, not per path (a deleted directory made one
+    // line per units/xx).
+    WarnOnce("write:" + std::to_string(static_cast<int>(s.code())),
              fmt::format("igtcache: cannot write to the cache in {}: {} (serving from the backend; will retry)",
                          opts_.dir, s.ToString()));
     return s;
@@ -861,9 +870,12 @@ Result<std::shared_ptr<OpenUnitFile>> DiskBlockStore::WriteUnit(const std::strin
     const std::string dst = PathOf(id);
     int err = ::rename(tmp.c_str(), dst.c_str()) == 0 ? 0 : errno;
     // Fan-out directories are made on first use, and again if something
-    // removed one (a tmp cleaner) between the mkdir and the rename.
+    // removed one (a tmp cleaner) between the mkdir and the rename; so is
+    // units/ itself (deleted while mounted: before, every insert failed
+    // until a remount).
     for (int attempt = 0; attempt < 4 && err == ENOENT; ++attempt) {
-      s = MakeDirIfMissing(opts_.dir + "/units/" + id.substr(0, 2));
+      s = MakeDirIfMissing(opts_.dir + "/units");
+      if (s.ok()) s = MakeDirIfMissing(opts_.dir + "/units/" + id.substr(0, 2));
       if (s.ok()) err = ::rename(tmp.c_str(), dst.c_str()) == 0 ? 0 : errno;
     }
     guard.renamed = s.ok() && err == 0;
@@ -1325,7 +1337,14 @@ Status DiskBlockStore::Reconcile() {
     for (const auto& e : list_errors)
       if (!e.empty()) return Status::IoError(e);
   }
-  if (strays > 0) spdlog::info("igtcache: deleted {} unindexed unit files in {}", strays.load(), opts_.dir);
+  // A crash between a unit's rename and its record leaves a few (said at
+  // info level); many, or some beside an empty index, mean records were
+  // lost (an index deleted, reset or cut short): the user is told.
+  if (strays > 0 && (strays > kStrayWarnFiles || survivors.empty()))
+    spdlog::warn("igtcache: deleted {} unit files in {} that its index has no record of (the index was lost or cut "
+                 "short?): they are fetched again when read", strays.load(), opts_.dir);
+  else if (strays > 0)
+    spdlog::info("igtcache: deleted {} unindexed unit files in {}", strays.load(), opts_.dir);
 
   const auto t2 = Clock::now();
   // Oldest first, so the policy sees them in access order (O(1) inserts).
@@ -1380,6 +1399,24 @@ Status MoveIndexAside(const std::string& dir, const std::string& why) {
   return Status::Ok();
 }
 
+// RocksDB's own messages go to the mount's log (warnings and errors only),
+// not to a LOG file in the index dir: disk the cache limit does not count,
+// and on a full cache volume its failed write aborted the process in
+// DB::Open's recovery (an assertion in RocksDB's file writer) instead of
+// failing the open with "No space left on device".
+class IndexLogger final : public rocksdb::Logger {
+ public:
+  IndexLogger() : rocksdb::Logger(rocksdb::InfoLogLevel::WARN_LEVEL) {}
+  void Logv(const char* format, va_list ap) override { Logv(rocksdb::InfoLogLevel::INFO_LEVEL, format, ap); }
+  void Logv(const rocksdb::InfoLogLevel level, const char* format, va_list ap) override {
+    if (level < GetInfoLogLevel() || level == rocksdb::InfoLogLevel::HEADER_LEVEL) return;
+    char buf[1024];
+    std::vsnprintf(buf, sizeof buf, format, ap);
+    if (level >= rocksdb::InfoLogLevel::ERROR_LEVEL) spdlog::warn("igtcache: cache index (RocksDB): {}", buf);
+    else spdlog::info("igtcache: cache index (RocksDB): {}", buf);
+  }
+};
+
 // Opens (or creates) the RocksDB index; a corrupt one is moved aside.
 Result<std::unique_ptr<rocksdb::DB>> OpenIndex(const std::string& dir) {
   const std::string path = dir + "/index";
@@ -1392,8 +1429,7 @@ Result<std::unique_ptr<rocksdb::DB>> OpenIndex(const std::string& dir) {
   // kept small since it is disk the cache limit does not count (~5.5 MiB,
   // was ~13 MiB with the defaults).
   o.manifest_preallocation_size = kIndexManifestPreallocBytes;
-  o.keep_log_file_num = 2;
-  o.max_log_file_size = 1 << 20;
+  o.info_log = std::make_shared<IndexLogger>();
   o.info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;
   rocksdb::BlockBasedTableOptions t;
   t.block_cache = rocksdb::NewLRUCache(kIndexBlockCacheBytes);
@@ -1419,6 +1455,19 @@ Result<std::unique_ptr<rocksdb::DB>> OpenIndex(const std::string& dir) {
     std::tie(s, db) = open();
   }
   if (!s.ok()) {
+    // RocksDB's own lock on the index: another process has it open (the
+    // dir's LOCK file was taken, so that one was deleted under it). No
+    // advice to remove the dir: it is in use.
+    // ("While lock file: .../index/LOCK: Resource temporarily unavailable",
+    // or in-process "lock hold by current process ... .../index/LOCK".)
+    if (s.ToString().find(path + "/LOCK") != std::string::npos)
+      return Err(Status::Busy(fmt::format(
+          "cache dir {} is in use by another process: its index {} is locked ({})", dir, path, s.ToString())));
+    // A full volume: no advice to remove the dir (the cache is whole).
+    if (s.IsNoSpace() || s.ToString().find("No space left") != std::string::npos)
+      return Err(Status::NoSpace(fmt::format("cannot open cache index {}: the cache volume is full ({}); free some "
+                                             "space on it and mount again",
+                                             path, s.ToString())));
     return Err(FromRocks(s, fmt::format("cannot open cache index {} (removing the cache dir {} resets the cache)",
                                         path, dir)));
   }
@@ -1438,7 +1487,6 @@ Result<std::unique_ptr<BlockStore>> OpenChecked(const BlockStoreOptions& opts, M
   for (const char* sub : {"/units", "/tmp"}) {
     if (auto s = EnsurePrivateSubdir(opts.dir + sub); !s.ok()) return fail(s);
   }
-  if (auto s = ClearDir(opts.dir + "/tmp"); !s.ok()) return fail(s);
   for (int attempt = 0;; ++attempt) {
     Result<std::unique_ptr<EvictionPolicy>> policy =
         opts.make_policy ? Result<std::unique_ptr<EvictionPolicy>>(opts.make_policy()) : MakeEvictionPolicy(opts.eviction);
@@ -1446,6 +1494,10 @@ Result<std::unique_ptr<BlockStore>> OpenChecked(const BlockStoreOptions& opts, M
     if (!*policy) return fail(Status::InvalidArgument("make_policy returned no policy"));
     auto db = OpenIndex(opts.dir);
     if (!db) return fail(db.error());
+    // Emptied once the index is open: RocksDB's lock on it is held too (a
+    // LOCK file deleted under a running daemon let a second one this far).
+    if (attempt == 0)
+      if (auto s = ClearDir(opts.dir + "/tmp"); !s.ok()) return fail(s);
     auto store = std::make_unique<DiskBlockStore>(opts, metrics, hooks, *lock_fd, std::move(*db), std::move(*policy));
     // From here the store owns the lock fd and the db.
     auto s = store->Reconcile();

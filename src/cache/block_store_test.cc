@@ -215,6 +215,50 @@ TEST_CASE("a second open of the same dir is refused, also in-process", "[block_s
   CHECK(s.has_value());
 }
 
+TEST_CASE("a LOCK file deleted under a running store: the index's own lock refuses a second one, tmp/ untouched",
+          "[block_store]") {
+  Fixture f;
+  auto s = f.Open();
+  REQUIRE(::unlink((f.opts.dir + "/LOCK").c_str()) == 0);
+  const std::string pending = f.opts.dir + "/tmp/a-write-in-flight";
+  { std::ofstream(pending) << "x"; }
+  auto again = BlockStore::Open(f.opts, nullptr);
+  REQUIRE_FALSE(again.has_value());
+  CHECK(again.error().code() == Code::kBusy);
+  CHECK_THAT(again.error().message(), Catch::Contains("in use by another process") && !Catch::Contains("resets"));
+  // Before, the second store emptied tmp/ (the first one's writes in flight)
+  // before its index open failed.
+  CHECK(std::filesystem::exists(pending));
+  const UnitKey k = Key(1);
+  CHECK(s->Put(k, DataOf(k, 1000)).ok());
+}
+
+TEST_CASE("RocksDB logs to the mount's log, no LOG file in the index dir", "[block_store]") {
+  Fixture f;
+  {
+    auto s = f.Open();
+    const UnitKey k = Key(1);
+    REQUIRE(s->Put(k, DataOf(k, 1000)).ok());
+  }
+  auto s = f.Open();
+  for (const auto& e : std::filesystem::directory_iterator(f.opts.dir + "/index"))
+    CHECK_FALSE(e.path().filename().string().starts_with("LOG"));
+}
+
+TEST_CASE("units/ deleted while open is made again by the next insert", "[block_store]") {
+  Fixture f;
+  auto s = f.Open();
+  const UnitKey a = Key(1), b = Key(2);
+  REQUIRE(s->Put(a, DataOf(a, 1000)).ok());
+  std::filesystem::remove_all(f.opts.dir + "/units");
+  REQUIRE(s->Put(b, DataOf(b, 1000)).ok());
+  CHECK(ReadAll(*s, b, 1000) == DataOf(b, 1000));
+  CHECK(ModeOf(f.opts.dir + "/units") == 0700);
+  // Gone with it (or still read through the file kept open since its
+  // write): a miss or its own bytes, never others.
+  if (auto got = ReadAll(*s, a, 1000)) CHECK(*got == DataOf(a, 1000));
+}
+
 TEST_CASE("unsafe or unusable cache dirs are refused with a clear error", "[block_store]") {
   TempDir t;
   BlockStoreOptions o;

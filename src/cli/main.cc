@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -22,6 +23,38 @@
 #include "src/stream/classify.h"
 
 namespace {
+
+size_t EditDistance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// A first argument that is neither an option nor a command: CLI11 says only
+// "A subcommand is required". The error names it, and the command it is
+// likely a typo of (`umount`, `moutn`).
+std::string UnknownCommandError(CLI::App& app, const std::string& word) {
+  std::string names, near;
+  size_t best = 3;  // suggested: the commands nearest, at most 2 edits away (or starting with the word)
+  for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+    const std::string& n = sub->get_name();
+    names += (names.empty() ? "" : ", ") + n;
+    const size_t d = word.size() >= 2 && n.starts_with(word) ? 1 : EditDistance(word, n);
+    if (d < best) near.clear(), best = d;
+    if (d == best) near += (near.empty() ? "'" : " or '") + n + "'";
+  }
+  return fmt::format("igtcache: error: unknown command '{}'{}; the commands are {} (igtcache --help)", word,
+                     near.empty() ? "" : fmt::format(" (did you mean {}?)", near), names);
+}
 
 // `igtcache sim`: the trace simulator (src/sim/simulator.h).
 int RunSimCmd(igt::sim::SimOptions o, const std::string& cache_size, const std::string& unit_size) {
@@ -199,7 +232,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
 
   bool markdown = false, example = false;
-  auto* config = app.add_subcommand("config", "Print the configuration reference");
+  auto* config = app.add_subcommand(
+      "config", "Print the configuration reference: an example YAML file with every key (the default), or --markdown");
   auto* md_flag = config->add_flag("--markdown", markdown, "docs/CONFIGURATION.md");
   auto* ex_flag =
       config->add_flag("--example", example, "examples/igtcache.yaml (every key with its default)")->excludes(md_flag);
@@ -208,6 +242,18 @@ int main(int argc, char** argv) {
       ->excludes(md_flag)
       ->excludes(ex_flag);
 
+  const auto is_command = [&](const std::string& w) {
+    const auto subs = app.get_subcommands([](CLI::App*) { return true; });
+    return std::any_of(subs.begin(), subs.end(), [&](const CLI::App* a) { return a->check_name(w); });
+  };
+  if (argc == 2 && std::string_view(argv[1]) == "help") {  // as git and most commands take it
+    std::cout << app.help();
+    return igt::kExitOk;
+  }
+  if (argc > 1 && argv[1][0] != '-' && !is_command(argv[1])) {
+    std::fprintf(stderr, "%s\n", UnknownCommandError(app, argv[1]).c_str());
+    return igt::kExitUsage;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <spdlog/pattern_formatter.h>
+#include <spdlog/sinks/base_sink.h>
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
@@ -20,6 +21,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <mutex>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -85,12 +87,47 @@ std::string Escaped(std::string_view text) {
   return out;
 }
 
+// Warnings logged before the mount's log is set up (the cache's start-up
+// findings: an index moved aside, records dropped, unit files deleted): a
+// daemon's early logger prints only errors, so they are held here, told to
+// the user by the Reporter and written to the log file once it is open.
+class HeldWarnings final : public spdlog::sinks::base_sink<std::mutex> {
+ public:
+  // Those not returned by an earlier call.
+  std::vector<std::string> Unreported() {
+    std::lock_guard<std::mutex> l(mutex_);
+    std::vector<std::string> out(held_.begin() + static_cast<std::ptrdiff_t>(reported_), held_.end());
+    reported_ = held_.size();
+    return out;
+  }
+  std::vector<std::string> All() {
+    std::lock_guard<std::mutex> l(mutex_);
+    return held_;
+  }
+
+ protected:
+  void sink_it_(const spdlog::details::log_msg& m) override {
+    std::string_view text(m.payload.data(), m.payload.size());
+    if (text.starts_with("igtcache: ")) text.remove_prefix(10);  // the Reporter says it
+    if (held_.size() < kMaxHeld) held_.emplace_back(text);
+  }
+  void flush_() override {}
+
+ private:
+  static constexpr size_t kMaxHeld = 100;
+  std::vector<std::string> held_;
+  size_t reported_ = 0;
+};
+
 // Reports the mount's outcome to the waiting parent (daemon mode) or to
 // stderr (foreground).
 class Reporter {
  public:
   explicit Reporter(int fd) : fd_(fd) {}
+  // Held warnings are told first, before whatever is reported next.
+  void Tell(std::shared_ptr<HeldWarnings> held) { held_ = std::move(held); }
   void Fail(const std::string& msg) {
+    TellHeld();
     std::string line = "igtcache: error: " + Escaped(msg) + "\n";
     if (fd_ >= 0) {
       (void)!write(fd_, line.data(), line.size());
@@ -103,14 +140,14 @@ class Reporter {
   // A warning for the user before the mount is ready: to the waiting parent
   // (which prints it on its stderr) or to stderr.
   void Warn(const std::string& msg) {
-    std::string line = "igtcache: warning: " + Escaped(msg) + "\n";
-    if (fd_ >= 0) (void)!write(fd_, line.data(), line.size());
-    else std::fputs(line.c_str(), stderr);
+    TellHeld();
+    WarnNow(msg);
   }
   // False if the waiting parent is gone (killed by Ctrl-C or `timeout`):
   // it has already reported a failure, so the mount must not stay. Best
   // effort: a parent killed after this write but before its read is not seen.
   bool Ready() {
+    TellHeld();
     if (fd_ < 0) return true;
     const bool ok = write(fd_, "OK\n", 3) == 3;  // SIGPIPE is ignored: EPIPE
     close(fd_);
@@ -119,7 +156,18 @@ class Reporter {
   }
 
  private:
+  void WarnNow(const std::string& msg) {
+    std::string line = "igtcache: warning: " + Escaped(msg) + "\n";
+    if (fd_ >= 0) (void)!write(fd_, line.data(), line.size());
+    else std::fputs(line.c_str(), stderr);
+  }
+  void TellHeld() {
+    if (held_)
+      for (const auto& w : held_->Unreported()) WarnNow(w);
+  }
+
   int fd_;
+  std::shared_ptr<HeldWarnings> held_;
 };
 
 class EscapedMessage final : public spdlog::custom_flag_formatter {
@@ -190,8 +238,8 @@ Result<std::unique_ptr<Backend>> BuildBackend(const SourceUrl& url, const Config
     auto cred = ResolveCredentials(c.backend.profile, o.region);
     if (!cred)  // the message starts "no AWS credentials: ..."
       return Err(Status::PermissionDenied(
-          fmt::format("{} (mounting s3://{}; or set backend.no_sign_request for a public bucket)",
-                      cred.error().message(), url.bucket)));
+          fmt::format("{} (mounting s3://{}/{}; or set backend.no_sign_request for a public bucket)",
+                      cred.error().message(), url.bucket, url.prefix)));
     const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
                             std::chrono::system_clock::now().time_since_epoch()).count();
     *note = !cred->expires_unix_s ? fmt::format("s3: credentials from {}", cred->source)
@@ -245,10 +293,17 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
   // Until the cache dir is known to be usable, log to stderr (a daemon's
   // log file lives in the cache dir by default); errors reach the user
   // through `rep` anyway.
+  auto held = std::make_shared<HeldWarnings>();
   {
-    auto early = spdlog::stderr_logger_mt("igtcache-early");
+    auto err_sink = std::make_shared<spdlog::sinks::stderr_sink_mt>();
+    held->set_level(spdlog::level::warn);
+    auto early = std::make_shared<spdlog::logger>("igtcache-early", spdlog::sinks_init_list{err_sink, held});
     EscapeControlCharacters(*early);
-    early->set_level(foreground ? spdlog::level::from_str(cfg.logging.level) : spdlog::level::err);
+    // A daemon's stderr is the mount command's until it is ready: its
+    // warnings go through the Reporter (held), once.
+    err_sink->set_level(foreground ? spdlog::level::from_str(cfg.logging.level) : spdlog::level::err);
+    if (!foreground) rep.Tell(held);
+    early->set_level(std::min(spdlog::level::warn, spdlog::level::from_str(cfg.logging.level)));
     spdlog::set_default_logger(early);
   }
   RaiseFdLimit();
@@ -423,6 +478,7 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
   // the log file has them too (a daemon's, or one set with logging.file; not
   // stderr twice). So for the unused policy file below.
   if (!foreground || !cfg.logging.file.empty()) {
+    for (const auto& w : held->All()) spdlog::warn("{}", w);
     for (const auto& w : startup_warnings) spdlog::warn("{}", w);
     if (!credentials_note.empty()) spdlog::info("{}", credentials_note);
   }

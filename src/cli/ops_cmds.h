@@ -6,6 +6,8 @@
 // prints errors as one line on stderr.
 // Thread-safety: command entry points, called once from main.
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -26,6 +28,9 @@ std::string NormalizeMountpoint(const std::string& path);
 bool IsIgtcacheMount(const std::string& mnt);
 // Whether /proc/self/mounts has a mount of `fstype` ("autofs", ...) at `mnt`.
 bool IsMountOfType(const std::string& mnt, std::string_view fstype);
+// The user the igtcache mount at `mnt` belongs to (its `user_id=` option in
+// /proc/self/mounts), if listed.
+std::optional<uid_t> IgtcacheMountOwner(const std::string& mnt);
 // The mount point of the igtcache mount containing `path`, if any. The
 // path as given: see ResolveSymlinks for one through symlinks.
 std::optional<std::string> FindIgtcacheMount(const std::string& path);

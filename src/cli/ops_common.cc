@@ -1,6 +1,7 @@
 // Helpers shared by the operator commands (see ops_cmds.h).
 #include <filesystem>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -38,15 +39,35 @@ std::string Unescape(const std::string& s) {
 }
 }  // namespace
 
-bool IsMountOfType(const std::string& mnt, std::string_view fstype) {
+namespace {
+// The options field of a mount of `fstype` at `mnt`: the last one listed
+// (the mount on top of any others of that type there).
+std::optional<std::string> MountOptions(const std::string& mnt, std::string_view fstype) {
   std::ifstream in("/proc/self/mounts");
   std::string line;
+  std::optional<std::string> found;
   while (std::getline(in, line)) {
     std::istringstream ls(line);
-    std::string dev, dir, type;
-    if (ls >> dev >> dir >> type && Unescape(dir) == mnt && type == fstype) return true;
+    std::string dev, dir, type, opts;
+    if (ls >> dev >> dir >> type >> opts && type == fstype && Unescape(dir) == mnt) found = opts;
   }
-  return false;
+  return found;
+}
+}  // namespace
+
+bool IsMountOfType(const std::string& mnt, std::string_view fstype) { return MountOptions(mnt, fstype).has_value(); }
+
+std::optional<uid_t> IgtcacheMountOwner(const std::string& mnt) {
+  const auto opts = MountOptions(mnt, "fuse.igtcache");
+  if (!opts) return std::nullopt;
+  std::istringstream ls(*opts);
+  for (std::string o; std::getline(ls, o, ',');)
+    if (o.starts_with("user_id=")) {
+      char* end = nullptr;
+      const unsigned long uid = std::strtoul(o.c_str() + 8, &end, 10);
+      if (end != o.c_str() + 8 && *end == '\0') return static_cast<uid_t>(uid);
+    }
+  return std::nullopt;
 }
 
 bool IsIgtcacheMount(const std::string& mnt) { return IsMountOfType(mnt, "fuse.igtcache"); }

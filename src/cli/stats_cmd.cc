@@ -83,9 +83,12 @@ std::vector<Row> StreamRows(const nlohmann::json& j, bool* root_seen = nullptr) 
       if (!x.is_object()) continue;
       Row r;
       r.path = x.value("path", std::string("?"));
-      // The root's label mixes every job on the mount; the engine never uses
-      // it (POLICIES.md): shown, it read as a verdict on the whole mount.
-      if (r.path.empty() || r.path == "/") {
+      if (r.path.empty()) r.path = "/";
+      // The root's label mixes every job on the mount; the engine uses it
+      // only for the files at the root itself, as the stream "/"
+      // (POLICIES.md): shown otherwise, it read as a verdict on the whole
+      // mount.
+      if (r.path == "/" && !eng.count("/")) {
         if (root_seen) *root_seen = true;
         continue;
       }

@@ -2,6 +2,7 @@
 // for the daemon to exit so that callers (systemd ExecStop, scripts) know the
 // cache is flushed and unlocked when it returns.
 #include <fcntl.h>
+#include <pwd.h>
 #include <sys/stat.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -53,6 +54,11 @@ std::pair<int, std::string> Run(const std::vector<std::string>& args) {
   return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, err};
 }
 
+std::string UserName(uid_t uid) {
+  const passwd* pw = ::getpwuid(uid);
+  return pw ? fmt::format("{}, uid {}", pw->pw_name, uid) : fmt::format("uid {}", uid);
+}
+
 bool Alive(pid_t pid) {
   if (pid <= 0) return false;
   if (kill(pid, 0) != 0 && errno == ESRCH) return false;
@@ -73,7 +79,11 @@ int RunUnmount(const UnmountArgs& a) {
   std::string mnt = NormalizeMountpoint(a.mountpoint);
   if (!IsIgtcacheMount(mnt)) mnt = ResolveSymlinks(mnt);  // a symlink to the mount point
   if (!IsIgtcacheMount(mnt)) {
-    std::fprintf(stderr, "igtcache: error: '%s' is not mounted (no igtcache mount there)\n", a.mountpoint.c_str());
+    struct stat st {};
+    if (::lstat(mnt.c_str(), &st) != 0 && errno == ENOENT)
+      std::fprintf(stderr, "igtcache: error: '%s' does not exist\n", a.mountpoint.c_str());
+    else
+      std::fprintf(stderr, "igtcache: error: '%s' is not mounted (no igtcache mount there)\n", a.mountpoint.c_str());
     return kExitError;
   }
   // A daemon that died (killed, crashed) leaves its mount answering ENOTCONN:
@@ -108,6 +118,10 @@ int RunUnmount(const UnmountArgs& a) {
   }
   if (rc != 0) {
     std::string why = err.empty() ? fmt::format("fusermount3 exited {}", rc) : err;
+    // fusermount3 looks only at the caller's own mounts ("entry for ... not
+    // found in /etc/mtab"): a mount of another user is named as such.
+    if (const auto owner = IgtcacheMountOwner(mnt); owner && *owner != ::getuid() && ::getuid() != 0)
+      why = fmt::format("it is a mount of another user ({}): only that user or root can unmount it", UserName(*owner));
     if (err.find("busy") != std::string::npos)
       why += " (files open or a process has its working directory there; close them, or use --lazy)";
     std::fprintf(stderr, "igtcache: error: cannot unmount '%s': %s\n", a.mountpoint.c_str(), why.c_str());

@@ -37,6 +37,7 @@
 #include "src/cache/index_record.h"
 #include "src/cache/unit_file.h"
 #include "src/cli/ops_cmds.h"
+#include "src/engine/policy_file.h"
 
 namespace igt {
 namespace {
@@ -49,12 +50,19 @@ namespace fs = std::filesystem;
 constexpr size_t kChunk = 1 << 20;       // one FUSE max_read request
 constexpr size_t kDirectAlign = 4096;    // O_DIRECT buffer alignment
 constexpr int kMaxJobs = 256;            // more readers than FUSE threads only queue
-constexpr size_t kListNotFit = 5;        // names shown of files that did not fit
+constexpr size_t kListNotFit = 5;        // names shown of files not read (not fitting, never cached)
 
 struct Item {
   std::string path;
   uint64_t size = 0;
 };
+
+// " a b c ... and 7 more" and the end of the line: the first names of a list.
+void PrintFirstNames(const std::vector<Item>& items) {
+  for (size_t i = 0; i < items.size() && i < kListNotFit; ++i) std::printf(" %s", items[i].path.c_str());
+  if (items.size() > kListNotFit) std::printf(" ... and %zu more", items.size() - kListNotFit);
+  std::printf("\n");
+}
 
 struct Progress {
   std::atomic<uint64_t> files_done{0}, bytes_done{0}, errors{0};
@@ -198,6 +206,28 @@ int RunWarm(const WarmArgs& a) {
     for (const auto& e : errors) std::fprintf(stderr, "igtcache: warm: %s\n", e.c_str());
     if (!errors.empty()) rc = kExitError;
 
+    // Files under a never_cache prefix of the mount's policy (the longest
+    // prefix covering a file decides, as in the engine) are not read: the
+    // mount would fetch them and cache nothing.
+    std::vector<engine::PathOverride> overrides;
+    if (auto e = stats->find("engine"); e != stats->end() && e->is_object())
+      if (auto ovs = e->find("overrides"); ovs != e->end() && ovs->is_array())
+        for (const auto& o : *ovs)
+          if (o.is_object() && o.contains("prefix") && o["prefix"].is_string())
+            overrides.push_back({.prefix = o["prefix"].get<std::string>(), .never_cache = o.value("never_cache", false)});
+    std::vector<Item> never;
+    uint64_t never_bytes = 0;
+    std::erase_if(all, [&](const Item& it) {
+      const std::string_view rel = std::string_view(it.path).substr(std::min(it.path.size(), mnt.size() + 1));
+      const engine::PathOverride* best = nullptr;
+      for (const auto& o : overrides)
+        if (o.Covers(rel) && (!best || o.prefix.size() > best->prefix.size())) best = &o;
+      if (!best || !best->never_cache) return false;
+      never_bytes += it.size;
+      never.push_back(it);
+      return true;
+    });
+
     // What fits: first fit in the given order, within the cache limit, which
     // counts disk use (each unit's header and whole blocks, or a small
     // object's record inline in the index; at most this for whole units,
@@ -215,9 +245,17 @@ int RunWarm(const WarmArgs& a) {
         skipped.push_back(std::move(it));
       }
     }
+    const auto& given = by_mount[mnt];
+    const std::string what = given.size() == 1 ? given[0] : fmt::format("{} paths in {}", given.size(), mnt);
     if (a.progress)  // -q: the summary only
-      std::printf("warm: %s: %zu %s, %s to read (cache %s used of %s)\n", mnt.c_str(), todo.size(),
+      std::printf("warm: %s: %zu %s, %s to read (cache %s used of %s)\n", what.c_str(), todo.size(),
                   Files(todo.size()), FormatSize(total).c_str(), FormatSize(used).c_str(), FormatSize(limit).c_str());
+    if (!never.empty()) {
+      std::printf("warm: not read: %zu %s, %s under a never_cache prefix of the mount's policy file (nothing there "
+                  "is cached):",
+                  never.size(), Files(never.size()), FormatSize(never_bytes).c_str());
+      PrintFirstNames(never);
+    }
     if (a.progress && used > budget)
       std::printf("warm: note: up to %s of older cached data may be evicted to make room\n",
                   FormatSize(used - budget).c_str());
@@ -343,9 +381,7 @@ int RunWarm(const WarmArgs& a) {
     if (!skipped.empty()) {
       std::printf("warm: did not fit: %zu %s, %s (cache limit %s):", skipped.size(), Files(skipped.size()),
                   FormatSize(skipped_bytes).c_str(), FormatSize(limit).c_str());
-      for (size_t i = 0; i < skipped.size() && i < kListNotFit; ++i) std::printf(" %s", skipped[i].path.c_str());
-      if (skipped.size() > kListNotFit) std::printf(" ... and %zu more", skipped.size() - kListNotFit);
-      std::printf("\n");
+      PrintFirstNames(skipped);
     }
     std::fflush(stdout);
   }

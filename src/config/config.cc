@@ -10,6 +10,8 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <unistd.h>
 #include <cmath>
@@ -523,6 +525,13 @@ Status Validate(const Config& c) {
                fmt::format("must be at least twice backend.max_request_bytes ({} bytes): a background "
                            "prefetch job is one GET of up to that size and may take half the budget",
                            2 * c.backend.max_request_bytes));
+  // As the S3 backend checks it (it also takes $AWS_REGION): named here by key.
+  if (const std::string& r = c.backend.region;
+      r.size() > 64 || !std::all_of(r.begin(), r.end(), [](char ch) {
+        return std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' || ch == '.';
+      }))
+    return bad("backend.region", "'" + r + "' is not a region name: letters, digits, '-', '_' and '.', at most 64 "
+                                 "(e.g. us-east-1)");
   if (!c.backend.endpoint.empty()) {
     const std::string& e = c.backend.endpoint;
     const size_t scheme = e.rfind("http://", 0) == 0 ? 7 : e.rfind("https://", 0) == 0 ? 8 : 0;

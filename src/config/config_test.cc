@@ -137,7 +137,8 @@ TEST_CASE("errors name the bad key") {
                         "backend:\n  connect_timeout_ms: 2147483648\n", "metadata:\n  ttl_ms: 18446744073709551615\n",
                         "backend:\n  endpoint: \"http://\"\n", "backend:\n  endpoint: \"https://:9000\"\n",
                         "backend:\n  endpoint: \"http://h:1/?x\"\n", "backend:\n  endpoint: \"http://h:1 \"\n", "metrics:\n  addr: 127.0.0.1:99999\n",
-                        "cache: 5\n", "cache: [1, 2]\n", "backend:\n  max_request_bytes: 8388608T\n"}) {
+                        "cache: 5\n", "cache: [1, 2]\n", "backend:\n  max_request_bytes: 8388608T\n",
+                        "backend:\n  region: \"us\\r\\nX-Evil: 1\"\n", "backend:\n  region: us east\n"}) {
     auto r = ParseConfig(y, "t.yaml");
     REQUIRE_FALSE(r.has_value());
     const std::string key = std::string(y).substr(0, std::string(y).find(':'));

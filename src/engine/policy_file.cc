@@ -2,14 +2,17 @@
 // caught here and turned into errors naming the key.
 
 #include "src/engine/policy_file.h"
-#include "igtcache/file_check.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
-#include <fstream>
+#include <cerrno>
+#include <cstring>
 #include <set>
-#include <sstream>
 
 #include "igtcache/config.h"
 #include "src/config/yaml_keys.h"
@@ -303,12 +306,29 @@ Result<PolicyFile> ParsePolicyFile(const std::string& yaml_text, const std::stri
 
 Result<PolicyFile> LoadPolicyFile(const std::string& path) {
   if (path.empty()) return PolicyProfile("training");
-  if (IsDirectoryPath(path)) return Err(Status::InvalidArgument("'" + path + "' is a directory, not a policy file"));
-  std::ifstream in(path);
-  if (!in) return Err(Status::NotFound("cannot open '" + path + "'"));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ParsePolicyFile(ss.str(), path);
+  // A regular file only, opened without blocking: the mount reads it again
+  // on each SIGHUP, on its maintenance thread, and a FIFO nobody writes to
+  // held that thread (and the unmount waiting for it) for good.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return Err(Status::NotFound(fmt::format("cannot open '{}': {}", path, std::strerror(errno))));
+  struct stat st {};
+  std::string text;
+  const char* kind = nullptr;
+  if (::fstat(fd, &st) != 0) kind = "unreadable";
+  else if (S_ISDIR(st.st_mode)) kind = "a directory";
+  else if (!S_ISREG(st.st_mode)) kind = S_ISFIFO(st.st_mode) ? "a FIFO" : S_ISSOCK(st.st_mode) ? "a socket" : "a device";
+  int err = 0;
+  for (char buf[65536]; !kind;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) err = errno;
+    if (n <= 0) break;
+    text.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  if (kind) return Err(Status::InvalidArgument(fmt::format("'{}' is {}, not a policy file (a regular file)", path, kind)));
+  if (err) return Err(Status::IoError(fmt::format("cannot read '{}': {}", path, std::strerror(err))));
+  return ParsePolicyFile(text, path);
 }
 
 }  // namespace igt::engine

@@ -493,7 +493,7 @@ Result<std::shared_ptr<const DirListing>> Namespace::Complete(const std::string&
       if (auto raw = store_->GetMeta(MetaKey(dir_key))) old = DecodeListing(*raw);
     if (old) {
       if (!stopping_.load() && !serving_stale_.exchange(true))
-        spdlog::warn("bucket unreachable ({}); serving cached listings and data until it is back",
+        spdlog::warn("source unreachable ({}); serving cached listings and data until it is back",
                      result.error().ToString());
       result = old;
       stale = true;
@@ -518,7 +518,7 @@ Result<std::shared_ptr<const DirListing>> Namespace::Complete(const std::string&
     if (auto c = changed_.find(dir_key); fetched && c != changed_.end() && c->second == note) changed_.erase(c);
     fetches_.erase(dir_key);
   }
-  if (fetched && serving_stale_.exchange(false)) spdlog::info("bucket reachable again");
+  if (fetched && serving_stale_.exchange(false)) spdlog::info("source reachable again");
   if (result && listing_hook_) listing_hook_(dir_key, (*result)->entries.size());
   {
     std::lock_guard lk(fetch->mu);

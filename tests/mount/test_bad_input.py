@@ -102,6 +102,9 @@ def main():
         cfg_badval2 = s.write_config("badval2.yaml", "backend:\n  addressing: sideways\n")
         cfg_missing = s.tmp / "no_such_config.yaml"
         cfg_poldir = s.write_config("poldir.yaml", f"policy:\n  file: {src_dir}\n")
+        fifo = s.tmp / "policy.fifo"
+        os.mkfifo(fifo)
+        cfg_polfifo = s.write_config("polfifo.yaml", f"policy:\n  file: {fifo}\n")
 
         # (name, source, args, keywords any of which must appear on stderr;
         # case-insensitive). An unusable cache dir must be called that, not
@@ -124,6 +127,15 @@ def main():
             ("config file is a directory", f"file://{src_dir}", ["--config", str(src_dir)], ["is a directory"]),
             ("policy file is a directory", f"file://{src_dir}", ["--config", str(cfg_poldir)],
              ["poldir.yaml: config key 'policy.file'"]),
+            # Opened without blocking: a FIFO held the mount (and a SIGHUP
+            # reload, and the unmount waiting for it) for good.
+            ("policy file is a FIFO", f"file://{src_dir}", ["--config", str(cfg_polfifo)], ["is a FIFO"]),
+            ("endpoint port out of range", f"s3://{BUCKET}", ["--endpoint", "http://127.0.0.1:99999"],
+             ["not a port number"]),
+            ("endpoint with a password", f"s3://{BUCKET}", ["--endpoint", "http://usr:pw123@127.0.0.1:9"],
+             ["user name or password"]),
+            ("region with a line break", f"s3://{BUCKET}", ["--endpoint", srv.endpoint, "--region", "us\r\nX-Evil: 1"],
+             ["not a region name"]),
             ("bad --cache-size", f"file://{src_dir}", ["--cache-size", "12Q"], ["cache-size", "12Q", "size"]),
             ("empty --cache-size", f"file://{src_dir}", ["--cache-size", ""], ["cache-size"]),
             ("endpoint without a host", f"s3://{BUCKET}", ["--endpoint", "http://", "--region", "us-east-1"],

@@ -172,6 +172,32 @@ def main():
             st = read_phase("back")
             log(f"  units cached while space was back, after the remount: {st['cache_hit_units'] - hits} hits")
             check(s.unmount(m) == 0, "daemon exited 0")
+            m = None
+
+            # A mount on a cache volume full to the last byte: a clean error
+            # (or a mount), never an abort. RocksDB's own LOG file in the
+            # index dir failed to write in DB::Open's recovery and its next
+            # write hit an assertion (SIGABRT, "the mount daemon exited").
+            n = fill(vol / "filler")
+            log(f"  filled the cache volume again ({n / 1e6:.1f} MB); free {os.statvfs(vol).f_bavail * 4096} B")
+            try:
+                m = s.mount(f"file://{src}", cache_dir=vol / "cache", args=["--config", str(cfg)])
+                st = read_phase("back")
+                log("  mounted on the full volume")
+                check(s.unmount(m) == 0, "full volume: daemon exited 0")
+            except harness.MountError as e:
+                log(f"  full volume: mount refused ({e.returncode}): {e.stderr.strip()[-300:]}")
+                check(e.returncode == 1 and "Assertion" not in e.stderr and "space" in e.stderr.lower(),
+                      f"full volume: the mount fails with exit 1 naming the lack of space, no abort "
+                      f"(exit {e.returncode})")
+            m = None
+            os.unlink(vol / "filler")
+            m = s.mount(f"file://{src}", cache_dir=vol / "cache", args=["--config", str(cfg)])
+            before = s.stats(m)
+            check(before["cache_units"] > 0, f"space back: the cache is still there ({before['cache_units']} units)")
+            st = read_phase("back")
+            check(st["cache_hit_units"] > before["cache_hit_units"], "space back: its units are served")
+            check(s.unmount(m) == 0, "daemon exited 0")
         finally:
             if m is not None:
                 s.unmount(m, quiet=True)

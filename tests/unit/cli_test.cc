@@ -51,7 +51,7 @@ TEST_CASE("stats table: the cache line counts units kept inline when there are a
   CHECK(Count(StatsTable(j, nullptr, 0), "12 units (7 inline)\n") == 1);
 }
 
-TEST_CASE("stats table: the root stream, never used, is left out", "[cli]") {
+TEST_CASE("stats table: the root stream, unused without files at the root, is left out", "[cli]") {
   auto j = Stats(1, 0);
   j["streams"].push_back({{"path", "/"}, {"label", "skewed"}, {"granularity", "file"}, {"samples", 99}});
   const auto t = StatsTable(j, nullptr, 0);
@@ -62,6 +62,17 @@ TEST_CASE("stats table: the root stream, never used, is left out", "[cli]") {
   const auto f = StatsTable(flat, nullptr, 0);
   CHECK(Count(f, "only the mount's root") == 1);
   CHECK(Count(f, "none detected") == 0);
+}
+
+TEST_CASE("stats table: files at the mount's root form the stream /, shown with the root's samples", "[cli]") {
+  auto j = Stats(0, 0);
+  j["streams"].push_back({{"path", "/"}, {"label", "random"}, {"granularity", "file"}, {"samples", 200}});
+  j["engine"]["streams"].push_back({{"stream", "/"}, {"label", "random"}, {"cached_bytes", 7 << 20}});
+  const auto t = StatsTable(j, nullptr, 0);
+  CHECK(Count(t, "\n/ ") == 1);  // one row, not the tree's and the engine's apart
+  CHECK(Count(t, "200") == 1);
+  CHECK(Count(t, "7.0 MiB") == 1);
+  CHECK(Count(t, "only the mount's root") == 0);
 }
 
 TEST_CASE("stats table: the streams holding the most are kept, in their order, the rest counted", "[cli]") {
