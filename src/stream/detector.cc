@@ -169,15 +169,23 @@ DetectResult Detect(const DetectInput& in, const StreamConfig& cfg) {
     for (size_t i = 0; i < n; ++i) {
       size_t k = 0;
       while (k < used && pid[k] != in.pids[i]) ++k;
-      if (k < used) {
+      // A reader's first sample steps from the sample before it, whoever
+      // read that: a scan by one process per file (a shell loop, `find
+      // -exec`, `xargs -n1`) is a chain of such readers, and had no step at
+      // all (labelled random). Under no pattern such a step is "next" with
+      // the same p0 as any other; long-lived readers add one each.
+      const bool known = k < used;
+      if (known || i > 0) {
         ++steps;
-        if (in.successor(last[k], in.children[i], cfg.sequential_gap)) ++next;
-      } else if (used < kMaxPids) {
-        k = used++;
-        pid[k] = in.pids[i];
-      } else {
-        k = victim;
-        victim = (victim + 1) % kMaxPids;
+        if (in.successor(known ? last[k] : in.children[i - 1], in.children[i], cfg.sequential_gap)) ++next;
+      }
+      if (!known) {
+        if (used < kMaxPids) {
+          k = used++;
+        } else {
+          k = victim;
+          victim = (victim + 1) % kMaxPids;
+        }
         pid[k] = in.pids[i];
       }
       last[k] = in.children[i];

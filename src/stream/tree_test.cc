@@ -95,6 +95,33 @@ TEST_CASE("a listing-order scan of a directory is sequential at file level", "[t
   for (const StreamInfo& s : tree.Snapshot()) CHECK_FALSE(s.path.ends_with(".jpg"));
 }
 
+TEST_CASE("a scan by one process per file (a shell loop, find -exec) is sequential; random ones stay random",
+          "[tree]") {
+  AccessStreamTree tree;
+  uint64_t t = 0;
+  uint32_t pid = 1000;
+  // `for f in scan/*; do cat "$f"; done`: a new pid per file, in listing
+  // order; `for f in $(ls pick | shuf)`: the same, in a random order. Each
+  // reader's one sample had no step before (both labelled random).
+  std::vector<int> order(200);
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), std::mt19937(5));
+  for (int i = 0; i < 200; ++i) {
+    char path[64];
+    std::snprintf(path, sizeof path, "scan/f%04d.bin", i);
+    tree.Record(t += 10, pid++, path, 0, 4096, 4096);
+    std::snprintf(path, sizeof path, "pick/f%04d.bin", order[i]);
+    tree.Record(t += 10, pid++, path, 0, 4096, 4096);
+  }
+  tree.RetestAll(true);
+  auto scan = tree.Find("scan/");
+  REQUIRE(scan);
+  CHECK(scan->label == Label::kSequential);
+  auto pick = tree.Find("pick/");
+  REQUIRE(pick);
+  CHECK(pick->label == Label::kRandom);
+}
+
 TEST_CASE("a scan whose reads FUSE delivers out of order is still one visit per file", "[tree]") {
   AccessStreamTree tree;
   uint64_t t = 0;
