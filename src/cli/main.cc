@@ -78,11 +78,6 @@ int RunSimCmd(igt::sim::SimOptions o, const std::string& cache_size, const std::
     if (auto c = igt::LoadConfig(o.config_path); c && !c->policy.file.empty())
       std::fprintf(stderr, "igtcache: warning: %s: config key 'policy.file' is not used by --policy %s (its "
                    "overrides, pins and quotas apply to igt only)\n", o.config_path.c_str(), o.policy.c_str());
-  // igt plans from listings (warm-ups, an epoch's unread items): without
-  // one it sees only the files read, which no mount knows in advance.
-  if (o.policy == "igt" && o.listing_path.empty())
-    std::fprintf(stderr, "igtcache: note: no --listing: the trace's files stand for the data set's listing, so "
-                 "igt's plans know which files will be read (docs/TRACES.md, \"Listings\")\n");
   auto j = igt::sim::RunSim(o);
   if (!j) {
     std::fprintf(stderr, "igtcache: error: %s\n", j.error().message().c_str());
@@ -90,6 +85,12 @@ int RunSimCmd(igt::sim::SimOptions o, const std::string& cache_size, const std::
     const auto code = j.error().code();
     return code == igt::Code::kInvalidArgument || code == igt::Code::kNotFound ? igt::kExitUsage : igt::kExitError;
   }
+  // igt plans from listings (warm-ups, an epoch's unread items): without
+  // one it sees only the files read, which no mount knows in advance. (Said
+  // of a run that ran: not before an error.)
+  if (o.policy == "igt" && o.listing_path.empty())
+    std::fprintf(stderr, "igtcache: note: no --listing: the trace's files stand for the data set's listing, so "
+                 "igt's plans know which files will be read (docs/TRACES.md, \"Listings\")\n");
   std::cout << j->dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   return igt::kExitOk;
 }
