@@ -11,6 +11,11 @@ Result<SourceUrl> ParseSourceUrl(std::string_view url) {
   constexpr std::string_view kSupported = "supported: file:///absolute/dir, s3://bucket[/prefix]";
   auto sep = url.find("://");
   if (sep == std::string_view::npos) {
+    // "s3:/bucket", "file:/dir": a scheme with one slash, not none.
+    if (const size_t colon = url.find(':'); colon != std::string_view::npos && colon > 0 &&
+                                            url.find('/') > colon)
+      return Err(Status::InvalidArgument("source '" + std::string(url) + "' needs '://' after its scheme '" +
+                                         std::string(url.substr(0, colon)) + "'; " + std::string(kSupported)));
     return Err(Status::InvalidArgument("source '" + std::string(url) + "' has no scheme; " +
                                        std::string(kSupported)));
   }

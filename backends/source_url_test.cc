@@ -44,6 +44,11 @@ TEST_CASE("ParseSourceUrl: file URLs", "[url]") {
   CHECK(bad.error().code() == Code::kInvalidArgument);
   CHECK_THAT(bad.error().message(), Catch::Contains("absolute"));
   CHECK(!ParseSourceUrl("file://"));
+  auto one_slash = ParseSourceUrl("s3:/demo");
+  REQUIRE(!one_slash);
+  CHECK_THAT(one_slash.error().message(), Catch::Contains("needs '://' after its scheme 's3'"));
+  CHECK_THAT(ParseSourceUrl("just-a-name").error().message(), Catch::Contains("has no scheme"));
+  CHECK_THAT(ParseSourceUrl("/data/set").error().message(), Catch::Contains("has no scheme"));
 }
 
 TEST_CASE("ParseSourceUrl: s3 URLs", "[url]") {
