@@ -95,7 +95,7 @@ TEST_CASE("a listing-order scan of a directory is sequential at file level", "[t
   for (const StreamInfo& s : tree.Snapshot()) CHECK_FALSE(s.path.ends_with(".jpg"));
 }
 
-TEST_CASE("a scan by one process per file (a shell loop, find -exec) is sequential; random ones stay random",
+TEST_CASE("a scan by one process per file (a shell loop, find -exec) is sequential, random ones stay random",
           "[tree]") {
   AccessStreamTree tree;
   uint64_t t = 0;
