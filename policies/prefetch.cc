@@ -110,9 +110,21 @@ class AdaptiveReadahead final : public PrefetchPolicy {
     }
     const bool along = c.continues || (c.file_label == kSequential && inside);
     Window w;
-    if (it == windows_.end()) {
-      // A new file: in a directory scan it inherits the scan's window.
-      w.units = dir_scan ? std::max(initial_, scan_window_) : initial_;
+    if (dir_scan && (it == windows_.end() || (!along && c.offset == 0))) {
+      // The next file of a listing-order scan (a first visit, or a new one
+      // of a file read before): the scan goes on, so its window grows, as
+      // a file's does while its reads go on. Before, a file inherited the
+      // scan's window as it was, which grew only inside files: a scan of
+      // one-unit files stayed 2 files ahead, each a cold GET behind the
+      // reader (scripts/bench_process_scan.sh: 300 files of 64 KiB on the
+      // emulated cloud took 3.5 s labelled sequential against 2.2 s
+      // labelled random), and a new visit started over at initial_units.
+      // Not right after a readahead unit was evicted unread (OnWasted): the
+      // halved window holds for that file.
+      w.units = std::min(max_, std::max(initial_, scan_hold_ ? scan_window_ : scan_window_ * 2));
+      scan_hold_ = false;
+    } else if (it == windows_.end()) {
+      w.units = initial_;
     } else if (along) {
       w = it->second;
       // Grows while the reads go on, unless a unit it prefetched was evicted
@@ -164,6 +176,7 @@ class AdaptiveReadahead final : public PrefetchPolicy {
       it->second.hold = true;
     }
     scan_window_ = std::max(initial_, scan_window_ / 2);
+    scan_hold_ = true;
   }
 
  private:
@@ -175,6 +188,7 @@ class AdaptiveReadahead final : public PrefetchPolicy {
   const uint64_t initial_, max_, next_files_;
   std::unordered_map<std::string, Window> windows_;  // path -> window
   uint64_t scan_window_ = 0;  // window of the current listing-order scan
+  bool scan_hold_ = false;    // wasted since: the next file does not grow it
 };
 
 class EpochPrefetch final : public PrefetchPolicy {
