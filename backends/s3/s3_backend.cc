@@ -22,6 +22,7 @@
 #include "backends/s3/s3_response.h"
 #include "backends/s3/s3_xml.h"
 #include "igtcache/metrics.h"
+#include "igtcache/s3_names.h"
 
 namespace igt::s3 {
 
@@ -87,70 +88,24 @@ Result<S3Endpoint> ResolveEndpoint(const S3Options& opts) {
   S3Endpoint ep;
   ep.bucket = opts.bucket;
   std::string region = opts.region.empty() ? "us-east-1" : opts.region;
-  // It goes into the signature's scope, a header, and the default host name.
-  if (region.size() > 64 || !std::all_of(region.begin(), region.end(), [](char c) {
-        return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
-      }))
-    return Err(Status::InvalidArgument(
-        "region '" + region +
-        "' is not a region name: letters, digits, '-', '_' and '.', at most 64 (e.g. us-east-1; from --region, "
-        "backend.region, $AWS_REGION or $AWS_DEFAULT_REGION)"));
+  // The same checks as the config's (igtcache/s3_names.h): here they also
+  // cover $AWS_REGION and $AWS_ENDPOINT_URL.
+  if (std::string why = RegionNameProblem(region); !why.empty())
+    return Err(Status::InvalidArgument("region '" + region + "' " + why +
+                                       " (from --region, backend.region, $AWS_REGION or $AWS_DEFAULT_REGION)"));
   ep.endpoint = opts.endpoint.empty() ? "https://s3." + region + ".amazonaws.com" : opts.endpoint;
-  for (char c : ep.endpoint) {
-    if (static_cast<unsigned char>(c) <= 0x20 || c == 0x7f) {
-      return Err(Status::InvalidArgument("endpoint '" + ep.endpoint + "' contains a space or control character"));
-    }
-  }
-  // Trailing slashes go, but not into the "://" ("http://" has no host, not no scheme).
-  const size_t scheme_end = ep.endpoint.find("://");
-  const size_t keep = scheme_end == std::string::npos ? 1 : scheme_end + 3;
-  while (ep.endpoint.size() > keep && ep.endpoint.back() == '/') ep.endpoint.pop_back();
-  std::string_view e = ep.endpoint;
-  auto sep = e.find("://");
-  if (sep == std::string_view::npos) {
-    return Err(Status::InvalidArgument("endpoint '" + ep.endpoint +
-                                       "' needs a scheme: http://host[:port] or https://host[:port]"));
-  }
+  if (std::string why = EndpointProblem(ep.endpoint); !why.empty())
+    return Err(Status::InvalidArgument("endpoint '" + EndpointForMessage(ep.endpoint) + "' " + why));
+  // Trailing slashes go, but not into the "://".
+  const size_t sep = ep.endpoint.find("://");
+  while (ep.endpoint.size() > sep + 3 && ep.endpoint.back() == '/') ep.endpoint.pop_back();
+  const std::string_view e = ep.endpoint;
   ep.scheme = std::string(e.substr(0, sep));
   for (char& c : ep.scheme) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  if (ep.scheme != "http" && ep.scheme != "https") {
-    return Err(Status::InvalidArgument("endpoint '" + ep.endpoint + "': scheme '" + ep.scheme +
-                                       "' is not supported (use http or https)"));
-  }
   std::string_view rest = e.substr(sep + 3);
   auto slash = rest.find('/');
   std::string authority(rest.substr(0, slash));
   if (slash != std::string_view::npos) ep.base_path = std::string(rest.substr(slash));
-  if (const size_t at = authority.rfind('@'); at != std::string::npos)  // the password not repeated
-    return Err(Status::InvalidArgument("endpoint '" + ep.scheme + "://...@" + authority.substr(at + 1) +
-                                       "' has a user name or password in it: an endpoint is scheme://host[:port]"
-                                       "[/path], and the credentials come from the AWS chain (docs/CLI.md)"));
-  if (authority.empty() || rest.find_first_of("?#") != std::string_view::npos) {
-    return Err(Status::InvalidArgument("endpoint '" + ep.endpoint +
-                                       "' must look like scheme://host[:port][/path]"));
-  }
-  // The port, if any: 1..65535 (curl's "bad/illegal format" said nothing of it).
-  {
-    std::string_view port;
-    bool bad = false;
-    if (authority.front() == '[') {
-      const size_t close = authority.find(']');
-      bad = close == std::string::npos || close == 1 || (close + 1 < authority.size() && authority[close + 1] != ':');
-      if (!bad && close + 1 < authority.size()) port = std::string_view(authority).substr(close + 2);
-      if (!bad && close + 1 < authority.size() && port.empty()) bad = true;
-    } else if (const size_t colon = authority.find(':'); colon != std::string::npos) {
-      port = std::string_view(authority).substr(colon + 1);
-      bad = colon == 0 || port.empty();
-    }
-    if (bad)
-      return Err(Status::InvalidArgument("endpoint '" + ep.endpoint + "' must look like scheme://host[:port][/path] "
-                                         "(an IPv6 host in brackets: http://[::1]:9000)"));
-    if (!port.empty() && (port.size() > 5 || !std::all_of(port.begin(), port.end(), [](char c) {
-                            return c >= '0' && c <= '9';
-                          }) || std::stoul(std::string(port)) == 0 || std::stoul(std::string(port)) > 65535))
-      return Err(Status::InvalidArgument("endpoint '" + ep.endpoint + "': port '" + std::string(port) +
-                                         "' is not a port number (1-65535)"));
-  }
   for (char& c : authority) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   // Host name without the port, to decide addressing.
   std::string hostname = authority;

@@ -502,9 +502,13 @@ class DiskBlockStore final : public BlockStore {
       ForgetAll();
       return s;
     }
-    // Once per kind of error, not per path (a deleted directory made one
-    // line per units/xx).
-    WarnOnce("write:" + std::to_string(static_cast<int>(s.code())),
+    // Once per kind of error (its code and the errno text that ends its
+    // message), not per path (a deleted directory made one line per
+    // units/xx).
+    const std::string& m = s.message();
+    const size_t colon = m.rfind(": ");
+    WarnOnce("write:" + std::to_string(static_cast<int>(s.code())) + ":" +
+                 (colon == std::string::npos ? std::string() : m.substr(colon + 2)),
              fmt::format("igtcache: cannot write to the cache in {}: {} (serving from the backend; will retry)",
                          opts_.dir, s.ToString()));
     return s;
@@ -1338,9 +1342,9 @@ Status DiskBlockStore::Reconcile() {
       if (!e.empty()) return Status::IoError(e);
   }
   // A crash between a unit's rename and its record leaves a few (said at
-  // info level); many, or some beside an empty index, mean records were
-  // lost (an index deleted, reset or cut short): the user is told.
-  if (strays > 0 && (strays > kStrayWarnFiles || survivors.empty()))
+  // info level); many mean records were lost (an index deleted, reset or
+  // cut short): the user is told.
+  if (strays > kStrayWarnFiles)
     spdlog::warn("igtcache: deleted {} unit files in {} that its index has no record of (the index was lost or cut "
                  "short?): they are fetched again when read", strays.load(), opts_.dir);
   else if (strays > 0)
@@ -1410,7 +1414,7 @@ class IndexLogger final : public rocksdb::Logger {
   void Logv(const char* format, va_list ap) override { Logv(rocksdb::InfoLogLevel::INFO_LEVEL, format, ap); }
   void Logv(const rocksdb::InfoLogLevel level, const char* format, va_list ap) override {
     if (level < GetInfoLogLevel() || level == rocksdb::InfoLogLevel::HEADER_LEVEL) return;
-    char buf[1024];
+    char buf[4096];  // longer messages are cut
     std::vsnprintf(buf, sizeof buf, format, ap);
     if (level >= rocksdb::InfoLogLevel::ERROR_LEVEL) spdlog::warn("igtcache: cache index (RocksDB): {}", buf);
     else spdlog::info("igtcache: cache index (RocksDB): {}", buf);
@@ -1441,6 +1445,15 @@ Result<std::unique_ptr<rocksdb::DB>> OpenIndex(const std::string& dir) {
 
   auto open = [&]() -> std::pair<rocksdb::Status, std::unique_ptr<rocksdb::DB>> {
     if (auto s = EnsurePrivateSubdir(path); !s.ok()) return {rocksdb::Status::IOError(s.message()), nullptr};
+    // The LOG files RocksDB wrote itself before IndexLogger (up to a few
+    // MiB the cache limit does not count): nothing reads them.
+    std::error_code ec;
+    for (auto it = std::filesystem::directory_iterator(path, ec); !ec && it != std::filesystem::directory_iterator();
+         it.increment(ec)) {
+      const std::string name = it->path().filename().string();
+      std::error_code rec;
+      if (name == "LOG" || name.starts_with("LOG.old.")) std::filesystem::remove(it->path(), rec);
+    }
     rocksdb::DB* raw = nullptr;
     try {
       auto s = rocksdb::DB::Open(o, path, &raw);
@@ -1455,19 +1468,22 @@ Result<std::unique_ptr<rocksdb::DB>> OpenIndex(const std::string& dir) {
     std::tie(s, db) = open();
   }
   if (!s.ok()) {
-    // RocksDB's own lock on the index: another process has it open (the
-    // dir's LOCK file was taken, so that one was deleted under it). No
-    // advice to remove the dir: it is in use.
-    // ("While lock file: .../index/LOCK: Resource temporarily unavailable",
-    // or in-process "lock hold by current process ... .../index/LOCK".)
-    if (s.ToString().find(path + "/LOCK") != std::string::npos)
-      return Err(Status::Busy(fmt::format(
-          "cache dir {} is in use by another process: its index {} is locked ({})", dir, path, s.ToString())));
     // A full volume: no advice to remove the dir (the cache is whole).
-    if (s.IsNoSpace() || s.ToString().find("No space left") != std::string::npos)
+    const std::string text = s.ToString();
+    if (s.IsNoSpace() || text.find("No space left") != std::string::npos)
       return Err(Status::NoSpace(fmt::format("cannot open cache index {}: the cache volume is full ({}); free some "
                                              "space on it and mount again",
-                                             path, s.ToString())));
+                                             path, text)));
+    // RocksDB's own lock on the index: another process has it open (the
+    // dir's LOCK file was taken, so that one was deleted under it), or this
+    // one ("lock hold by current process"). A lock conflict only, not any
+    // error naming the LOCK file (a root-owned one, a read-only volume).
+    if (text.find("lock hold by current process") != std::string::npos ||
+        (text.find("While lock file") != std::string::npos &&
+         (text.find("Resource temporarily unavailable") != std::string::npos ||
+          text.find("Permission denied") != std::string::npos)))
+      return Err(Status::Busy(fmt::format(
+          "cache dir {} is in use by another process: its index {} is locked ({})", dir, path, text)));
     return Err(FromRocks(s, fmt::format("cannot open cache index {} (removing the cache dir {} resets the cache)",
                                         path, dir)));
   }

@@ -44,11 +44,14 @@ size_t EditDistance(const std::string& a, const std::string& b) {
 // likely a typo of (`umount`, `moutn`).
 std::string UnknownCommandError(CLI::App& app, const std::string& word) {
   std::string names, near;
-  size_t best = 3;  // suggested: the commands nearest, at most 2 edits away (or starting with the word)
+  // Suggested: the commands nearest, at most 2 edits away and fewer than
+  // half the word's letters (or starting with the word).
+  const size_t limit = std::min<size_t>(2, word.size() / 2);
+  size_t best = limit + 1;
   for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
     const std::string& n = sub->get_name();
     names += (names.empty() ? "" : ", ") + n;
-    const size_t d = word.size() >= 2 && n.starts_with(word) ? 1 : EditDistance(word, n);
+    const size_t d = !word.empty() && n.starts_with(word) ? 0 : EditDistance(word, n);
     if (d < best) near.clear(), best = d;
     if (d == best) near += (near.empty() ? "'" : " or '") + n + "'";
   }
@@ -247,9 +250,17 @@ int main(int argc, char** argv) {
     const auto subs = app.get_subcommands([](CLI::App*) { return true; });
     return std::any_of(subs.begin(), subs.end(), [&](const CLI::App* a) { return a->check_name(w); });
   };
-  if (argc == 2 && std::string_view(argv[1]) == "help") {  // as git and most commands take it
-    std::cout << app.help();
-    return igt::kExitOk;
+  if (argc >= 2 && std::string_view(argv[1]) == "help") {  // `help`, `help mount`: as git takes them
+    if (argc == 2) {
+      std::cout << app.help();
+      return igt::kExitOk;
+    }
+    if (argc == 3 && is_command(argv[2])) {
+      std::cout << app.get_subcommand(argv[2])->help("igtcache");
+      return igt::kExitOk;
+    }
+    std::fprintf(stderr, "%s\n", UnknownCommandError(app, argv[2]).c_str());
+    return igt::kExitUsage;
   }
   if (argc > 1 && argv[1][0] != '-' && !is_command(argv[1])) {
     std::fprintf(stderr, "%s\n", UnknownCommandError(app, argv[1]).c_str());
@@ -287,7 +298,7 @@ int main(int argc, char** argv) {
     // The policy file too, as a mount with the policy engine loads it, with
     // the mount's warnings.
     if (igt::UsesPolicyFile(*c)) {
-      auto pf = igt::engine::LoadPolicyFile(c->policy.file);
+      auto pf = igt::engine::LoadPolicyFile(c->policy.file, igt::engine::PolicyFileUse::kOnce);
       if (!pf) {
         std::fprintf(stderr, "igtcache: error: %s: config key 'policy.file': %s\n", config_check.c_str(),
                      pf.error().message().c_str());

@@ -29,6 +29,7 @@
 #include "igtcache/backends.h"
 #include "igtcache/block_store.h"
 #include "igtcache/metrics.h"
+#include "igtcache/s3_names.h"
 #include "igtcache/version.h"
 #include "src/config/stream_settings.h"
 #include "src/cli/ops_cmds.h"
@@ -110,6 +111,7 @@ class HeldWarnings final : public spdlog::sinks::base_sink<std::mutex> {
     std::string_view text(m.payload.data(), m.payload.size());
     if (text.starts_with("igtcache: ")) text.remove_prefix(10);  // the Reporter says it
     if (held_.size() < kMaxHeld) held_.emplace_back(text);
+    else if (held_.size() == kMaxHeld) held_.emplace_back("... and more warnings, not kept");
   }
   void flush_() override {}
 
@@ -220,6 +222,12 @@ Result<std::unique_ptr<Backend>> BuildBackend(const SourceUrl& url, const Config
       endpoint_from_env = true;
     }
   o.region = c.backend.region.empty() ? RegionFromEnv() : c.backend.region;
+  // Before any credential request signs with it (STS, SSO): the config's
+  // region was checked with the config, the environment's is checked here.
+  if (std::string why = RegionNameProblem(o.region); !why.empty())
+    return Err(Status::InvalidArgument(fmt::format("region '{}' {} (from {})", o.region, why,
+                                                   c.backend.region.empty() ? "$AWS_REGION or $AWS_DEFAULT_REGION"
+                                                                            : "backend.region")));
   o.addressing = c.backend.addressing;
   o.no_sign_request = c.backend.no_sign_request;
   o.requester_pays = c.backend.requester_pays;
@@ -257,7 +265,7 @@ Result<std::unique_ptr<Backend>> BuildBackend(const SourceUrl& url, const Config
   auto b = MakeS3Backend(o);
   // Named where the user set it.
   if (!b && endpoint_from_env && b.error().code() == Code::kInvalidArgument &&
-      b.error().message().find(o.endpoint) != std::string::npos)
+      b.error().message().starts_with("endpoint '"))
     return Err(Status::InvalidArgument("$AWS_ENDPOINT_URL: " + b.error().message()));
   return b;
 }
@@ -294,10 +302,13 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
   // log file lives in the cache dir by default); errors reach the user
   // through `rep` anyway.
   auto held = std::make_shared<HeldWarnings>();
+  // Kept alive until Serve returns: threads that logged through it (RocksDB's,
+  // the credential renewal) may still hold it when the log file replaces it.
+  std::shared_ptr<spdlog::logger> early;
   {
     auto err_sink = std::make_shared<spdlog::sinks::stderr_sink_mt>();
     held->set_level(spdlog::level::warn);
-    auto early = std::make_shared<spdlog::logger>("igtcache-early", spdlog::sinks_init_list{err_sink, held});
+    early = std::make_shared<spdlog::logger>("igtcache-early", spdlog::sinks_init_list{err_sink, held});
     EscapeControlCharacters(*early);
     // A daemon's stderr is the mount command's until it is ready: its
     // warnings go through the Reporter (held), once.
@@ -397,7 +408,7 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
     eo.sub_unit_bytes = cfg.cache.sub_unit_bytes;
     eo.capacity_bytes = cfg.cache.max_bytes;
     if (UsesPolicyFile(cfg)) {
-      auto pf = engine::LoadPolicyFile(cfg.policy.file);
+      auto pf = engine::LoadPolicyFile(cfg.policy.file, engine::PolicyFileUse::kMount);
       if (!pf) {
         // Named like `config --check` names it: the config file, the key, the policy file.
         rep.Fail(fmt::format("{}config key 'policy.file': {}", a.config_path.empty() ? "" : a.config_path + ": ",
@@ -699,7 +710,7 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
           spdlog::warn("policy: SIGHUP ignored: no policy.file is configured (the built-in 'training' profile "
                        "is in use); name one in the config to reload it");
         } else {
-          auto pf = engine::LoadPolicyFile(cfg.policy.file);
+          auto pf = engine::LoadPolicyFile(cfg.policy.file, engine::PolicyFileUse::kMount);
           if (pf)
             for (const auto& w : engine::PolicyWarnings(*pf, cfg.policy.file, cfg.cache.max_bytes))
               spdlog::warn("policy: {}", w);
@@ -878,7 +889,7 @@ int RunMount(const MountArgs& a) {
                  "cache.eviction igt, not '%s' (its overrides, pins and quotas are not applied either)\n",
                  cfg->policy.file.c_str(), cfg->cache.eviction.c_str());
   if (UsesPolicyFile(*cfg) && !cfg->policy.file.empty())
-    if (auto pf = engine::LoadPolicyFile(cfg->policy.file))
+    if (auto pf = engine::LoadPolicyFile(cfg->policy.file, engine::PolicyFileUse::kMount))
       for (const auto& w : engine::PolicyWarnings(*pf, cfg->policy.file, cfg->cache.max_bytes))
         std::fprintf(stderr, "igtcache: warning: %s\n", w.c_str());
   // FUSE mounts over a non-empty directory (libfuse 3 dropped the check);

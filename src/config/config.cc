@@ -3,6 +3,7 @@
 
 #include "igtcache/config.h"
 #include "igtcache/file_check.h"
+#include "igtcache/s3_names.h"
 
 #include "src/config/stream_settings.h"
 #include "src/config/yaml_keys.h"
@@ -525,26 +526,13 @@ Status Validate(const Config& c) {
                fmt::format("must be at least twice backend.max_request_bytes ({} bytes): a background "
                            "prefetch job is one GET of up to that size and may take half the budget",
                            2 * c.backend.max_request_bytes));
-  // As the S3 backend checks it (it also takes $AWS_REGION): named here by key.
-  if (const std::string& r = c.backend.region;
-      r.size() > 64 || !std::all_of(r.begin(), r.end(), [](char ch) {
-        return std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' || ch == '.';
-      }))
-    return bad("backend.region", "'" + r + "' is not a region name: letters, digits, '-', '_' and '.', at most 64 "
-                                 "(e.g. us-east-1)");
-  if (!c.backend.endpoint.empty()) {
-    const std::string& e = c.backend.endpoint;
-    const size_t scheme = e.rfind("http://", 0) == 0 ? 7 : e.rfind("https://", 0) == 0 ? 8 : 0;
-    if (scheme == 0) return bad("backend.endpoint", "'" + e + "' must start with http:// or https://");
-    const std::string rest = e.substr(scheme);
-    if (rest.empty() || rest[0] == '/' || rest[0] == ':')
-      return bad("backend.endpoint", "'" + e + "' has no host, e.g. http://127.0.0.1:9000");
-    if (rest.find_first_of("?#") != std::string::npos)
-      return bad("backend.endpoint", "'" + e + "' must not have a query or fragment");
-    for (char ch : e)
-      if (static_cast<unsigned char>(ch) <= 0x20 || ch == 0x7f)
-        return bad("backend.endpoint", "'" + e + "' contains a space or control character");
-  }
+  // As the S3 backend checks them (which also takes $AWS_REGION and
+  // $AWS_ENDPOINT_URL): named here by key.
+  if (std::string why = RegionNameProblem(c.backend.region); !why.empty())
+    return bad("backend.region", "'" + c.backend.region + "' " + why);
+  if (!c.backend.endpoint.empty())
+    if (std::string why = EndpointProblem(c.backend.endpoint); !why.empty())
+      return bad("backend.endpoint", "'" + EndpointForMessage(c.backend.endpoint) + "' " + why);
   if (!c.metrics.addr.empty()) {
     const auto colon = c.metrics.addr.rfind(':');
     if (colon == std::string::npos || colon == 0 || colon + 1 == c.metrics.addr.size() ||

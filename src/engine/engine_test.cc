@@ -4,6 +4,10 @@
 // unit is inserted and victims are evicted until the capacity holds. Prefetch
 // plans are executed at once when a test asks for it.
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -16,6 +20,7 @@
 #include <deque>
 #include <map>
 #include <set>
+#include <thread>
 
 #include "igtcache/block_store.h"
 
@@ -1426,11 +1431,40 @@ TEST_CASE("the example policy files parse", "[engine][yaml]") {
     std::string root = __FILE__;  // <root>/src/engine/engine_test.cc (CMake passes absolute paths)
     root = root.substr(0, root.rfind("/src/engine/"));
     const std::string path = root + "/examples/policy-" + p + ".yaml";
-    auto f = LoadPolicyFile(path);
+    auto f = LoadPolicyFile(path, PolicyFileUse::kMount);
     INFO(path);
     REQUIRE(f.has_value());
     CHECK(f->profile == p);
   }
+}
+
+TEST_CASE("a policy file is a regular file for a mount, a pipe too for a one-shot reader", "[engine][yaml]") {
+  char dir[] = "/tmp/igt_pf_XXXXXX";
+  REQUIRE(::mkdtemp(dir));
+  const std::string fifo = std::string(dir) + "/p.fifo";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  // A mount (and its SIGHUP reload): refused at once, no writer waited for.
+  auto m = LoadPolicyFile(fifo, PolicyFileUse::kMount);
+  REQUIRE_FALSE(m.has_value());
+  CHECK_THAT(m.error().message(), Catch::Contains("is a FIFO") && Catch::Contains("SIGHUP"));
+  // `config --check <(...)`: read as it is written.
+  std::thread writer([&] {
+    const int fd = ::open(fifo.c_str(), O_WRONLY);
+    const std::string y = "profile: serving\n";
+    if (fd >= 0) {
+      (void)!::write(fd, y.data(), y.size());
+      ::close(fd);
+    }
+  });
+  auto once = LoadPolicyFile(fifo, PolicyFileUse::kOnce);
+  writer.join();
+  REQUIRE(once.has_value());
+  CHECK(once->profile == "serving");
+  auto d = LoadPolicyFile(dir, PolicyFileUse::kOnce);
+  REQUIRE_FALSE(d.has_value());
+  CHECK_THAT(d.error().message(), Catch::Contains("is a directory"));
+  ::unlink(fifo.c_str());
+  ::rmdir(dir);
 }
 
 TEST_CASE("a policy file with a key given twice is refused, naming it", "[engine][yaml]") {

@@ -304,21 +304,39 @@ Result<PolicyFile> ParsePolicyFile(const std::string& yaml_text, const std::stri
   }
 }
 
-Result<PolicyFile> LoadPolicyFile(const std::string& path) {
+Result<PolicyFile> LoadPolicyFile(const std::string& path, PolicyFileUse use) {
   if (path.empty()) return PolicyProfile("training");
-  // A regular file only, opened without blocking: the mount reads it again
-  // on each SIGHUP, on its maintenance thread, and a FIFO nobody writes to
-  // held that thread (and the unmount waiting for it) for good.
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  // Opened without blocking: a mount reads the file again on each SIGHUP, on
+  // its maintenance thread, and a FIFO nobody writes to held that thread
+  // (and the unmount waiting for it) for good. A mount takes a regular file
+  // only; a one-shot reader (`config --check`, `sim`) a pipe too (`<(...)`,
+  // /dev/stdin), opened again to wait for its writer as any reader would.
+  int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0 && errno == ENXIO)
+    return Err(Status::InvalidArgument(fmt::format("'{}' is a socket, not a policy file (a regular file)", path)));
   if (fd < 0) return Err(Status::NotFound(fmt::format("cannot open '{}': {}", path, std::strerror(errno))));
   struct stat st {};
-  std::string text;
   const char* kind = nullptr;
   if (::fstat(fd, &st) != 0) kind = "unreadable";
   else if (S_ISDIR(st.st_mode)) kind = "a directory";
-  else if (!S_ISREG(st.st_mode)) kind = S_ISFIFO(st.st_mode) ? "a FIFO" : S_ISSOCK(st.st_mode) ? "a socket" : "a device";
+  else if (S_ISFIFO(st.st_mode) && use == PolicyFileUse::kOnce) kind = nullptr;
+  else if (!S_ISREG(st.st_mode)) kind = S_ISFIFO(st.st_mode) ? "a FIFO" : "a device";
+  if (kind) {
+    ::close(fd);
+    return Err(Status::InvalidArgument(fmt::format(
+        "'{}' is {}, not a policy file (a regular file{})", path, kind,
+        use == PolicyFileUse::kMount && S_ISFIFO(st.st_mode) ? ": a mount reads it again on SIGHUP" : "")));
+  }
+  if (S_ISFIFO(st.st_mode)) {
+    ::close(fd);
+    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return Err(Status::NotFound(fmt::format("cannot open '{}': {}", path, std::strerror(errno))));
+  } else {
+    (void)::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  }
+  std::string text;
   int err = 0;
-  for (char buf[65536]; !kind;) {
+  for (char buf[65536];;) {
     const ssize_t n = ::read(fd, buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) err = errno;
@@ -326,7 +344,6 @@ Result<PolicyFile> LoadPolicyFile(const std::string& path) {
     text.append(buf, static_cast<size_t>(n));
   }
   ::close(fd);
-  if (kind) return Err(Status::InvalidArgument(fmt::format("'{}' is {}, not a policy file (a regular file)", path, kind)));
   if (err) return Err(Status::IoError(fmt::format("cannot read '{}': {}", path, std::strerror(err))));
   return ParsePolicyFile(text, path);
 }

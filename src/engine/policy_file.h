@@ -90,8 +90,11 @@ std::vector<std::string> PolicyProfileNames();
 
 // Parses YAML text; `origin` names the file in errors.
 Result<PolicyFile> ParsePolicyFile(const std::string& yaml_text, const std::string& origin);
+// Who reads a policy file: a mount (again on each SIGHUP: a regular file
+// only) or a one-shot reader (`config --check`, `sim`: a pipe too).
+enum class PolicyFileUse { kMount, kOnce };
 // Reads and parses a file; "" gives the "training" profile.
-Result<PolicyFile> LoadPolicyFile(const std::string& path);
+Result<PolicyFile> LoadPolicyFile(const std::string& path, PolicyFileUse use);
 // Warnings for overrides of `pf` (read from `origin`): a quota at or above
 // `capacity_bytes` (the cache's size), which never applies; a prefix written
 // with a leading '/', taken relative to the mount root (an absolute path of

@@ -734,7 +734,7 @@ Result<nlohmann::json> RunSim(const SimOptions& o) {
   if (o.policy_file) {
     pf = *o.policy_file;
   } else {
-    auto loaded = engine::LoadPolicyFile(cfg->policy.file);
+    auto loaded = engine::LoadPolicyFile(cfg->policy.file, engine::PolicyFileUse::kOnce);
     if (!loaded)
       return Err(Status(loaded.error().code(), "config key 'policy.file': " + loaded.error().message()));
     pf = *loaded;

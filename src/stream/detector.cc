@@ -162,6 +162,14 @@ DetectResult Detect(const DetectInput& in, const StreamConfig& cfg) {
 
   // --- Sequential: per-reader "next" steps. ---
   {
+    // Readers with one sample in the window (a process per file).
+    thread_local std::vector<uint32_t> by_pid;
+    by_pid.assign(in.pids.begin(), in.pids.begin() + static_cast<std::ptrdiff_t>(n));
+    std::sort(by_pid.begin(), by_pid.end());
+    auto once = [&](uint32_t p) {
+      const auto [lo, hi] = std::equal_range(by_pid.begin(), by_pid.end(), p);
+      return hi - lo == 1;
+    };
     std::array<uint32_t, kMaxPids> pid{};
     std::array<uint32_t, kMaxPids> last{};
     size_t used = 0, victim = 0;
@@ -169,13 +177,15 @@ DetectResult Detect(const DetectInput& in, const StreamConfig& cfg) {
     for (size_t i = 0; i < n; ++i) {
       size_t k = 0;
       while (k < used && pid[k] != in.pids[i]) ++k;
-      // A reader's first sample steps from the sample before it, whoever
-      // read that: a scan by one process per file (a shell loop, `find
-      // -exec`, `xargs -n1`) is a chain of such readers, and had no step at
-      // all (labelled random). Under no pattern such a step is "next" with
-      // the same p0 as any other; long-lived readers add one each.
+      // The sample of a reader with one sample in the window steps from
+      // the sample before it, whoever read that: a scan by one process per
+      // file (a shell loop, `find -exec`, `xargs -n1`) is a chain of such
+      // readers, and had no step at all (labelled random). Under no pattern
+      // such a step is "next" with the same p0 as any other. Readers with
+      // more samples are left to their own steps (a cross-reader step of
+      // each of many interleaved scanners would dilute k/m).
       const bool known = k < used;
-      if (known || i > 0) {
+      if (known || (i > 0 && once(in.pids[i]))) {
         ++steps;
         if (in.successor(known ? last[k] : in.children[i - 1], in.children[i], cfg.sequential_gap)) ++next;
       }

@@ -144,6 +144,14 @@ def main():
 
         warm_into_full_cache(s)
 
+        # A mistyped command is named, with the commands it may stand for
+        # (CLI11 said only "A subcommand is required").
+        r = igt("umount", str(mnt))
+        check(r.returncode == 2 and "unknown command 'umount'" in r.stderr and "'unmount'" in r.stderr,
+              f"igtcache umount: named, 'unmount' suggested ({r.stderr.strip()!r})")
+        r = igt("help", "warm")
+        check(r.returncode == 0 and "Usage: igtcache warm" in r.stdout, f"igtcache help warm ({r.stdout[:80]!r})")
+
 
 def warm_into_full_cache(s):
     """warm into a cache full of another job's data: what it fetched waits in
