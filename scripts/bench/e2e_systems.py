@@ -33,6 +33,7 @@ import platform
 import re
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -63,6 +64,19 @@ def replace_section(doc: Path, begin: str, end: str, text: str) -> None:
     else:
         new = old.rstrip("\n") + "\n\n" + block + "\n"
     doc.write_text(new)
+
+
+def compare_binaries(values: list[str], prog: str) -> list[tuple[str, str]]:
+    """("this build", build/igtcache) and each --compare LABEL=BINARY, checked
+    (a label and an executable); exits 2 naming a bad one."""
+    systems = [("this build", harness.igtcache_bin())]
+    for c in values:
+        label, _, binary = c.partition("=")
+        if not label or not binary or not os.access(binary, os.X_OK):
+            print(f"{prog}: --compare {c!r}: want LABEL=BINARY, an executable", file=sys.stderr)
+            sys.exit(2)
+        systems.append((label, binary))
+    return systems
 
 
 def drop_caches() -> None:

@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT / "scripts" / "bench"))
 
 import faultlib  # noqa: E402
 import harness  # noqa: E402
-from e2e_systems import cpu_model, replace_section  # noqa: E402
+from e2e_systems import compare_binaries, cpu_model, replace_section  # noqa: E402
 
 BUCKET = "scan"
 DIR = "data"
@@ -110,13 +110,7 @@ def main() -> None:
     ap.add_argument("--compare", action="append", default=[], metavar="LABEL=BINARY")
     ap.add_argument("--doc", action="store_true", help="append the table to docs/BENCHMARKS.md")
     a = ap.parse_args()
-    systems = [("this build", harness.igtcache_bin())]
-    for c in a.compare:
-        label, _, binary = c.partition("=")
-        if not label or not os.access(binary, os.X_OK):
-            print(f"process_scan: --compare {c!r}: want LABEL=BINARY, an executable", file=sys.stderr)
-            sys.exit(2)
-        systems.append((label, binary))
+    systems = compare_binaries(a.compare, "process_scan")
     results: dict[tuple[str, str], list[dict]] = {}
     with harness.Session("process_scan") as s:
         srv = s.start_s3rver(buckets=(BUCKET,))

@@ -32,6 +32,7 @@ sys.dont_write_bytecode = True
 sys.path.insert(0, str(ROOT / "tests" / "mount"))
 
 import harness  # noqa: E402
+from e2e_systems import compare_binaries  # noqa: E402
 
 
 def rss_kib(pid: int) -> int:
@@ -78,13 +79,7 @@ def main() -> int:
     ap.add_argument("--compare", action="append", default=[], metavar="LABEL=BINARY",
                     help="another binary in the same run")
     a = ap.parse_args()
-    systems = [("this build", harness.igtcache_bin())]
-    for c in a.compare:
-        label, _, binary = c.partition("=")
-        if not binary or not os.access(binary, os.X_OK):
-            print(f"rolling_names: --compare {c!r}: want LABEL=BINARY, an executable", file=sys.stderr)
-            return 2
-        systems.append((label, binary))
+    systems = compare_binaries(a.compare, "rolling_names")
     results = {label: run(binary, a.names, a.keep, a.size, a.every) for label, binary in systems}
     print(f"\n{a.names} names of {a.size} B, {a.keep} alive at a time, file:// source, ttl_ms 0\n")
     print("| binary | names | RSS MiB | inodes | engine files | tree nodes | s |")
