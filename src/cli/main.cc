@@ -44,8 +44,8 @@ size_t EditDistance(const std::string& a, const std::string& b) {
 // likely a typo of (`umount`, `moutn`).
 std::string UnknownCommandError(CLI::App& app, const std::string& word) {
   std::string names, near;
-  // Suggested: the commands nearest, at most 2 edits away and fewer than
-  // half the word's letters (or starting with the word).
+  // Suggested: the commands nearest, at most 2 edits away and at most half
+  // the word's length (or starting with the word).
   const size_t limit = std::min<size_t>(2, word.size() / 2);
   size_t best = limit + 1;
   for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
@@ -255,7 +255,7 @@ int main(int argc, char** argv) {
       std::cout << app.help();
       return igt::kExitOk;
     }
-    if (argc == 3 && is_command(argv[2])) {
+    if (is_command(argv[2])) {
       std::cout << app.get_subcommand(argv[2])->help("igtcache");
       return igt::kExitOk;
     }

@@ -108,6 +108,7 @@ class HeldWarnings final : public spdlog::sinks::base_sink<std::mutex> {
 
  protected:
   void sink_it_(const spdlog::details::log_msg& m) override {
+    if (m.level != spdlog::level::warn) return;  // errors: printed as they come (the stderr sink)
     std::string_view text(m.payload.data(), m.payload.size());
     if (text.starts_with("igtcache: ")) text.remove_prefix(10);  // the Reporter says it
     if (held_.size() < kMaxHeld) held_.emplace_back(text);
