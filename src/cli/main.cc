@@ -202,7 +202,7 @@ int main(int argc, char** argv) {
   igt::WarmArgs wa;
   auto* warm = app.add_subcommand("warm", "Fetch files or directories of a mount into its cache");
   warm->add_option("PATH", wa.paths, "Files or directories inside an igtcache mount")->required();
-  warm->add_option("-j,--jobs", wa.jobs, "Parallel readers (default 8)")->check(whole_in_range(1, 1024));
+  warm->add_option("-j,--jobs", wa.jobs, "Parallel readers (default 8)")->check(whole_in_range(1, 256));
   bool warm_quiet = false;
   warm->add_flag("-q,--quiet", warm_quiet, "No progress output, only the summary");
 

@@ -70,8 +70,8 @@ Result<double> ParseRatio(const std::string& s) {
 const std::vector<Key>& Schema() {
   static const std::vector<Key> k = {
       {"cache.dir", Type::kString, "",
-       "Cache directory (unit files + RocksDB index). Empty: $XDG_CACHE_HOME/igtcache or "
-       "~/.cache/igtcache. Created 0700; refused if group- or world-writable or owned by another user. "
+       "Cache directory (unit files + RocksDB index). Empty: $XDG_CACHE_HOME/igtcache, else "
+       "~/.cache/igtcache, else /var/cache/igtcache without $HOME. Created 0700; refused if group- or world-writable or owned by another user. "
        "One daemon per directory (lock file).",
        nullptr, SET_STR(cache.dir)},
       {"cache.max_bytes", Type::kSize, "10G",
