@@ -3,6 +3,7 @@
 #include <cctype>
 
 #include "backends/s3/s3_backend.h"
+#include "backends/s3/s3_xml.h"
 #include "igtcache/backends.h"
 
 namespace igt {
@@ -37,16 +38,7 @@ Result<SourceUrl> ParseSourceUrl(std::string_view url) {
     // Percent-escapes decoded, as in any file URL (RFC 8089; what Python's
     // Path.as_uri() and curl write and read): "%20" is a space, "%25" a '%'.
     // A '%' not followed by two hex digits is taken as it is.
-    std::string path;
-    for (size_t i = 0; i < rest.size(); ++i) {
-      if (rest[i] == '%' && i + 2 < rest.size() && std::isxdigit(static_cast<unsigned char>(rest[i + 1])) &&
-          std::isxdigit(static_cast<unsigned char>(rest[i + 2]))) {
-        path.push_back(static_cast<char>(std::stoi(std::string(rest.substr(i + 1, 2)), nullptr, 16)));
-        i += 2;
-      } else {
-        path.push_back(rest[i]);
-      }
-    }
+    const std::string path = *s3::UrlDecode(rest, /*plus_is_space=*/false, /*keep_bad_escapes=*/true);
     if (path.find('\0') != std::string::npos)
       return Err(Status::InvalidArgument("file URL '" + std::string(url) + "' decodes to a path with a NUL byte"));
     // Normalise: collapse "//" and drop trailing '/', but keep "/" itself.

@@ -46,7 +46,7 @@ std::string StripQuotes(std::string_view s) {
   return std::string(s);
 }
 
-Result<std::string> UrlDecode(std::string_view s, bool plus_is_space) {
+Result<std::string> UrlDecode(std::string_view s, bool plus_is_space, bool keep_bad_escapes) {
   std::string out;
   out.reserve(s.size());
   auto hexval = [](char c) -> int {
@@ -59,7 +59,9 @@ Result<std::string> UrlDecode(std::string_view s, bool plus_is_space) {
     char c = s[i];
     if (c == '%') {
       if (i + 2 >= s.size() || hexval(s[i + 1]) < 0 || hexval(s[i + 2]) < 0) {
-        return Err(Status::Corruption("bad percent-escape in '" + std::string(s) + "'"));
+        if (!keep_bad_escapes) return Err(Status::Corruption("bad percent-escape in '" + std::string(s) + "'"));
+        out.push_back(c);
+        continue;
       }
       out.push_back(static_cast<char>(hexval(s[i + 1]) * 16 + hexval(s[i + 2])));
       i += 2;

@@ -37,8 +37,10 @@ S3Error ParseErrorXml(std::string_view xml);
 // "2009-10-12T17:50:30.000Z" (fraction optional, 'Z' or +hh:mm) -> ns since epoch.
 Result<int64_t> ParseIso8601Ns(std::string_view s);
 
-// Percent-decoding; plus_is_space turns '+' into ' '. Bad escapes -> Corruption.
-Result<std::string> UrlDecode(std::string_view s, bool plus_is_space);
+// Percent-decoding; plus_is_space turns '+' into ' '. Bad escapes ('%' not
+// followed by two hex digits) -> Corruption, or with keep_bad_escapes kept
+// as they are (a file:// path written plainly).
+Result<std::string> UrlDecode(std::string_view s, bool plus_is_space, bool keep_bad_escapes = false);
 
 // Strips one pair of surrounding double quotes ("\"abc\"" -> "abc").
 std::string StripQuotes(std::string_view s);

@@ -219,9 +219,7 @@ int RunWarm(const WarmArgs& a) {
     uint64_t never_bytes = 0;
     std::erase_if(all, [&](const Item& it) {
       const std::string_view rel = std::string_view(it.path).substr(std::min(it.path.size(), mnt.size() + 1));
-      const engine::PathOverride* best = nullptr;
-      for (const auto& o : overrides)
-        if (o.Covers(rel) && (!best || o.prefix.size() > best->prefix.size())) best = &o;
+      const engine::PathOverride* best = engine::OverrideFor(overrides, rel);
       if (!best || !best->never_cache) return false;
       never_bytes += it.size;
       never.push_back(it);

@@ -375,11 +375,7 @@ Status PolicyEngine::Init() {
 }
 
 const PathOverride* PolicyEngine::OverrideFor(std::string_view path) const {
-  const PathOverride* best = nullptr;
-  for (const auto& o : opts_.policy_file.overrides)
-    if (o.Covers(path) && (!best || o.prefix.size() > best->prefix.size()))
-      best = &o;
-  return best;
+  return engine::OverrideFor(opts_.policy_file.overrides, path);
 }
 
 bool PolicyEngine::Admit(std::string_view path) const {

@@ -317,10 +317,11 @@ Result<PolicyFile> LoadPolicyFile(const std::string& path, PolicyFileUse use) {
   if (fd < 0) return Err(Status::NotFound(fmt::format("cannot open '{}': {}", path, std::strerror(errno))));
   struct stat st {};
   const char* kind = nullptr;
+  const bool pipe_ok = use == PolicyFileUse::kOnce;
   if (::fstat(fd, &st) != 0) kind = "unreadable";
   else if (S_ISDIR(st.st_mode)) kind = "a directory";
-  else if (S_ISFIFO(st.st_mode) && use == PolicyFileUse::kOnce) kind = nullptr;
-  else if (!S_ISREG(st.st_mode)) kind = S_ISFIFO(st.st_mode) ? "a FIFO" : "a device";
+  else if (S_ISFIFO(st.st_mode) && !pipe_ok) kind = "a FIFO";
+  else if (!S_ISREG(st.st_mode) && !S_ISFIFO(st.st_mode)) kind = "a device";
   if (kind) {
     ::close(fd);
     return Err(Status::InvalidArgument(fmt::format(

@@ -67,6 +67,15 @@ struct PathOverride {
   }
 };
 
+// The override that applies to `path`: the longest prefix covering it (the
+// first listed of equal ones), or none. The engine's and `igtcache warm`'s.
+inline const PathOverride* OverrideFor(const std::vector<PathOverride>& overrides, std::string_view path) {
+  const PathOverride* best = nullptr;
+  for (const auto& o : overrides)
+    if (o.Covers(path) && (!best || o.prefix.size() > best->prefix.size())) best = &o;
+  return best;
+}
+
 inline constexpr uint64_t kMaxAllocationPeriodMs = 3'600'000;  // an hour
 
 struct PolicyFile {

@@ -162,11 +162,17 @@ DetectResult Detect(const DetectInput& in, const StreamConfig& cfg) {
 
   // --- Sequential: per-reader "next" steps. ---
   {
-    // Readers with one sample in the window (a process per file).
+    // Readers with one sample in the window (a process per file): the
+    // window's pids sorted once, and only when a new reader asks (long-lived
+    // readers ask a handful of times per window).
     thread_local std::vector<uint32_t> by_pid;
-    by_pid.assign(in.pids.begin(), in.pids.begin() + static_cast<std::ptrdiff_t>(n));
-    std::sort(by_pid.begin(), by_pid.end());
+    bool sorted_pids = false;
     auto once = [&](uint32_t p) {
+      if (!sorted_pids) {
+        by_pid.assign(in.pids.begin(), in.pids.begin() + static_cast<std::ptrdiff_t>(n));
+        std::sort(by_pid.begin(), by_pid.end());
+        sorted_pids = true;
+      }
       const auto [lo, hi] = std::equal_range(by_pid.begin(), by_pid.end(), p);
       return hi - lo == 1;
     };
