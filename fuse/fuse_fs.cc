@@ -759,7 +759,7 @@ void FuseFs::SendInvalidations() {
 }
 
 void FuseFs::NoteChanged(uint64_t ino, const std::string& key, const std::string& etag) {
-  if (!ns_->NoteChanged(ino, key, etag)) return;
+  ns_->NoteChanged(key, etag);
   auto entry = ns_->EntryOf(ino);
   if (!entry) return;
   std::unique_lock lk(watch_mu_);

@@ -607,10 +607,10 @@ std::shared_ptr<const DirListing> Namespace::CachedListing(const std::string& di
   return it == listings_.end() ? nullptr : it->second;
 }
 
-bool Namespace::NoteChanged(uint64_t ino, const std::string& key, const std::string& etag) {
+void Namespace::NoteChanged(const std::string& key, const std::string& etag) {
   const auto [dir_view, name] = SplitKey(key);
   const std::string dir(dir_view);
-  bool listed = false, marked = false;
+  bool marked = false;
   {
     std::lock_guard lk(listings_mu_);
     auto it = listings_.find(dir);
@@ -618,7 +618,7 @@ bool Namespace::NoteChanged(uint64_t ino, const std::string& key, const std::str
     // Once per version: after the relist the listing no longer names it. A
     // listing dropped from memory (KeepListingLocked) cannot tell: its copy
     // in the index may name that version, so the directory is listed again.
-    listed = it == listings_.end() || (e && !e->is_dir && e->etag == etag);
+    const bool listed = it == listings_.end() || (e && !e->is_dir && e->etag == etag);
     if (listed && !changed_.contains(dir)) {
       changed_[dir] = ++changed_seq_;
       marked = true;
@@ -631,9 +631,6 @@ bool Namespace::NoteChanged(uint64_t ino, const std::string& key, const std::str
     // reach the kernel without waiting for a lookup there.
     QueueBackground({dir}, /*descend=*/false, /*front=*/true);
   }
-  std::lock_guard lk(mu_);
-  auto n = inodes_.find(ino);
-  return listed || (n != inodes_.end() && n->second.superseded);
 }
 
 std::optional<std::pair<uint64_t, std::string>> Namespace::EntryOf(uint64_t ino) const {

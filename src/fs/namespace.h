@@ -184,15 +184,17 @@ class Namespace {
   // The entry of object `key` from its parent's in-memory listing, if any.
   std::optional<DirEntry> CachedEntry(const std::string& key);
 
-  // A read of inode `ino`, version `etag` of `key`, found that the bucket no
+  // A read of version `etag` of `key` found that the bucket no
   // longer has that version (changed or deleted). If the directory's listing
   // still lists it, the listing is marked out of date and listed again at
   // once in the background: lookups in the directory wait for it (no stale
   // listing served, no TTL waited out); later notes of the same version do
-  // not mark it again.
-  // True if the kernel's entry for the name should be dropped: the listing
-  // (marked) still names this version, or the name leads to another inode.
-  bool NoteChanged(uint64_t ino, const std::string& key, const std::string& etag);
+  // not mark it again. The kernel's entry for the name should be dropped
+  // either way: the listing still names this version (marked), or the name
+  // leads to another inode or nowhere. (It returned that as a flag, false
+  // while a relisting had replaced the listing but no lookup had yet given
+  // the name its new inode: a race a CI run hit.)
+  void NoteChanged(const std::string& key, const std::string& etag);
   // The parent inode and name of inode `ino` (for the kernel's entry cache).
   std::optional<std::pair<uint64_t, std::string>> EntryOf(uint64_t ino) const;
 
