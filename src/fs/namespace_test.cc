@@ -253,7 +253,9 @@ TEST_CASE("listings persist in the BlockStore: a new Namespace within the TTL do
     const auto cbor = nlohmann::json::to_cbor(j);
     REQUIRE((*store)->PutMeta("l/", std::string(cbor.begin(), cbor.end())).ok());
     fb.ResetCounts();
-    Namespace ns(&fb, store->get(), nullptr, Namespace::Options{60000});
+    // stale_wait_ms long: the lookup waits for the refresh however late the
+    // background thread runs it (the default 1 s would serve the stale one).
+    Namespace ns(&fb, store->get(), nullptr, Namespace::Options{.ttl_ms = 60000, .stale_wait_ms = 60000});
     CHECK(ns.Lookup(Namespace::kRootIno, "x").has_value());
     CHECK_FALSE(ns.Lookup(Namespace::kRootIno, "old").has_value());
     CHECK(fb.counts().lists == 1);
@@ -587,9 +589,13 @@ TEST_CASE("the walk prefetch's descent stops with the walk, kWalkAhead listings 
   for (const char* p : {"t", "t/a", "t/a/a"}) read(p);
   const uint64_t before = fb.counts().lists;
   read("t/a/b");  // a walk: t/a/b's subtree is what it reaches next
-  // Until the background has nothing left to do (no new LIST for 300 ms).
+  // The walk's first listings (t/a/b's subdirectories), however late its
+  // threads start, then until the background has nothing left to do (no
+  // new LIST for 300 ms).
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (fb.counts().lists < before + 1 + 4 && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   uint64_t last = 0, now = fb.counts().lists;
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   do {
     last = now;
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
@@ -758,7 +764,8 @@ TEST_CASE("a relisting in the background of a listing not in memory tells its re
     REQUIRE(ns.ReadDir(e->ino).has_value());
   }
   bool told = false;
-  for (int i = 0; i < 500 && !told; ++i) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!told && std::chrono::steady_clock::now() < until) {
     {
       std::lock_guard lk(mu);
       for (const auto& [dir, gone] : calls) told = told || (dir == "top/c" && gone == std::vector<std::string>{"old.bin"});
@@ -823,7 +830,10 @@ TEST_CASE("a directory deleted from the bucket keeps its attributes for those ho
   mem->Put("d/a.bin", "a");
   mem->Put("keep.bin", "k");
   FakeClockMs clock;
-  Namespace ns(mem.get(), nullptr, nullptr, Namespace::Options{.ttl_ms = 1000, .clock_ms = clock.fn()});
+  // stale_wait_ms long: a stale listing's refresh is waited for, however
+  // late the background thread runs it.
+  Namespace ns(mem.get(), nullptr, nullptr,
+               Namespace::Options{.ttl_ms = 1000, .stale_wait_ms = 60000, .clock_ms = clock.fn()});
   auto d = ns.Lookup(Namespace::kRootIno, "d");
   REQUIRE(d.has_value());
   mem->Delete("d/a.bin");

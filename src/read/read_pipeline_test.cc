@@ -747,6 +747,11 @@ TEST_CASE("what cannot be kept is fetched by the part read, not by the whole uni
 
 TEST_CASE("a reader's read that failed for the backend fails again at once for that reader, once") {
   Fixture f(true);  // 64 KiB units
+  // A memo that outlives a slow machine's test (the default 3 s could
+  // expire between the failure and its repeat; "expired" below tests that).
+  f.pipe = std::make_unique<ReadPipeline>(
+      f.fb.get(), f.store.get(), &f.metrics,
+      ReadPipeline::Options{.unit_size = 64 << 10, .max_request_bytes = 256 << 10, .failure_memo_ms = 600000});
   const std::string data = Pattern(300 << 10, 9);
   f.mem->Put("x", data);
   auto x = f.Version("x");

@@ -229,14 +229,14 @@ def change_found_by_a_read(s, srv):
     # background: the other changes reach stat with no lookup there (before
     # 2026-11-28 only the next lookup relisted, and until then stat of
     # now/c.bin kept the old size, for up to the TTL). Polled.
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 30
     while os.stat(mnt / "now/c.bin").st_size != 3000 and time.monotonic() < deadline:
         time.sleep(0.1)
     check(os.stat(mnt / "now/c.bin").st_size == 3000,
           "now/c.bin: stat gives the new size after the failed read of another name, with no lookup there")
     # The next opens: v2, and ENOENT. Polled: the kernel's entry is dropped
     # by a notification sent right after the failed read.
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 30
     while True:
         got, e = try_read(mnt / "now/a.bin")
         gone = not (mnt / "now/gone.bin").exists()
@@ -249,7 +249,7 @@ def change_found_by_a_read(s, srv):
     # The relisting's other changes reach stat as they reach readdir: the
     # kernel's entries of changed names are dropped too (before 2026-11-28
     # stat kept the old size for the rest of the TTL, readdir the new).
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 30
     while os.stat(mnt / "now/b.bin").st_size != 2000 and time.monotonic() < deadline:
         time.sleep(0.1)
     check(os.stat(mnt / "now/b.bin").st_size == 2000, "now/b.bin: stat gives the relisted size, as readdir does")
