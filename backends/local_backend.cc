@@ -22,6 +22,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include "igtcache/backends.h"
 
@@ -297,16 +298,23 @@ class LocalBackend final : public Backend {
     struct stat st {};
     if (::fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) return false;
     std::optional<int64_t> btime_ns;  // of the link's target
+    // Each hidden entry told at debug level: a user missing a name can
+    // find out why.
+    auto hidden = [&](const char* why) {
+      spdlog::debug("'{}' in the source is hidden: {}", rel_key, why);
+      return false;
+    };
     if (S_ISLNK(st.st_mode)) {
       auto real = Resolve(rel_key);
-      if (!real) return false;  // dangling or outside the root
-      if (::stat(real->c_str(), &st) != 0) return false;
+      if (!real) return hidden("a symbolic link that dangles or leads outside the source");
+      if (::stat(real->c_str(), &st) != 0) return hidden("a symbolic link whose target cannot be read");
       if (S_ISREG(st.st_mode)) btime_ns = BirthNs(AT_FDCWD, real->c_str(), 0);
       // A link to this directory or one above it on the listed path
       // ("loop -> .", "up -> ..", or a -> ../c beside c/d -> ../a) would
       // show an endless tree (loop/loop/...), each level with new inodes,
       // which find, du and `igtcache warm` cannot tell for a cycle.
-      if (S_ISDIR(st.st_mode) && path_dirs.contains({st.st_dev, st.st_ino})) return false;
+      if (S_ISDIR(st.st_mode) && path_dirs.contains({st.st_dev, st.st_ino}))
+        return hidden("a symbolic link to a directory above it (a loop)");
     }
     if (S_ISREG(st.st_mode)) {
       e->key = rel_key;
@@ -316,7 +324,7 @@ class LocalBackend final : public Backend {
       e->key = rel_key + "/";
       e->dir = true;
     } else {
-      return false;  // sockets, FIFOs, devices
+      return hidden("not a regular file or directory (a FIFO, socket or device)");
     }
     e->st = st;
     return true;

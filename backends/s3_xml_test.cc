@@ -61,6 +61,25 @@ TEST_CASE("ParseListObjectsV2: without EncodingType '+' and '%' are literal", "[
   CHECK(r->objects[0].key == "a+b%20");
 }
 
+TEST_CASE("ParseListObjectsV2: raw keys keep a carriage return, and a key of spaces", "[xml]") {
+  // A server that ignores encoding-type=url (s3rver) sends control bytes
+  // raw; XML's end-of-line rule would make "\r" and "\r\n" a "\n", and the
+  // file would be shown under a name no GET finds.
+  const std::string xml = "<ListBucketResult><IsTruncated>false</IsTruncated>"
+                          "<Contents><Key>d/cr\rx</Key><Size>1</Size></Contents>"
+                          "<Contents><Key>d/crlf\r\nx</Key><Size>1</Size></Contents>"
+                          "<Contents><Key> </Key><Size>1</Size></Contents>"
+                          "<CommonPrefixes><Prefix>p\r/</Prefix></CommonPrefixes></ListBucketResult>";
+  auto r = ParseListObjectsV2(xml);
+  REQUIRE(r);
+  REQUIRE(r->objects.size() == 3);
+  CHECK(r->objects[0].key == "d/cr\rx");
+  CHECK(r->objects[1].key == "d/crlf\r\nx");
+  CHECK(r->objects[2].key == " ");
+  REQUIRE(r->prefixes.size() == 1);
+  CHECK(r->prefixes[0] == "p\r/");
+}
+
 TEST_CASE("ParseListObjectsV2: empty result", "[xml]") {
   auto r = ParseListObjectsV2(R"(<?xml version="1.0" encoding="UTF-8"?>
 <ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/"><Name>b</Name><Prefix>nothing/</Prefix>

@@ -127,9 +127,15 @@ Result<int64_t> ParseIso8601Ns(std::string_view s) {
   return ns;
 }
 
+// pugixml's defaults, less the end-of-line normalization (a "\r" in a key
+// became "\n": a server that ignores encoding-type=url, s3rver among them,
+// sends keys raw, and the file was shown under another name, every read of
+// it failing), and with a text that is only whitespace kept (a key " ").
+constexpr unsigned kXmlParse = (pugi::parse_default | pugi::parse_ws_pcdata_single) & ~pugi::parse_eol;
+
 Result<ListObjectsResult> ParseListObjectsV2(std::string_view xml) {
   pugi::xml_document doc;
-  pugi::xml_parse_result pr = doc.load_buffer(xml.data(), xml.size());
+  pugi::xml_parse_result pr = doc.load_buffer(xml.data(), xml.size(), kXmlParse);
   if (!pr) {
     return Err(Status::Corruption(std::string("malformed ListObjectsV2 XML: ") + pr.description() +
                                   " at offset " + std::to_string(pr.offset)));
@@ -198,7 +204,7 @@ S3Error ParseErrorXml(std::string_view xml) {
   S3Error e;
   if (xml.empty()) return e;
   pugi::xml_document doc;
-  if (!doc.load_buffer(xml.data(), xml.size())) return e;
+  if (!doc.load_buffer(xml.data(), xml.size(), kXmlParse)) return e;
   pugi::xml_node root = doc.document_element();
   if (!root || LocalName(root) != "Error") return e;
   e.code = ChildText(root, "Code");

@@ -298,12 +298,9 @@ Result<std::shared_ptr<const DirListing>> Namespace::FetchListing(const std::str
   auto hide = [&](std::string_view key) {
     if (++skipped > 3) return;
     if (!examples.empty()) examples += ", ";
-    examples += '\'';
-    for (unsigned char c : key) {  // control bytes shown, not written to the log
-      if (c < 0x20 || c == 0x7f) examples += fmt::format("\\x{:02x}", c);
-      else examples.push_back(static_cast<char>(c));
-    }
-    examples += '\'';
+    // Raw: the mount's log escapes control bytes and backslashes itself
+    // (escaped here too, a NUL was logged as "\x5cx00").
+    examples += fmt::format("'{}'", key);
   };
   do {
     if (stopping_.load()) return Err(Status::Unavailable("unmounting"));
@@ -331,9 +328,20 @@ Result<std::shared_ptr<const DirListing>> Namespace::FetchListing(const std::str
     }
     req.continuation_token = page->next_token;
   } while (!req.continuation_token.empty());
-  if (skipped)
-    spdlog::warn("listing of '{}/': {} key(s) with names unsafe for a file system are hidden: {}{}", dir_key,
-                 skipped, examples, skipped > 3 ? ", ..." : "");
+  if (skipped) {
+    // Once per directory and mount, then at debug level: a directory
+    // relisted every TTL repeated it.
+    bool first = false;
+    {
+      std::lock_guard lk(hidden_warned_mu_);
+      if (hidden_warned_.size() >= 4096) hidden_warned_.clear();
+      first = hidden_warned_.insert(dir_key).second;
+    }
+    spdlog::log(first ? spdlog::level::warn : spdlog::level::debug,
+                "listing of {}: {} key(s) with names unsafe for a file system are hidden: {}{}",
+                dir_key.empty() ? std::string("the top directory") : "'" + dir_key + "/'", skipped, examples,
+                skipped > 3 ? ", ..." : "");
+  }
   listing->entries.reserve(merged.size());
   for (auto& [_, e] : merged) listing->entries.push_back(std::move(e));
   merged.clear();  // before the encoding below: a huge directory held both at once

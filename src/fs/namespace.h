@@ -358,6 +358,9 @@ class Namespace {
   // Directories a read found out of date (NoteChanged), with the note's
   // number: cleared by a listing fetched after the latest note.
   std::unordered_map<std::string, uint64_t> changed_;
+  // Directories whose hidden keys were warned about (FetchListing).
+  std::mutex hidden_warned_mu_;
+  std::unordered_set<std::string> hidden_warned_;
   uint64_t changed_seq_ = 0;
   std::atomic<bool> serving_stale_{false};  // for one warning per outage
   std::atomic<uint64_t> listing_seq_{0};    // the last DirListing::seq given
