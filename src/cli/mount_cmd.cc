@@ -711,7 +711,7 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
           spdlog::warn("policy: SIGHUP ignored: no policy.file is configured (the built-in 'training' profile "
                        "is in use); name one in the config to reload it");
         } else {
-          auto pf = engine::LoadPolicyFile(cfg.policy.file, engine::PolicyFileUse::kMount);
+          auto pf = engine::LoadPolicyFile(cfg.policy.file, engine::PolicyFileUse::kReload);
           if (pf)
             for (const auto& w : engine::PolicyWarnings(*pf, cfg.policy.file, cfg.cache.max_bytes))
               spdlog::warn("policy: {}", w);

@@ -234,7 +234,15 @@ std::string StatsTable(const nlohmann::json& j, const nlohmann::json* prev, doub
   line("errors", fmt::format("read {}, backend {}, cache write {}, cache read {}, corrupt units {}",
                              U(j, "read_errors"), U(j, "backend_errors"), U(j, "cache_write_errors"),
                              U(j, "cache_read_errors"), U(j, "cache_corruptions")));
-  // A SIGHUP reload that failed kept the old policy: said here as in the log.
+  // The policy in force (a user can see that a profile took) and, if the
+  // latest SIGHUP reload failed, that the old one is kept, as the log says.
+  if (auto e = j.find("engine"); e != j.end() && e->is_object()) {
+    const std::string profile = e->value("profile", std::string());
+    const uint64_t reloads = U(*e, "policy_reloads");
+    line("policy", fmt::format("{}{}{}", e->value("policy", std::string("?")),
+                               profile.empty() ? "" : ", profile " + profile,
+                               reloads ? fmt::format(", reloaded {} times", reloads) : ""));
+  }
   if (auto e = j.find("engine"); e != j.end() && e->is_object())
     if (const std::string err = e->value("policy_reload_error", std::string()); !err.empty())
       line("policy", fmt::format("the last reload failed ({} failed in all), the old policy is in use: {}",

@@ -18,6 +18,8 @@
 #include <numeric>
 #include <random>
 #include <deque>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <set>
 #include <thread>
@@ -1491,6 +1493,40 @@ TEST_CASE("a policy file is a regular file for a mount, a pipe too for a one-sho
   CHECK_THAT(d.error().message(), Catch::Contains("is a directory"));
   ::unlink(fifo.c_str());
   ::rmdir(dir);
+}
+
+TEST_CASE("an empty policy file is the training profile, but not on a SIGHUP reload", "[engine][yaml]") {
+  char dir[] = "/tmp/igt_pf_XXXXXX";
+  REQUIRE(::mkdtemp(dir));
+  const std::string path = std::string(dir) + "/p.yaml";
+  for (const char* text : {"", "# only a comment\n", "---\n"}) {
+    INFO(text);
+    {
+      std::ofstream(path) << text;
+    }
+    auto m = LoadPolicyFile(path, PolicyFileUse::kMount);
+    REQUIRE(m.has_value());
+    CHECK(m->profile == "training");
+    // A file being rewritten (truncated, then written) reads empty for a
+    // moment: a reload then would drop every pin and never_cache.
+    auto r = LoadPolicyFile(path, PolicyFileUse::kReload);
+    REQUIRE_FALSE(r.has_value());
+    CHECK_THAT(r.error().message(), Catch::Contains("is empty") && Catch::Contains("policy in force stays"));
+  }
+  {
+    std::ofstream(path) << "profile: serving\n";
+  }
+  auto r = LoadPolicyFile(path, PolicyFileUse::kReload);
+  REQUIRE(r.has_value());
+  CHECK(r->profile == "serving");
+  // Broken YAML on reload: the parser's error, with its line.
+  {
+    std::ofstream(path) << "patterns: [\n";
+  }
+  r = LoadPolicyFile(path, PolicyFileUse::kReload);
+  REQUIRE_FALSE(r.has_value());
+  CHECK_THAT(r.error().message(), Catch::Contains("p.yaml:"));
+  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("a policy file with a key given twice is refused, naming it", "[engine][yaml]") {

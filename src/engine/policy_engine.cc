@@ -1959,6 +1959,7 @@ EngineStats PolicyEngine::Stats() const {
   s.allocations = allocations_;
   s.victim_stream_switches = switches_;
   s.policy_reloads = reloads_;
+  if (mode_igt_) s.profile = opts_.policy_file.profile;
   s.readers = reader_end_.size();
   s.files = files_.size();
   s.gone_files = gone_files_;
@@ -2006,6 +2007,7 @@ nlohmann::json ToJson(const EngineStats& s) {
   j["allocations"] = s.allocations;
   j["victim_stream_switches"] = s.victim_stream_switches;
   j["policy_reloads"] = s.policy_reloads;
+  j["profile"] = s.profile;
   j["readers"] = s.readers;
   j["files"] = s.files;
   j["gone_files"] = s.gone_files;

@@ -113,6 +113,7 @@ struct EngineStats {
   uint64_t allocations = 0;         // allocation periods run
   uint64_t victim_stream_switches = 0;
   uint64_t policy_reloads = 0;      // SetPolicyFile calls that succeeded
+  std::string profile;              // the policy file's profile (igt), "" for a baseline
   uint64_t readers = 0;             // (pid, file) read cursors tracked
   uint64_t files = 0;               // file records (PolicyEngine::file_records)
   uint64_t gone_files = 0;          // files with a record NoteGone found gone, since start

@@ -310,8 +310,14 @@ Result<PolicyFile> LoadPolicyFile(const std::string& path, PolicyFileUse use) {
   // its maintenance thread, and a FIFO nobody writes to held that thread
   // (and the unmount waiting for it) for good. A mount takes a regular file
   // only; a one-shot reader (`config --check`, `sim`) a pipe too (`<(...)`,
-  // /dev/stdin), opened again to wait for its writer as any reader would.
-  int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  // /dev/stdin), opened blocking to wait for its writer as any reader would.
+  // (Opened without blocking first, then again, the writer already waiting
+  // was let through by the first open, wrote into a pipe that closed under
+  // it, and the second open waited for a writer that was gone: an engine
+  // test hung so.)
+  struct stat pre {};
+  const bool fifo_once = use == PolicyFileUse::kOnce && ::stat(path.c_str(), &pre) == 0 && S_ISFIFO(pre.st_mode);
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | (fifo_once ? 0 : O_NONBLOCK));
   if (fd < 0 && errno == ENXIO)
     return Err(Status::InvalidArgument(fmt::format("'{}' is a socket, not a policy file (a regular file)", path)));
   if (fd < 0) return Err(Status::NotFound(fmt::format("cannot open '{}': {}", path, std::strerror(errno))));
@@ -326,9 +332,9 @@ Result<PolicyFile> LoadPolicyFile(const std::string& path, PolicyFileUse use) {
     ::close(fd);
     return Err(Status::InvalidArgument(fmt::format(
         "'{}' is {}, not a policy file (a regular file{})", path, kind,
-        use == PolicyFileUse::kMount && S_ISFIFO(st.st_mode) ? ": a mount reads it again on SIGHUP" : "")));
+        use != PolicyFileUse::kOnce && S_ISFIFO(st.st_mode) ? ": a mount reads it again on SIGHUP" : "")));
   }
-  if (S_ISFIFO(st.st_mode)) {
+  if (S_ISFIFO(st.st_mode) && !fifo_once) {  // made a FIFO since the stat: opened again, blocking
     ::close(fd);
     fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) return Err(Status::NotFound(fmt::format("cannot open '{}': {}", path, std::strerror(errno))));
@@ -346,6 +352,19 @@ Result<PolicyFile> LoadPolicyFile(const std::string& path, PolicyFileUse use) {
   }
   ::close(fd);
   if (err) return Err(Status::IoError(fmt::format("cannot read '{}': {}", path, std::strerror(err))));
+  if (use == PolicyFileUse::kReload) {
+    bool empty = false;
+    try {
+      const YAML::Node root = YAML::Load(text);
+      empty = !root || root.IsNull();
+    } catch (const YAML::Exception&) {
+      // ParsePolicyFile names the error.
+    }
+    if (empty)
+      return Err(Status::InvalidArgument(fmt::format(
+          "'{}' is empty (no profile, patterns or overrides): a file being rewritten reads so for a moment, so "
+          "the policy in force stays; write 'profile: training' for the built-in defaults", path)));
+  }
   return ParsePolicyFile(text, path);
 }
 

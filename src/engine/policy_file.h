@@ -99,9 +99,11 @@ std::vector<std::string> PolicyProfileNames();
 
 // Parses YAML text; `origin` names the file in errors.
 Result<PolicyFile> ParsePolicyFile(const std::string& yaml_text, const std::string& origin);
-// Who reads a policy file: a mount (again on each SIGHUP: a regular file
-// only) or a one-shot reader (`config --check`, `sim`: a pipe too).
-enum class PolicyFileUse { kMount, kOnce };
+// Who reads a policy file: a mount at its start or on a SIGHUP (a regular
+// file only; on a SIGHUP an empty one is refused: a file being rewritten
+// reads empty for a moment, and would drop every pin and never_cache), or a
+// one-shot reader (`config --check`, `sim`: a pipe too).
+enum class PolicyFileUse { kMount, kReload, kOnce };
 // Reads and parses a file; "" gives the "training" profile.
 Result<PolicyFile> LoadPolicyFile(const std::string& path, PolicyFileUse use);
 // Warnings for overrides of `pf` (read from `origin`): a quota at or above

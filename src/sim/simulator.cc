@@ -735,9 +735,13 @@ Result<nlohmann::json> RunSim(const SimOptions& o) {
     pf = *o.policy_file;
   } else {
     auto loaded = engine::LoadPolicyFile(cfg->policy.file, engine::PolicyFileUse::kOnce);
+    // Named as a mount and `config --check` name it: the config file first.
     if (!loaded)
-      return Err(Status(loaded.error().code(), "config key 'policy.file': " + loaded.error().message()));
+      return Err(Status(loaded.error().code(), (o.config_path.empty() ? "" : o.config_path + ": ") +
+                                                   "config key 'policy.file': " + loaded.error().message()));
     pf = *loaded;
+    if (o.warn && o.policy == "igt")
+      for (const auto& w : engine::PolicyWarnings(pf, cfg->policy.file, o.cache_bytes)) o.warn(w);
   }
   auto tr = LoadTrace(o.trace_path, o.listing_path);
   if (!tr) return Err(tr.error());

@@ -44,6 +44,7 @@
 // Thread-safety: RunSim is reentrant.
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -68,6 +69,10 @@ struct SimOptions {
   bool unit_bytes_set = false;
   // Overrides the config's policy.file (tests).
   std::optional<engine::PolicyFile> policy_file;
+  // If set, given the policy file's warnings for --policy igt (a quota not
+  // below --cache-size, a prefix written with a leading '/'), as a mount
+  // and `config --check` tell them.
+  std::function<void(const std::string&)> warn;
 
   // Backend model. Defaults: S3 Standard as DESIGN.md sec. 8 models it.
   double latency_ms = 25;                  // to first byte

@@ -242,6 +242,22 @@ def main():
         r = subprocess.run([harness.igtcache_bin(), "config", "--check", str(cq)], capture_output=True, text=True)
         check(r.returncode == 0 and "never applies" in r.stderr,
               f"config --check: a quota above the cache size warns ({r.returncode}, {r.stderr.strip()[:120]!r})")
+        # `sim --config` too (before 2026-11-29 it said nothing of the quota,
+        # and its error for a bad policy file left out the config file).
+        trace = s.write_config("t.csv", "time_us,pid,path,offset,length,file_size\n0,1,train/a,0,10,10\n")
+        r = subprocess.run([harness.igtcache_bin(), "sim", "--trace", str(trace), "--cache-size", "64M",
+                            "--config", str(cq)], capture_output=True, text=True)
+        check(r.returncode == 0 and "never applies" in r.stderr,
+              f"sim --config: a quota above the cache size warns ({r.returncode}, {r.stderr.strip()[:120]!r})")
+        badpol = s.write_config("bad_pol.yaml", "patterns:\n  random: {eviction: kep}\n")
+        cb = s.write_config("badpol.yaml", f"policy:\n  file: {badpol}\n")
+        outs = [subprocess.run([harness.igtcache_bin(), *cmd], capture_output=True, text=True)
+                for cmd in (["config", "--check", str(cb)],
+                            ["sim", "--trace", str(trace), "--cache-size", "64M", "--config", str(cb)])]
+        check(all(o.returncode == 2 and f"{cb}: config key 'policy.file'" in o.stderr and "kep" in o.stderr
+                  for o in outs),
+              f"a bad policy file: config --check and sim name the config file, the key and the value "
+              f"({[(o.returncode, o.stderr.strip()[:100]) for o in outs]})")
         v6 = s.write_config("v6.yaml", 'metrics:\n  addr: "[::1]:0"\n')
         r = subprocess.run([harness.igtcache_bin(), "config", "--check", str(v6)], capture_output=True, text=True)
         check(r.returncode == 0 or (r.returncode == 2 and "IPv6" in r.stderr and "metrics.addr" in r.stderr),
