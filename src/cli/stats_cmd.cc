@@ -241,7 +241,9 @@ std::string StatsTable(const nlohmann::json& j, const nlohmann::json* prev, doub
     const uint64_t reloads = U(*e, "policy_reloads");
     line("policy", fmt::format("{}{}{}", e->value("policy", std::string("?")),
                                profile.empty() ? "" : ", profile " + profile,
-                               reloads ? fmt::format(", reloaded {} times", reloads) : ""));
+                               reloads == 1 ? ", reloaded once"
+                               : reloads   ? fmt::format(", reloaded {} times", reloads)
+                                           : ""));
   }
   if (auto e = j.find("engine"); e != j.end() && e->is_object())
     if (const std::string err = e->value("policy_reload_error", std::string()); !err.empty())

@@ -558,6 +558,58 @@ TEST_CASE("a small directory read skewed is warmed while it fits in free space",
   CHECK(warmed(6) == 0);    // 6 MiB: they do not fit, nothing is proposed
 }
 
+TEST_CASE("a warm-up takes in each directory the stream reads from, however late", "[engine]") {
+  // inf/dNN/: 10 directories of 40 items of 16 KiB, read skewed with the
+  // popular items in d00/: the directories are first read one after another,
+  // long after d00/'s files were all cached. Each is warmed once read from.
+  // (A pass with nothing to propose once ended the warm-up for good: only
+  // the directories read before then were warmed.)
+  std::map<std::string, std::vector<ListedFile>> dirs;
+  std::vector<std::string> items;
+  std::vector<ListedFile> top;
+  for (int d = 0; d < 10; ++d) {
+    char dn[32];
+    std::snprintf(dn, sizeof dn, "inf/d%02d/", d);
+    top.push_back({dn, 0, true});
+    for (int i = 0; i < 40; ++i) {
+      items.push_back(std::string(dn) + "i_" + std::to_string(100 + i) + ".bin");
+      dirs[dn].push_back({items.back(), 16 << 10});
+    }
+  }
+  ListingFn listing = [&](std::string_view dir) -> const std::vector<ListedFile>* {
+    if (dir == "inf/") return &top;
+    auto it = dirs.find(std::string(dir));
+    return it == dirs.end() ? nullptr : &it->second;
+  };
+  // One stream over the directories (an override's prefix is one stream).
+  auto pf = ParsePolicyFile("overrides:\n  - {prefix: \"inf/\", pattern: skewed}\n", "p.yaml");
+  REQUIRE(pf.has_value());
+  Harness h("igt", 64, *pf, listing);
+  h.tree.NoteListing("inf/", top.size());
+  for (auto& [d, l] : dirs) h.tree.NoteListing(d, l.size());
+  std::mt19937 rng(3);
+  std::set<std::string> proposed, read_dirs;
+  for (int k = 0; k < 6000; ++k) {
+    const int i = std::min<int>(399, int(std::pow(400.0, std::uniform_real_distribution<>(0, 1)(rng))) - 1);
+    const std::string& p = items[i];
+    read_dirs.insert(p.substr(0, 8));
+    h.now_us += 1000;
+    h.tree.Record(h.now_us, 1, p, 0, 16 << 10, 16 << 10);
+    for (const auto& r : h.engine->OnRead(h.now_us, 1, p, 0, 16 << 10, 16 << 10)) {
+      proposed.insert(r.path);
+      if (!h.engine->Contains(r.path + "#0")) h.engine->OnInsert(r.path + "#0", r.path, 0, 16 << 10, true, h.now_us);
+    }
+    if (!h.engine->Contains(p + "#0")) h.engine->OnInsert(p + "#0", p, 0, 16 << 10, false, h.now_us);
+  }
+  // Proposed: files of the directories read, none of the others.
+  size_t in_read = 0, strays = 0;
+  for (const auto& p : proposed) (read_dirs.contains(p.substr(0, 8)) ? in_read : strays)++;
+  INFO(read_dirs.size() << " directories read, " << in_read << " of their files proposed, " << strays << " others");
+  CHECK(read_dirs.size() >= 8);
+  CHECK(strays == 0);
+  CHECK(in_read >= 30 * read_dirs.size());
+}
+
 // An image folder: `n` class directories "<parent>c10/", ... of `per` one-unit
 // files each, and the listings of the mount root, the parent and the classes.
 struct ClassFolder {

@@ -48,6 +48,7 @@ constexpr uint64_t kEpochItemMaxUnits = 4;
 // pass retries the files still not cached; the warm-up ends with the first
 // pass that finds none to propose.
 constexpr size_t kWarmPerRead = 8;
+constexpr size_t kWarmLookPerRead = 4096;
 constexpr uint32_t kWarmPasses = 16;
 // A warm-up that proposed nothing for this long gives up the space it holds
 // (Allocate).
@@ -318,9 +319,16 @@ struct PolicyEngine::Group {
   bool InReadDir(std::string_view path) const {
     return read_dirs.size() >= PolicyEngine::kMaxReadDirs || read_dirs.contains(ParentDir(path));
   }
-  // A first read from directory `dir`.
-  void NoteReadDir(const std::string& dir) {
+  // A file of the stream read (a new visit, or read before it joined): its
+  // directory is read from. True if that is the first read from it.
+  // (Never forgotten: a later job on the mount reading other directories of
+  // the data set is held to both jobs' items.)
+  bool NoteReadFile(std::string_view path) {
+    if (read_dirs.size() >= PolicyEngine::kMaxReadDirs) return false;
+    std::string dir = ParentDir(path);
+    if (!read_dirs.insert(dir).second) return false;
     if (auto it = dir_items.find(dir); it != dir_items.end()) read_dir_items += it->second;
+    return true;
   }
   bool repeats = false;                // data re-read (scan repeats, several readers)
   // Ghost of recent victims (ids), bounded by the cache capacity in bytes.
@@ -458,8 +466,12 @@ PolicyEngine::Group* PolicyEngine::GetGroup(const std::string& key, int label, c
         JoinGroup(f, &fit->first, raw);
         if (was) left.insert(was);
         // Read already: read in this stream's first epoch too (not an unread
-        // item for epoch prefetching to propose again).
-        if (read) MarkReadThisEpoch(f, raw);
+        // item for epoch prefetching to propose again), and its directory is
+        // one the stream has read from.
+        if (read) {
+          MarkReadThisEpoch(f, raw);
+          raw->NoteReadFile(fit->first);
+        }
       }
     }
     // In scan order: the sets' own order follows addresses, and the new
@@ -976,12 +988,15 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
     // (a live DataLoader, scripts/bench_e2e.sh case 1 at 0.5x: 600 GETs for
     // 456 files in about one run of three). Past kMaxReadDirs directories
     // every listed file may be proposed.
-    if (g->read_dirs.size() < kMaxReadDirs) {
-      std::string dir = ParentDir(path);
-      if (g->read_dirs.insert(dir).second) {
-        g->item_cursor = 0;
-        g->NoteReadDir(dir);
-      }
+    // The warm-up too starts its passes again: its files in directories
+    // not read yet were passed over, and a pass with nothing else to
+    // propose had ended it for good (a stream of model directories warmed
+    // the first one read only).
+    if (g->NoteReadFile(path)) {
+      g->item_cursor = 0;
+      g->warm_cursor = 0;
+      g->warm_passes = 0;
+      g->warm_pass_proposed = 0;
     }
     NewVisit(g, &f, fkey);
     f.epoch_planned = false;
@@ -1079,8 +1094,10 @@ void PolicyEngine::Warm(Group* g, std::vector<PrefetchRange>& plan) {
     warming_.push_back(g);
   }
   uint64_t room = free_bytes;
-  size_t n = 0;
-  while (n < kWarmPerRead) {
+  size_t n = 0, looked = 0;
+  // Files looked at per read, proposed or passed over: a subtree of many
+  // files in directories not read yet is not gone through at every read.
+  while (n < kWarmPerRead && looked++ < kWarmLookPerRead) {
     if (g->warm_cursor >= l->size()) {
       g->warm_cursor = 0;
       // A pass with nothing to propose: every file is cached (or too large).
@@ -1881,7 +1898,10 @@ Status PolicyEngine::SetPolicyFile(PolicyFile pf) {
     const bool read = j.f->group && j.f->group != to && j.f->epoch_read != 0 &&
                       j.f->epoch_read == j.f->group->epoch + 1;
     JoinGroup(*j.f, j.path, to);
-    if (read && j.f->group == to) MarkReadThisEpoch(*j.f, to);
+    if (read && j.f->group == to) {
+      MarkReadThisEpoch(*j.f, to);
+      to->NoteReadFile(*j.path);
+    }
   }
   const bool moved = !joining.empty();
   if (moved)
