@@ -627,9 +627,21 @@ void Namespace::NoteChanged(const std::string& key, const std::string& etag) {
     // listing dropped from memory (KeepListingLocked) cannot tell: its copy
     // in the index may name that version, so the directory is listed again.
     const bool listed = it == listings_.end() || (e && !e->is_dir && e->etag == etag);
-    if (listed && !changed_.contains(dir)) {
+    // A listing fetched since the last note of this version that still
+    // names it (a store whose listings lag its GETs, or a GET failing for
+    // another reason) is not fetched again for 5 s (or the TTL if shorter):
+    // each failed read listed the directory again (a reviewer's key that
+    // the server listed but no GET found: a LIST per read).
+    auto n = noted_.find(key);
+    const int64_t age = it == listings_.end() ? -1 : Now() - it->second->fetched_ms;
+    const bool confirmed = n != noted_.end() && n->second.first == etag && age >= 0 &&
+                           it->second->fetched_ms >= n->second.second &&
+                           age < std::min<int64_t>(opts_.ttl_ms, kRelistConfirmedMs);
+    if (listed && !confirmed && !changed_.contains(dir)) {
       changed_[dir] = ++changed_seq_;
       marked = true;
+      if (noted_.size() >= 4096) noted_.clear();
+      noted_[key] = {etag, Now()};
     }
   }
   if (marked) {

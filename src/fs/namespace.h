@@ -358,6 +358,11 @@ class Namespace {
   // Directories a read found out of date (NoteChanged), with the note's
   // number: cleared by a listing fetched after the latest note.
   std::unordered_map<std::string, uint64_t> changed_;
+  // Keys NoteChanged marked a directory for: the version and when (bounded).
+  // A relisting that still names that version is not repeated for a failed
+  // read within kRelistConfirmedMs.
+  static constexpr int64_t kRelistConfirmedMs = 5000;
+  std::unordered_map<std::string, std::pair<std::string, int64_t>> noted_;
   // Directories whose hidden keys were warned about (FetchListing).
   std::mutex hidden_warned_mu_;
   std::unordered_set<std::string> hidden_warned_;

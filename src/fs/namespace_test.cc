@@ -298,6 +298,37 @@ TEST_CASE("a read that finds its object changed makes the next lookup list again
   std::filesystem::remove_all(o.dir);
 }
 
+TEST_CASE("a failed read of a version the relisting still names does not list again for 5 s") {
+  // A store whose listings lag its GETs (or a GET failing for another
+  // reason): the listing still names the version every read fails on.
+  // Before, each failed read listed the directory again.
+  auto mem = std::make_shared<MemoryBackend>();
+  mem->Put("d/a.bin", "v1");
+  FaultInjectingBackend fb(mem);
+  FakeClockMs clock;
+  Namespace ns(&fb, nullptr, nullptr,
+               Namespace::Options{.ttl_ms = 60000, .stale_wait_ms = 60000, .clock_ms = clock.fn()});
+  auto d = ns.Lookup(Namespace::kRootIno, "d");
+  REQUIRE(d.has_value());
+  auto a = ns.Lookup(d->ino, "a.bin");
+  REQUIRE(a.has_value());
+  fb.ResetCounts();
+  ns.NoteChanged("d/a.bin", a->etag);  // listed again (the lookup waits for it)
+  REQUIRE(ns.Lookup(d->ino, "a.bin").has_value());
+  CHECK(fb.counts().lists == 1);
+  for (int i = 0; i < 5; ++i) {  // more failed reads: that listing named it, no LIST
+    ns.NoteChanged("d/a.bin", a->etag);
+    REQUIRE(ns.Lookup(d->ino, "a.bin").has_value());
+  }
+  CHECK(fb.counts().lists == 1);
+  // 5 s later a failed read lists again at once (a store catching up is
+  // seen soon, with one LIST per 5 s at most).
+  clock.advance(5001);
+  ns.NoteChanged("d/a.bin", a->etag);
+  REQUIRE(ns.Lookup(d->ino, "a.bin").has_value());
+  CHECK(fb.counts().lists == 2);
+}
+
 TEST_CASE("a stale listing is served while the bucket is unreachable") {
   auto mem = std::make_shared<MemoryBackend>();
   mem->Put("a.bin", "1");
