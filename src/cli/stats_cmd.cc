@@ -244,11 +244,10 @@ std::string StatsTable(const nlohmann::json& j, const nlohmann::json* prev, doub
                                reloads == 1 ? ", reloaded once"
                                : reloads   ? fmt::format(", reloaded {} times", reloads)
                                            : ""));
-  }
-  if (auto e = j.find("engine"); e != j.end() && e->is_object())
     if (const std::string err = e->value("policy_reload_error", std::string()); !err.empty())
       line("policy", fmt::format("the last reload failed ({} failed in all), the old policy is in use: {}",
                                  U(*e, "policy_reload_failures"), err));
+  }
   // The policy file's overrides, as in effect: a user can see that a pin,
   // quota or never_cache took.
   if (auto e = j.find("engine"); e != j.end() && e->is_object())

@@ -982,16 +982,15 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
   }
   if (!continues) {
     // A directory read for the first time: its files, passed over until
-    // now, may be proposed (the item cursor starts again). In every epoch,
-    // not only the first: a job reading 12 class directories of 48 had the
-    // other 36's files prefetched, never read, once its epochs were counted
-    // (a live DataLoader, scripts/bench_e2e.sh case 1 at 0.5x: 600 GETs for
-    // 456 files in about one run of three). Past kMaxReadDirs directories
-    // every listed file may be proposed.
-    // The warm-up too starts its passes again: its files in directories
-    // not read yet were passed over, and a pass with nothing else to
-    // propose had ended it for good (a stream of model directories warmed
-    // the first one read only).
+    // now by epoch plans and the warm-up, may be proposed (the item cursor
+    // and the warm-up's passes start again). In every epoch, not only the
+    // first: a job reading 12 class directories of 48 had the other 36's
+    // files prefetched, never read, once its epochs were counted (a live
+    // DataLoader, scripts/bench_e2e.sh case 1 at 0.5x: 600 GETs for 456
+    // files in about one run of three); and a warm-up pass with nothing
+    // else to propose had ended it for good (a stream of model directories
+    // warmed the first one read only). Past kMaxReadDirs directories every
+    // listed file may be proposed.
     if (g->NoteReadFile(path)) {
       g->item_cursor = 0;
       g->warm_cursor = 0;

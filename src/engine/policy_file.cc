@@ -293,10 +293,14 @@ std::vector<std::string> PolicyWarnings(const PolicyFile& pf, const std::string&
   return out;
 }
 
-Result<PolicyFile> ParsePolicyFile(const std::string& yaml_text, const std::string& origin) {
+Result<PolicyFile> ParsePolicyFile(const std::string& yaml_text, const std::string& origin, bool empty_ok) {
   Ctx c{origin};
   try {
     YAML::Node root = YAML::Load(yaml_text);
+    if (!empty_ok && (!root || root.IsNull()))
+      return Err(Status::InvalidArgument(fmt::format(
+          "'{}' is empty (no profile, patterns or overrides): a file being rewritten reads so for a moment, so "
+          "the policy in force stays; write 'profile: training' for the built-in defaults", origin)));
     if (auto s = RejectDuplicateKeys(root, origin); !s.ok()) return Err(s);
     return ParseImpl(c, root);
   } catch (const YAML::Exception& e) {
@@ -352,20 +356,7 @@ Result<PolicyFile> LoadPolicyFile(const std::string& path, PolicyFileUse use) {
   }
   ::close(fd);
   if (err) return Err(Status::IoError(fmt::format("cannot read '{}': {}", path, std::strerror(err))));
-  if (use == PolicyFileUse::kReload) {
-    bool empty = false;
-    try {
-      const YAML::Node root = YAML::Load(text);
-      empty = !root || root.IsNull();
-    } catch (const YAML::Exception&) {
-      // ParsePolicyFile names the error.
-    }
-    if (empty)
-      return Err(Status::InvalidArgument(fmt::format(
-          "'{}' is empty (no profile, patterns or overrides): a file being rewritten reads so for a moment, so "
-          "the policy in force stays; write 'profile: training' for the built-in defaults", path)));
-  }
-  return ParsePolicyFile(text, path);
+  return ParsePolicyFile(text, path, /*empty_ok=*/use != PolicyFileUse::kReload);
 }
 
 }  // namespace igt::engine

@@ -97,8 +97,10 @@ struct PolicyFile {
 Result<PolicyFile> PolicyProfile(const std::string& name);
 std::vector<std::string> PolicyProfileNames();
 
-// Parses YAML text; `origin` names the file in errors.
-Result<PolicyFile> ParsePolicyFile(const std::string& yaml_text, const std::string& origin);
+// Parses YAML text; `origin` names the file in errors. An empty document
+// (nothing but comments) is the "training" profile, or an error if not
+// `empty_ok` (a SIGHUP reload: PolicyFileUse).
+Result<PolicyFile> ParsePolicyFile(const std::string& yaml_text, const std::string& origin, bool empty_ok = true);
 // Who reads a policy file: a mount at its start or on a SIGHUP (a regular
 // file only; on a SIGHUP an empty one is refused: a file being rewritten
 // reads empty for a moment, and would drop every pin and never_cache), or a

@@ -633,7 +633,8 @@ void Namespace::NoteChanged(const std::string& key, const std::string& etag) {
     // each failed read listed the directory again (a reviewer's key that
     // the server listed but no GET found: a LIST per read).
     auto n = noted_.find(key);
-    const int64_t age = it == listings_.end() ? -1 : Now() - it->second->fetched_ms;
+    const int64_t now = Now();
+    const int64_t age = it == listings_.end() ? -1 : now - it->second->fetched_ms;
     const bool confirmed = n != noted_.end() && n->second.first == etag && age >= 0 &&
                            it->second->fetched_ms >= n->second.second &&
                            age < std::min<int64_t>(opts_.ttl_ms, kRelistConfirmedMs);
@@ -641,7 +642,7 @@ void Namespace::NoteChanged(const std::string& key, const std::string& etag) {
       changed_[dir] = ++changed_seq_;
       marked = true;
       if (noted_.size() >= 4096) noted_.clear();
-      noted_[key] = {etag, Now()};
+      noted_[key] = {etag, now};
     }
   }
   if (marked) {
