@@ -295,6 +295,31 @@ struct PolicyEngine::Group {
   };
   std::vector<SubtreeFile> subtree;
   uint64_t subtree_bytes = 0;
+  // The subtree's bytes per parent directory, and their sum over read_dirs.
+  std::unordered_map<std::string, uint64_t> subtree_dir_bytes;
+  uint64_t read_subtree_bytes = 0;
+  void AddSubtreeFile(const std::string* path, uint64_t size) {
+    subtree.push_back({path, size});
+    subtree_bytes += size;
+    std::string dir = ParentDir(*path);
+    if (read_dirs.contains(dir)) read_subtree_bytes += size;
+    subtree_dir_bytes[std::move(dir)] += size;
+  }
+  void DropSubtreeBytes(const SubtreeFile& sf) {
+    subtree_bytes -= std::min(subtree_bytes, sf.size);
+    const std::string dir = ParentDir(*sf.path);
+    if (read_dirs.contains(dir)) read_subtree_bytes -= std::min(read_subtree_bytes, sf.size);
+    if (auto it = subtree_dir_bytes.find(dir); it != subtree_dir_bytes.end())
+      it->second -= std::min(it->second, sf.size);
+  }
+  // What a directory warm-up would fetch: the subtree's files in directories
+  // read from (all of it before the first read, or past kMaxReadDirs). A job
+  // reading 12 class directories of 48 whose 12 fit in the cache and 48 did
+  // not got no warm-up once the mount's walk had listed the 48.
+  uint64_t warm_set_bytes() const {
+    return read_dirs.empty() || read_dirs.size() >= PolicyEngine::kMaxReadDirs ? subtree_bytes
+                                                                               : read_subtree_bytes;
+  }
   // Directories it has read files from: only their unread files are
   // proposed (a job may read a few classes of a data set), up to
   // kMaxReadDirs of them.
@@ -328,6 +353,7 @@ struct PolicyEngine::Group {
     std::string dir = ParentDir(path);
     if (!read_dirs.insert(dir).second) return false;
     if (auto it = dir_items.find(dir); it != dir_items.end()) read_dir_items += it->second;
+    if (auto it = subtree_dir_bytes.find(dir); it != subtree_dir_bytes.end()) read_subtree_bytes += it->second;
     return true;
   }
   bool repeats = false;                // data re-read (scan repeats, several readers)
@@ -452,8 +478,7 @@ PolicyEngine::Group* PolicyEngine::GetGroup(const std::string& key, int label, c
     for (const auto& lf : key == kRootStream ? RootFiles() : SubtreeFiles(key)) {
       auto [fit, fresh] = files_.try_emplace(lf.path);
       if (fit->second.gone) continue;  // listed before the source dropped it
-      raw->subtree_bytes += lf.size;
-      raw->subtree.push_back({&fit->first, lf.size});
+      raw->AddSubtreeFile(&fit->first, lf.size);
       if (fresh) {
         fit->second.size = lf.size;
         fit->second.rank = files_seen_++;
@@ -729,7 +754,7 @@ void PolicyEngine::NoteGone(const std::vector<std::string>& paths) {
     size_t out = 0, cursor = g->warm_cursor;
     for (size_t i = 0; i < g->subtree.size(); ++i) {
       if (gone.contains(g->subtree[i].path)) {
-        g->subtree_bytes -= std::min(g->subtree_bytes, g->subtree[i].size);
+        g->DropSubtreeBytes(g->subtree[i]);
         if (i < g->warm_cursor) --cursor;
         continue;
       }
@@ -991,11 +1016,18 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
     // else to propose had ended it for good (a stream of model directories
     // warmed the first one read only). Past kMaxReadDirs directories every
     // listed file may be proposed.
+    // A warm-up under way is judged again (Warm): begun when the files of
+    // the directories read so far fitted in free space, it stops once they
+    // no longer do.
     if (g->NoteReadFile(path)) {
       g->item_cursor = 0;
       g->warm_cursor = 0;
       g->warm_passes = 0;
       g->warm_pass_proposed = 0;
+      if (g->warming) {
+        g->warming = false;
+        StopWarm(g);
+      }
     }
     NewVisit(g, &f, fkey);
     f.epoch_planned = false;
@@ -1061,7 +1093,7 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
 uint64_t PolicyEngine::WarmPromised(const Group* g) const {
   uint64_t n = 0;
   for (const Group* w : warming_)
-    if (w != g && w->parent == g->parent) n += w->subtree_bytes - std::min(w->subtree_bytes, w->bytes);
+    if (w != g && w->parent == g->parent) n += w->warm_set_bytes() - std::min(w->warm_set_bytes(), w->bytes);
   return n;
 }
 
@@ -1087,7 +1119,7 @@ void PolicyEngine::Warm(Group* g, std::vector<PrefetchRange>& plan) {
   if (!g->warming) {
     // Begin only if the directory's files not cached yet fit in the free
     // space now: then prefetching them evicts nothing.
-    if (g->subtree_bytes - std::min(g->subtree_bytes, g->bytes) > free_bytes) return;
+    if (g->warm_set_bytes() - std::min(g->warm_set_bytes(), g->bytes) > free_bytes) return;
     g->warming = true;
     g->warm_progress_us = now_us_;
     warming_.push_back(g);
