@@ -562,6 +562,7 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
     j["cache_inline_max_bytes"] = st->inline_max_bytes();
     j["open_unit_files"] = st->open_unit_files();
     j["inodes"] = ns.inode_count();
+    j["hidden_names"] = ns.hidden_names();
     j["pid"] = static_cast<int64_t>(getpid());
     j["source"] = source;
     j["version"] = kVersion;

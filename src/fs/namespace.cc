@@ -286,6 +286,26 @@ size_t Namespace::inode_count() const {
   return inodes_.size();
 }
 
+void Namespace::NoteHidden(const std::string& dir_key, uint64_t n) {
+  std::lock_guard lk(hidden_mu_);
+  auto it = hidden_.find(dir_key);
+  if (it != hidden_.end()) {
+    hidden_total_ -= it->second;
+    if (n == 0) hidden_.erase(it);
+    else it->second = n;
+  } else if (n > 0 && hidden_.size() < kMaxHiddenDirs) {
+    hidden_.emplace(dir_key, n);
+  } else {
+    n = 0;  // past kMaxHiddenDirs directories: not counted
+  }
+  hidden_total_ += n;
+}
+
+uint64_t Namespace::hidden_names() const {
+  std::lock_guard lk(hidden_mu_);
+  return hidden_total_;
+}
+
 Result<std::shared_ptr<const DirListing>> Namespace::FetchListing(const std::string& dir_key) {
   auto listing = std::make_shared<DirListing>();
   listing->fetched_ms = Now();
@@ -328,12 +348,13 @@ Result<std::shared_ptr<const DirListing>> Namespace::FetchListing(const std::str
     }
     req.continuation_token = page->next_token;
   } while (!req.continuation_token.empty());
+  NoteHidden(dir_key, skipped);
   if (skipped) {
     // Once per directory and mount, then at debug level: a directory
     // relisted every TTL repeated it.
     bool first = false;
     {
-      std::lock_guard lk(hidden_warned_mu_);
+      std::lock_guard lk(hidden_mu_);
       if (hidden_warned_.size() >= 4096) hidden_warned_.clear();
       first = hidden_warned_.insert(dir_key).second;
     }

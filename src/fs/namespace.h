@@ -175,6 +175,10 @@ class Namespace {
 
   size_t inode_count() const;
   size_t listed_entries() const;  // entries of the listings kept in memory
+  // Keys hidden from the mount (names unsafe for a file system: "a/../b",
+  // over 255 bytes, ...) in the latest listing of each directory, summed
+  // over the first 4,096 directories that had any. The log names them.
+  uint64_t hidden_names() const;
 
   // The listing of directory `dir_key` ("" root, "a/b" otherwise) if it is in
   // memory (fresh or not), without asking the backend; null otherwise. For
@@ -363,9 +367,14 @@ class Namespace {
   // read within kRelistConfirmedMs.
   static constexpr int64_t kRelistConfirmedMs = 5000;
   std::unordered_map<std::string, std::pair<std::string, int64_t>> noted_;
-  // Directories whose hidden keys were warned about (FetchListing).
-  std::mutex hidden_warned_mu_;
+  // Directories whose hidden keys were warned about (FetchListing), and
+  // how many keys each one's latest listing hid (kMaxHiddenDirs at most).
+  mutable std::mutex hidden_mu_;
   std::unordered_set<std::string> hidden_warned_;
+  static constexpr size_t kMaxHiddenDirs = 4096;
+  std::unordered_map<std::string, uint64_t> hidden_;
+  uint64_t hidden_total_ = 0;
+  void NoteHidden(const std::string& dir_key, uint64_t n);
   uint64_t changed_seq_ = 0;
   std::atomic<bool> serving_stale_{false};  // for one warning per outage
   std::atomic<uint64_t> listing_seq_{0};    // the last DirListing::seq given

@@ -72,6 +72,45 @@ TEST_CASE("lookup and readdir follow key prefixes, one LIST per directory") {
   CHECK(fb.counts().lists <= 6);
   CHECK_FALSE(ns.Lookup(Namespace::kRootIno, "nope").has_value());
   CHECK_FALSE(ns.Lookup(Namespace::kRootIno, "..").has_value());
+  // Hidden keys are counted (stats hidden_names), by each directory's latest
+  // listing: "weird/../escape" is listed under "weird/".
+  auto weird = ns.Lookup(Namespace::kRootIno, "weird");
+  REQUIRE(weird.has_value());
+  REQUIRE(ns.ReadDir(weird->ino).has_value());
+  CHECK(ns.hidden_names() == 1);
+}
+
+TEST_CASE("hidden keys are counted by each directory's latest listing") {
+  auto mem = std::make_shared<MemoryBackend>();
+  mem->Put("a/ok", "1");
+  mem->Put("a/../y", "2");
+  mem->Put("a/" + std::string(300, 'z'), "3");
+  mem->Put("b/./c", "4");
+  FakeClockMs clock;
+  // stale_wait_ms long: a ReadDir of a stale listing waits for its refresh.
+  Namespace ns(mem.get(), nullptr, nullptr,
+               Namespace::Options{.ttl_ms = 60000, .stale_wait_ms = 60000, .clock_ms = clock.fn()});
+  auto a = ns.Lookup(Namespace::kRootIno, "a");
+  auto b = ns.Lookup(Namespace::kRootIno, "b");
+  REQUIRE(a.has_value());
+  REQUIRE(b.has_value());
+  REQUIRE(ns.ReadDir(a->ino).has_value());
+  REQUIRE(ns.ReadDir(b->ino).has_value());
+  CHECK(ns.hidden_names() == 3);
+  // Relisted with the same keys: still 3, not 6.
+  clock.advance(60001);
+  REQUIRE(ns.ReadDir(a->ino).has_value());
+  REQUIRE(ns.ReadDir(b->ino).has_value());
+  CHECK(ns.hidden_names() == 3);
+  // The odd keys deleted: the next listings count none.
+  mem->Delete("a/../y");
+  mem->Delete("a/" + std::string(300, 'z'));
+  mem->Delete("b/./c");
+  mem->Put("b/d", "5");
+  clock.advance(60001);
+  REQUIRE(ns.ReadDir(a->ino).has_value());
+  REQUIRE(ns.ReadDir(b->ino).has_value());
+  CHECK(ns.hidden_names() == 0);
 }
 
 TEST_CASE("lookup counts: forget erases, underflow is a bug") {

@@ -227,6 +227,8 @@ def main():
                 if x in (".", "..") or "/" in x or "\0" in x or len(x.encode()) > 255 or not x:
                     outside.append(f"unsafe name {x!r}")
         check(not outside, f"the walk of the mount stays inside it, all names safe ({outside[:3]})")
+        hidden = s.stats(m)["hidden_names"]
+        check(hidden >= 5, f"stats count the hidden keys (hidden_names {hidden})")
         for k in objs:
             if try_read(m.mountpoint / k)[0] != objs[k]:
                 raise harness.TestFailure(f"{k}: wrong bytes next to nasty keys")
