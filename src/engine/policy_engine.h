@@ -256,6 +256,8 @@ class PolicyEngine {
   std::vector<ListedFile> SubtreeFiles(const std::string& dir) const;
   static constexpr size_t kMaxSubtreeFiles = 1 << 17;
   static constexpr size_t kMaxReadDirs = 1 << 12;
+  static constexpr double kForgetReadDirGaps = 8;  // Group::ForgetStaleReadDirs
+  static constexpr uint32_t kItemPasses = 16;       // per epoch (UnreadItems)
   static constexpr size_t kMinGhostIds = 1 << 16;  // per stream, at least (NoteGhost)
   std::vector<ListedFile> NextFiles(std::string_view path, size_t n);
   // Directory warm-up: a stream over a directory read at random or skewed
