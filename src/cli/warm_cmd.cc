@@ -89,16 +89,23 @@ std::string Eta(double s) {
 // progress): the daemon holds such units for the job to come, and its
 // access stream tree does not take them for the job's reads. A daemon
 // without the ioctl (ENOTTY) gets the file read through instead.
+// A file is warmed in pieces of kPieceBytes, which the workers share: one
+// ioctl fetches its range a few units at a time, so a large checkpoint
+// warmed by one worker went at about one connection's speed (a 1.5 GiB
+// file: 29 s against 5.4 s for `cat`, a black-box test).
 constexpr uint64_t kIoctlChunk = kMaxWarmBytes;
-std::string WarmFile(const Item& it, char* buf, Progress& p) {
+constexpr uint64_t kPieceBytes = kIoctlChunk;
+// Warms bytes [begin, end) of one file (end == 0: to its end).
+std::string WarmFile(const Item& it, char* buf, Progress& p, uint64_t begin = 0, uint64_t end = 0) {
+  if (end == 0 || end > it.size) end = it.size;
   int fd = open(it.path.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
   if (fd < 0 && errno == EINVAL) fd = open(it.path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return FileError(errno, p);
-  uint64_t off = 0;
+  uint64_t off = begin;
   std::string err;
   bool by_ioctl = true;
-  while (by_ioctl && off < it.size) {
-    WarmRange r{off, std::min<uint64_t>(kIoctlChunk, it.size - off)};
+  while (by_ioctl && off < end) {
+    WarmRange r{off, std::min<uint64_t>(kIoctlChunk, end - off)};
     if (ioctl(fd, kWarmIoctl, &r) != 0) {
       if (errno == EINTR) continue;
       if (errno == ENOTTY || errno == ENOSYS || errno == EINVAL) {
@@ -116,10 +123,10 @@ std::string WarmFile(const Item& it, char* buf, Progress& p) {
     close(fd);
     return err;
   }
-  while (true) {
-    ssize_t n = pread(fd, buf, kChunk, static_cast<off_t>(off));
+  while (off < end) {
+    ssize_t n = pread(fd, buf, std::min<uint64_t>(kChunk, end - off), static_cast<off_t>(off));
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && errno == EINVAL && off == 0) {  // O_DIRECT refused at read time: buffered
+    if (n < 0 && errno == EINVAL && off == begin) {  // O_DIRECT refused at read time: buffered
       int fl = fcntl(fd, F_GETFL);
       if (fl >= 0 && (fl & O_DIRECT) && fcntl(fd, F_SETFL, fl & ~O_DIRECT) == 0) continue;
     }
@@ -260,12 +267,23 @@ int RunWarm(const WarmArgs& a) {
     std::fflush(stdout);
 
     Progress prog;
+    // The pieces to warm, in order: (file, first byte); a file's pieces
+    // left, and whether one failed (its first error is told).
+    std::vector<std::pair<size_t, uint64_t>> pieces;
+    for (size_t i = 0; i < todo.size(); ++i)
+      for (uint64_t off = 0; off == 0 || off < todo[i].size; off += kPieceBytes) pieces.emplace_back(i, off);
+    std::unique_ptr<std::atomic<uint64_t>[]> pieces_left(new std::atomic<uint64_t>[todo.size()]);
+    std::unique_ptr<std::atomic<bool>[]> file_failed(new std::atomic<bool>[todo.size()]);
+    for (size_t i = 0; i < todo.size(); ++i) {
+      pieces_left[i] = todo[i].size == 0 ? 1 : (todo[i].size + kPieceBytes - 1) / kPieceBytes;
+      file_failed[i] = false;
+    }
     std::atomic<size_t> next{0};
     std::mutex err_mu;
     std::vector<std::string> read_errors;  // guarded by err_mu
     const auto t0 = std::chrono::steady_clock::now();
     std::vector<std::thread> workers;
-    const int n_workers = std::min<int>(jobs, static_cast<int>(todo.size()));
+    const int n_workers = std::min<int>(jobs, static_cast<int>(pieces.size()));
     std::atomic<int> running{n_workers};  // the progress loop stops when none is left
     for (int w = 0; w < n_workers; ++w) {
       workers.emplace_back([&] {
@@ -276,16 +294,18 @@ int RunWarm(const WarmArgs& a) {
         void* raw = nullptr;
         if (posix_memalign(&raw, kDirectAlign, kChunk) != 0) return;  // the others read its share
         std::unique_ptr<char, decltype(&std::free)> buf(static_cast<char*>(raw), &std::free);
-        for (size_t i; !prog.mount_gone && (i = next.fetch_add(1)) < todo.size();) {
-          std::string e = WarmFile(todo[i], buf.get(), prog);
+        for (size_t k; !prog.mount_gone && (k = next.fetch_add(1)) < pieces.size();) {
+          const auto [i, off] = pieces[k];
+          // A piece of a file that failed already is not read (the error is told once).
+          std::string e = file_failed[i] ? "" : WarmFile(todo[i], buf.get(), prog, off, off + kPieceBytes);
           // The daemon is gone: counted with the files not read, one line.
           if (!e.empty() && prog.mount_gone) continue;
-          if (!e.empty()) {
+          if (!e.empty() && !file_failed[i].exchange(true)) {
             prog.errors.fetch_add(1);
             std::lock_guard lk(err_mu);
             read_errors.push_back(fmt::format("{}: {}", todo[i].path, e));
           }
-          prog.files_done.fetch_add(1);
+          if (pieces_left[i].fetch_sub(1) == 1) prog.files_done.fetch_add(1);
         }
       });
     }
