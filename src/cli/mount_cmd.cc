@@ -798,6 +798,27 @@ int RunMount(const MountArgs& a) {
     const std::string& value;
   };
   const std::string requester_pays = a.requester_pays ? "true" : "";
+  // -o max_read=N is fuse.max_read_bytes: passed to libfuse as it was, it
+  // differed from what init() sets, libfuse refused the kernel's INIT after
+  // the mount had been reported ready, and the command said mounted, exit 0,
+  // with nothing mounted.
+  std::vector<std::string> fuse_opts;
+  std::string max_read;
+  for (const auto& group : a.fuse_opts) {
+    std::string rest;
+    for (size_t i = 0; i <= group.size();) {
+      size_t j = group.find(',', i);
+      if (j == std::string::npos) j = group.size();
+      const std::string o = group.substr(i, j - i);
+      if (o.rfind("max_read=", 0) == 0) max_read = o.substr(9);
+      else if (!o.empty()) rest += (rest.empty() ? "" : ",") + o;
+      i = j + 1;
+    }
+    if (!rest.empty()) fuse_opts.push_back(std::move(rest));
+  }
+  if (!max_read.empty())
+    if (auto s = SetConfigValue(*cfg, "fuse.max_read_bytes", max_read); !s.ok())
+      return fail(kExitUsage, fmt::format("{} (from -o max_read)", s.message()));
   for (const Override& o : {Override{"cache.dir", a.cache_dir}, {"cache.max_bytes", a.cache_size},
                             {"backend.endpoint", a.endpoint}, {"backend.region", a.region},
                             {"backend.profile", a.profile}, {"backend.addressing", a.addressing},
@@ -840,6 +861,7 @@ int RunMount(const MountArgs& a) {
   }
   MountArgs args = a;
   args.mountpoint = mp.string();
+  args.fuse_opts = std::move(fuse_opts);  // without max_read (above)
   if (cfg->cache.dir.empty()) cfg->cache.dir = DefaultCacheDir();
   cfg->cache.dir = fs::absolute(cfg->cache.dir, ec).lexically_normal().string();
   // Paths the mount would reach through itself: its reads would wait on its

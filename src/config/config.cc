@@ -86,7 +86,7 @@ const std::vector<Key>& Schema() {
        nullptr, SET_RATIO(cache.min_free_ratio)},
       {"cache.unit_size_bytes", Type::kSize, "1M",
        "Cache unit: large objects are cached in blocks of this size; smaller objects whole. A multiple of "
-       "64K from 64K to 64M. "
+       "64K from 64K to 64M (above 8M, raise backend.max_request_bytes to it too). "
        "Larger units mean fewer requests, more read amplification for random access. A cache dir records "
        "the size on first use; a mount with another size, or over units with no record of their size, is "
        "refused (units cut with one size would serve wrong bytes under another).",
@@ -515,7 +515,10 @@ Status Validate(const Config& c) {
                         {"metadata.negative_ttl_ms", c.metadata.negative_ttl_ms}})
     if (v > 365 * kDayMs) return bad(key, fmt::format("{} is more than a year ({} ms)", v, 365 * kDayMs));
   if (c.backend.max_request_bytes < c.cache.unit_size_bytes)
-    return bad("backend.max_request_bytes", "must be at least cache.unit_size_bytes");
+    return bad("backend.max_request_bytes",
+               fmt::format("{} bytes must be at least cache.unit_size_bytes ({} bytes): a unit is fetched by one "
+                           "GET (its default is 8M: a unit size above it needs this key set too)",
+                           c.backend.max_request_bytes, c.cache.unit_size_bytes));
   // Each GET's bytes are held in memory (and twice this is checked below).
   if (c.backend.max_request_bytes > (1ull << 30)) return bad("backend.max_request_bytes", "must be at most 1G");
   // A prefetch job is one GET of up to max_request_bytes, and background

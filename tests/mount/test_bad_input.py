@@ -172,6 +172,14 @@ def main():
                 problems += run_case(s, "unknown FUSE option", f"file://{src_dir}", mnt, ["-o", "nonsense_opt_xyz"],
                                      ["nonsense_opt_xyz"], fg, want_rc=2)
 
+            # -o max_read is fuse.max_read_bytes, checked as the config key
+            # (passed to libfuse as it was, the kernel's INIT was refused after
+            # the command had said mounted, exit 0).
+            for fg in (False, True):
+                mnt = s.mkdir(f"mnt_maxread_{'fg' if fg else 'bg'}")
+                problems += run_case(s, "-o max_read not a multiple of 4K", f"file://{src_dir}", mnt,
+                                     ["-o", "ro,max_read=5000"], ["fuse.max_read_bytes"], fg, want_rc=2)
+
             # Files the daemon writes, under the mount point: hidden by the mount.
             for fg in (False, True):
                 mnt = s.mkdir(f"mnt_traceout_{'fg' if fg else 'bg'}")
