@@ -228,9 +228,15 @@ std::string StatsTable(const nlohmann::json& j, const nlohmann::json* prev, doub
   if (const auto* pb = Find(j, "prefetch_bytes")) {
     const auto* pw = Find(j, "prefetch_wasted_bytes");
     const auto* ph = Find(j, "prefetch_hit_bytes");
-    line("prefetch", fmt::format("{} fetched ahead, {} used, {} wasted", FormatSize(pb->get<uint64_t>()),
-                                 ph ? FormatSize(ph->get<uint64_t>()) : "-",
-                                 pw ? FormatSize(pw->get<uint64_t>()) : "-"));
+    // "wasted" alone read as "all of it used" while most of it sat in the
+    // cache unread (a checkpoint read at scattered offsets): what is neither
+    // read nor evicted is said too.
+    const uint64_t fetched = pb->get<uint64_t>(), used = ph ? ph->get<uint64_t>() : 0,
+                   evicted = pw ? pw->get<uint64_t>() : 0;
+    const uint64_t unread = fetched - std::min(fetched, used + evicted);
+    line("prefetch", fmt::format("{} fetched ahead, {} used, {} evicted unread (wasted){}", FormatSize(fetched),
+                                 ph ? FormatSize(used) : "-", pw ? FormatSize(evicted) : "-",
+                                 ph && pw ? fmt::format(", {} cached not read yet", FormatSize(unread)) : ""));
   }
   line("evictions", fmt::format("{} units, {}", U(j, "evictions"), FormatSize(U(j, "evicted_bytes"))));
   line("errors", fmt::format("read {}, backend {}, cache write {}, cache read {}, corrupt units {}",

@@ -401,22 +401,32 @@ Result<size_t> ReadPipeline::ReadOnce(const FileVersion& file, uint64_t offset, 
   // never_cache prefix, perhaps one a reload just added over cached units)
   // is read through: its cached units are never served, and age out.
   std::optional<bool> keep;
+  // Hits and misses counted once the read succeeds (Flush): a failed read
+  // returns no bytes, and its misses counted against none (read_bytes)
+  // lowered the byte hit ratio during a source's outage or churn.
+  struct Counts {
+    uint64_t hit_units = 0, hit_bytes = 0, miss_units = 0, miss_bytes = 0;
+    void Flush(Metrics* m) const {
+      if (!m) return;
+      Add(m->cache_hit_units, hit_units);
+      Add(m->cache_hit_bytes, hit_bytes);
+      Add(m->cache_miss_units, miss_units);
+      Add(m->cache_miss_bytes, miss_bytes);
+    }
+  } counts;
   auto hit = [&](uint64_t index, uint64_t base, uint64_t from, uint64_t to) {
     if (!store_) return false;
     if (!keep) keep = Keep(file);
     if (!*keep) return false;
     auto n = store_->Read(UnitKey{file.key, file.etag, index}, from - base, to - from, out + (from - offset));
     if (!n || *n != to - from) return false;
-    if (metrics_) {
-      Add(metrics_->cache_hit_units);
-      Add(metrics_->cache_hit_bytes, to - from);
-    }
+    ++counts.hit_units;
+    counts.hit_bytes += to - from;
     return true;
   };
   auto miss = [&](uint64_t bytes) {
-    if (!metrics_) return;
-    Add(metrics_->cache_miss_units);
-    Add(metrics_->cache_miss_bytes, bytes);
+    ++counts.miss_units;
+    counts.miss_bytes += bytes;
   };
   const uint64_t S = opts_.sub_unit_size;
   const bool can_sub = S > 0 && S < U && file.size > U;
@@ -486,7 +496,10 @@ Result<size_t> ReadPipeline::ReadOnce(const FileVersion& file, uint64_t offset, 
     return Err(*memo);
   }
   if (looked_up) looked_up();
-  if (needs.empty()) return static_cast<size_t>(end - offset);
+  if (needs.empty()) {
+    counts.Flush(metrics_);
+    return static_cast<size_t>(end - offset);
+  }
   if (!keep) keep = store_ && Keep(file);  // before collect: not under a flight's lock
 
   // Copies every needed piece's bytes (ours and those fetched by other
@@ -543,6 +556,7 @@ Result<size_t> ReadPipeline::ReadOnce(const FileVersion& file, uint64_t offset, 
     collect(again, st, nullptr);
   }
   if (!st.ok()) return Err(st);
+  counts.Flush(metrics_);
   return static_cast<size_t>(end - offset);
 }
 

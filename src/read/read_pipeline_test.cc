@@ -177,9 +177,15 @@ TEST_CASE("backend failures reach the reader, a later read succeeds") {
   auto n = f.pipe->Read(f.Version("x"), 0, 1000, out.data());
   REQUIRE_FALSE(n.has_value());
   CHECK(n.error().code() == Code::kUnavailable);
+  // The failed read counts in neither hit nor miss bytes (it returned
+  // none); the one that succeeded counts its miss.
+  CHECK(f.metrics.cache_miss_bytes == 0);
+  CHECK(f.metrics.cache_miss_units == 0);
   n = f.pipe->Read(f.Version("x"), 0, 1000, out.data());
   REQUIRE(n.has_value());
   CHECK(*n == 1000);
+  CHECK(f.metrics.cache_miss_bytes == 1000);
+  CHECK(f.metrics.cache_miss_units == 1);
 }
 
 TEST_CASE("Fetch warms units without returning data") {

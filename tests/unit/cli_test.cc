@@ -160,6 +160,24 @@ TEST_CASE("stats table: a cache dir deleted under the mount is said", "[cli]") {
   CHECK(Count(StatsTable(j, nullptr, 0), "DIR DELETED under the mount: nothing is cached") == 1);
 }
 
+TEST_CASE("stats table: hidden keys are said", "[cli]") {
+  auto j = Stats(1, 0);
+  CHECK(Count(StatsTable(j, nullptr, 0), "hidden") == 0);
+  j["hidden_names"] = 3;
+  CHECK(Count(StatsTable(j, nullptr, 0), "3 key(s) hidden: names unsafe for a file system") == 1);
+}
+
+TEST_CASE("stats table: prefetched bytes neither read nor evicted are said", "[cli]") {
+  // A checkpoint read at scattered offsets: most of what was fetched ahead
+  // sits in the cache unread, which "0 B wasted" alone did not tell.
+  auto j = Stats(1, 0);
+  j["prefetch_bytes"] = 1000 << 20;
+  j["prefetch_hit_bytes"] = 200 << 20;
+  j["prefetch_wasted_bytes"] = 0;
+  CHECK(Count(StatsTable(j, nullptr, 0),
+              "1000.0 MiB fetched ahead, 200.0 MiB used, 0 B evicted unread (wasted), 800.0 MiB cached not read yet") == 1);
+}
+
 TEST_CASE("stats table: temporary credentials, when they expire, failed renewals", "[cli]") {
   auto j = Stats(1, 0);
   CHECK(Count(StatsTable(j, nullptr, 0), "credentials") == 0);  // keys that do not expire: nothing to say
