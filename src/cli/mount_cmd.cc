@@ -816,9 +816,14 @@ int RunMount(const MountArgs& a) {
     }
     if (!rest.empty()) fuse_opts.push_back(std::move(rest));
   }
-  if (!max_read.empty())
+  if (!max_read.empty()) {
     if (auto s = SetConfigValue(*cfg, "fuse.max_read_bytes", max_read); !s.ok())
       return fail(kExitUsage, fmt::format("{} (from -o max_read)", s.message()));
+    // The kernel readahead of files read at random is at most max_read: its
+    // 128K default is taken down with a smaller -o max_read (it was refused,
+    // naming a key the user had not set).
+    cfg->fuse.random_readahead_bytes = std::min(cfg->fuse.random_readahead_bytes, cfg->fuse.max_read_bytes);
+  }
   for (const Override& o : {Override{"cache.dir", a.cache_dir}, {"cache.max_bytes", a.cache_size},
                             {"backend.endpoint", a.endpoint}, {"backend.region", a.region},
                             {"backend.profile", a.profile}, {"backend.addressing", a.addressing},

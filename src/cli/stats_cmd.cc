@@ -204,7 +204,7 @@ std::string StatsTable(const nlohmann::json& j, const nlohmann::json* prev, doub
                               U(j, "backend_list_requests"), U(j, "backend_head_requests"),
                               U(j, "backend_retries")));
   if (const uint64_t hidden = U(j, "hidden_names"); hidden != 0)
-    line("names", fmt::format("{} key(s) hidden: names unsafe for a file system (the log names them)", hidden));
+    line("names", fmt::format("{} hidden: keys or prefixes unsafe for a file system (the log names them)", hidden));
   if (U(j, "cache_dir_gone") != 0)
     line("cache", "DIR DELETED under the mount: nothing is cached; reads go to the source. Unmount and mount again");
   const uint64_t expiry = U(j, "credentials_expiry_unix_s"), failed = U(j, "credentials_renew_failures");
@@ -234,7 +234,7 @@ std::string StatsTable(const nlohmann::json& j, const nlohmann::json* prev, doub
     const uint64_t fetched = pb->get<uint64_t>(), used = ph ? ph->get<uint64_t>() : 0,
                    evicted = pw ? pw->get<uint64_t>() : 0;
     const uint64_t unread = fetched - std::min(fetched, used + evicted);
-    line("prefetch", fmt::format("{} fetched ahead, {} used, {} evicted unread (wasted){}", FormatSize(fetched),
+    line("prefetch", fmt::format("{} fetched ahead, {} used, {} removed unread (wasted){}", FormatSize(fetched),
                                  ph ? FormatSize(used) : "-", pw ? FormatSize(evicted) : "-",
                                  ph && pw ? fmt::format(", {} cached not read yet", FormatSize(unread)) : ""));
   }

@@ -348,7 +348,11 @@ int RunWarm(const WarmArgs& a) {
       }
     }
     for (auto& t : workers) t.join();
-    if (const size_t left = todo.size() - std::min<size_t>(prog.files_done.load(), todo.size()); left > 0) {
+    // Files not done and not counted already as failed (a piece of one
+    // failed before the daemon went while another was being read).
+    size_t left = 0;
+    for (size_t i = 0; i < todo.size(); ++i) left += pieces_left[i] > 0 && !file_failed[i];
+    if (left > 0) {
       // The daemon is gone, or every worker failed to get its read buffer.
       prog.errors.fetch_add(left);
       read_errors.push_back(prog.mount_gone ? fmt::format("{} files not read: the mount's daemon is gone", left)

@@ -266,9 +266,7 @@ struct PolicyEngine::Group {
   // than it keeps. A job reading 12 class directories of 48 had its epochs
   // counted against all 48's files, never half of them read: no epoch was
   // ever counted, and the epoch-aware eviction and prefetch never began.
-  size_t epoch_items() const {
-    return read_dirs.empty() || read_dirs.size() >= PolicyEngine::kMaxReadDirs ? live_items() : read_dir_items;
-  }
+  size_t epoch_items() const { return AllDirsRead() ? live_items() : read_dir_items; }
   // Epochs (random streams).
   uint64_t epoch = 0, epoch_read_count = 0, repeats_in_epoch = 0;
   uint64_t prev_epoch_read_count = 0;  // items read in the previous epoch (stragglers included)
@@ -304,42 +302,73 @@ struct PolicyEngine::Group {
   };
   std::vector<SubtreeFile> subtree;
   uint64_t subtree_bytes = 0;
-  // The subtree's bytes per parent directory, and their sum over read_dirs.
+  // The subtree in runs of files of one parent directory (its order is by
+  // path, so a directory's files are one run or a few): the warm-up passes
+  // over a directory not read from in one step. Each run ends at `end`.
+  struct DirRun {
+    std::string dir;
+    size_t end;
+  };
+  std::vector<DirRun> subtree_runs;
+  // The subtree's bytes per parent directory, and their sum over the
+  // directories read from.
   std::unordered_map<std::string, uint64_t> subtree_dir_bytes;
   uint64_t read_subtree_bytes = 0;
   void AddSubtreeFile(const std::string* path, uint64_t size) {
     subtree.push_back({path, size});
     subtree_bytes += size;
     std::string dir = ParentDir(*path);
-    if (read_dirs.contains(dir)) read_subtree_bytes += size;
+    if (InReadDirKey(dir)) read_subtree_bytes += size;
+    if (subtree_runs.empty() || subtree_runs.back().dir != dir) subtree_runs.push_back({dir, 0});
+    subtree_runs.back().end = subtree.size();
     subtree_dir_bytes[std::move(dir)] += size;
   }
   void DropSubtreeBytes(const SubtreeFile& sf) {
     subtree_bytes -= std::min(subtree_bytes, sf.size);
     const std::string dir = ParentDir(*sf.path);
-    if (read_dirs.contains(dir)) read_subtree_bytes -= std::min(read_subtree_bytes, sf.size);
+    if (InReadDirKey(dir)) read_subtree_bytes -= std::min(read_subtree_bytes, sf.size);
     if (auto it = subtree_dir_bytes.find(dir); it != subtree_dir_bytes.end())
       it->second -= std::min(it->second, sf.size);
   }
+  // After files left `subtree` (NoteGone).
+  void RebuildRuns() {
+    subtree_runs.clear();
+    for (size_t i = 0; i < subtree.size(); ++i) {
+      std::string dir = ParentDir(*subtree[i].path);
+      if (subtree_runs.empty() || subtree_runs.back().dir != dir) subtree_runs.push_back({std::move(dir), 0});
+      subtree_runs.back().end = i + 1;
+    }
+  }
+  // All directories count as read from: none read yet, or more than kept.
+  bool AllDirsRead() const { return active_read_dirs == 0 || active_read_dirs >= PolicyEngine::kMaxReadDirs; }
   // What a directory warm-up would fetch: the subtree's files in directories
   // read from (all of it before the first read, or past kMaxReadDirs). A job
   // reading 12 class directories of 48 whose 12 fit in the cache and 48 did
   // not got no warm-up once the mount's walk had listed the 48.
-  uint64_t warm_set_bytes() const {
-    return read_dirs.empty() || read_dirs.size() >= PolicyEngine::kMaxReadDirs ? subtree_bytes
-                                                                               : read_subtree_bytes;
-  }
-  // Directories it has read files from, with `visits` at the latest visit
-  // of one of their files: only their unread files are proposed (a job may
-  // read a few classes of a data set), up to kMaxReadDirs of them.
-  std::unordered_map<std::string, uint64_t> read_dirs;
+  uint64_t warm_set_bytes() const { return AllDirsRead() ? subtree_bytes : read_subtree_bytes; }
+  // Of those, what is not cached, measured by a pass over the subtree
+  // (Warm), and what the warm-up under way has still to propose.
+  uint64_t warm_need = 0;
+  uint64_t warm_judged_us = 0;  // when the last measure was taken (0: due at the next read)
+  // Directories it has read files from: only their unread files are
+  // proposed (a job may read a few classes of a data set), up to
+  // kMaxReadDirs of them. Each with `visits` at the latest visit of one of
+  // its files; a directory not read for long is no longer read from
+  // (ForgetStaleReadDirs) until it is read again, kept here meanwhile.
+  struct ReadDir {
+    uint64_t last_visit;
+    bool active;
+  };
+  std::unordered_map<std::string, ReadDir> read_dirs;
+  size_t active_read_dirs = 0;
   uint64_t visits = 0;  // new visits of its files (OnRead)
-  // Live items per parent directory, and their sum over read_dirs.
+  // Live items per parent directory, and their sum over the directories
+  // read from.
   std::unordered_map<std::string, size_t> dir_items;
   size_t read_dir_items = 0;
   void CountItem(const std::string& key, bool join) {
     const std::string dir = ParentDir(key);
-    const bool read = read_dirs.contains(dir);
+    const bool read = InReadDirKey(dir);
     if (join) {
       ++dir_items[dir];
       read_dir_items += read;
@@ -348,48 +377,62 @@ struct PolicyEngine::Group {
       read_dir_items -= read && read_dir_items > 0;
     }
   }
+  bool InReadDirKey(const std::string& dir) const {
+    auto it = read_dirs.find(dir);
+    return it != read_dirs.end() && it->second.active;
+  }
   // Whether the file at `path` is in a directory the stream has read from
   // (or the stream has read from more than it keeps): only such files are
   // proposed by epoch prefetching and the warm-up.
   bool InReadDir(std::string_view path) const {
-    return read_dirs.size() >= PolicyEngine::kMaxReadDirs || read_dirs.contains(ParentDir(path));
+    return active_read_dirs >= PolicyEngine::kMaxReadDirs || InReadDirKey(ParentDir(path));
   }
   // A file of the stream read (a new visit, or read before it joined): its
-  // directory is read from. True if that is the first read from it (or the
-  // first since it was forgotten).
+  // directory is read from. True if that is the first read from it (not
+  // for a directory read again after it was forgotten: the plans' passes
+  // restarted at each such read cost a pass over the subtree).
   bool NoteReadFile(std::string_view path) {
     std::string dir = ParentDir(path);
-    if (auto it = read_dirs.find(dir); it != read_dirs.end()) {
-      it->second = visits;
+    auto it = read_dirs.find(dir);
+    if (it != read_dirs.end() && it->second.active) {
+      it->second.last_visit = visits;
       return false;
     }
-    if (read_dirs.size() >= PolicyEngine::kMaxReadDirs) return false;
-    if (auto it = dir_items.find(dir); it != dir_items.end()) read_dir_items += it->second;
-    if (auto it = subtree_dir_bytes.find(dir); it != subtree_dir_bytes.end()) read_subtree_bytes += it->second;
-    read_dirs.emplace(std::move(dir), visits);
+    if (active_read_dirs >= PolicyEngine::kMaxReadDirs) return false;
+    if (auto d = dir_items.find(dir); d != dir_items.end()) read_dir_items += d->second;
+    if (auto b = subtree_dir_bytes.find(dir); b != subtree_dir_bytes.end()) read_subtree_bytes += b->second;
+    ++active_read_dirs;
+    if (it != read_dirs.end()) {  // forgotten, read again
+      it->second = {visits, true};
+      return false;
+    }
+    if (read_dirs.size() >= 2 * PolicyEngine::kMaxReadDirs)  // bounded: the forgotten ones go
+      std::erase_if(read_dirs, [](const auto& kv) { return !kv.second.active; });
+    read_dirs.emplace(std::move(dir), ReadDir{visits, true});
     return true;
   }
   // Directories not read from for kForgetReadDirGaps times the visits
   // that go, on average, between two visits of one of their items were it
-  // read with the others (epoch_items / its items) are no longer read from:
-  // a later job on the mount reading other classes of the data set was held
-  // to both jobs' items (no epoch counted if its own were under half).
-  // One read at random among N items misses a directory still read for that
-  // long with a probability under e^-kForgetReadDirGaps; it is read from
-  // again at its next visit.
+  // read with the others (epoch_items / its items, at least an eighth of
+  // epoch_items: a directory of which a job reads a few files, or the large
+  // half of a data set while the small one is read) are no longer read
+  // from: a later job on the mount reading other classes of the data set
+  // was held to both jobs' items (no epoch counted if its own were under
+  // half). One read at random among N items misses a directory still read
+  // for that long with a probability under e^-kForgetReadDirGaps; it is read
+  // from again at its next visit.
   void ForgetStaleReadDirs() {
     const double n = double(std::max<size_t>(1, epoch_items()));
-    for (auto it = read_dirs.begin(); it != read_dirs.end();) {
-      auto items = dir_items.find(it->first);
+    for (auto& [dir, rd] : read_dirs) {
+      if (!rd.active) continue;
+      auto items = dir_items.find(dir);
       const double k = items == dir_items.end() ? 1.0 : double(std::max<size_t>(1, items->second));
-      if (double(visits - it->second) <= PolicyEngine::kForgetReadDirGaps * n / k) {
-        ++it;
-        continue;
-      }
+      if (double(visits - rd.last_visit) <= std::max(PolicyEngine::kForgetReadDirGaps * n / k, n / 8)) continue;
       if (items != dir_items.end()) read_dir_items -= std::min(read_dir_items, items->second);
-      if (auto b = subtree_dir_bytes.find(it->first); b != subtree_dir_bytes.end())
+      if (auto b = subtree_dir_bytes.find(dir); b != subtree_dir_bytes.end())
         read_subtree_bytes -= std::min(read_subtree_bytes, b->second);
-      it = read_dirs.erase(it);
+      rd.active = false;
+      --active_read_dirs;
     }
   }
   bool repeats = false;                // data re-read (scan repeats, several readers)
@@ -799,6 +842,7 @@ void PolicyEngine::NoteGone(const std::vector<std::string>& paths) {
       g->subtree[out++] = g->subtree[i];
     }
     g->subtree.resize(out);
+    g->RebuildRuns();
     g->warm_cursor = std::min(cursor, out);
   }
   for (const std::string* k : gone) {
@@ -932,15 +976,18 @@ std::vector<ListedFile> PolicyEngine::UnreadItems(Group* g, size_t n) {
   // Passes over the items, as the warm-up's: the executor drops a plan when
   // connections or the budget are busy, and an item proposed and dropped
   // was not proposed again this epoch (scripts/eval.sh at 75%: (a) 0.770 ->
-  // 0.854 by bytes with 16 passes, 14.7 -> 9.7 s; (g) 0.780 -> 0.855, 93.3
-  // -> 63.5 s; nothing wasted). A pass that proposes nothing ends them: every
-  // item not read is cached.
+  // 0.855 by bytes, 14.7 -> 9.7 s; (g) 0.765 -> 0.856, 99.6 -> 63.3 s;
+  // nothing wasted). A pass that proposes nothing ends them: every item not
+  // read is cached.
   if (g->item_cursor >= g->items.size() && g->item_pass_proposed > 0 && g->item_passes + 1 < kItemPasses) {
     g->item_cursor = 0;
     g->item_pass_proposed = 0;
     ++g->item_passes;
   }
-  while (out.size() < n && g->item_cursor < g->items.size()) {
+  // Items looked at per call, as the warm-up's: after a restart most items
+  // may be read already, and one call went through them all.
+  size_t looked = 0;
+  while (out.size() < n && g->item_cursor < g->items.size() && looked++ < kWarmLookPerRead) {
     const std::string* key = g->items[g->item_cursor];
     if (!key) {  // left the stream
       ++g->item_cursor;
@@ -1075,6 +1122,7 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
       g->warm_cursor = 0;
       g->warm_passes = 0;
       g->warm_pass_proposed = 0;
+      g->warm_judged_us = 0;
       if (g->warming) {
         g->warming = false;
         StopWarm(g);
@@ -1144,7 +1192,7 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
 uint64_t PolicyEngine::WarmPromised(const Group* g) const {
   uint64_t n = 0;
   for (const Group* w : warming_)
-    if (w != g && w->parent == g->parent) n += w->warm_set_bytes() - std::min(w->warm_set_bytes(), w->bytes);
+    if (w != g && w->parent == g->parent) n += w->warm_need;
   return n;
 }
 
@@ -1168,38 +1216,59 @@ void PolicyEngine::Warm(Group* g, std::vector<PrefetchRange>& plan) {
   uint64_t free_bytes = FreeBytes();
   free_bytes -= std::min(free_bytes, WarmPromised(g));
   if (!g->warming) {
-    // Begin only if the directory's files not cached yet fit in the free
-    // space now: then prefetching them evicts nothing.
-    if (g->warm_set_bytes() - std::min(g->warm_set_bytes(), g->bytes) > free_bytes) return;
+    // Begin only if the files to warm not cached yet fit in the free space
+    // now: then prefetching them evicts nothing. At least the set less all
+    // the stream's cached bytes is not cached (more, if some of those are
+    // files of directories not read from); at most the whole set. In
+    // between it is measured, at most once a period (a pass over the
+    // subtree): the set less the stream's bytes said "fits" for a stream
+    // holding another job's classes, whatever the free space.
+    const uint64_t set = g->warm_set_bytes();
+    if (set - std::min(set, g->bytes) > free_bytes) return;
+    uint64_t need = set;
+    if (set > free_bytes) {
+      if (g->warm_judged_us != 0 && now_us_ < g->warm_judged_us + kWarmJudgeUs) return;
+      g->warm_judged_us = std::max<uint64_t>(1, now_us_);
+      need = UncachedWarmBytes(g);
+      if (need > free_bytes) return;
+    }
     g->warming = true;
+    g->warm_need = need;
     g->warm_progress_us = now_us_;
     warming_.push_back(g);
   }
   uint64_t room = free_bytes;
   size_t n = 0, looked = 0;
-  // Files looked at per read, proposed or passed over: a subtree of many
-  // files in directories not read yet is not gone through at every read.
+  // Files looked at per read, proposed or passed over (a directory not read
+  // from counts one): a subtree of many files is not gone through at every read.
+  auto run = std::upper_bound(g->subtree_runs.begin(), g->subtree_runs.end(), g->warm_cursor,
+                              [](size_t c, const Group::DirRun& r) { return c < r.end; });
   while (n < kWarmPerRead && looked++ < kWarmLookPerRead) {
     if (g->warm_cursor >= l->size()) {
       g->warm_cursor = 0;
       // A pass with nothing to propose: every file is cached (or too large).
       if (++g->warm_passes >= kWarmPasses || g->warm_pass_proposed == 0) {
         g->warm_passes = kWarmPasses;
+        g->warm_need = 0;
         StopWarm(g);
       }
       g->warm_pass_proposed = 0;
       break;
     }
+    while (run != g->subtree_runs.end() && run->end <= g->warm_cursor) ++run;
+    // A directory the stream has not read from: passed over whole. A
+    // DataLoader reading 12 class directories of 48 (scripts/bench_e2e.sh
+    // case 1 at 0.5x, the 12 fit in the cache) had files of the other 36
+    // warmed, never read, in about one run of three (604 GETs for 456 files).
+    if (run != g->subtree_runs.end() && !g->AllDirsRead() && !g->InReadDirKey(run->dir)) {
+      g->warm_cursor = run->end;
+      continue;
+    }
     const auto& lf = (*l)[g->warm_cursor];
     FileRec& f = files_.find(*lf.path)->second;  // entered when the stream was created
     // Skipped first: a cached or large file (a directory's index) must not
-    // hold the cursor for lack of room it will never take. So is a file of
-    // a directory the stream has not read from: a DataLoader reading 12
-    // class directories of 48 (scripts/bench_e2e.sh case 1 at 0.5x, the 12
-    // fit in the cache) had files of the other 36 warmed, never read, in
-    // about one run of three (604 GETs for 456 files).
-    if (f.cached_units > 0 || lf.size == 0 || lf.size > kEpochItemMaxUnits * opts_.unit_bytes ||
-        !g->InReadDir(*lf.path)) {
+    // hold the cursor for lack of room it will never take.
+    if (f.cached_units > 0 || lf.size == 0 || lf.size > kEpochItemMaxUnits * opts_.unit_bytes) {
       ++g->warm_cursor;
       continue;
     }
@@ -1210,10 +1279,27 @@ void PolicyEngine::Warm(Group* g, std::vector<PrefetchRange>& plan) {
     r.background = true;
     plan.push_back(std::move(r));
     room -= lf.size;
+    g->warm_need -= std::min(g->warm_need, lf.size);
     ++n;
     ++g->warm_pass_proposed;
     g->warm_progress_us = now_us_;
   }
+}
+
+uint64_t PolicyEngine::UncachedWarmBytes(const Group* g) const {
+  uint64_t n = 0;
+  size_t begin = 0;
+  for (const auto& run : g->subtree_runs) {
+    if (g->AllDirsRead() || g->InReadDirKey(run.dir))
+      for (size_t i = begin; i < run.end; ++i) {
+        const auto& sf = g->subtree[i];
+        auto it = files_.find(*sf.path);
+        const uint64_t cached = it == files_.end() ? 0 : it->second.cached_bytes;
+        n += sf.size - std::min(sf.size, cached);
+      }
+    begin = run.end;
+  }
+  return n;
 }
 
 void PolicyEngine::TrimPlan(std::vector<PrefetchRange>& plan) {

@@ -267,6 +267,10 @@ class PolicyEngine {
   // Uncached bytes of the other streams warming up (warming_) over
   // directories beside g's (the same parent): space promised to them.
   uint64_t WarmPromised(const Group* g) const;
+  // Bytes of the files a warm-up of `g` would fetch that are not cached (a
+  // pass over its subtree).
+  uint64_t UncachedWarmBytes(const Group* g) const;
+  static constexpr uint64_t kWarmJudgeUs = 1'000'000;  // between two UncachedWarmBytes of a stream
   void StopWarm(Group* g);  // no longer holds space (done, idle or dropped)
   void NoteQuotas();        // has_quota_ and has_never_cache_ from the policy file
   // The stream the next victim comes from (quota, then lowest value with

@@ -560,6 +560,16 @@ Result<std::shared_ptr<const DirListing>> Namespace::Complete(const std::string&
   return result;
 }
 
+namespace {
+// Whether directory `dir_key` ("a/b") is one of `dirs` ("a/b/") or below one.
+bool AtOrUnder(const std::string& dir_key, const std::unordered_set<std::string>& dirs) {
+  const std::string k = dir_key + "/";
+  for (size_t i = k.find('/'); i != std::string::npos; i = k.find('/', i + 1))
+    if (dirs.contains(k.substr(0, i + 1))) return true;
+  return false;
+}
+}  // namespace
+
 void Namespace::Relisted(const std::string& dir_key, const ListingDiff& diff) {
   // Listings of directories gone, and of every directory below them, are
   // dropped from memory and from the index: a bucket whose directories roll
@@ -569,13 +579,21 @@ void Namespace::Relisted(const std::string& dir_key, const ListingDiff& diff) {
     if (e.is_dir) gone_dirs.insert(ChildKey(dir_key, e.name) + "/");
   if (!gone_dirs.empty()) {
     {
+      // Their hidden keys went with them (hidden_names).
+      std::lock_guard lk(hidden_mu_);
+      for (auto it = hidden_.begin(); it != hidden_.end();) {
+        if (AtOrUnder(it->first, gone_dirs)) {
+          hidden_total_ -= std::min(hidden_total_, it->second);
+          it = hidden_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
+    {
       std::lock_guard lk(listings_mu_);
       for (auto it = listings_.begin(); it != listings_.end();) {
-        const std::string k = it->first + "/";
-        bool under = false;
-        for (size_t i = k.find('/'); i != std::string::npos && !under; i = k.find('/', i + 1))
-          under = gone_dirs.contains(k.substr(0, i + 1));
-        if (under) {
+        if (AtOrUnder(it->first, gone_dirs)) {
           listed_entries_ -= it->second->entries.size();
           it = listings_.erase(it);
         } else {

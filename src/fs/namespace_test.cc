@@ -86,21 +86,35 @@ TEST_CASE("hidden keys are counted by each directory's latest listing") {
   mem->Put("a/../y", "2");
   mem->Put("a/" + std::string(300, 'z'), "3");
   mem->Put("b/./c", "4");
+  mem->Put("x/../p", "5");
   FakeClockMs clock;
+  FaultInjectingBackend fb(mem);
   // stale_wait_ms long: a ReadDir of a stale listing waits for its refresh.
-  Namespace ns(mem.get(), nullptr, nullptr,
+  Namespace ns(&fb, nullptr, nullptr,
                Namespace::Options{.ttl_ms = 60000, .stale_wait_ms = 60000, .clock_ms = clock.fn()});
   auto a = ns.Lookup(Namespace::kRootIno, "a");
   auto b = ns.Lookup(Namespace::kRootIno, "b");
   REQUIRE(a.has_value());
   REQUIRE(b.has_value());
+  auto x = ns.Lookup(Namespace::kRootIno, "x");
+  REQUIRE(x.has_value());
   REQUIRE(ns.ReadDir(a->ino).has_value());
   REQUIRE(ns.ReadDir(b->ino).has_value());
-  CHECK(ns.hidden_names() == 3);
-  // Relisted with the same keys: still 3, not 6.
+  REQUIRE(ns.ReadDir(x->ino).has_value());
+  CHECK(ns.hidden_names() == 4);
+  // Relisted with the same keys: still 4, not 8.
   clock.advance(60001);
+  fb.ResetCounts();
   REQUIRE(ns.ReadDir(a->ino).has_value());
   REQUIRE(ns.ReadDir(b->ino).has_value());
+  REQUIRE(ns.ReadDir(x->ino).has_value());
+  CHECK(fb.counts().lists == 3);
+  CHECK(ns.hidden_names() == 4);
+  // x/ deleted whole: the root's relisting drops it, and its hidden key
+  // with it (nothing lists x/ again).
+  mem->Delete("x/../p");
+  clock.advance(60001);
+  REQUIRE(ns.ReadDir(Namespace::kRootIno).has_value());
   CHECK(ns.hidden_names() == 3);
   // The odd keys deleted: the next listings count none.
   mem->Delete("a/../y");

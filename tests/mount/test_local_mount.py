@@ -94,13 +94,15 @@ def main():
         # -o max_read=N is fuse.max_read_bytes: the mount comes up with it
         # (passed to libfuse as it was, the kernel's INIT was refused after
         # the command had returned 0, and nothing was mounted).
-        m = s.mount(f"file://{src}", foreground=False, args=["-o", "noatime,max_read=131072"])
-        harness.check(harness.is_mounted(m.mountpoint) and
-                      (m.mountpoint / "x/y/z/leaf.txt").read_bytes() == b"leaf\n",
-                      "daemon mode with -o max_read=131072: mounted and readable")
-        opts = [l.split()[3] for l in open("/proc/mounts") if l.split()[1] == str(m.mountpoint)]
-        harness.check(opts and "max_read=131072" in opts[0].split(","), f"max_read=131072 in /proc/mounts ({opts})")
-        s.unmount(m)
+        # Below fuse.random_readahead_bytes' 128K default too (taken down with it).
+        for mr in (131072, 65536):
+            m = s.mount(f"file://{src}", foreground=False, args=["-o", f"noatime,max_read={mr}"])
+            harness.check(harness.is_mounted(m.mountpoint) and
+                          (m.mountpoint / "x/y/z/leaf.txt").read_bytes() == b"leaf\n",
+                          f"daemon mode with -o max_read={mr}: mounted and readable")
+            opts = [l.split()[3] for l in open("/proc/mounts") if l.split()[1] == str(m.mountpoint)]
+            harness.check(opts and f"max_read={mr}" in opts[0].split(","), f"max_read={mr} in /proc/mounts ({opts})")
+            s.unmount(m)
 
         # SIGTERM and SIGINT to a foreground daemon: clean exit, mount removed.
         for sig in (signal.SIGTERM, signal.SIGINT):

@@ -164,7 +164,7 @@ TEST_CASE("stats table: hidden keys are said", "[cli]") {
   auto j = Stats(1, 0);
   CHECK(Count(StatsTable(j, nullptr, 0), "hidden") == 0);
   j["hidden_names"] = 3;
-  CHECK(Count(StatsTable(j, nullptr, 0), "3 key(s) hidden: names unsafe for a file system") == 1);
+  CHECK(Count(StatsTable(j, nullptr, 0), "3 hidden: keys or prefixes unsafe for a file system") == 1);
 }
 
 TEST_CASE("stats table: prefetched bytes neither read nor evicted are said", "[cli]") {
@@ -175,7 +175,7 @@ TEST_CASE("stats table: prefetched bytes neither read nor evicted are said", "[c
   j["prefetch_hit_bytes"] = 200 << 20;
   j["prefetch_wasted_bytes"] = 0;
   CHECK(Count(StatsTable(j, nullptr, 0),
-              "1000.0 MiB fetched ahead, 200.0 MiB used, 0 B evicted unread (wasted), 800.0 MiB cached not read yet") == 1);
+              "1000.0 MiB fetched ahead, 200.0 MiB used, 0 B removed unread (wasted), 800.0 MiB cached not read yet") == 1);
 }
 
 TEST_CASE("stats table: temporary credentials, when they expire, failed renewals", "[cli]") {
