@@ -320,7 +320,9 @@ TEST_CASE("evict-behind: consumed furthest-along first, then unread furthest ahe
     order.push_back(*v);
     p->OnRemove(*v);
   }
-  CHECK(order == std::vector<std::string>{"c3", "c2", "c1", "c0", "u5", "u4"});
+  // The reader is at c3 (its misses 0-3): behind it first, then the unread,
+  // then c3 (a reader part-way through a unit reads it next).
+  CHECK(order == std::vector<std::string>{"c2", "c1", "c0", "u5", "u4", "c3"});
 }
 
 TEST_CASE("evict-behind with two readers: what both passed goes first, then what the slower reaches last",
@@ -335,10 +337,11 @@ TEST_CASE("evict-behind with two readers: what both passed goes first, then what
     order.push_back(*v);
     p->OnRemove(*v);
   }
-  // 0-3: both readers passed them (furthest first); 4-9: the follower's
-  // next reads, the one it reaches last first. (One reader: 9 first, the
-  // kept prefix 0-3 last, which the follower does not need again.)
-  CHECK(order == std::vector<std::string>{"u3", "u2", "u1", "u0", "u9", "u8", "u7", "u6", "u5", "u4"});
+  // 0-2: both readers passed them (furthest first); 4-8: the follower's
+  // next reads, the one it reaches last first; then the units the readers
+  // are at (9, 3). (One reader: 8 first, the kept prefix 0-3 last, which
+  // the follower does not need again.)
+  CHECK(order == std::vector<std::string>{"u2", "u1", "u0", "u8", "u7", "u6", "u5", "u4", "u9", "u3"});
 }
 
 TEST_CASE("evict-behind with one reader repeating a scan: behind it first, what it reads next in this pass kept",
@@ -353,9 +356,10 @@ TEST_CASE("evict-behind with one reader repeating a scan: behind it first, what 
   }
   for (uint64_t i = 0; i < 3; ++i) p->OnAccess(id(i));
   // 3-4 are ahead of the reader (read next in this pass): kept; behind it,
-  // the furthest along goes first. (Before reader cursors: u4, the far end
-  // of the prefix, which this pass reads sooner than u2's next pass.)
-  CHECK(*p->PickVictim() == "u2");
+  // the furthest along goes first, not u2, which it is at. (Before reader
+  // cursors: u4, the far end of the prefix, which this pass reads sooner
+  // than u1's next pass.)
+  CHECK(*p->PickVictim() == "u1");
 }
 
 TEST_CASE("evict-behind: a lone read behind the reader (a header re-read) is not a reader, and replays are not reads",
@@ -364,13 +368,13 @@ TEST_CASE("evict-behind: a lone read behind the reader (a header re-read) is not
   auto id = [](uint64_t i) { return "u" + std::to_string(i); };
   for (uint64_t i = 0; i < 10; ++i) p->OnInsertUnit(id(i), 1, 0, UnitMeta{i, false, 0});
   p->OnAccess(id(0));  // the header again: a cursor at 0 that never moves
-  CHECK(*p->PickVictim() == "u9");  // as with the reader alone
+  CHECK(*p->PickVictim() == "u8");  // as with the reader alone (at u9)
   // Units handed over from another module, in any order, make no cursor.
   auto q = Make("evict-behind");
   for (uint64_t i : {7, 2, 9, 4}) q->OnInsertUnit(id(i), 1, 0, UnitMeta{.position = i, .replay = true});
   q->OnInsertUnit(id(5), 1, 0, UnitMeta{.position = 5});
   q->OnInsertUnit(id(6), 1, 0, UnitMeta{.position = 6});  // a reader at 5, 6
-  CHECK(*q->PickVictim() == "u6");  // at or behind it, furthest first; 7 and 9 ahead of it
+  CHECK(*q->PickVictim() == "u5");  // behind it, furthest first; 7 and 9 ahead of it, 6 where it is
 }
 
 TEST_CASE("readahead: fixed by default, ramping to max_units while reads continue, reset by a jump", "[policy][prefetch]") {

@@ -57,6 +57,29 @@ TEST_CASE("sim: output has exactly the documented keys", "[sim]") {
   CHECK(j["backend_bytes"] == 100);
 }
 
+TEST_CASE("sim: a file read in pieces smaller than a unit is fetched about once, in one pass and in three", "[sim]") {
+  // 64 MiB read front to back in 64 KiB reads (a dd of 64 KiB blocks; the
+  // kernel's 128 KiB readahead requests), a 16 MiB cache. evict-behind took
+  // the unit the reader was part-way through as soon as it was read from:
+  // each 64 KiB read of it fetched it again (302 MiB for one pass; three
+  // passes over 48 MiB, 1,036 MiB against lru's 144).
+  auto trace = [](int passes, uint64_t size) {
+    std::string body;
+    uint64_t t = 0;
+    for (int p = 0; p < passes; ++p)
+      for (uint64_t off = 0; off < size; off += 64 << 10)
+        body += fmt::format("{},1,d/big.bin,{},{},{}\n", t += 700, off, 64 << 10, size);
+    return body;
+  };
+  TempTrace one(trace(1, 64 * kMiB)), three(trace(3, 48 * kMiB));
+  const auto a = Run(one.path, 16 * kMiB, "igt");
+  INFO(a.dump());
+  CHECK(a["backend_bytes"].get<uint64_t>() <= 70 * kMiB);
+  const auto b = Run(three.path, 16 * kMiB, "igt"), lru = Run(three.path, 16 * kMiB, "lru");
+  INFO(b.dump() << " lru " << lru.dump());
+  CHECK(b["backend_bytes"].get<uint64_t>() <= lru["backend_bytes"].get<uint64_t>());
+}
+
 TEST_CASE("sim: the prefetch budget is the config's, as a mount's", "[sim]") {
   TempTrace t("0,1,a/f,0,100,100\n");
   auto j = Run(t.path, 10 * kMiB, "igt");
