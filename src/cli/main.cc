@@ -81,10 +81,10 @@ int RunSimCmd(igt::sim::SimOptions o, const std::string& cache_size, const std::
     if (auto c = igt::LoadConfig(o.config_path); c && !c->policy.file.empty())
       std::fprintf(stderr, "igtcache: warning: %s: config key 'policy.file' is not used by --policy %s (its "
                    "overrides, pins and quotas apply to igt only)\n", o.config_path.c_str(), o.policy.c_str());
-  o.warn = [](const std::string& w) { std::fprintf(stderr, "igtcache: warning: %s\n", w.c_str()); };
+  o.warn = [](const std::string& w) { std::fprintf(stderr, "igtcache: warning: %s\n", igt::Escaped(w).c_str()); };
   auto j = igt::sim::RunSim(o);
   if (!j) {
-    std::fprintf(stderr, "igtcache: error: %s\n", j.error().message().c_str());
+    std::fprintf(stderr, "igtcache: error: %s\n", igt::Escaped(j.error().message()).c_str());
     // A missing or bad --trace, --listing or --config is the command line's.
     const auto code = j.error().code();
     return code == igt::Code::kInvalidArgument || code == igt::Code::kNotFound ? igt::kExitUsage : igt::kExitError;

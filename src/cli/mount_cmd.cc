@@ -82,11 +82,15 @@ void AppendEscaped(std::string_view text, Out& out) {
   }
 }
 
+}  // namespace
+
 std::string Escaped(std::string_view text) {
   std::string out;
   AppendEscaped(text, out);
   return out;
 }
+
+namespace {
 
 // Warnings logged before the mount's log is set up (the cache's start-up
 // findings: an index moved aside, records dropped, unit files deleted): a

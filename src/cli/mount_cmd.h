@@ -2,6 +2,7 @@
 // `igtcache mount`: assembles backend -> BlockStore -> Namespace ->
 // ReadPipeline -> FuseFs in that order and tears them down in reverse.
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "igtcache/config.h"
@@ -23,6 +24,10 @@ struct MountArgs {
 
 // Returns the process exit code. Errors are printed as one line on stderr.
 int RunMount(const MountArgs& a);
+
+// `text` with control characters and backslashes as \xNN: for the terminal
+// or a log line (an object key or a trace's path may hold an escape sequence).
+std::string Escaped(std::string_view text);
 
 // Exit codes, documented in docs/CLI.md.
 inline constexpr int kExitOk = 0;

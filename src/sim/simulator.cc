@@ -726,6 +726,16 @@ Result<nlohmann::json> RunSim(const SimOptions& o) {
     // The same bounds as a mount's (a 1-byte unit made an id per byte).
     if (auto s = Validate(*cfg); !s.ok()) return Err(Status::InvalidArgument("--unit-size: " + s.message()));
   }
+  // A config file a mount uses may set keys sim takes from its own flags:
+  // said, not silently ignored (a user replaying with the mount's file).
+  if (o.warn && !o.config_path.empty())
+    if (auto defaults = LoadConfig(""); defaults) {
+      if (cfg->cache.eviction != defaults->cache.eviction && cfg->cache.eviction != o.policy)
+        o.warn(fmt::format("{}: cache.eviction '{}' is not used: sim runs --policy {}", o.config_path,
+                           cfg->cache.eviction, o.policy));
+      if (cfg->cache.max_bytes != defaults->cache.max_bytes && cfg->cache.max_bytes != o.cache_bytes)
+        o.warn(fmt::format("{}: cache.max_bytes is not used: sim's cache is --cache-size", o.config_path));
+    }
   auto scfg = StreamConfigFrom(*cfg);
   if (!scfg) return Err(scfg.error());
   const uint64_t unit = cfg->cache.unit_size_bytes;

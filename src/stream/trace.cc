@@ -140,6 +140,19 @@ Status ParseTraceRow(std::string_view line, TraceRecord& out) {
     return Status::InvalidArgument(fmt::format("column 3 (path) must be relative (no leading '/'): '{}'", f[2]));
   if (f[2].back() == '/')
     return Status::InvalidArgument(fmt::format("column 3 (path) names a directory (trailing '/'): '{}'", f[2]));
+  // As a mount names files: no empty, '.' or '..' component, no NUL (a
+  // mount never writes such a path; it replayed as a file of its own).
+  for (size_t i = 0; i <= f[2].size();) {
+    size_t j = f[2].find('/', i);
+    if (j == std::string_view::npos) j = f[2].size();
+    const std::string_view c = f[2].substr(i, j - i);
+    if (c.empty() || c == "." || c == "..")
+      return Status::InvalidArgument(
+          fmt::format("column 3 (path) has an empty, '.' or '..' component: '{}'", f[2]));
+    i = j + 1;
+  }
+  if (f[2].find('\0') != std::string_view::npos)
+    return Status::InvalidArgument(fmt::format("column 3 (path) holds a NUL byte: '{}'", f[2]));
   out.path.assign(f[2]);
   if (e = ParseUint(f[3], 3, out.offset); !e.empty()) return Status::InvalidArgument(e);
   if (e = ParseUint(f[4], 4, out.length); !e.empty()) return Status::InvalidArgument(e);

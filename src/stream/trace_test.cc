@@ -94,6 +94,10 @@ TEST_CASE("malformed traces give an error naming the line", "[trace]") {
   CHECK_THAT(ReadError(h + "1,2,/abs/path,0,1,1\n"), Catch::Contains(":2: column 3 (path) must be relative"));
   CHECK_THAT(ReadError(h + "1,2,\"open,0,1,1\n"), Catch::Contains(":2: unterminated quoted field"));
   CHECK_THAT(ReadError(h + "1,2,,0,1,1\n"), Catch::Contains(":2: column 3 (path) is empty"));
+  // Paths a mount never writes (it replayed them as files of their own).
+  for (const char* p : {"../a", "./a", "a//b", "a/./b", "a/..", ".."})
+    CHECK_THAT(ReadError(h + "1,2," + p + ",0,1,1\n"), Catch::Contains(":2: column 3 (path) has an empty, '.' or '..' component"));
+  CHECK_THAT(ReadError(h + std::string("1,2,a\0b,0,1,1\n", 14)), Catch::Contains(":2: column 3 (path) holds a NUL byte"));
   CHECK_THAT(ReadError(h + "99999999999999999999999,2,a,0,1,1\n"), Catch::Contains(":2: column 1 (time_us) is out of range"));
   // CRLF line ends are accepted.
   CHECK(ReadError(std::string(kTraceHeader) + "\r\n1,2,a,0,1,1\r\n") == "");

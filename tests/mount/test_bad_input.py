@@ -257,6 +257,14 @@ def main():
                             "--config", str(cq)], capture_output=True, text=True)
         check(r.returncode == 0 and "never applies" in r.stderr,
               f"sim --config: a quota above the cache size warns ({r.returncode}, {r.stderr.strip()[:120]!r})")
+        # A mount's config with cache.eviction and cache.max_bytes: sim says
+        # it runs its own --policy and --cache-size instead (it said nothing).
+        cl = s.write_config("lru_cfg.yaml", "cache:\n  eviction: lru\n  max_bytes: 1G\n")
+        r = subprocess.run([harness.igtcache_bin(), "sim", "--trace", str(trace), "--cache-size", "64M",
+                            "--config", str(cl)], capture_output=True, text=True)
+        check(r.returncode == 0 and "cache.eviction 'lru' is not used" in r.stderr
+              and "cache.max_bytes is not used" in r.stderr,
+              f"sim --config: cache.eviction and cache.max_bytes said unused ({r.returncode}, {r.stderr.strip()[:160]!r})")
         badpol = s.write_config("bad_pol.yaml", "patterns:\n  random: {eviction: kep}\n")
         cb = s.write_config("badpol.yaml", f"policy:\n  file: {badpol}\n")
         outs = [subprocess.run([harness.igtcache_bin(), *cmd], capture_output=True, text=True)
