@@ -82,8 +82,11 @@ class EvictBehindPolicy final : public EvictionPolicy {
         if (c.moved) slowest = std::min(slowest, c.pos);
       if (slowest < UINT64_MAX) {
         static const std::string kLeast;
-        auto it = consumed_.lower_bound({slowest, &kLeast});  // the first one at it or past it
-        if (it != consumed_.begin()) return *std::prev(it)->second;
+        // The first one at it or past it; behind it, not one a reader that
+        // has not moved yet is at (one starting a pass, or after a jump).
+        auto it = std::make_reverse_iterator(consumed_.lower_bound({slowest, &kLeast}));
+        for (size_t looked = 0; it != consumed_.rend() && looked++ <= kMaxCursors; ++it)
+          if (!AtCursor(it->first)) return *it->second;
       }
       // Then the furthest along that no reader is at.
       size_t looked = 0;
@@ -110,9 +113,14 @@ class EvictBehindPolicy final : public EvictionPolicy {
       return *a.second < *b.second;
     }
   };
+  // A reader is at `pos`: one that read there within kAtCursorReads reads
+  // of the stream. A cursor a pass left at the end of a file (a later pass
+  // advances the cursor furthest along at or behind its read, which may be
+  // the old one) otherwise held its unit ahead of the live reader's
+  // readahead until it expired.
   bool AtCursor(uint64_t pos) const {
     for (const Cursor& c : cursors_)
-      if (c.pos == pos) return true;
+      if (c.pos == pos && reads_ - c.seen <= kAtCursorReads) return true;
     return false;
   }
   // A read at `pos`: advances the cursor furthest along at or behind it, or
@@ -155,6 +163,7 @@ class EvictBehindPolicy final : public EvictionPolicy {
   };
   static constexpr size_t kMaxCursors = 8;
   static constexpr uint64_t kCursorIdleReads = 1024;
+  static constexpr uint64_t kAtCursorReads = 64;
   std::vector<Cursor> cursors_;
   uint64_t reads_ = 0;
 };

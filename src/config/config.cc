@@ -12,6 +12,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cctype>
 #include <cerrno>
 #include <unistd.h>
@@ -386,6 +387,14 @@ Result<uint64_t> ParseSize(const std::string& in) {
   else if (suf == "G") mult = 1ull << 30;
   else if (suf == "T") mult = 1ull << 40;
   else return Err(Status::InvalidArgument("'" + in + "' has an unknown size suffix (use K, M, G, T)"));
+  // A whole number exactly (through a double, 9223372036854775807 came out
+  // as ...808); a fraction (1.5G) through a double.
+  if (num.find('.') == std::string::npos) {
+    uint64_t v = 0;
+    const auto r = std::from_chars(num.data(), num.data() + num.size(), v);
+    if (r.ec != std::errc() || v > UINT64_MAX / mult) return Err(Status::InvalidArgument("'" + in + "' is too large"));
+    return v * mult;
+  }
   double v = std::strtod(num.c_str(), nullptr);
   double bytes = v * static_cast<double>(mult);
   if (bytes > 1.8e19) return Err(Status::InvalidArgument("'" + in + "' is too large"));

@@ -28,6 +28,12 @@ TEST_CASE("sizes parse with binary suffixes") {
   CHECK_FALSE(ParseSize("10i").has_value());  // a bare binary marker is not a unit
   CHECK_FALSE(ParseSize("500iB").has_value());
   CHECK_FALSE(ParseSize("1Ki2").has_value());
+  // Whole numbers exactly, to the largest (a double rounded them).
+  CHECK(*ParseSize("9223372036854775807") == 9223372036854775807ull);
+  CHECK(*ParseSize("18446744073709551615") == UINT64_MAX);
+  CHECK_FALSE(ParseSize("18446744073709551616").has_value());
+  CHECK(*ParseSize("16777215T") == 16777215ull << 40);
+  CHECK_FALSE(ParseSize("16777216T").has_value());
 }
 
 TEST_CASE("defaults are valid and the example yaml reproduces them") {

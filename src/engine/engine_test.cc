@@ -628,6 +628,13 @@ struct ClassFolder {
     }
     root = parent.empty() ? classes : std::vector<ListedFile>{{parent, 0, true}};
   }
+  // The stream tree told of the listings: the root (the parent alone),
+  // the parent, each class.
+  void NoteListings(Harness& h) const {
+    h.tree.NoteListing("", 1);
+    h.tree.NoteListing(parent, classes.size());
+    for (const auto& [dir, l] : dirs) h.tree.NoteListing(dir, l.size());
+  }
   ListingFn Listing() const {
     return [this](std::string_view dir) -> const std::vector<ListedFile>* {
       if (dir.empty()) return &root;
@@ -674,9 +681,7 @@ TEST_CASE("a job reading the classes that fit is warmed though its whole data se
   Harness h("igt", 600, *PolicyProfile("training"), cf.Listing());
   h.run_prefetch = true;
   h.prefetch_delay = 20;
-  h.tree.NoteListing("", 1);
-  h.tree.NoteListing("ds/", cf.classes.size());
-  for (const auto& [dir, l] : cf.dirs) h.tree.NoteListing(dir, l.size());
+  cf.NoteListings(h);
   std::vector<std::string> job(cf.files.begin(), cf.files.begin() + 12 * 40);
   std::mt19937 rng(7);
   std::shuffle(job.begin(), job.end(), rng);
@@ -705,9 +710,7 @@ TEST_CASE("a later job reading other classes of the data set has its own epochs 
   // were 40% of both jobs' 800, and none of B's epochs was counted.
   ClassFolder cf("ds/", 20, 40);
   Harness h("igt", 2000, *PolicyProfile("training"), cf.Listing());
-  h.tree.NoteListing("", 1);
-  h.tree.NoteListing("ds/", cf.classes.size());
-  for (const auto& [dir, l] : cf.dirs) h.tree.NoteListing(dir, l.size());
+  cf.NoteListings(h);
   auto epochs = [&] {
     for (const auto& st : h.engine->Stats().streams)
       if (st.key == "ds/") return st.epoch;
@@ -730,6 +733,34 @@ TEST_CASE("a later job reading other classes of the data set has its own epochs 
   CHECK(b >= 3);
 }
 
+TEST_CASE("a warm-up does not begin for classes that do not fit beside another job's cached ones", "[engine]") {
+  // ds/: 20 classes of 40 one-unit files, a cache of 500 units. Job A reads
+  // classes 0-11 twice (480 units cached), then job B classes 12-19 (40
+  // units a class; the cache stays full). Once A's classes were forgotten,
+  // the set of B's directories less all the stream's cached bytes (A's)
+  // said it fitted: a warm-up began whatever the free space.
+  ClassFolder cf("ds/", 20, 40);
+  Harness h("igt", 500, *PolicyProfile("training"), cf.Listing());
+  cf.NoteListings(h);
+  std::mt19937 rng(13);
+  auto run = [&](size_t first, size_t n, int rounds, bool* warmed) {
+    std::vector<std::string> job(cf.files.begin() + first * 40, cf.files.begin() + (first + n) * 40);
+    for (int e = 0; e < rounds; ++e) {
+      std::shuffle(job.begin(), job.end(), rng);
+      for (size_t i = 0; i < job.size(); ++i) {
+        h.Read(job[i], 0, 1, false);
+        if (warmed && i % 8 == 0)
+          for (const auto& st : h.engine->Stats().streams) *warmed |= st.key == "ds/" && st.warming;
+      }
+    }
+  };
+  run(0, 12, 2, nullptr);
+  REQUIRE(h.engine->cached_bytes() >= 400 * kUnit);
+  bool warmed = false;
+  run(12, 8, 6, &warmed);  // long enough for A's classes to be forgotten
+  CHECK_FALSE(warmed);
+}
+
 TEST_CASE("epoch plans the executor dropped are proposed again in the same epoch", "[engine]") {
   // ds/: 10 class directories of 40 one-unit files, a cache of 300 units
   // (no warm-up: the 400 do not fit), 3 shuffled epochs. In each epoch the
@@ -738,9 +769,7 @@ TEST_CASE("epoch plans the executor dropped are proposed again in the same epoch
   // rest of the epoch, cached or not.
   ClassFolder cf("ds/", 10, 40);
   Harness h("igt", 300, *PolicyProfile("training"), cf.Listing());
-  h.tree.NoteListing("", 1);
-  h.tree.NoteListing("ds/", cf.classes.size());
-  for (const auto& [dir, l] : cf.dirs) h.tree.NoteListing(dir, l.size());
+  cf.NoteListings(h);
   std::mt19937 rng(5);
   std::vector<std::string> order = cf.files;
   for (int e = 0; e < 3; ++e) {

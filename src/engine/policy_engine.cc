@@ -1223,15 +1223,17 @@ void PolicyEngine::Warm(Group* g, std::vector<PrefetchRange>& plan) {
     // between it is measured, at most once a period (a pass over the
     // subtree): the set less the stream's bytes said "fits" for a stream
     // holding another job's classes, whatever the free space.
+    // A subtree of more than kWarmMeasureMaxFiles files is not measured
+    // (a pass under the engine's lock): the whole set must fit.
     const uint64_t set = g->warm_set_bytes();
     if (set - std::min(set, g->bytes) > free_bytes) return;
     uint64_t need = set;
-    if (set > free_bytes) {
+    if (g->subtree.size() <= kWarmMeasureMaxFiles) {
       if (g->warm_judged_us != 0 && now_us_ < g->warm_judged_us + kWarmJudgeUs) return;
       g->warm_judged_us = std::max<uint64_t>(1, now_us_);
-      need = UncachedWarmBytes(g);
-      if (need > free_bytes) return;
+      need = UncachedWarmBytes(g);  // also what siblings are promised (WarmPromised)
     }
+    if (need > free_bytes) return;
     g->warming = true;
     g->warm_need = need;
     g->warm_progress_us = now_us_;

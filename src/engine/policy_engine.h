@@ -271,6 +271,7 @@ class PolicyEngine {
   // pass over its subtree).
   uint64_t UncachedWarmBytes(const Group* g) const;
   static constexpr uint64_t kWarmJudgeUs = 1'000'000;  // between two UncachedWarmBytes of a stream
+  static constexpr size_t kWarmMeasureMaxFiles = 1 << 14;  // larger subtrees are not measured
   void StopWarm(Group* g);  // no longer holds space (done, idle or dropped)
   void NoteQuotas();        // has_quota_ and has_never_cache_ from the policy file
   // The stream the next victim comes from (quota, then lowest value with
