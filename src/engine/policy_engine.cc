@@ -319,9 +319,13 @@ struct PolicyEngine::Group {
     subtree_bytes += size;
     std::string dir = ParentDir(*path);
     if (InReadDirKey(dir)) read_subtree_bytes += size;
-    if (subtree_runs.empty() || subtree_runs.back().dir != dir) subtree_runs.push_back({dir, 0});
-    subtree_runs.back().end = subtree.size();
+    ExtendRuns(dir, subtree.size());
     subtree_dir_bytes[std::move(dir)] += size;
+  }
+  // subtree[end - 1] is in `dir`.
+  void ExtendRuns(const std::string& dir, size_t end) {
+    if (subtree_runs.empty() || subtree_runs.back().dir != dir) subtree_runs.push_back({dir, 0});
+    subtree_runs.back().end = end;
   }
   void DropSubtreeBytes(const SubtreeFile& sf) {
     subtree_bytes -= std::min(subtree_bytes, sf.size);
@@ -333,11 +337,7 @@ struct PolicyEngine::Group {
   // After files left `subtree` (NoteGone).
   void RebuildRuns() {
     subtree_runs.clear();
-    for (size_t i = 0; i < subtree.size(); ++i) {
-      std::string dir = ParentDir(*subtree[i].path);
-      if (subtree_runs.empty() || subtree_runs.back().dir != dir) subtree_runs.push_back({std::move(dir), 0});
-      subtree_runs.back().end = i + 1;
-    }
+    for (size_t i = 0; i < subtree.size(); ++i) ExtendRuns(ParentDir(*subtree[i].path), i + 1);
   }
   // All directories count as read from: none read yet, or more than kept.
   bool AllDirsRead() const { return active_read_dirs == 0 || active_read_dirs >= PolicyEngine::kMaxReadDirs; }
