@@ -140,10 +140,18 @@ bool ReadPipeline::AddSubNeed(const FileVersion& file, uint64_t unit, uint64_t i
   return true;
 }
 
-bool ReadPipeline::AddWholeNeed(const FileVersion& file, uint64_t unit, std::vector<Need>& needs) {
+bool ReadPipeline::AddWholeNeed(const FileVersion& file, uint64_t unit, std::vector<Need>& needs, bool* cached_now) {
   const uint64_t U = opts_.unit_size, ustart = unit * U;
   std::lock_guard lk(mu_);
-  if (!InFlightLocked(file, unit) && SubUnitTakenLocked(file, unit)) return false;
+  if (!InFlightLocked(file, unit)) {
+    if (SubUnitTakenLocked(file, unit)) return false;
+    // A flight leaves the table after its Put (under mu_): not in flight and
+    // in the store means put since the reader looked.
+    if (cached_now && store_ && store_->Contains(UnitKey{file.key, file.etag, unit})) {
+      *cached_now = true;
+      return false;
+    }
+  }
   AddNeedLocked(file, unit, ustart, std::min(U, file.size - ustart), needs);
   return true;
 }
@@ -457,7 +465,16 @@ Result<size_t> ReadPipeline::ReadOnce(const FileVersion& file, uint64_t offset, 
     // Whole: joins a whole flight, or starts one unless sub-units of the
     // unit are cached or in flight (the file was read at random before).
     if (!*subs && failed_before(u, from, to)) break;
-    if (!*subs && AddWholeNeed(file, u, needs)) {
+    // Put since the look above (only for a file whose units are served):
+    // read from the cache; if that fails too, fetched as before.
+    bool cached_now = false;
+    bool* put_meanwhile = keep.value_or(false) ? &cached_now : nullptr;
+    if (!*subs && AddWholeNeed(file, u, needs, put_meanwhile)) {
+      miss(to - from);
+      continue;
+    }
+    if (cached_now && hit(u, ustart, from, to)) continue;
+    if (cached_now && AddWholeNeed(file, u, needs)) {
       miss(to - from);
       continue;
     }

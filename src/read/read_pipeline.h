@@ -158,7 +158,11 @@ class ReadPipeline {
   // AddNeed for whole unit `unit`, unless none of it is in flight and some of
   // its sub-units are cached or in flight: then false, nothing added (the
   // caller fetches the missing sub-units instead). One step under mu_.
-  bool AddWholeNeed(const FileVersion& file, uint64_t unit, std::vector<Need>& needs);
+  // `cached_now`: set (and nothing added) when the unit is not in flight
+  // and the store has it: inserted since the reader's own look found it
+  // missing (a prefetch of a unit just dropped as corrupt, fetched and put
+  // meanwhile). Registering a flight then fetched it a second time.
+  bool AddWholeNeed(const FileVersion& file, uint64_t unit, std::vector<Need>& needs, bool* cached_now = nullptr);
   // AddNeed joining whole unit `unit` if it is in flight; false (nothing
   // added) if not. One step under mu_.
   bool JoinWholeNeed(const FileVersion& file, uint64_t unit, std::vector<Need>& needs);
