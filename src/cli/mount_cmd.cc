@@ -810,13 +810,9 @@ int RunMount(const MountArgs& a) {
   std::string max_read;
   for (const auto& group : a.fuse_opts) {
     std::string rest;
-    for (size_t i = 0; i <= group.size();) {
-      size_t j = group.find(',', i);
-      if (j == std::string::npos) j = group.size();
-      const std::string o = group.substr(i, j - i);
+    for (const std::string& o : SplitComma(group)) {
       if (o.rfind("max_read=", 0) == 0) max_read = o.substr(9);
       else if (!o.empty()) rest += (rest.empty() ? "" : ",") + o;
-      i = j + 1;
     }
     if (!rest.empty()) fuse_opts.push_back(std::move(rest));
   }

@@ -51,6 +51,8 @@ Status ApplyOption(const std::string& opt, MountArgs& m) {
   return Status::Ok();
 }
 
+}  // namespace
+
 std::vector<std::string> SplitComma(const std::string& s) {
   std::vector<std::string> out;
   size_t i = 0;
@@ -62,8 +64,6 @@ std::vector<std::string> SplitComma(const std::string& s) {
   }
   return out;
 }
-
-}  // namespace
 
 std::optional<Result<HelperCall>> ParseMountHelper(const std::vector<std::string>& argv) {
   if (argv.empty()) return std::nullopt;

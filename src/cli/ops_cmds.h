@@ -88,4 +88,7 @@ struct HelperCall {
 };
 std::optional<Result<HelperCall>> ParseMountHelper(const std::vector<std::string>& argv);
 
+// "a,b,,c" -> {"a", "b", "", "c"} (mount -o option lists).
+std::vector<std::string> SplitComma(const std::string& s);
+
 }  // namespace igt
