@@ -145,6 +145,36 @@ TEST_CASE("a scan whose reads FUSE delivers out of order is still one visit per 
   CHECK(s->label == Label::kSequential);
 }
 
+TEST_CASE("many readers of one file a block apart: the file is sequential, each block a sample per reader", "[tree]") {
+  // 8 and 48 readers (ranks of a job loading one checkpoint) read a 64 MiB
+  // file in turn in 64 KiB reads, each 1 MiB behind the one before. The
+  // tree remembered 4 readers per file: every read of the others was a new
+  // visit and a sample of its block, 16 per block, and the file was
+  // labelled skewed.
+  for (int readers : {8, 48}) {
+    AccessStreamTree tree;
+    uint64_t t = 0;
+    constexpr uint64_t kSize = 64 * kMiB, kRead = 64 << 10;
+    std::vector<int64_t> pos(readers);
+    for (int i = 0; i < readers; ++i) pos[i] = -int64_t(i) * int64_t(kMiB);
+    for (bool more = true; more;) {
+      more = false;
+      for (int i = 0; i < readers; ++i) {
+        if (pos[i] >= int64_t(kSize)) continue;
+        more = true;
+        if (pos[i] >= 0) tree.Record(t += 10, 100 + i, "ckpt/model.bin", pos[i], kRead, kSize);
+        pos[i] += kRead;
+      }
+    }
+    tree.RetestAll(true);
+    auto s = tree.Find("ckpt/model.bin");
+    REQUIRE(s);
+    INFO(readers << " readers");
+    CHECK(s->samples == uint64_t(64 * readers));
+    CHECK(s->label == Label::kSequential);
+  }
+}
+
 TEST_CASE("JSON output has exactly the documented fields", "[tree]") {
   AccessStreamTree tree;
   tree.NoteListing("items/", 1000);
