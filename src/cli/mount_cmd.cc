@@ -898,6 +898,15 @@ int RunMount(const MountArgs& a) {
       return fail(kExitUsage, fmt::format("cache dir '{}' is inside mount point '{}': the mount would hide it; use "
                                           "a cache dir outside the mount point",
                                           cfg->cache.dir, a.mountpoint));
+    // Inside a file:// source, what the daemon writes would be listed and
+    // served by the mount itself: its cache's units, index and log (a walk
+    // or a warm of the mount would read the cache through itself, and the
+    // source would change under the mount as the daemon writes).
+    const fs::path file_src = url->kind == SourceUrl::Kind::kFile ? real(url->path) : fs::path();
+    if (!file_src.empty() && within(real(cfg->cache.dir), file_src))
+      return fail(kExitUsage, fmt::format("cache dir '{}' is inside source '{}': the mount would serve its own "
+                                          "cache files; use a cache dir outside the source",
+                                          cfg->cache.dir, a.source));
     // Files the daemon writes: under the mount point they would be hidden
     // by the mount (written to the directory beneath it, seen only after the
     // unmount).
@@ -906,10 +915,15 @@ int RunMount(const MountArgs& a) {
       if (path.empty()) continue;
       std::error_code e;
       const fs::path abs = fs::absolute(path, e);
-      if (!e && within(real(abs), rmp))
+      if (e) continue;
+      if (within(real(abs), rmp))
         return fail(kExitUsage, fmt::format("{} '{}' is inside mount point '{}': the mount would hide it; write "
                                             "it outside the mount point",
                                             what, path, a.mountpoint));
+      if (!file_src.empty() && within(real(abs), file_src))
+        return fail(kExitUsage, fmt::format("{} '{}' is inside source '{}': the mount would list and serve it as "
+                                            "it is written; write it outside the source",
+                                            what, path, a.source));
     }
   }
   // Said here, before the daemon starts: its own warnings go to its log.

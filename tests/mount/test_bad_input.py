@@ -238,6 +238,16 @@ def main():
                 mnt = s.mkdir(f"mnt_cachein_{fg}")
                 problems += run_case(s, "cache dir inside the mount point", f"file://{src_dir}", mnt,
                                      ["--cache-dir", str(mnt / "cache")], ["inside mount point"], fg, want_rc=2)
+                # Inside a file:// source the daemon's files would be listed
+                # and served by the mount (a black-box test saw the cache's
+                # units/, index/ and LOCK in it), and nothing is created there.
+                src_in = s.mkdir(f"src_in_{fg}")
+                (src_in / "x.bin").write_bytes(b"x" * 100)
+                for flag, name in (("--cache-dir", "cachein"), ("--trace-out", "t.csv"), ("--log-file", "igt.log")):
+                    problems += run_case(s, f"{flag} inside the source", f"file://{src_in}", mnt,
+                                         [flag, str(src_in / name)], ["inside source"], fg, want_rc=2)
+                    if (src_in / name).exists():
+                        problems.append(f"{flag} inside the source [{fg}]: {src_in / name} was created")
         finally:
             if ro_mounted:
                 subprocess.run(["umount", str(ro)], capture_output=True)
