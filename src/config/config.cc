@@ -431,7 +431,9 @@ Result<Config> ParseConfig(const std::string& text, const std::string& origin) {
   Config c = Config::Defaults();
   YAML::Node root;
   try {
-    root = YAML::Load(text);
+    auto doc = LoadOneDocument(text, origin);
+    if (!doc) return Err(doc.error());
+    root = *doc;
   } catch (const YAML::Exception& e) {
     return Err(Status::InvalidArgument(fmt::format("{}: invalid YAML at line {}, column {}: {}",
                                                    origin, e.mark.line + 1, e.mark.column + 1,
@@ -665,7 +667,7 @@ constexpr int kMaxYamlDepth = 32;
 constexpr size_t kMaxYamlNodes = 100000;
 
 Status RejectDuplicatesAt(const YAML::Node& n, const std::string& origin, const std::string& path, int depth,
-                          size_t& nodes) {
+                          size_t& nodes, std::set<std::string>& seen) {
   if (depth > kMaxYamlDepth && (n.IsMap() || n.IsSequence()))
     return Status::InvalidArgument(fmt::format("{}: nested deeper than {} levels (an alias of an enclosing node?)",
                                                origin, kMaxYamlDepth));
@@ -673,18 +675,20 @@ Status RejectDuplicatesAt(const YAML::Node& n, const std::string& origin, const 
     return Status::InvalidArgument(
         fmt::format("{}: more than {} values once aliases are expanded", origin, kMaxYamlNodes));
   if (n.IsMap()) {
-    std::set<std::string> seen;
     for (auto it = n.begin(); it != n.end(); ++it) {
       const std::string key = it->first.IsScalar() ? it->first.Scalar() : std::string("?");
       const std::string full = path.empty() ? key : path + "." + key;
-      if (it->first.IsScalar() && !seen.insert(key).second)
+      // By dotted path over the whole document: `cache.max_bytes` beside
+      // `cache: {max_bytes: ...}` is the key twice as well.
+      if (it->first.IsScalar() && !seen.insert(full).second)
         return Status::InvalidArgument(
             fmt::format("{}: line {}: duplicate key '{}'", origin, it->first.Mark().line + 1, full));
-      if (auto s = RejectDuplicatesAt(it->second, origin, full, depth + 1, nodes); !s.ok()) return s;
+      if (auto s = RejectDuplicatesAt(it->second, origin, full, depth + 1, nodes, seen); !s.ok()) return s;
     }
   } else if (n.IsSequence()) {
     for (size_t i = 0; i < n.size(); ++i)
-      if (auto s = RejectDuplicatesAt(n[i], origin, fmt::format("{}[{}]", path, i), depth + 1, nodes); !s.ok())
+      if (auto s = RejectDuplicatesAt(n[i], origin, fmt::format("{}[{}]", path, i), depth + 1, nodes, seen);
+          !s.ok())
         return s;
   }
   return Status::Ok();
@@ -693,7 +697,18 @@ Status RejectDuplicatesAt(const YAML::Node& n, const std::string& origin, const 
 
 Status RejectDuplicateKeys(const YAML::Node& node, const std::string& origin) {
   size_t nodes = 0;
-  return RejectDuplicatesAt(node, origin, "", 0, nodes);
+  std::set<std::string> seen;
+  return RejectDuplicatesAt(node, origin, "", 0, nodes, seen);
+}
+
+Result<YAML::Node> LoadOneDocument(const std::string& text, const std::string& origin) {
+  std::vector<YAML::Node> docs = YAML::LoadAll(text);
+  if (docs.size() > 1)
+    return Err(Status::InvalidArgument(
+        fmt::format("{}: line {}: a second YAML document: a file holds one (remove the '---' and what follows, "
+                    "or merge them)",
+                    origin, docs[1].Mark().line + 1)));
+  return docs.empty() ? YAML::Node() : docs[0];
 }
 
 }  // namespace igt

@@ -86,6 +86,19 @@ TEST_CASE("errors name the bad key") {
   auto dup_section = ParseConfig("cache:\n  max_bytes: 1G\ncache:\n  dir: /x\n", "t.yaml");
   REQUIRE_FALSE(dup_section.has_value());
   CHECK_THAT(dup_section.error().message(), Catch::Contains("duplicate key 'cache'"));
+  // A dotted key beside the nested one, either way round: the last won
+  // without a word (black-box test).
+  for (const char* text : {"cache.max_bytes: 200M\ncache:\n  max_bytes: 300M\n",
+                           "cache:\n  max_bytes: 300M\ncache.max_bytes: 200M\n"}) {
+    auto dotted = ParseConfig(text, "t.yaml");
+    REQUIRE_FALSE(dotted.has_value());
+    CHECK_THAT(dotted.error().message(), Catch::Contains("duplicate key 'cache.max_bytes'"));
+  }
+  // A second document was neither applied nor checked.
+  auto docs = ParseConfig("cache:\n  max_bytes: 300M\n---\ncache:\n  max_bytes: 400M\n", "t.yaml");
+  REQUIRE_FALSE(docs.has_value());
+  CHECK_THAT(docs.error().message(), Catch::Contains("t.yaml: line 4: a second YAML document"));
+  CHECK(ParseConfig("---\ncache:\n  max_bytes: 300M\n...\n", "t.yaml").has_value());  // one, marked
   auto mode = ParseConfig("fuse:\n  file_mode: 0999\n", "t.yaml");
   REQUIRE_FALSE(mode.has_value());
   CHECK_THAT(mode.error().message(), Catch::Contains("fuse.file_mode"));

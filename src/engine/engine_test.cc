@@ -1723,6 +1723,10 @@ TEST_CASE("a policy file with a key given twice is refused, naming it", "[engine
   auto inner = ParsePolicyFile("overrides:\n  - {prefix: \"a/\", pin: true, pin: false}\n", "p.yaml");
   REQUIRE_FALSE(inner.has_value());
   CHECK_THAT(inner.error().message(), Catch::Contains("duplicate key 'overrides[0].pin'"));
+  // A second document (after '---') was never checked: 'bogus' passed.
+  auto docs = ParsePolicyFile("profile: serving\n---\nprofile: bogus\n", "p.yaml");
+  REQUIRE_FALSE(docs.has_value());
+  CHECK_THAT(docs.error().message(), Catch::Contains("p.yaml: line 3: a second YAML document"));
 }
 
 TEST_CASE("an override prefix no key could start with is refused, naming why", "[engine][yaml]") {

@@ -296,7 +296,9 @@ std::vector<std::string> PolicyWarnings(const PolicyFile& pf, const std::string&
 Result<PolicyFile> ParsePolicyFile(const std::string& yaml_text, const std::string& origin, bool empty_ok) {
   Ctx c{origin};
   try {
-    YAML::Node root = YAML::Load(yaml_text);
+    auto doc = LoadOneDocument(yaml_text, origin);
+    if (!doc) return Err(doc.error());
+    YAML::Node root = *doc;
     if (!empty_ok && (!root || root.IsNull()))
       return Err(Status::InvalidArgument(fmt::format(
           "'{}' is empty (no profile, patterns or overrides): a file being rewritten reads so for a moment, so "
