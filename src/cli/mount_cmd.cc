@@ -809,10 +809,19 @@ int RunMount(const MountArgs& a) {
   std::vector<std::string> fuse_opts;
   std::string max_read;
   for (const auto& group : a.fuse_opts) {
+    if (group.empty()) return fail(kExitUsage, "-o needs a value (an empty option list was given)");
     std::string rest;
     for (const std::string& o : SplitComma(group)) {
-      if (o.rfind("max_read=", 0) == 0) max_read = o.substr(9);
-      else if (!o.empty()) rest += (rest.empty() ? "" : ",") + o;
+      if (o.rfind("max_read=", 0) == 0) {
+        max_read = o.substr(9);
+      } else if (o == "rw" || o == "ro") {
+        // The mount is read-only whatever -o says: passed on, "rw" made
+        // /proc/mounts say rw (writes still failed, EROFS).
+        if (o == "rw")
+          std::fprintf(stderr, "igtcache: warning: -o rw ignored: the mount is read-only\n");
+      } else if (!o.empty()) {
+        rest += (rest.empty() ? "" : ",") + o;
+      }
     }
     if (!rest.empty()) fuse_opts.push_back(std::move(rest));
   }

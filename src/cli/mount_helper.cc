@@ -43,6 +43,10 @@ Status ApplyOption(const std::string& opt, MountArgs& m) {
   if (auto it = kOwn.find(k); it != kOwn.end()) {
     if (eq == std::string::npos || v.empty())
       return Status::InvalidArgument(fmt::format("mount option '{}' needs a value ({}=...)", k, k));
+    // As a flag given twice is (one of the two won without a word).
+    if (!(m.*(it->second)).empty())
+      return Status::InvalidArgument(fmt::format("mount option '{}' given twice ('{}' and '{}')", k,
+                                                 m.*(it->second), v));
     m.*(it->second) = v;
     return Status::Ok();
   }

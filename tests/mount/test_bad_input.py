@@ -172,6 +172,12 @@ def main():
                 problems += run_case(s, "unknown FUSE option", f"file://{src_dir}", mnt, ["-o", "nonsense_opt_xyz"],
                                      ["nonsense_opt_xyz"], fg, want_rc=2)
 
+            # An empty -o is an error, as an empty value of any option is.
+            for fg in (False, True):
+                mnt = s.mkdir(f"mnt_emptyo_{'fg' if fg else 'bg'}")
+                problems += run_case(s, "empty -o", f"file://{src_dir}", mnt, ["-o", ""], ["-o needs a value"], fg,
+                                     want_rc=2)
+
             # -o max_read is fuse.max_read_bytes, checked as the config key
             # (passed to libfuse as it was, the kernel's INIT was refused after
             # the command had said mounted, exit 0).

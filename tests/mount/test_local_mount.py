@@ -104,6 +104,14 @@ def main():
             harness.check(opts and f"max_read={mr}" in opts[0].split(","), f"max_read={mr} in /proc/mounts ({opts})")
             s.unmount(m)
 
+        # -o rw is ignored with a warning: the mount is read-only (passed to
+        # libfuse, /proc/mounts said rw while writes failed EROFS).
+        m = s.mount(f"file://{src}", foreground=False, args=["-o", "rw,noatime"])
+        opts = [l.split()[3] for l in open("/proc/mounts") if l.split()[1] == str(m.mountpoint)]
+        harness.check(opts and "ro" in opts[0].split(",") and "rw" not in opts[0].split(","),
+                      f"-o rw: /proc/mounts says ro ({opts})")
+        s.unmount(m)
+
         # SIGTERM and SIGINT to a foreground daemon: clean exit, mount removed.
         for sig in (signal.SIGTERM, signal.SIGINT):
             m = s.mount(f"file://{src}")

@@ -234,5 +234,10 @@ TEST_CASE("mount helper: flags it does not know are named", "[cli]") {
   REQUIRE(r.has_value());
   REQUIRE_FALSE(r->has_value());
   CHECK_THAT(r->error().message(), Catch::Contains("'requester_pays' takes no value"));
+  // Given twice, as a repeated flag is (the last won without a word).
+  r = call({"mount.fuse.igtcache", "file:///d", "/mnt", "-o", "cache_dir=/a,cache_dir=/b"});
+  REQUIRE(r.has_value());
+  REQUIRE_FALSE(r->has_value());
+  CHECK_THAT(r->error().message(), Catch::Contains("mount option 'cache_dir' given twice ('/a' and '/b')"));
   CHECK_FALSE(call({"igtcache", "stats", "/mnt"}).has_value());  // not a helper call
 }
