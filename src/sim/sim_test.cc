@@ -113,7 +113,7 @@ TEST_CASE("sim: many readers of one file a unit apart fetch it about once (ranks
   CHECK(b["backend_bytes"].get<uint64_t>() <= 140 * kMiB);
 }
 
-TEST_CASE("sim: the prefetch budget is the config's, as a mount's", "[sim]") {
+TEST_CASE("sim: the prefetch budget and the largest GET are the config's, as a mount's", "[sim]") {
   TempTrace t("0,1,a/f,0,100,100\n");
   auto j = Run(t.path, 10 * kMiB, "igt");
   CHECK(j["details"]["prefetch_budget_bytes"] == 128 * kMiB);  // cache.prefetch_budget_bytes' default
@@ -121,7 +121,7 @@ TEST_CASE("sim: the prefetch budget is the config's, as a mount's", "[sim]") {
   const int fd = mkstemp(tmpl);
   REQUIRE(fd >= 0);
   close(fd);
-  std::ofstream(tmpl) << "cache:\n  prefetch_budget_bytes: 32M\n";
+  std::ofstream(tmpl) << "cache:\n  prefetch_budget_bytes: 32M\nbackend:\n  max_request_bytes: 16M\n";
   SimOptions o;
   o.trace_path = t.path;
   o.cache_bytes = 10 * kMiB;
@@ -130,6 +130,7 @@ TEST_CASE("sim: the prefetch budget is the config's, as a mount's", "[sim]") {
   std::remove(tmpl);
   REQUIRE(k.has_value());
   CHECK((*k)["details"]["prefetch_budget_bytes"] == 32 * kMiB);
+  CHECK((*k)["details"]["max_request_bytes"] == 16 * kMiB);  // was 8 MiB whatever the config said
 }
 
 TEST_CASE("sim: one miss costs latency + bytes / bandwidth", "[sim]") {

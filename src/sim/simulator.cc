@@ -755,10 +755,12 @@ Result<nlohmann::json> RunSim(const SimOptions& o) {
   }
   auto tr = LoadTrace(o.trace_path, o.listing_path);
   if (!tr) return Err(tr.error());
-  if (o.policy == "belady") return RunBelady(o, *tr, unit);
-  // The prefetch budget a mount with this config would have.
+  // The prefetch budget and the largest GET a mount with this config would
+  // have (the GET cap was 8 MiB whatever the config said).
   SimOptions mo = o;
   mo.prefetch_budget_bytes = cfg->cache.prefetch_budget_bytes;
+  if (!o.config_path.empty()) mo.max_request_bytes = cfg->backend.max_request_bytes;
+  if (o.policy == "belady") return RunBelady(mo, *tr, unit);
   return RunEngine(mo, *tr, unit, cfg->cache.sub_unit_bytes, *scfg, pf);
 }
 
