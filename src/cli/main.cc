@@ -173,7 +173,7 @@ int main(int argc, char** argv) {
   mount->add_option("--config", m.config_path, "YAML config file (see examples/igtcache.yaml)")->check(non_empty);
   mount->add_option("--cache-dir", m.cache_dir, "Cache directory (cache.dir)")->check(non_empty);
   mount->add_option("--cache-size", m.cache_size, "Cache size limit, e.g. 10G (cache.max_bytes)")->check(non_empty);
-  mount->add_flag("-f,--foreground", m.foreground, "Stay in the foreground, log to stderr");
+  mount->add_flag("-f,--foreground", m.foreground, "Stay in the foreground, log to stderr (or logging.file if set)");
   mount->add_option("-o", m.fuse_opts, "Extra FUSE mount options (comma-separated)")->allow_extra_args(false);
   mount->add_option("--endpoint", m.endpoint, "S3 endpoint URL (backend.endpoint; default $AWS_ENDPOINT_URL)")->check(non_empty);
   mount->add_option("--region", m.region, "S3 region (backend.region)")->check(non_empty);
