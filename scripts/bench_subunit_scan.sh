@@ -3,7 +3,7 @@
 # the file (a local directory as the source). Not part of the test
 # suite; builds nothing. Every process is stopped by pid and every mount is
 # unmounted (tests/mount/harness.py).
-#   scripts/bench_subunit_scan.sh [--size-mib N] [--cache-mib N] [--read-kib N] [--passes N] [--runs N] [--compare LABEL=BINARY]
+#   scripts/bench_subunit_scan.sh [--readers N] [--stagger-s S] [--size-mib N] [--cache-mib N] [--read-kib N] [--passes N] [--runs N] [--compare LABEL=BINARY]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export IGTCACHE_BIN="${IGTCACHE_BIN:-$PWD/build/igtcache}"

@@ -7,7 +7,10 @@ file the mount has little of), and `dd bs=64K` reads 64 KiB at a time: each
 1 MiB unit is read in several pieces. evict-behind took the unit a reader was
 part-way through for the first victim, so each later piece of it fetched it
 again (before 2026-11-29; a black-box test: 3 passes over a 48 MiB file with
-a 16 MiB cache fetched 191 MiB, lru 144 MiB). Measured here: bytes fetched
+a 16 MiB cache fetched 191 MiB, lru 144 MiB). With --readers N, N processes
+read the file at once in each pass (ranks of a job loading one checkpoint;
+before 2026-11-29 the tree told 4 readers of a file apart, and more made
+every read a sample of its block: labelled skewed). Measured here: bytes fetched
 from the source (`backend_get_bytes`) and the time of the passes, for this
 build and any --compare LABEL=BINARY (in alternation run by run), and lru on
 this build as the baseline of the same run.
@@ -48,15 +51,27 @@ def run_once(s: harness.Session, binary: str, src: Path, want: str, a, tag: str,
         before = s.stats(m)["backend_get_bytes"]
         t0 = time.monotonic()
         for p in range(a.passes):
-            h = hashlib.sha256()
-            # O_DIRECT: every read reaches the mount (no page cache between passes).
-            r = subprocess.run(["dd", f"if={path}", "of=/dev/stdout", f"bs={a.read_kib}K", "iflag=direct",
-                                "status=none"], capture_output=True, timeout=1800)
-            if r.returncode != 0:
-                raise harness.TestFailure(f"{tag}: dd exited {r.returncode}: {r.stderr[-300:]!r}")
-            h.update(r.stdout)
-            if h.hexdigest() != want:
-                raise harness.TestFailure(f"{tag}: pass {p} read back wrong")
+            # O_DIRECT: every read reaches the mount (no page cache between
+            # passes). Readers after the first start --stagger-s apart.
+            cmd = f"dd if='{path}' of=/dev/stdout bs={a.read_kib}K iflag=direct status=none | sha256sum"
+            procs = []
+            try:
+                for i in range(a.readers):
+                    if i:
+                        time.sleep(a.stagger_s)
+                    procs.append(subprocess.Popen(["bash", "-c", f"set -o pipefail; {cmd}"], stdout=subprocess.PIPE,
+                                                  stderr=subprocess.PIPE, start_new_session=True))
+                for i, pr in enumerate(procs):
+                    out, err = pr.communicate(timeout=1800)
+                    if pr.returncode != 0:
+                        raise harness.TestFailure(f"{tag}: reader {i} exited {pr.returncode}: {err[-300:]!r}")
+                    if out.split()[0].decode() != want:
+                        raise harness.TestFailure(f"{tag}: pass {p} reader {i} read back wrong")
+            finally:
+                for pr in procs:
+                    if pr.poll() is None:
+                        os.killpg(pr.pid, 9)  # its own session: bash and its dd, by pid
+                        pr.wait()
         secs = time.monotonic() - t0
         return {"secs": secs, "fetched": s.stats(m)["backend_get_bytes"] - before}
     finally:
@@ -70,6 +85,8 @@ def main() -> None:
     ap.add_argument("--read-kib", type=int, default=64)
     ap.add_argument("--passes", type=int, default=3)
     ap.add_argument("--runs", type=int, default=2)
+    ap.add_argument("--readers", type=int, default=1, help="processes reading the file at once in each pass")
+    ap.add_argument("--stagger-s", type=float, default=0.2, help="between the readers' starts")
     ap.add_argument("--compare", action="append", default=[], metavar="LABEL=BINARY")
     a = ap.parse_args()
     systems = compare_binaries(a.compare, "bench_subunit_scan")
@@ -90,7 +107,9 @@ def main() -> None:
     base = "lru (this build)"
     ref = sum(r["fetched"] for r in results[base]) / len(results[base])
     lines = [
-        f"A {a.size_mib} MiB file read {a.passes} times by `dd bs={a.read_kib}K iflag=direct` through a mount of "
+        f"A {a.size_mib} MiB file read {a.passes} times by `dd bs={a.read_kib}K iflag=direct` " +
+        (f"({a.readers} processes at once in each pass, started {a.stagger_s} s apart) " if a.readers > 1 else "") +
+        "through a mount of "
         f"a local directory with a {a.cache_mib} MiB cache (1 MiB units); a fresh cache dir per run; {a.runs} runs, "
         f"the binaries in alternation, lru on this build in each run. Machine: {os.cpu_count()} CPUs ({cpu_model()}).",
         "",
