@@ -1729,6 +1729,27 @@ TEST_CASE("a policy file with a key given twice is refused, naming it", "[engine
   CHECK_THAT(docs.error().message(), Catch::Contains("p.yaml: line 3: a second YAML document"));
 }
 
+TEST_CASE("a policy file's errors name the line of the bad value", "[engine][yaml]") {
+  // They named the key only (a long file with several overrides: which one?).
+  auto err = [](const std::string& text) {
+    auto r = ParsePolicyFile(text, "p.yaml");
+    REQUIRE_FALSE(r.has_value());
+    return r.error().message();
+  };
+  CHECK_THAT(err("profile: training\npatterns:\n  skewed:\n    eviction: {name: lfu, params: {half_life: 1}}\n"),
+             Catch::StartsWith("p.yaml: line 4: patterns.skewed.eviction: ") && Catch::Contains("half_life"));
+  CHECK_THAT(err("patterns:\n  random:\n    eviction: bogus\n"),
+             Catch::StartsWith("p.yaml: line 3: patterns.random.eviction: "));
+  CHECK_THAT(err("overrides:\n  - prefix: a/\n    pin: true\n  - prefix: b/\n    quota: 0\n"),
+             Catch::StartsWith("p.yaml: line 5: overrides[1].quota: must be more than 0"));
+  CHECK_THAT(err("overrides:\n  - prefix: a/\n  - pin: true\n"),
+             Catch::StartsWith("p.yaml: line 3: overrides[1].prefix: missing"));
+  CHECK_THAT(err("profile: training\nbogus: 1\n"), Catch::StartsWith("p.yaml: line 2: bogus: unknown key"));
+  CHECK_THAT(err("allocation:\n  hysteresis: 20\n"),
+             Catch::StartsWith("p.yaml: line 2: allocation.hysteresis: must be in [0, 10)"));
+  CHECK_THAT(err("profile: nonesuch\n"), Catch::StartsWith("p.yaml: line 1: profile: "));
+}
+
 TEST_CASE("an override prefix no key could start with is refused, naming why", "[engine][yaml]") {
   // Accepted before and never applied (black-box test: never_cache on
   // "./images" cached images/ as usual).

@@ -107,22 +107,27 @@ namespace {
 
 struct Ctx {
   std::string origin;
-  Status Bad(const std::string& key, const std::string& what) const {
-    return Status::InvalidArgument(origin + ": " + key + ": " + what);
+  // "ORIGIN: line N: KEY: WHAT", N the line of `at` (the bad value, or the
+  // mapping missing a key); without it when yaml-cpp has no position.
+  Status Bad(const YAML::Node& at, const std::string& key, const std::string& what) const {
+    int line = -1;
+    if (at.IsDefined()) line = at.Mark().line;
+    const std::string where = line >= 0 ? origin + ": line " + std::to_string(line + 1) : origin;
+    return Status::InvalidArgument(where + ": " + key + ": " + what);
   }
 };
 
 // The string value of `n` at `where`, or an error naming it if `n` is a
 // list or a mapping.
 Status Scalar(const Ctx& c, const YAML::Node& n, const std::string& where, std::string& out) {
-  if (!n.IsScalar()) return c.Bad(where, "must be a single value, not a list or a mapping");
+  if (!n.IsScalar()) return c.Bad(n, where, "must be a single value, not a list or a mapping");
   out = n.Scalar();
   return Status::Ok();
 }
 
 Status CheckKeys(const Ctx& c, const YAML::Node& n, const std::string& where,
                  std::initializer_list<const char*> allowed) {
-  if (!n.IsMap()) return c.Bad(where.empty() ? "(top level)" : where, "must be a mapping");
+  if (!n.IsMap()) return c.Bad(n, where.empty() ? "(top level)" : where, "must be a mapping");
   for (auto it = n.begin(); it != n.end(); ++it) {
     const std::string k = it->first.as<std::string>();
     bool ok = false;
@@ -131,7 +136,7 @@ Status CheckKeys(const Ctx& c, const YAML::Node& n, const std::string& where,
       ok = ok || k == a;
       list += std::string(list.empty() ? "" : ", ") + a;
     }
-    if (!ok) return c.Bad(where.empty() ? k : where + "." + k, "unknown key (allowed: " + list + ")");
+    if (!ok) return c.Bad(it->first, where.empty() ? k : where + "." + k, "unknown key (allowed: " + list + ")");
   }
   return Status::Ok();
 }
@@ -142,17 +147,17 @@ Status ParseModule(const Ctx& c, const YAML::Node& n, const std::string& where, 
     return Status::Ok();
   }
   if (auto s = CheckKeys(c, n, where, {"name", "params"}); !s.ok()) return s;
-  if (!n["name"]) return c.Bad(where + ".name", "missing");
+  if (!n["name"]) return c.Bad(n, where + ".name", "missing");
   if (auto s = Scalar(c, n["name"], where + ".name", out.name); !s.ok()) return s;
   out.params.clear();
   if (auto p = n["params"]) {
-    if (!p.IsMap()) return c.Bad(where + ".params", "must be a mapping of numbers");
+    if (!p.IsMap()) return c.Bad(p, where + ".params", "must be a mapping of numbers");
     for (auto it = p.begin(); it != p.end(); ++it) {
       const std::string k = it->first.as<std::string>();
       try {
         out.params[k] = it->second.as<double>();
       } catch (const YAML::Exception&) {
-        return c.Bad(where + ".params." + k, "must be a number");
+        return c.Bad(it->second, where + ".params." + k, "must be a number");
       }
     }
   }
@@ -181,7 +186,7 @@ Result<PolicyFile> ParseImpl(const Ctx& c, const YAML::Node& root) {
     std::string name;
     if (auto s = Scalar(c, p, "profile", name); !s.ok()) return Err(s);
     auto prof = PolicyProfile(name);
-    if (!prof) return Err(c.Bad("profile", prof.error().message()));
+    if (!prof) return Err(c.Bad(p, "profile", prof.error().message()));
     f = *prof;
   } else {
     f = *PolicyProfile("training");
@@ -194,12 +199,20 @@ Result<PolicyFile> ParseImpl(const Ctx& c, const YAML::Node& root) {
       if (!Present(pn)) continue;
       const std::string where = std::string("patterns.") + kPatternNames[i];
       if (auto s = CheckKeys(c, pn, where, {"prefetch", "eviction"}); !s.ok()) return Err(s);
-      if (Present(pn["prefetch"]))
-        if (auto s = ParseModule(c, pn["prefetch"], where + ".prefetch", f.patterns[i].prefetch); !s.ok())
-          return Err(s);
-      if (Present(pn["eviction"]))
-        if (auto s = ParseModule(c, pn["eviction"], where + ".eviction", f.patterns[i].eviction); !s.ok())
-          return Err(s);
+      // Each module checked here, where its line is known (PolicyFile::Validate
+      // checks them again, without one).
+      if (auto pf = pn["prefetch"]; Present(pf)) {
+        ModuleSpec& m = f.patterns[i].prefetch;
+        if (auto s = ParseModule(c, pf, where + ".prefetch", m); !s.ok()) return Err(s);
+        if (auto made = MakePrefetchPolicy(m.name, m.params); !made)
+          return Err(c.Bad(pf, where + ".prefetch", made.error().message()));
+      }
+      if (auto ev = pn["eviction"]; Present(ev)) {
+        ModuleSpec& m = f.patterns[i].eviction;
+        if (auto s = ParseModule(c, ev, where + ".eviction", m); !s.ok()) return Err(s);
+        if (auto made = MakeEvictionPolicy(m.name, m.params); !made)
+          return Err(c.Bad(ev, where + ".eviction", made.error().message()));
+      }
     }
   }
   if (auto a = root["allocation"]; Present(a)) {
@@ -212,18 +225,21 @@ Result<PolicyFile> ParseImpl(const Ctx& c, const YAML::Node& root) {
       const bool digits = !v.empty() && v.size() <= 10 && v.find_first_not_of("0123456789") == std::string::npos &&
                           (v.size() == 1 || v[0] != '0');
       if (!digits || std::stoull(v) > kMaxAllocationPeriodMs)
-        return Err(c.Bad("allocation.period_ms", "'" + v + "' must be a whole number of ms from 1 to " +
+        return Err(c.Bad(pm, "allocation.period_ms", "'" + v + "' must be a whole number of ms from 1 to " +
                                                      std::to_string(kMaxAllocationPeriodMs)));
       f.allocation_period_ms = std::stoull(v);
     }
-    try {
-      if (a["hysteresis"]) f.hysteresis = a["hysteresis"].as<double>();
-    } catch (const YAML::Exception&) {
-      return Err(c.Bad("allocation.hysteresis", "must be a number"));
+    if (auto h = a["hysteresis"]) {
+      try {
+        f.hysteresis = h.as<double>();
+      } catch (const YAML::Exception&) {
+        return Err(c.Bad(h, "allocation.hysteresis", "must be a number"));
+      }
+      if (!(f.hysteresis >= 0 && f.hysteresis < 10)) return Err(c.Bad(h, "allocation.hysteresis", "must be in [0, 10)"));
     }
   }
   if (auto o = root["overrides"]; Present(o)) {
-    if (!o.IsSequence()) return Err(c.Bad("overrides", "must be a list"));
+    if (!o.IsSequence()) return Err(c.Bad(o, "overrides", "must be a list"));
     auto strip_slash = [](std::string_view p) { return p.ends_with('/') ? p.substr(0, p.size() - 1) : p; };
     for (size_t i = 0; i < o.size(); ++i) {
       const std::string where = "overrides[" + std::to_string(i) + "]";
@@ -231,7 +247,7 @@ Result<PolicyFile> ParseImpl(const Ctx& c, const YAML::Node& root) {
       if (auto s = CheckKeys(c, n, where, {"prefix", "pattern", "pin", "never_cache", "quota"}); !s.ok())
         return Err(s);
       PathOverride ov;
-      if (!n["prefix"]) return Err(c.Bad(where + ".prefix", "missing"));
+      if (!n["prefix"]) return Err(c.Bad(n, where + ".prefix", "missing"));
       if (auto s = Scalar(c, n["prefix"], where + ".prefix", ov.prefix); !s.ok()) return Err(s);
       while (!ov.prefix.empty() && ov.prefix.front() == '/') {
         ov.prefix.erase(0, 1);
@@ -239,34 +255,34 @@ Result<PolicyFile> ParseImpl(const Ctx& c, const YAML::Node& root) {
       }
       // Matched literally against keys as the mount names them: a prefix no
       // key can start with would be accepted and never apply.
-      if (auto bad = UnmatchablePrefix(ov.prefix)) return Err(c.Bad(where + ".prefix", "'" + ov.prefix + "' " + *bad));
+      if (auto bad = UnmatchablePrefix(ov.prefix)) return Err(c.Bad(n["prefix"], where + ".prefix", "'" + ov.prefix + "' " + *bad));
       if (auto p = n["pattern"]) {
         std::string v;
         if (auto s = Scalar(c, p, where + ".pattern", v); !s.ok()) return Err(s);
         for (size_t k = 0; k < kPatternNames.size(); ++k)
           if (v == kPatternNames[k]) ov.pattern = static_cast<int>(k);
         if (ov.pattern < 0)
-          return Err(c.Bad(where + ".pattern", "'" + v + "' is not one of sequential, random, skewed, unknown"));
+          return Err(c.Bad(p, where + ".pattern", "'" + v + "' is not one of sequential, random, skewed, unknown"));
       }
-      if (n["pin"] && !AsBool(n["pin"], ov.pin)) return Err(c.Bad(where + ".pin", "must be true or false"));
+      if (n["pin"] && !AsBool(n["pin"], ov.pin)) return Err(c.Bad(n["pin"], where + ".pin", "must be true or false"));
       if (n["never_cache"] && !AsBool(n["never_cache"], ov.never_cache))
-        return Err(c.Bad(where + ".never_cache", "must be true or false"));
+        return Err(c.Bad(n["never_cache"], where + ".never_cache", "must be true or false"));
       if (auto q = n["quota"]) {
         std::string qs;
         if (auto s = Scalar(c, q, where + ".quota", qs); !s.ok()) return Err(s);
         auto sz = ParseSize(qs);
-        if (!sz) return Err(c.Bad(where + ".quota", sz.error().message()));
+        if (!sz) return Err(c.Bad(q, where + ".quota", sz.error().message()));
         if (*sz == 0)
-          return Err(c.Bad(where + ".quota", "must be more than 0 (to cache nothing under the prefix, use "
+          return Err(c.Bad(q, where + ".quota", "must be more than 0 (to cache nothing under the prefix, use "
                                               "never_cache: true; for no quota, leave quota out)"));
         ov.quota_bytes = *sz;
       }
       if (ov.pin && ov.never_cache)
-        return Err(c.Bad(where + ".never_cache", "cannot be combined with pin"));
+        return Err(c.Bad(n["never_cache"], where + ".never_cache", "cannot be combined with pin"));
       // Two entries for one prefix: which one applies would be arbitrary.
       for (size_t k = 0; k < f.overrides.size(); ++k)
         if (strip_slash(f.overrides[k].prefix) == strip_slash(ov.prefix))
-          return Err(c.Bad(where + ".prefix", "'" + ov.prefix + "' is already overrides[" + std::to_string(k) +
+          return Err(c.Bad(n["prefix"], where + ".prefix", "'" + ov.prefix + "' is already overrides[" + std::to_string(k) +
                                                   "].prefix (one entry per prefix)"));
       f.overrides.push_back(std::move(ov));
     }
