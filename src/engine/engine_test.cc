@@ -1713,6 +1713,24 @@ TEST_CASE("an empty policy file is the training profile, but not on a SIGHUP rel
   std::filesystem::remove_all(dir);
 }
 
+TEST_CASE("a SIGHUP reload reads the policy file once it has been still for 200 ms", "[engine][yaml]") {
+  // Written in place (an editor saving, a > redirect) it could be read half
+  // written and still parse: its first override only, the others lost.
+  char dir[] = "/tmp/igt_pf_XXXXXX";
+  REQUIRE(::mkdtemp(dir));
+  const std::string path = std::string(dir) + "/p.yaml";
+  {
+    std::ofstream(path) << "profile: serving\n";
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = LoadPolicyFile(path, PolicyFileUse::kReload);  // just written: waits
+  const auto waited = std::chrono::steady_clock::now() - t0;
+  REQUIRE(r.has_value());
+  CHECK(r->profile == "serving");
+  CHECK(waited >= std::chrono::milliseconds(150));
+  std::filesystem::remove_all(dir);
+}
+
 TEST_CASE("a policy file with a key given twice is refused, naming it", "[engine][yaml]") {
   // yaml-cpp keeps both pairs; one used to win without a word (also on a
   // SIGHUP reload).

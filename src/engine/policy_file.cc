@@ -10,8 +10,10 @@
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <ctime>
 #include <set>
 
 #include "igtcache/config.h"
@@ -326,8 +328,32 @@ Result<PolicyFile> ParsePolicyFile(const std::string& yaml_text, const std::stri
   }
 }
 
+namespace {
+// A reload reads the file once it has been still this long: written in
+// place (an editor saving, a `>` redirect) it could be read half written,
+// its first lines only, and still parse (a pin or an override lost without
+// a word). Waited for at most kSettleTries times.
+constexpr int64_t kSettleNs = 200'000'000;
+constexpr int kSettleTries = 10;
+
+
+void WaitUntilStill(const std::string& path) {
+  for (int i = 0; i < kSettleTries; ++i) {
+    struct stat st {};
+    struct timespec now {};
+    if (::stat(path.c_str(), &st) != 0 || ::clock_gettime(CLOCK_REALTIME, &now) != 0) return;
+    const int64_t age = (int64_t(now.tv_sec) - st.st_mtim.tv_sec) * 1'000'000'000 + now.tv_nsec - st.st_mtim.tv_nsec;
+    if (age >= kSettleNs) return;
+    const int64_t wait = kSettleNs - std::max<int64_t>(age, 0);
+    struct timespec ts {wait / 1'000'000'000, wait % 1'000'000'000};
+    while (::nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
+  }
+}
+}  // namespace
+
 Result<PolicyFile> LoadPolicyFile(const std::string& path, PolicyFileUse use) {
   if (path.empty()) return PolicyProfile("training");
+  if (use == PolicyFileUse::kReload) WaitUntilStill(path);
   // Opened without blocking: a mount reads the file again on each SIGHUP, on
   // its maintenance thread, and a FIFO nobody writes to held that thread
   // (and the unmount waiting for it) for good. A mount takes a regular file
