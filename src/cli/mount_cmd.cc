@@ -327,7 +327,18 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
   std::string credentials_note;
   auto backend = BuildBackend(url, cfg, &metrics, &credentials_note);
   if (!backend) {
-    rep.Fail(backend.error().message());
+    std::string msg = backend.error().message();
+    // A directory whose name has a '%' in it: the URL's escapes were decoded.
+    if (url.kind == SourceUrl::Kind::kFile && backend.error().code() == Code::kNotFound &&
+        a.source.find('%') != std::string::npos) {
+      std::string raw = a.source.substr(a.source.find("://") + 3);
+      if (raw.starts_with("localhost/")) raw.erase(0, 9);
+      std::error_code ec;
+      if (raw != url.path && std::filesystem::is_directory(raw, ec))
+        msg += fmt::format(" ('%XX' in a file:// URL is an escape, '%20' a space; for the directory '{}' write "
+                           "each '%' in it as '%25')", raw);
+    }
+    rep.Fail(msg);
     // A bad endpoint or addressing setting (also from $AWS_ENDPOINT_URL) is
     // bad configuration.
     return backend.error().code() == Code::kInvalidArgument ? kExitUsage : kExitError;

@@ -172,6 +172,14 @@ def main():
                 problems += run_case(s, "unknown FUSE option", f"file://{src_dir}", mnt, ["-o", "nonsense_opt_xyz"],
                                      ["nonsense_opt_xyz"], fg, want_rc=2)
 
+            # A directory with '%' in its name, written as it is in a file://
+            # URL: its escape was decoded; the error says how to write it.
+            pct = s.mkdir("pct%20dir")
+            for fg in (False, True):
+                mnt = s.mkdir(f"mnt_pct_{'fg' if fg else 'bg'}")
+                problems += run_case(s, "file:// URL of a directory with '%' in its name", f"file://{pct}", mnt, [],
+                                     ["does not exist", "%25"], fg)
+
             # An empty -o is an error, as an empty value of any option is.
             for fg in (False, True):
                 mnt = s.mkdir(f"mnt_emptyo_{'fg' if fg else 'bg'}")
