@@ -132,7 +132,7 @@ int main(int argc, char** argv) {
     }
     return (*helper)->fake ? igt::kExitOk : igt::RunMount((*helper)->mount);
   }
-  CLI::App app{"igtcache: mount a cloud bucket with an adaptive SSD cache for AI workloads"};
+  CLI::App app{"igtcache: mount a cloud bucket with an adaptive SSD cache for AI workloads", "igtcache"};
   app.set_version_flag("--version", std::string("igtcache ") + igt::kVersion);
   app.require_subcommand(1);
   // Parse errors read like every other error of the command.
@@ -266,6 +266,15 @@ int main(int argc, char** argv) {
   if (argc > 1 && argv[1][0] != '-' && !is_command(argv[1])) {
     std::fprintf(stderr, "%s\n", UnknownCommandError(app, argv[1]).c_str());
     return igt::kExitUsage;
+  }
+  // An option before any command: CLI11 said only "A subcommand is required".
+  if (argc > 1 && argv[1][0] == '-') {
+    const std::string_view o = argv[1];
+    if (o != "-h" && o != "--help" && o != "--version") {
+      std::fprintf(stderr, "igtcache: error: unknown option '%s' (the options are a command's: "
+                   "igtcache COMMAND --help; igtcache --help lists the commands)\n", argv[1]);
+      return igt::kExitUsage;
+    }
   }
   try {
     app.parse(argc, argv);

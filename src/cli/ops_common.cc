@@ -112,8 +112,11 @@ Result<nlohmann::json> ReadStats(const std::string& mountpoint) {
   std::ifstream in(path);
   if (!in) {
     const int err = errno;
-    if (!IsIgtcacheMount(mnt))
+    if (!IsIgtcacheMount(mnt)) {
+      std::error_code ec;
+      if (!fs::exists(mnt, ec) && !ec) return Err(Status::NotFound(fmt::format("'{}' does not exist", mountpoint)));
       return Err(Status::NotFound(fmt::format("'{}' is not an igtcache mount point", mountpoint)));
+    }
     // FUSE refuses every other user, root too, on a mount without allow_other.
     if (err == EACCES || err == EPERM)
       return Err(Status::PermissionDenied(fmt::format(

@@ -151,6 +151,13 @@ def main():
               f"igtcache umount: named, 'unmount' suggested ({r.stderr.strip()!r})")
         r = igt("help", "warm")
         check(r.returncode == 0 and "Usage: igtcache warm" in r.stdout, f"igtcache help warm ({r.stdout[:80]!r})")
+        r = igt("help")
+        check(r.returncode == 0 and "Usage: igtcache [OPTIONS]" in r.stdout, f"igtcache help ({r.stdout[:120]!r})")
+        # An option before any command is named, as a mistyped command is.
+        r = igt("--bogus")
+        check(r.returncode == 2 and "unknown option '--bogus'" in r.stderr, f"igtcache --bogus ({r.stderr.strip()!r})")
+        r = igt("stats", str(s.tmp / "no_such_dir"))
+        check(r.returncode == 1 and "does not exist" in r.stderr, f"stats of a missing path ({r.stderr.strip()!r})")
 
 
 def warm_into_full_cache(s):
