@@ -320,6 +320,7 @@ TEST_CASE("sim: a bad listing is an error naming its line", "[sim]") {
   check("path,size\nnocomma\n", ":2: expected 2 columns");
   check("path,size\na,10,20\n", ":2: expected 2 columns");  // was read as path "a,10"
   check("path,size\na,99999999999999999999\n", ":2: size out of range");
+  check("path,size\na,10\nb,5\na,20\n", ":4: 'a' is listed twice (also on line 2)");  // which size?
   check("", ": empty");
   o.listing_path = "/nonexistent/listing.csv";
   auto j = RunSim(o);

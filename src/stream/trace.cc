@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <unordered_map>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -388,6 +389,8 @@ Status ReadListing(const std::string& path, const std::function<void(std::string
     return Status::InvalidArgument(fmt::format("{}:{}: {}", path, line, what));
   };
   std::string raw;
+  // A path listed twice (sizes that may differ: which one?) is an error.
+  std::unordered_map<std::string, uint64_t> seen;  // path -> its line
   while (std::getline(in, raw)) {
     ++line;
     std::string_view l(raw);
@@ -429,6 +432,8 @@ Status ReadListing(const std::string& path, const std::function<void(std::string
     if (!p.empty() && p.back() == '/') continue;  // a "folder" marker object: a mount lists it as a directory
     if (p.empty() || p.front() == '/')
       return fail(fmt::format("path must be relative and not empty: '{}'", p));
+    if (auto [it, fresh] = seen.try_emplace(p, line); !fresh)
+      return fail(fmt::format("'{}' is listed twice (also on line {})", p, it->second));
     each(std::move(p), size);
   }
   if (in.bad()) return fail(fmt::format("read error: {}", std::strerror(errno)));
