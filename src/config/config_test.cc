@@ -99,6 +99,14 @@ TEST_CASE("errors name the bad key") {
   REQUIRE_FALSE(docs.has_value());
   CHECK_THAT(docs.error().message(), Catch::Contains("t.yaml: line 4: a second YAML document"));
   CHECK(ParseConfig("---\ncache:\n  max_bytes: 300M\n...\n", "t.yaml").has_value());  // one, marked
+  CHECK(ParseConfig("%YAML 1.2\n---\ncache:\n  max_bytes: 300M\n", "t.yaml").has_value());  // a directive
+  CHECK(ParseConfig("cache:\n  max_bytes: 300M\n---\n# nothing more\n", "t.yaml").has_value());
+  auto inline_doc = ParseConfig("cache: {}\n--- {cache: {max_bytes: 1G}}\n", "t.yaml");
+  REQUIRE_FALSE(inline_doc.has_value());
+  CHECK_THAT(inline_doc.error().message(), Catch::Contains("line 2: a second YAML document"));
+  // yaml-cpp's LoadAll looped for good on this (fuzz_config): read as
+  // before this check was added (a plain scalar), at once.
+  (void)ParseConfig(" ,-", "t.yaml");
   auto mode = ParseConfig("fuse:\n  file_mode: 0999\n", "t.yaml");
   REQUIRE_FALSE(mode.has_value());
   CHECK_THAT(mode.error().message(), Catch::Contains("fuse.file_mode"));

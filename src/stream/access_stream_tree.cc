@@ -75,19 +75,23 @@ constexpr uint64_t kActiveRetestPeriods = 8;
 // Per-reader position in a file, to tell continuations from new visits.
 struct PidCursor {
   uint32_t pid = 0;
-  bool valid = false;
+  uint32_t seen_s = 0;              // 1 + the second of its last read; 0: a free slot
   uint64_t end = 0;                 // end offset of this pid's last read
   uint64_t last_block = UINT64_MAX; // last block that read touched
 };
 // Readers remembered per file: kCursors inline, and up to kMoreCursors more
-// allocated when a file has more concurrent readers (ranks of a multi-GPU
-// job loading one checkpoint). A reader beyond those evicts the oldest, whose
-// next read is then a new visit and a sample of the block it is in: with 4
-// cursors, 8 staggered readers of one file made every read such a sample
-// (16 per 1 MiB block in 64 KiB reads) and the file was labelled skewed;
-// `igtcache sim` fetched 2,176 MiB of a 64 MiB file with a 32 MiB cache.
+// allocated when a file has more readers at once (ranks of a multi-GPU job
+// loading one checkpoint). A new reader takes a free slot, else the slot of
+// a reader idle for kCursorIdleS (a DataLoader's workers are new processes
+// every epoch: a file read once per epoch must not collect their cursors),
+// else more slots, else the oldest reader's, whose next read is then a new
+// visit and a sample of the block it is in: with 4 cursors, 8 staggered
+// readers of one file made every read such a sample (16 per 1 MiB block in
+// 64 KiB reads) and the file was labelled skewed; `igtcache sim` fetched
+// 2,176 MiB of a 64 MiB file with a 32 MiB cache.
 constexpr size_t kCursors = 4;
 constexpr size_t kMoreCursors = 60;
+constexpr uint32_t kCursorIdleS = 10;
 
 using ChildMap = std::map<std::string, Node*, std::less<>>;
 
@@ -484,10 +488,10 @@ bool AccessStreamTree::RecordInFile(Node* f, uint64_t t, uint32_t pid, uint64_t 
   f->file_size = fsize;
   detail::PidCursor* c = nullptr;
   for (auto& cu : f->cursors)
-    if (cu.valid && cu.pid == pid) c = &cu;
+    if (cu.seen_s && cu.pid == pid) c = &cu;
   if (!c && f->more_cursors)
     for (auto& cu : *f->more_cursors)
-      if (cu.valid && cu.pid == pid) c = &cu;
+      if (cu.seen_s && cu.pid == pid) c = &cu;
   // Continues the reader's last read: starts where it ended, or near it.
   // FUSE's threads deliver one reader's in-flight requests (the kernel's
   // readahead: several max_read chunks at once) in any order, so a read up
@@ -501,7 +505,9 @@ bool AccessStreamTree::RecordInFile(Node* f, uint64_t t, uint32_t pid, uint64_t 
   const uint64_t slack = 8 * std::min<uint64_t>(std::max<uint64_t>(len, 4096), 1 << 20);
   const bool near = c && off != 0 && off + slack >= c->end && off <= c->end + slack;
   const bool cont = near && c->end == off;
-  if (!c) c = NewCursorLocked(f, pid);
+  const uint32_t now_s = static_cast<uint32_t>(t / 1'000'000) + 1;
+  if (!c) c = NewCursorLocked(f, pid, now_s);
+  c->seen_s = now_s;
   // Sizes and offsets near 2^64 must not wrap (a sparse file:// file).
   const uint64_t end = len > UINT64_MAX - off ? UINT64_MAX : off + len;
   if (fsize > cfg_.unit_bytes) {
@@ -522,10 +528,14 @@ bool AccessStreamTree::RecordInFile(Node* f, uint64_t t, uint32_t pid, uint64_t 
   return !near;
 }
 
-detail::PidCursor* AccessStreamTree::NewCursorLocked(Node* f, uint32_t pid) {
+detail::PidCursor* AccessStreamTree::NewCursorLocked(Node* f, uint32_t pid, uint32_t now_s) {
   detail::PidCursor* c = nullptr;
-  for (auto& cu : f->cursors)
-    if (!c && !cu.valid) c = &cu;
+  auto free_or_idle = [&](detail::PidCursor& cu) {
+    if (!c && (!cu.seen_s || now_s > cu.seen_s + detail::kCursorIdleS)) c = &cu;
+  };
+  for (auto& cu : f->cursors) free_or_idle(cu);
+  if (!c && f->more_cursors)
+    for (auto& cu : *f->more_cursors) free_or_idle(cu);
   if (!c && !f->more_cursors && !f->retired.load(std::memory_order_relaxed)) {
     const uint64_t need = sizeof(*f->more_cursors) + kAllocOverhead;
     if (TryReserve(need)) {  // no pruning here: f->mu is held
@@ -534,15 +544,14 @@ detail::PidCursor* AccessStreamTree::NewCursorLocked(Node* f, uint32_t pid) {
     }
   }
   if (!c && f->more_cursors)
-    for (auto& cu : *f->more_cursors)
-      if (!c && !cu.valid) c = &cu;
-  if (!c) {  // all taken: the oldest taken slot goes (slots are taken in order)
+    for (auto& cu : *f->more_cursors) free_or_idle(cu);
+  if (!c) {  // all taken: the slots in turn
     const size_t all = detail::kCursors + (f->more_cursors ? detail::kMoreCursors : 0);
     const size_t v = f->cursor_victim % all;
     c = v < detail::kCursors ? &f->cursors[v] : &(*f->more_cursors)[v - detail::kCursors];
     f->cursor_victim = static_cast<uint8_t>((v + 1) % all);
   }
-  *c = detail::PidCursor{pid, true, 0, UINT64_MAX};
+  *c = detail::PidCursor{pid, now_s, 0, UINT64_MAX};
   return c;
 }
 

@@ -156,9 +156,9 @@ class AccessStreamTree {
   Node* FindOrCreate(Node* parent, std::string_view key, bool is_dir, uint64_t now_us);
   Node* Lookup(std::string_view node_path, bool create, uint64_t now_us) const;
   bool RecordInFile(Node* f, uint64_t t, uint32_t pid, uint64_t off, uint64_t len, uint64_t fsize);
-  // A cursor for a reader new to file f (f->mu held): a free slot, more
-  // slots once the inline ones are taken, else the oldest reader's.
-  detail::PidCursor* NewCursorLocked(Node* f, uint32_t pid);
+  // A cursor for a reader new to file f (f->mu held): a free or idle slot,
+  // more slots once those are all busy, else one in turn (kCursors).
+  detail::PidCursor* NewCursorLocked(Node* f, uint32_t pid, uint32_t now_s);
   void PushSample(Node* n, uint32_t child, uint32_t pid, uint64_t t);
   void PushSampleLocked(Node* n, uint32_t child, uint32_t pid, uint64_t t);
   void RunTestLocked(Node* n, uint64_t now_us);
