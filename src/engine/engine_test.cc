@@ -2058,6 +2058,34 @@ TEST_CASE("read cursors of readers gone idle are forgotten (new DataLoader worke
   CHECK(h.engine->Stats().readers == 0);
 }
 
+TEST_CASE("a full table of read cursors drops the oldest half, not a reader part-way through a file", "[engine]") {
+  // 70,000 files read in part, one by one (each leaves a cursor), while one
+  // reader goes through a large file. The table (65,536) was cleared whole
+  // when full: that reader's next read was a new visit (no readahead, and
+  // in a random stream past half its epoch, a new epoch).
+  Harness h("lru-readahead", 4096);
+  const std::string big = "ckpt/big.bin";
+  constexpr uint64_t kBigUnits = 200;
+  uint64_t u = 0;
+  auto read_big = [&] {
+    h.now_us += 1000;
+    return h.engine->OnRead(h.now_us, 1, big, u++ * kUnit, kUnit, kBigUnits * kUnit);
+  };
+  read_big();
+  for (int i = 0; i < 70'000; ++i) {
+    h.now_us += 1000;
+    const std::string p = "ds/f" + std::to_string(i) + ".bin";
+    h.engine->OnRead(h.now_us, 100 + i % 8, p, 0, 4096, 8192);  // the first half: a cursor kept
+    if (i % 1000 == 999) {
+      INFO("after " << i + 1 << " files");
+      CHECK_FALSE(read_big().empty());  // continues: readahead planned
+    }
+  }
+  const auto readers = h.engine->Stats().readers;
+  CHECK(readers > 65'536 / 4);
+  CHECK(readers < 65'536);
+}
+
 TEST_CASE("units of a version no longer current are the first victims", "[engine]") {
   Harness h("igt", 64);
   // A live stream read at random, and a file rewritten in place.

@@ -338,6 +338,8 @@ class PolicyEngine {
     uint64_t end = 0, last_us = 0;
   };
   std::unordered_map<std::string, ReaderEnd> reader_end_;
+  // At kMaxReaders: the older half of reader_end_ goes (by last read).
+  void TrimReaders();
   std::array<std::unique_ptr<PrefetchPolicy>, 4> prefetch_;  // by pattern
   std::unique_ptr<PrefetchPolicy> baseline_prefetch_;        // lru-readahead
 
