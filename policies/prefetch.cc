@@ -14,7 +14,8 @@
 //                       runs on into the next files
 //   epoch               uniform streams over a known item set: propose items
 //                       not yet read this epoch (they will all be read before
-//                       the epoch ends), plus a small readahead inside a file
+//                       the epoch ends; at most the first item_max_units of
+//                       each), plus a small readahead inside a file
 // Per-file state is bounded: at kMaxTracked files the table is cleared (a
 // stream that is still active rebuilds its window in a few reads).
 // Thread-safety: none (the engine's lock).
@@ -198,8 +199,11 @@ class EpochPrefetch final : public PrefetchPolicy {
   void Plan(const PrefetchContext& c, std::vector<PrefetchRange>& out) override {
     if (c.continues) AheadInFile(c, readahead_, out);
     if (per_read_ == 0 || !c.unread_items) return;
-    for (const auto& f : c.unread_items(per_read_))
-      out.push_back({f.path, f.size, 0, UnitsOf(f.size, c.unit_bytes) - 1});
+    for (const auto& f : c.unread_items(per_read_)) {
+      uint64_t units = UnitsOf(f.size, c.unit_bytes);
+      if (c.item_max_units > 0) units = std::min(units, c.item_max_units);
+      out.push_back({f.path, f.size, 0, units - 1});
+    }
   }
 
  private:

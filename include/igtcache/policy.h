@@ -156,6 +156,9 @@ struct PrefetchContext {
   // Up to `n` files of the governing uniform stream not yet read in its
   // current epoch and not cached (epoch-aware prefetching); empty if none.
   std::function<std::vector<ListedFile>(size_t n)> unread_items;
+  // Of each unread item, at most its first this many units are fetched
+  // (0: all); a reader's readahead carries on from there.
+  uint64_t item_max_units = 0;
 };
 
 class PrefetchPolicy {

@@ -43,9 +43,13 @@ constexpr double kStragglerShare = 0.25;
 // A unit's place in its stream's scan order (UnitMeta::position): its
 // file's first-seen rank (FileRec::rank), then the unit index.
 uint64_t ScanPosition(uint64_t rank, uint64_t unit_index) { return (rank << 32) | unit_index; }
-// Epoch prefetching proposes only items of at most this many units (whole
-// small files; large files are served by readahead instead).
-constexpr uint64_t kEpochItemMaxUnits = 4;
+// Epoch prefetching proposes at most the first this many units of an item
+// (PrefetchContext::item_max_units): a larger item's readahead carries on
+// once it is read. Larger items were not proposed at all (at 4 units then):
+// a reviewer's trace of 2,000 files read whole at random in 1 MiB reads,
+// cache 50%, went from 0.744 byte hit with 4 MiB files to 0.518 with files
+// of 4.1 MiB. The warm-up still takes only files of at most this size.
+constexpr uint64_t kEpochItemMaxUnits = 16;
 // Warm-up of a directory read at random or skewed whose files all fit in the
 // cache's free space (the first epoch of a small data set, the item files of
 // an inference server): files proposed per read, and at most this many
@@ -1014,15 +1018,16 @@ std::vector<ListedFile> PolicyEngine::UnreadItems(Group* g, size_t n) {
     }
     const FileRec& f = files_[*key];
     const bool eligible = f.group == g && f.epoch_read != g->epoch + 1 && f.cached_units == 0 &&
-                          f.size <= kEpochItemMaxUnits * opts_.unit_bytes && g->InReadDir(*key);
-    if (eligible && f.size > avail) break;  // no room now; retry later
+                          g->InReadDir(*key);
+    const uint64_t want = std::min(f.size, kEpochItemMaxUnits * opts_.unit_bytes);  // what the plan fetches
+    if (eligible && want > avail) break;  // no room now; retry later
     ++g->item_cursor;
     if (!eligible) continue;
     files_[*key].epoch_planned = true;
     ++g->item_pass_proposed;
     out.push_back({*key, f.size});
-    avail -= f.size;
-    SetInflight(g, g->epoch_inflight_bytes + f.size);
+    avail -= want;
+    SetInflight(g, g->epoch_inflight_bytes + want);
   }
   return out;
 }
@@ -1159,6 +1164,7 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
   if (!(ov && ov->pattern >= 0) && (continues || fl == kSequential)) module = kSequential;
   ctx.next_files = [this](std::string_view p, size_t n) { return NextFiles(p, n); };
   ctx.unread_items = [this, g](size_t n) { return UnreadItems(g, n); };
+  ctx.item_max_units = kEpochItemMaxUnits;
   prefetch_[module]->Plan(ctx, plan);
   TrimPlan(plan);
   uint64_t ra_lo = UINT64_MAX, ra_hi = 0;  // this read's readahead in its own file
