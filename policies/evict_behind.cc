@@ -85,12 +85,12 @@ class EvictBehindPolicy final : public EvictionPolicy {
         // The first one at it or past it; behind it, not one a reader that
         // has not moved yet is at (one starting a pass, or after a jump).
         auto it = std::make_reverse_iterator(consumed_.lower_bound({slowest, &kLeast}));
-        for (size_t looked = 0; it != consumed_.rend() && looked++ <= kMaxCursors; ++it)
+        for (size_t looked = 0; it != consumed_.rend() && looked++ <= cursors_.size(); ++it)
           if (!AtCursor(it->first)) return *it->second;
       }
       // Then the furthest along that no reader is at.
       size_t looked = 0;
-      for (auto it = consumed_.rbegin(); it != consumed_.rend() && looked++ <= kMaxCursors; ++it)
+      for (auto it = consumed_.rbegin(); it != consumed_.rend() && looked++ <= cursors_.size(); ++it)
         if (!AtCursor(it->first)) return *it->second;
     }
     if (!unread_.empty()) return *unread_.rbegin()->second;
@@ -162,10 +162,10 @@ class EvictBehindPolicy final : public EvictionPolicy {
     bool moved;     // went forward at least once: a reader, not a lone read
   };
   // Readers of one stream told apart: 8 ranks of a multi-GPU job loading
-  // one checkpoint, a few more. Beyond them the untracked readers' units are
+  // one checkpoint, their loader threads (each a reader to FUSE). Beyond them the untracked readers' units are
   // taken as behind everyone: with 8 cursors, 40 readers 1 MiB apart in a
   // 128 MiB file with a 64 MiB cache fetched 1,385 MiB in `igtcache sim`.
-  static constexpr size_t kMaxCursors = 64;
+  static constexpr size_t kMaxCursors = 256;
   static constexpr uint64_t kCursorIdleReads = 1024;
   static constexpr uint64_t kAtCursorReads = 64;
   std::vector<Cursor> cursors_;

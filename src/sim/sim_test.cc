@@ -90,11 +90,11 @@ TEST_CASE("sim: many readers of one file a unit apart fetch it about once (ranks
   // 2,176 MiB fetched for a 64 MiB file with a 32 MiB cache; and evict-
   // behind told 8 readers apart, so 40 readers' units ahead of the trailing
   // ones went as if behind everyone: 1,385 MiB for 128 MiB with 64 MiB.
-  auto trace = [](int readers, uint64_t size) {
+  auto trace = [](int readers, uint64_t size, int64_t apart = kMiB) {
     std::string body;
     uint64_t t = 0;
     std::vector<int64_t> pos(readers);
-    for (int i = 0; i < readers; ++i) pos[i] = -int64_t(i) * int64_t(kMiB);
+    for (int i = 0; i < readers; ++i) pos[i] = -int64_t(i) * apart;
     for (bool more = true; more;) {
       more = false;
       for (int i = 0; i < readers; ++i) {
@@ -113,6 +113,12 @@ TEST_CASE("sim: many readers of one file a unit apart fetch it about once (ranks
   const auto b = Run(forty.path, 64 * kMiB, "igt");
   INFO(b.dump());
   CHECK(b["backend_bytes"].get<uint64_t>() <= 140 * kMiB);
+  // 128 readers 256 KiB apart (a job's ranks and their loader threads, each
+  // a reader to FUSE) with 48 MiB: 2,189 MiB fetched with 64 reader slots.
+  TempTrace many(trace(128, 128 * kMiB, 256 << 10));
+  const auto c = Run(many.path, 48 * kMiB, "igt");
+  INFO(c.dump());
+  CHECK(c["backend_bytes"].get<uint64_t>() <= 192 * kMiB);
 }
 
 TEST_CASE("sim: shuffled epochs of files over 4 MiB are prefetched as those of 4 MiB are", "[sim]") {

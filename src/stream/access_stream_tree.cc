@@ -79,18 +79,21 @@ struct PidCursor {
   uint64_t end = 0;                 // end offset of this pid's last read
   uint64_t last_block = UINT64_MAX; // last block that read touched
 };
-// Readers remembered per file: kCursors inline, and up to kMoreCursors more
-// allocated when a file has more readers at once (ranks of a multi-GPU job
-// loading one checkpoint). A new reader takes a free slot, else the slot of
-// a reader idle for kCursorIdleS (a DataLoader's workers are new processes
-// every epoch: a file read once per epoch must not collect their cursors),
-// else more slots, else the oldest reader's, whose next read is then a new
-// visit and a sample of the block it is in: with 4 cursors, 8 staggered
-// readers of one file made every read such a sample (16 per 1 MiB block in
-// 64 KiB reads) and the file was labelled skewed; `igtcache sim` fetched
-// 2,176 MiB of a 64 MiB file with a 32 MiB cache.
+// Readers remembered per file: kCursors inline, and more (doubling, up to
+// kMaxFileCursors in all) allocated when a file has more readers at once:
+// ranks of a multi-GPU job loading one checkpoint, or a loader's thread pool
+// (FUSE names the calling thread, so each thread is a reader). A new reader
+// takes a free slot, else the slot of a reader idle for kCursorIdleS (a
+// DataLoader's workers are new processes every epoch: a file read once per
+// epoch must not collect their cursors), else more slots; with all of those
+// live, the reader is not tracked (RecordInFile). A reader whose slot is
+// taken makes its next read a new visit and a sample of the block it is in:
+// with 4 cursors, 8 staggered readers of one file made every read such a
+// sample (16 per 1 MiB block in 64 KiB reads) and the file was labelled
+// skewed; `igtcache sim` fetched 2,176 MiB of a 64 MiB file with a 32 MiB
+// cache. (With 64 slots a reviewer's 96 and 128 readers did the same.)
 constexpr size_t kCursors = 4;
-constexpr size_t kMoreCursors = 60;
+constexpr size_t kMaxFileCursors = 256;
 constexpr uint32_t kCursorIdleS = 10;
 
 using ChildMap = std::map<std::string, Node*, std::less<>>;
@@ -124,7 +127,7 @@ struct Node {
   uint32_t heat = 0;
   uint64_t heat_time_us = 0;
   std::array<PidCursor, kCursors> cursors{};
-  std::unique_ptr<std::array<PidCursor, kMoreCursors>> more_cursors;  // when needed
+  std::unique_ptr<std::vector<PidCursor>> more_cursors;  // when needed (kMaxFileCursors)
   uint8_t cursor_victim = 0;
   std::unique_ptr<StreamState> stream;
 
@@ -503,15 +506,32 @@ bool AccessStreamTree::RecordInFile(Node* f, uint64_t t, uint32_t pid, uint64_t 
   // starts exactly at the end as the continuation, so a random reader's
   // samples are all counted.)
   const uint64_t slack = 8 * std::min<uint64_t>(std::max<uint64_t>(len, 4096), 1 << 20);
-  const bool near = c && off != 0 && off + slack >= c->end && off <= c->end + slack;
-  const bool cont = near && c->end == off;
   const uint32_t now_s = static_cast<uint32_t>(t / 1'000'000) + 1;
-  if (!c) c = NewCursorLocked(f, pid, now_s);
-  c->seen_s = now_s;
+  auto near_end = [&](const detail::PidCursor& cu) {
+    return off != 0 && off + slack >= cu.end && off <= cu.end + slack;
+  };
+  const bool near = c && near_end(*c);
+  const bool cont = near && c->end == off;
   // Sizes and offsets near 2^64 must not wrap (a sparse file:// file).
   const uint64_t end = len > UINT64_MAX - off ? UINT64_MAX : off + len;
-  if (fsize > cfg_.unit_bytes) {
-    const uint64_t nblocks = fsize / cfg_.unit_bytes + (fsize % cfg_.unit_bytes != 0);
+  const uint64_t nblocks = fsize > cfg_.unit_bytes ? fsize / cfg_.unit_bytes + (fsize % cfg_.unit_bytes != 0) : 0;
+  if (!c) c = NewCursorLocked(f, pid, now_s);
+  if (!c) {
+    // Every slot is a live reader's (more than kMaxFileCursors readers of
+    // one file). This reader is not tracked: its read
+    // continues if it is near any reader's (no samples: the tracked readers'
+    // label the file), else it is a new visit with its block's sample.
+    // (Taking a live reader's slot instead makes every read of readers in
+    // turn a new visit: the file labelled skewed, a file sample per read.)
+    bool near_any = false;
+    for (const auto& cu : f->cursors) near_any = near_any || near_end(cu);
+    for (const auto& cu : *f->more_cursors) near_any = near_any || near_end(cu);
+    if (!near_any && nblocks > 0)
+      PushSampleLocked(f, static_cast<uint32_t>(std::min(off / cfg_.unit_bytes, nblocks - 1)), pid, t);
+    return !near_any;
+  }
+  c->seen_s = now_s;
+  if (nblocks > 0) {
     uint64_t b0 = std::min(off / cfg_.unit_bytes, nblocks - 1);
     const uint64_t b1 = std::min((std::max(end, off + 1) - 1) / cfg_.unit_bytes, nblocks - 1);
     if (cont && b0 == c->last_block) ++b0;
@@ -536,20 +556,25 @@ detail::PidCursor* AccessStreamTree::NewCursorLocked(Node* f, uint32_t pid, uint
   for (auto& cu : f->cursors) free_or_idle(cu);
   if (!c && f->more_cursors)
     for (auto& cu : *f->more_cursors) free_or_idle(cu);
-  if (!c && !f->more_cursors && !f->retired.load(std::memory_order_relaxed)) {
-    const uint64_t need = sizeof(*f->more_cursors) + kAllocOverhead;
+  const size_t have = f->more_cursors ? f->more_cursors->size() : 0;
+  if (!c && detail::kCursors + have < detail::kMaxFileCursors && !f->retired.load(std::memory_order_relaxed)) {
+    const size_t grow = std::min(have == 0 ? detail::kCursors : have, detail::kMaxFileCursors - detail::kCursors - have);
+    const uint64_t need = grow * sizeof(detail::PidCursor) +
+                          (have == 0 ? sizeof(std::vector<detail::PidCursor>) + 2 * kAllocOverhead : 0);
     if (TryReserve(need)) {  // no pruning here: f->mu is held
-      f->more_cursors = std::make_unique<std::array<detail::PidCursor, detail::kMoreCursors>>();
+      if (!f->more_cursors) f->more_cursors = std::make_unique<std::vector<detail::PidCursor>>();
+      f->more_cursors->reserve(have + grow);
+      f->more_cursors->resize(have + grow);
       f->bytes.fetch_add(need, std::memory_order_relaxed);
+      c = &(*f->more_cursors)[have];
     }
   }
-  if (!c && f->more_cursors)
-    for (auto& cu : *f->more_cursors) free_or_idle(cu);
-  if (!c) {  // all taken: the slots in turn
-    const size_t all = detail::kCursors + (f->more_cursors ? detail::kMoreCursors : 0);
-    const size_t v = f->cursor_victim % all;
-    c = v < detail::kCursors ? &f->cursors[v] : &(*f->more_cursors)[v - detail::kCursors];
-    f->cursor_victim = static_cast<uint8_t>((v + 1) % all);
+  if (!c) {
+    // Every slot is a live reader's; without the extra slots (the memory
+    // cap) the inline ones are taken in turn, as they always were.
+    if (f->more_cursors) return nullptr;
+    c = &f->cursors[f->cursor_victim % detail::kCursors];
+    f->cursor_victim = static_cast<uint8_t>((f->cursor_victim + 1) % detail::kCursors);
   }
   *c = detail::PidCursor{pid, now_s, 0, UINT64_MAX};
   return c;

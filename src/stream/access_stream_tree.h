@@ -157,7 +157,8 @@ class AccessStreamTree {
   Node* Lookup(std::string_view node_path, bool create, uint64_t now_us) const;
   bool RecordInFile(Node* f, uint64_t t, uint32_t pid, uint64_t off, uint64_t len, uint64_t fsize);
   // A cursor for a reader new to file f (f->mu held): a free or idle slot,
-  // more slots once those are all busy, else one in turn (kCursors).
+  // more slots once those are all busy; null when every one is a live
+  // reader's (without the extra slots, the memory cap: an inline one in turn).
   detail::PidCursor* NewCursorLocked(Node* f, uint32_t pid, uint32_t now_s);
   void PushSample(Node* n, uint32_t child, uint32_t pid, uint64_t t);
   void PushSampleLocked(Node* n, uint32_t child, uint32_t pid, uint64_t t);

@@ -26,9 +26,13 @@ using NoThrow = boost::math::policies::policy<
 double Clean(double p) { return std::isfinite(p) ? std::clamp(p, 0.0, 1.0) : 1.0; }
 
 // Readers tracked separately by the sequential test. A node rarely sees more
-// than a few dozen distinct pids in one window; beyond 64 the oldest slot is
-// reused (that reader's next step is then not counted).
-constexpr size_t kMaxPids = 64;
+// than a few dozen distinct pids in one window, but a file read by a job's
+// ranks and their loader threads may (FUSE names the calling thread): at 64,
+// 96 readers of one file in turn had their steps lost and the file was
+// labelled skewed. Beyond kMaxPids the oldest slot is reused (that reader's
+// next step is then not counted). The search is linear: with few readers,
+// as almost always, it is short.
+constexpr size_t kMaxPids = 256;
 
 // Var[D] at or above this uses the normal approximation for the distinct
 // count (3 standard deviations are >= 9 children wide, where the continuity
@@ -176,8 +180,8 @@ DetectResult Detect(const DetectInput& in, const StreamConfig& cfg) {
       const auto [lo, hi] = std::equal_range(by_pid.begin(), by_pid.end(), p);
       return hi - lo == 1;
     };
-    std::array<uint32_t, kMaxPids> pid{};
-    std::array<uint32_t, kMaxPids> last{};
+    std::array<uint32_t, kMaxPids> pid;  // read below `used` only: not cleared (2 KiB a test)
+    std::array<uint32_t, kMaxPids> last;
     size_t used = 0, victim = 0;
     uint32_t steps = 0, next = 0;
     for (size_t i = 0; i < n; ++i) {

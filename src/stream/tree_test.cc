@@ -151,7 +151,10 @@ TEST_CASE("many readers of one file a block apart: the file is sequential, each 
   // tree remembered 4 readers per file: every read of the others was a new
   // visit and a sample of its block, 16 per block, and the file was
   // labelled skewed.
-  for (int readers : {8, 48}) {
+  // (With 64 slots, 96 and 128 readers did the same: a reviewer's trace.
+  // Beyond 256 a reader is not tracked: only its reads near another's
+  // continue; run here for its path, not asserted.)
+  for (int readers : {8, 48, 96, 200, 300}) {
     AccessStreamTree tree;
     uint64_t t = 0;
     constexpr uint64_t kSize = 64 * kMiB, kRead = 64 << 10;
@@ -170,8 +173,11 @@ TEST_CASE("many readers of one file a block apart: the file is sequential, each 
     auto s = tree.Find("ckpt/model.bin");
     REQUIRE(s);
     INFO(readers << " readers");
+    if (readers > 256) continue;  // untracked readers 1 MiB apart: each read a new visit (not asserted)
     CHECK(s->samples == uint64_t(64 * readers));
     CHECK(s->label == Label::kSequential);
+    auto dir = tree.Find("ckpt/");  // a new visit is a file sample here
+    CHECK((!dir || dir->samples <= uint64_t(readers)));
   }
 }
 
