@@ -435,6 +435,22 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
         startup_warnings.push_back(std::move(w));
       eo.policy_file = std::move(*pf);
     }
+    eo.next_files = [&ns_view](std::string_view path, size_t n) {
+      std::vector<ListedFile> out;
+      Namespace* ns = ns_view.load();
+      if (!ns) return out;
+      const size_t slash = path.rfind('/');
+      const std::string key(slash == std::string_view::npos ? std::string_view() : path.substr(0, slash));
+      const std::string_view name = slash == std::string_view::npos ? path : path.substr(slash + 1);
+      auto l = ns->CachedListing(key);
+      if (!l) return out;
+      // Entries are sorted by name: the files after this one, directories skipped.
+      auto it = std::upper_bound(l->entries.begin(), l->entries.end(), name,
+                                 [](std::string_view nm, const DirEntry& e) { return nm < e.name; });
+      for (; it != l->entries.end() && out.size() < n; ++it)
+        if (!it->is_dir) out.push_back({key.empty() ? it->name : key + "/" + it->name, it->size, false});
+      return out;
+    };
     auto le = engine::LiveEngine::Create(std::move(eo), &tree, listing_fn, version_fn);
     if (!le) {
       rep.Fail(fmt::format("config key 'cache.eviction': {}", le.error().message()));

@@ -1033,6 +1033,7 @@ std::vector<ListedFile> PolicyEngine::UnreadItems(Group* g, size_t n) {
 }
 
 std::vector<ListedFile> PolicyEngine::NextFiles(std::string_view path, size_t n) {
+  if (opts_.next_files) return opts_.next_files(path, n);
   std::vector<ListedFile> out;
   if (!listing_) return out;
   const auto* l = listing_(ParentDir(path));
