@@ -227,6 +227,16 @@ TEST_CASE("ClassifyFailure maps replies to codes and retry verdicts", "[endpoint
   CHECK(!out.retry);
   CHECK_THAT(out.status.message(), Catch::Contains("bkt"));
 
+  // An archived object: said so, not "check the credentials" (black-box test).
+  r.body = "<Error><Code>InvalidObjectState</Code><Message>The operation is not valid for the object's storage "
+           "class</Message></Error>";
+  out = ClassifyFailure(r, ep, "key 'cold/a.bin'");
+  CHECK(out.status.code() == Code::kPermissionDenied);
+  CHECK(!out.retry);
+  CHECK(!out.credentials_refused);
+  CHECK_THAT(out.status.message(), Catch::Contains("key 'cold/a.bin' in bucket 'bkt' is archived") &&
+                                       Catch::Contains("restore") && !Catch::Contains("credentials"));
+
   r.status = 404;
   r.body = "<Error><Code>NoSuchBucket</Code><Message>The specified bucket does not exist</Message></Error>";
   out = ClassifyFailure(r, ep, "listing");

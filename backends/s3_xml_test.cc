@@ -1,5 +1,7 @@
 #include <catch2/catch.hpp>
 
+#include <limits>
+
 #include "backends/s3/s3_xml.h"
 
 using namespace igt::s3;
@@ -133,4 +135,9 @@ TEST_CASE("ParseIso8601Ns", "[xml]") {
   CHECK(!ParseIso8601Ns("2023-13-01T00:00:00Z"));
   CHECK(!ParseIso8601Ns("2023-01-01"));
   CHECK(!ParseIso8601Ns("2023-01-01T00:00:00Zjunk"));
+  // Beyond what int64 nanoseconds hold: the nearest end, not an error (one
+  // such object failed its whole directory).
+  constexpr int64_t kEnd = std::numeric_limits<int64_t>::max() / 1000000000 * 1000000000;  // whole seconds
+  CHECK(ParseIso8601Ns("2300-01-01T00:00:00.000Z").value() == kEnd);
+  CHECK(ParseIso8601Ns("0000-01-01T00:00:00Z").value() == -kEnd);
 }

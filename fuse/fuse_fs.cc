@@ -185,6 +185,12 @@ struct FuseFs::Impl {
       return;
     }
     if (self->metrics_) Add(self->metrics_->lookups);
+    // Longer than a name can be (statfs says 255; FUSE passes up to 1024):
+    // ENAMETOOLONG, as a local file system says, not "no such file".
+    if (std::strlen(name) > 255) {
+      fuse_reply_err(req, ENAMETOOLONG);
+      return;
+    }
     auto a = self->ns_->Lookup(parent, name);
     if (!a) {
       if (a.error().code() == Code::kNotFound) {
@@ -604,11 +610,13 @@ Status FuseFs::Mount() {
     if (c == ',' || c == '\\') fsname.push_back('\\');
     fsname.push_back(c);
   }
-  std::string o = fmt::format("ro,fsname={},subtype=igtcache,max_read={}", fsname,
+  // default_permissions always: the kernel checks the modes (files 0444,
+  // dirs 0555). Without it (before 2026-11-29, unless allow_other) nothing
+  // was checked: access(X_OK) said every file was executable (`find
+  // -executable` listed them all; exec then failed).
+  std::string o = fmt::format("ro,fsname={},subtype=igtcache,max_read={},default_permissions", fsname,
                               opts_.config.fuse.max_read_bytes);
-  // allow_other (from the config or a raw -o) always comes with
-  // default_permissions: other users then get the kernel's mode checks
-  // (files 0444, dirs 0555) instead of unchecked access.
+  // allow_other may come from the config or a raw -o.
   bool allow_other = opts_.config.fuse.allow_other;
   for (const auto& x : opts_.extra_opts) {
     std::string_view rest = x;
@@ -619,7 +627,7 @@ Status FuseFs::Mount() {
       rest.remove_prefix(comma + 1);
     }
   }
-  if (allow_other) o += ",allow_other,default_permissions";
+  if (allow_other) o += ",allow_other";
   std::vector<std::string> argv_s = {"igtcache", "-o", o};
   for (const auto& x : opts_.extra_opts) {
     argv_s.push_back("-o");

@@ -202,6 +202,13 @@ Outcome ClassifyFailure(const HttpResponse& r, const S3Endpoint& ep, std::string
                                      "from the environment need a new mount"),
             false, true};
   }
+  if (s == 403 && e.code == "InvalidObjectState") {
+    // An archived object (S3 Glacier Flexible Retrieval, Deep Archive): not
+    // a credentials problem, as the generic message said.
+    return {Status::PermissionDenied(std::string(what) + " in " + bucket + " is archived (" + detail +
+                                     "): it cannot be read until it is restored (aws s3api restore-object)"),
+            false, false};
+  }
   if (s == 403) {
     return {Status::PermissionDenied("access denied to " + bucket + " at " + ep.endpoint + " for " +
                                      std::string(what) + " (" + detail +

@@ -5,6 +5,7 @@
 #include <charconv>
 #include <cstring>
 #include <ctime>
+#include <limits>
 
 namespace igt::s3 {
 namespace {
@@ -120,10 +121,15 @@ Result<int64_t> ParseIso8601Ns(std::string_view s) {
   tm.tm_sec = sec;
   int64_t secs = static_cast<int64_t>(timegm(&tm)) - offset_s;
   // Nanoseconds since the epoch fit int64 only for years ~1678..2262
-  // (found by fuzzing: year 0000 overflowed).
+  // (found by fuzzing: year 0000 overflowed). A time outside is taken as the
+  // nearest end: one such object in a listing made the whole directory fail
+  // (EIO for every name in it; a black-box test's year 2300).
   int64_t ns = 0;
-  if (__builtin_mul_overflow(secs, int64_t{1000000000}, &ns) || __builtin_add_overflow(ns, frac_ns, &ns))
-    return bad();
+  if (__builtin_mul_overflow(secs, int64_t{1000000000}, &ns) || __builtin_add_overflow(ns, frac_ns, &ns)) {
+    // Whole seconds, so that a floor division to a timespec cannot overflow.
+    constexpr int64_t kEnd = std::numeric_limits<int64_t>::max() / 1000000000 * 1000000000;
+    return secs < 0 ? -kEnd : kEnd;
+  }
   return ns;
 }
 
@@ -168,6 +174,9 @@ Result<ListObjectsResult> ParseListObjectsV2(std::string_view xml) {
         return Err(Status::Corruption("bad <Size> '" + size + "' for key '" + info.key + "'"));
       }
       std::string lm = ChildText(c, "LastModified");
+      // Spaces around it (a proxy's pretty-printing) are not part of it.
+      lm.erase(0, std::min(lm.size(), lm.find_first_not_of(" \t\r\n")));
+      lm.erase(lm.find_last_not_of(" \t\r\n") + 1);
       if (!lm.empty()) {
         auto t = ParseIso8601Ns(lm);
         if (!t) return Err(t.error());

@@ -216,8 +216,8 @@ const std::vector<Key>& Schema() {
        "kernel for every entry listed, stat'ed or not; `off`: plain readdir.",
        "auto|always|off", SET_STR(fuse.readdirplus)},
       {"fuse.allow_other", Type::kBool, "false",
-       "Let other users access the mount (turns on default_permissions too: the kernel then checks "
-       "fuse.uid, fuse.gid, fuse.file_mode and fuse.dir_mode).", nullptr,
+       "Let other users access the mount. With or without it the kernel checks fuse.uid, fuse.gid, "
+       "fuse.file_mode and fuse.dir_mode (default_permissions).", nullptr,
        SET_BOOL(fuse.allow_other)},
       {"fuse.uid", Type::kString, "",
        "Owner (numeric uid) of every file and directory of the mount. Empty: the daemon's.", nullptr,

@@ -6,6 +6,7 @@ when the kernel allows it) and by whole-file hashes, and writes get EROFS."""
 import sys
 sys.dont_write_bytecode = True  # keep tests/mount free of __pycache__
 
+import errno
 import os
 import signal
 import subprocess
@@ -110,6 +111,14 @@ def main():
         opts = [l.split()[3] for l in open("/proc/mounts") if l.split()[1] == str(m.mountpoint)]
         harness.check(opts and "ro" in opts[0].split(",") and "rw" not in opts[0].split(","),
                       f"-o rw: /proc/mounts says ro ({opts})")
+        # A name longer than 255 bytes: ENAMETOOLONG, as statfs's limit says
+        # (FUSE passes names up to 1024 bytes; the lookup said ENOENT).
+        try:
+            os.stat(m.mountpoint / ("n" * 300))
+            err = 0
+        except OSError as ex:
+            err = ex.errno
+        harness.check(err == errno.ENAMETOOLONG, f"a 300-byte name: ENAMETOOLONG ({errno.errorcode.get(err, err)})")
         s.unmount(m)
 
         # SIGTERM and SIGINT to a foreground daemon: clean exit, mount removed.

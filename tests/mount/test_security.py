@@ -8,8 +8,9 @@
    log level trace, recording a trace, printing stats, plus a failing mount)
    — the secret appears in no log, stderr, stdout, stats output, trace file,
    error message, command line, or file in the cache dir.
-3. allow_other is off by default; asked for (config or -o), the mount also
-   has default_permissions (/proc/self/mountinfo); fuse.file_mode, dir_mode,
+3. allow_other is off by default; every mount has default_permissions
+   (/proc/self/mountinfo; without it access(X_OK) said a 0444 file was
+   executable), with allow_other (config or -o) too; fuse.file_mode, dir_mode,
    uid and gid are what stat shows and what keeps another user out.
 4. Object keys that would escape the mount ('..', '.', absolute, empty
    components, over-long names, control characters) are hidden or shown as
@@ -160,6 +161,11 @@ def main():
         m = s.mount(f"s3://{BUCKET}", cache_dir=cache, args=["--endpoint", srv.endpoint])
         o = mount_opts(m.mountpoint)
         check("allow_other" not in o, f"default mount: no allow_other ({sorted(o)})")
+        # default_permissions on every mount: without it access(X_OK) said
+        # every (0444) file was executable (find -executable listed them).
+        f0 = m.mountpoint / next(iter(objs))
+        check("default_permissions" in o and os.access(f0, os.R_OK) and not os.access(f0, os.X_OK),
+              f"default mount: default_permissions, files readable and not executable ({sorted(o)})")
         check(s.unmount(m) == 0, "daemon exited 0")
         cfg_ao = faultlib.config(s, "ao.yaml", fuse={"allow_other": True})
         for how, extra in (("config fuse.allow_other", ["--config", str(cfg_ao)]), ("-o allow_other", ["-o", "allow_other"])):
