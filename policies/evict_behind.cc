@@ -162,9 +162,11 @@ class EvictBehindPolicy final : public EvictionPolicy {
     bool moved;     // went forward at least once: a reader, not a lone read
   };
   // Readers of one stream told apart: 8 ranks of a multi-GPU job loading
-  // one checkpoint, their loader threads (each a reader to FUSE). Beyond them the untracked readers' units are
-  // taken as behind everyone: with 8 cursors, 40 readers 1 MiB apart in a
-  // 128 MiB file with a 64 MiB cache fetched 1,385 MiB in `igtcache sim`.
+  // one checkpoint, their loader threads (each a reader to FUSE). A new
+  // cursor beyond them replaces the one seen least recently, and the units
+  // of readers not told apart are taken as behind everyone: with 8 cursors,
+  // 40 readers 1 MiB apart in a 128 MiB file with a 64 MiB cache fetched
+  // 1,385 MiB in `igtcache sim`.
   static constexpr size_t kMaxCursors = 256;
   static constexpr uint64_t kCursorIdleReads = 1024;
   static constexpr uint64_t kAtCursorReads = 64;

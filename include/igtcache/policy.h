@@ -156,8 +156,9 @@ struct PrefetchContext {
   // Up to `n` files of the governing uniform stream not yet read in its
   // current epoch and not cached (epoch-aware prefetching); empty if none.
   std::function<std::vector<ListedFile>(size_t n)> unread_items;
-  // Of each unread item, at most its first this many units are fetched
-  // (0: all); a reader's readahead carries on from there.
+  // Of each unread item, at most its first this many units may be proposed
+  // (0: all); a reader's readahead carries on from there. Binding: the
+  // engine counts an item's planned bytes as this much (room, in flight).
   uint64_t item_max_units = 0;
 };
 

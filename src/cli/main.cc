@@ -130,6 +130,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "igtcache: error: %s\n", helper->error().message().c_str());
       return igt::kExitUsage;
     }
+    for (const auto& w : (*helper)->warnings) std::fprintf(stderr, "igtcache: warning: %s\n", w.c_str());
     return (*helper)->fake ? igt::kExitOk : igt::RunMount((*helper)->mount);
   }
   CLI::App app{"igtcache: mount a cloud bucket with an adaptive SSD cache for AI workloads", "igtcache"};

@@ -908,7 +908,8 @@ int RunMount(const MountArgs& a) {
   MountArgs args = a;
   args.mountpoint = mp.string();
   args.fuse_opts = std::move(fuse_opts);  // without max_read (above)
-  if (cfg->cache.dir.empty()) cfg->cache.dir = DefaultCacheDir();
+  const bool default_cache_dir = cfg->cache.dir.empty();
+  if (default_cache_dir) cfg->cache.dir = DefaultCacheDir();
   cfg->cache.dir = fs::absolute(cfg->cache.dir, ec).lexically_normal().string();
   // Paths the mount would reach through itself: its reads would wait on its
   // own replies (a deadlock even SIGKILL does not end), or a walk of the
@@ -945,9 +946,9 @@ int RunMount(const MountArgs& a) {
     // source would change under the mount as the daemon writes).
     const fs::path file_src = url->kind == SourceUrl::Kind::kFile ? real(url->path) : fs::path();
     if (!file_src.empty() && within(real(cfg->cache.dir), file_src))
-      return fail(kExitUsage, fmt::format("cache dir '{}' is inside source '{}': the mount would serve its own "
-                                          "cache files; use a cache dir outside the source",
-                                          cfg->cache.dir, a.source));
+      return fail(kExitUsage, fmt::format("cache dir '{}'{} is inside source '{}': the mount would serve its own "
+                                          "cache files; use a cache dir outside the source (--cache-dir DIR)",
+                                          cfg->cache.dir, default_cache_dir ? " (the default)" : "", a.source));
     // Files the daemon writes: under the mount point they would be hidden
     // by the mount (written to the directory beneath it, seen only after the
     // unmount).

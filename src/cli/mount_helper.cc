@@ -25,7 +25,7 @@ bool Dropped(const std::string& o) {
   return o.rfind("x-", 0) == 0 || o.rfind("comment=", 0) == 0 || o.rfind("helper=", 0) == 0;
 }
 
-Status ApplyOption(const std::string& opt, MountArgs& m) {
+Status ApplyOption(const std::string& opt, MountArgs& m, std::vector<std::string>& warnings) {
   const auto eq = opt.find('=');
   const std::string k = opt.substr(0, eq), v = eq == std::string::npos ? "" : opt.substr(eq + 1);
   static const std::map<std::string, std::string MountArgs::*> kOwn = {
@@ -43,10 +43,10 @@ Status ApplyOption(const std::string& opt, MountArgs& m) {
   if (auto it = kOwn.find(k); it != kOwn.end()) {
     if (eq == std::string::npos || v.empty())
       return Status::InvalidArgument(fmt::format("mount option '{}' needs a value ({}=...)", k, k));
-    // As a flag given twice is (one of the two won without a word).
-    if (!(m.*(it->second)).empty())
-      return Status::InvalidArgument(fmt::format("mount option '{}' given twice ('{}' and '{}')", k,
-                                                 m.*(it->second), v));
+    // The last wins (mount(8) puts the command line's -o after fstab's:
+    // that is how an fstab option is overridden), said, not silent.
+    if (!(m.*(it->second)).empty() && m.*(it->second) != v)
+      warnings.push_back(fmt::format("mount option '{}' given twice: '{}' is used, not '{}'", k, v, m.*(it->second)));
     m.*(it->second) = v;
     return Status::Ok();
   }
@@ -83,11 +83,11 @@ std::optional<Result<HelperCall>> ParseMountHelper(const std::vector<std::string
       if (i + 1 >= argv.size()) return Result<HelperCall>(Err(Status::InvalidArgument(a + " needs a value")));
       if (a == "-o")
         for (const auto& o : SplitComma(argv[++i]))
-          if (auto s = ApplyOption(o, c.mount); !s.ok()) return Result<HelperCall>(Err(s));
+          if (auto s = ApplyOption(o, c.mount, c.warnings); !s.ok()) return Result<HelperCall>(Err(s));
       if (a == "-t") ++i;  // fuse.igtcache: nothing to choose
     } else if (a.rfind("-o", 0) == 0 && a.size() > 2) {
       for (const auto& o : SplitComma(a.substr(2)))
-        if (auto s = ApplyOption(o, c.mount); !s.ok()) return Result<HelperCall>(Err(s));
+        if (auto s = ApplyOption(o, c.mount, c.warnings); !s.ok()) return Result<HelperCall>(Err(s));
     } else if (a.size() > 1 && a[0] == '-') {
       // mount(8) helper flags: -f fake, -n no mtab, -s sloppy, -v verbose, -r read-only.
       for (char f : a.substr(1)) {

@@ -85,6 +85,9 @@ int RunUnmount(const UnmountArgs& a);
 struct HelperCall {
   MountArgs mount;
   bool fake = false;  // -f: do everything but mount (mount(8) "fake")
+  // Said on stderr before the mount: an option of ours given twice (the
+  // last wins, as mount(8) merges fstab's options and the command line's).
+  std::vector<std::string> warnings;
 };
 std::optional<Result<HelperCall>> ParseMountHelper(const std::vector<std::string>& argv);
 

@@ -707,10 +707,11 @@ Result<YAML::Node> LoadOneDocument(const std::string& text, const std::string& o
   // input (" ,-", found by fuzz_config). The markers are found by a scan of
   // the lines instead: at column 0, "---" starts a document and "..." ends
   // one (inside any block or flow value they would be indented or quoted).
-  // Content after a document's content and such a marker is a second one.
-  bool content = false, ended = false;  // in the document so far; a marker after it
-  size_t line = 0;
-  for (size_t pos = 0; pos <= text.size(); ++line) {
+  // Content in a document after the first is an error: after a second
+  // "---" (the first may be empty: "---" then "---"), or after a "...".
+  size_t pos = text.starts_with("\xEF\xBB\xBF") ? 3 : 0;  // a BOM (yaml-cpp skips it too)
+  bool doc = false, content = false, second = false;
+  for (size_t line = 0; pos <= text.size(); ++line) {
     size_t eol = text.find('\n', pos);
     if (eol == std::string::npos) eol = text.size();
     std::string_view l(text.data() + pos, eol - pos);
@@ -719,14 +720,18 @@ Result<YAML::Node> LoadOneDocument(const std::string& text, const std::string& o
       return l.starts_with(m) && (l.size() == 3 || l[3] == ' ' || l[3] == '\t' || l[3] == '\r');
     };
     std::string_view rest = l;
-    if (marker("---") || marker("...")) {
-      if (content) ended = true;
+    if (marker("---")) {
+      if (doc || content) second = true;
+      doc = true;
+      rest = l.substr(3);
+    } else if (marker("...")) {
+      second = true;  // whatever follows is another document
       rest = l.substr(3);
     }
     const size_t first = rest.find_first_not_of(" \t\r");
     if (first == std::string_view::npos || rest[first] == '#') continue;
-    if (!content && rest.data() == l.data() && l.starts_with('%')) continue;  // a directive (%YAML 1.2)
-    if (ended)
+    if (!content && !second && rest.data() == l.data() && l.starts_with('%')) continue;  // a directive
+    if (second)
       return Err(Status::InvalidArgument(
           fmt::format("{}: line {}: a second YAML document: a file holds one (remove the '---' and what "
                       "follows, or merge them)",

@@ -104,6 +104,16 @@ TEST_CASE("errors name the bad key") {
   auto inline_doc = ParseConfig("cache: {}\n--- {cache: {max_bytes: 1G}}\n", "t.yaml");
   REQUIRE_FALSE(inline_doc.has_value());
   CHECK_THAT(inline_doc.error().message(), Catch::Contains("line 2: a second YAML document"));
+  // A second document after an empty first one, or after a "...": the
+  // first (empty) was loaded, the settings neither applied nor checked.
+  for (const char* text : {"---\n---\ncache:\n  max_bytes: notasize\n", "...\ncache:\n  max_bytes: notasize\n"}) {
+    auto r = ParseConfig(text, "t.yaml");
+    REQUIRE_FALSE(r.has_value());
+    CHECK_THAT(r.error().message(), Catch::Contains("a second YAML document"));
+  }
+  // A BOM before a comment or a directive, then '---': one document.
+  CHECK(ParseConfig("\xEF\xBB\xBF# my config\n---\ncache:\n  max_bytes: 1G\n", "t.yaml").has_value());
+  CHECK(ParseConfig("\xEF\xBB\xBF%YAML 1.2\n---\ncache:\n  max_bytes: 1G\n", "t.yaml").has_value());
   // yaml-cpp's LoadAll looped for good on this (fuzz_config): read as
   // before this check was added (a plain scalar), at once.
   (void)ParseConfig(" ,-", "t.yaml");

@@ -506,7 +506,9 @@ bool AccessStreamTree::RecordInFile(Node* f, uint64_t t, uint32_t pid, uint64_t 
   // starts exactly at the end as the continuation, so a random reader's
   // samples are all counted.)
   const uint64_t slack = 8 * std::min<uint64_t>(std::max<uint64_t>(len, 4096), 1 << 20);
-  const uint32_t now_s = static_cast<uint32_t>(t / 1'000'000) + 1;
+  // 1 + the second, never 0 (a free slot), compared wrap-safe (a trace's
+  // times may be anything).
+  const uint32_t now_s = static_cast<uint32_t>((t / 1'000'000) % 0xFFFFFFFFu) + 1;
   auto near_end = [&](const detail::PidCursor& cu) {
     return off != 0 && off + slack >= cu.end && off <= cu.end + slack;
   };
@@ -550,12 +552,25 @@ bool AccessStreamTree::RecordInFile(Node* f, uint64_t t, uint32_t pid, uint64_t 
 
 detail::PidCursor* AccessStreamTree::NewCursorLocked(Node* f, uint32_t pid, uint32_t now_s) {
   detail::PidCursor* c = nullptr;
-  auto free_or_idle = [&](detail::PidCursor& cu) {
-    if (!c && (!cu.seen_s || now_s > cu.seen_s + detail::kCursorIdleS)) c = &cu;
+  // A free slot first, else the reader idle longest (if idle kCursorIdleS):
+  // taking the first idle one while a slot was free made a reader that
+  // paused a new visit on its return.
+  uint32_t idlest = 0;
+  auto pick = [&](detail::PidCursor& cu) {
+    if (c && !c->seen_s) return;
+    if (!cu.seen_s) {
+      c = &cu;
+      return;
+    }
+    const uint32_t idle = now_s - cu.seen_s;  // wraps safely
+    if (idle > detail::kCursorIdleS && idle > idlest) {
+      idlest = idle;
+      c = &cu;
+    }
   };
-  for (auto& cu : f->cursors) free_or_idle(cu);
-  if (!c && f->more_cursors)
-    for (auto& cu : *f->more_cursors) free_or_idle(cu);
+  for (auto& cu : f->cursors) pick(cu);
+  if (f->more_cursors)
+    for (auto& cu : *f->more_cursors) pick(cu);
   const size_t have = f->more_cursors ? f->more_cursors->size() : 0;
   if (!c && detail::kCursors + have < detail::kMaxFileCursors && !f->retired.load(std::memory_order_relaxed)) {
     const size_t grow = std::min(have == 0 ? detail::kCursors : have, detail::kMaxFileCursors - detail::kCursors - have);
