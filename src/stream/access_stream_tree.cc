@@ -505,7 +505,11 @@ bool AccessStreamTree::RecordInFile(Node* f, uint64_t t, uint32_t pid, uint64_t 
   // (That decides the visit only: block samples still take a read that
   // starts exactly at the end as the continuation, so a random reader's
   // samples are all counted.)
-  const uint64_t slack = 8 * std::min<uint64_t>(std::max<uint64_t>(len, 4096), 1 << 20);
+  // Reads of 128 KiB or more are the kernel's readahead (or a loader's
+  // chunks): 8 MiB, the reach of a readahead window served out of order (an
+  // mmap's window of 4 MiB comes last page first: its last piece, ~0.5 MiB,
+  // lies 4 MiB behind the window's first).
+  const uint64_t slack = len >= (128u << 10) ? 8u << 20 : 8 * std::max<uint64_t>(len, 4096);
   // 1 + the second, never 0 (a free slot), compared wrap-safe (a trace's
   // times may be anything).
   const uint32_t now_s = static_cast<uint32_t>((t / 1'000'000) % 0xFFFFFFFFu) + 1;
@@ -533,7 +537,14 @@ bool AccessStreamTree::RecordInFile(Node* f, uint64_t t, uint32_t pid, uint64_t 
     return !near_any;
   }
   c->seen_s = now_s;
-  if (nblocks > 0) {
+  if (nblocks > 0 && near && !cont && off < c->end && end <= c->end && len < cfg_.unit_bytes) {
+    // A piece behind the furthest this reader has read, near it: its
+    // readahead out of order. The kernel sends an mmap's readahead window
+    // last page first (4 MiB as 3.6, 3.1, 2.6, ... 1.0 MiB): each piece
+    // sampled as a jump made a front-to-back mmap scan skewed (a black-box
+    // test: 3.5x lru's time with a cache half the file). No sample: the
+    // window's first piece was one.
+  } else if (nblocks > 0) {
     uint64_t b0 = std::min(off / cfg_.unit_bytes, nblocks - 1);
     const uint64_t b1 = std::min((std::max(end, off + 1) - 1) / cfg_.unit_bytes, nblocks - 1);
     if (cont && b0 == c->last_block) ++b0;
@@ -698,7 +709,17 @@ void AccessStreamTree::RunTestLocked(Node* n, uint64_t now_us) {
   // At least min_samples of them: Detect says unknown below that, and a
   // larger min_samples turned the check off.
   const size_t recent = std::max<size_t>(detail::kRecentSamples, cfg_.min_samples);
-  if (s.ever_labelled && sz > recent && s.samples >= s.cut_samples + recent) {
+  // Not when the newest samples are of too many readers to show their steps
+  // (each reader's first sample in them has none): 96 threads each reading
+  // its own slice of a file were "random" in every 64 newest samples, and a
+  // scan was relabelled random (a black-box test: 5.4x lru's bytes).
+  auto few_readers = [&] {
+    thread_local std::vector<uint32_t> p;
+    p.assign(pids.end() - static_cast<std::ptrdiff_t>(recent), pids.end());
+    std::sort(p.begin(), p.end());
+    return static_cast<size_t>(std::unique(p.begin(), p.end()) - p.begin()) <= recent / 4;
+  };
+  if (s.ever_labelled && sz > recent && s.samples >= s.cut_samples + recent && few_readers()) {
     in.children = std::span<const uint32_t>(children).last(recent);
     in.pids = std::span<const uint32_t>(pids).last(recent);
     r = Detect(in, cfg_);
