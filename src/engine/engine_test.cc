@@ -2086,6 +2086,30 @@ TEST_CASE("a full table of read cursors drops the oldest half, not a reader part
   CHECK(readers < 65'536);
 }
 
+TEST_CASE("a miss its reader stopped part-way through is admitted and kept for the next piece", "[engine]") {
+  // A random stream over one-unit items with a full cache (keep: a demand
+  // miss is its own first victim, declined). A 256 KiB item read in two
+  // 128 KiB pieces: the first piece's miss was declined or taken first
+  // (newest read first), and the second piece fetched it again. Live its
+  // insert comes after its GET, with other readers' reads in between: the
+  // state is the file's, not the engine's last read's.
+  Harness h("igt", 16);
+  h.tree.NoteListing("data/train/", 200);
+  std::mt19937 rng(3);
+  for (int k = 0; k < 800; ++k) h.Read(Item(int(rng() % 200)), 0, 1, false);
+  const std::string x = "data/train/img_00199.jpg";
+  h.now_us += 1000;
+  h.tree.Record(h.now_us, 3, x, 0, 128 << 10, 256 << 10);
+  h.engine->OnRead(h.now_us, 3, x, 0, 128 << 10, 256 << 10);
+  h.now_us += 1000;  // another worker's read meanwhile
+  h.tree.Record(h.now_us, 4, Item(5), 0, kUnit, kUnit);
+  h.engine->OnRead(h.now_us, 4, Item(5), 0, kUnit, kUnit);
+  CHECK(h.engine->AdmitInsert(x, false, h.now_us));
+  h.Insert(x, 0, false);
+  for (int k = 0; k < 3; ++k) h.Read(Item(int(rng() % 200)), 0, 1, false);  // other misses
+  CHECK(h.engine->Contains(x + "#0"));
+}
+
 TEST_CASE("units of a version no longer current are the first victims", "[engine]") {
   Harness h("igt", 64);
   // A live stream read at random, and a file rewritten in place.

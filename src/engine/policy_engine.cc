@@ -168,6 +168,11 @@ struct PolicyEngine::FileRec {
   // 0.4 GiB in 0.7 s (a fresh cache: 0.32 GiB, 0.4 s).
   uint64_t ra_first = 1, ra_last = 0;
   uint32_t cached_units = 0;  // units and sub-units
+  // 1 + the unit its last read stopped part-way through, in a file not read
+  // at random, before its end (the reader reads the rest next); 0: none.
+  // Kept per file, not per engine: live, a miss is inserted after its GET,
+  // and other reads come in between.
+  uint64_t part_unit = 0;
   int block_label = 0;        // the file's own (block stream) label at its last read
   // Proposed by epoch prefetching: its units are certain to be read this
   // epoch and take only space freed by items already read, so they do not
@@ -1087,11 +1092,6 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
   if (offset == 0 && length >= file_size) reader_end_.erase(rit);
   cur_path_ = &fit->first;
   cur_new_visit_ = !continues;
-  {
-    const uint64_t end = offset + length;
-    cur_mid_unit_ = end < file_size && end % opts_.unit_bytes != 0 && f.block_label != kRandom &&
-                    f.block_label != kSkewed;
-  }
 
   PrefetchContext ctx;
   ctx.now_us = now_us_;
@@ -1118,6 +1118,12 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
   Group* g = GroupFor(path, now_us_, &pl, &fl, &dl);
   g->gone = false;  // read: its path is live (again)
   f.block_label = fl;
+  {
+    const uint64_t end = offset + length;
+    f.part_unit = end < file_size && end % opts_.unit_bytes != 0 && fl != kRandom && fl != kSkewed
+                      ? (end - 1) / opts_.unit_bytes + 1
+                      : 0;
+  }
   JoinGroup(f, fkey, g);
   g->read_bytes += length;
   g->period_read_bytes += length;
@@ -1510,9 +1516,16 @@ void PolicyEngine::OnInsert(const std::string& id, std::string_view path, uint64
   u.old_version = f.gone || (u.version && u.version != f.version);
   u.prefetched_unread = prefetched;
   const bool prev_epoch = PrevEpochRead(f, g);
+  // A miss its reader stopped part-way through (a file read in pieces, the
+  // kernel's 128 KiB requests), outside scans (evict-behind keeps the unit a
+  // reader is at): not read yet until its next piece. As read, keep took it
+  // first (newest read first), before its next piece, which fetched it
+  // again: a reviewer's trace of 3,000 files of 256 KiB read in 2 pieces,
+  // one shuffled epoch, cache 50%: 960 MiB fetched of 750 (sim).
+  const bool part_read = !prefetched && !restored && f.part_unit == unit_index + 1 && g->label != kSequential;
   if (!prefetched) {
     u.consumed = true;
-    if (!prev_epoch) {
+    if (!prev_epoch && !part_read) {
       u.read_stamp = g->epoch + 1;
       SetReadCached(g, g->read_cached_bytes + bytes);
     }
@@ -1531,14 +1544,7 @@ void PolicyEngine::OnInsert(const std::string& id, std::string_view path, uint64
   f.units = &nu;
   // A read for the previous epoch (a straggler's) enters as not read in
   // this one: the item is still to be read this epoch (keep: not a first
-  // victim). So does a miss its reader stopped part-way through (a file
-  // read in pieces, the kernel's 128 KiB requests), outside scans (evict-
-  // behind keeps the unit a reader is at): as read, keep took it first
-  // (newest read first) and LFU early (count 1), before its next piece, which
-  // fetched it again: a reviewer's trace of 3,000 files of 256 KiB read in
-  // 2 pieces, one shuffled epoch, cache 50%: 960 MiB fetched of 750.
-  const bool part_read = !prefetched && !restored && cur_mid_unit_ && cur_path_ && *cur_path_ == *fkey &&
-                         g->label != kSequential;
+  // victim); so does a part-read miss (above).
   g->module->OnInsertUnit(id, bytes, 0, UnitMeta{.position = ScanPosition(f.rank, unit_index), .prefetched = prefetched || prev_epoch || part_read, .now_us = now_us_,
                                               .replay = restored});
   g->module_us = now_us_;
@@ -2036,13 +2042,13 @@ bool PolicyEngine::AdmitInsert(std::string_view path, bool prefetched, uint64_t 
   MaybeAllocate(now_us_);
   // A dead version would go first (PickVictim), not this unit.
   if (FrontOldUnit()) return true;
-  // The unit a reader is part-way through (a file read in pieces: the
+  auto it = files_.find(std::string(path));
+  // A file a reader is part-way through a unit of (read in pieces: the
   // kernel's 128 KiB requests): its next piece reads the rest. Declined
   // (keep: a miss is its own first victim), each piece fetched the unit
   // again: a reviewer's trace of 3,000 files of 256 KiB read in 2 pieces,
   // one epoch, cache 50%, fetched 960 MiB of 750.
-  if (cur_mid_unit_ && cur_path_ && *cur_path_ == path) return true;
-  auto it = files_.find(std::string(path));
+  if (it != files_.end() && it->second.part_unit != 0) return true;
   if (it == files_.end() || !it->second.group) return true;
   Group* g = it->second.group;  // a miss's unit joins its file's stream (OnInsert)
   if (g->units == 0 || VictimGroup() != g) return true;

@@ -355,9 +355,7 @@ class PolicyEngine {
   // it is a new visit rather than a continuation.
   const std::string* cur_path_ = nullptr;
   bool cur_new_visit_ = false;
-  // The last read stopped part-way through a unit of a file read in order
-  // (not at random), before the file's end: its reader reads the rest next.
-  bool cur_mid_unit_ = false;
+
 
   uint64_t cached_bytes_ = 0;
   uint64_t cached_disk_bytes_ = 0;  // Unit::disk_bytes summed: what FreeBytes subtracts

@@ -78,6 +78,7 @@ struct PidCursor {
   uint32_t seen_s = 0;              // 1 + the second of its last read; 0: a free slot
   uint64_t end = 0;                 // end offset of this pid's last read
   uint64_t last_block = UINT64_MAX; // last block that read touched
+  uint64_t last_off = 0;            // offset of this pid's last read
 };
 // Readers remembered per file: kCursors inline, and more (doubling, up to
 // kMaxFileCursors in all) allocated when a file has more readers at once:
@@ -537,13 +538,15 @@ bool AccessStreamTree::RecordInFile(Node* f, uint64_t t, uint32_t pid, uint64_t 
     return !near_any;
   }
   c->seen_s = now_s;
-  if (nblocks > 0 && near && !cont && off < c->end && end <= c->end && len < cfg_.unit_bytes) {
-    // A piece behind the furthest this reader has read, near it: its
-    // readahead out of order. The kernel sends an mmap's readahead window
-    // last page first (4 MiB as 3.6, 3.1, 2.6, ... 1.0 MiB): each piece
-    // sampled as a jump made a front-to-back mmap scan skewed (a black-box
-    // test: 3.5x lru's time with a cache half the file). No sample: the
-    // window's first piece was one.
+  if (nblocks > 0 && near && !cont && end == c->last_off && len < cfg_.unit_bytes) {
+    // A piece that ends where this reader's last read began: its readahead
+    // window going down. The kernel sends an mmap's readahead window last
+    // page first (4 MiB as 1 MiB at its top, then 3.1, 2.6, ... 1.0 MiB):
+    // each piece sampled as a jump made a front-to-back mmap scan skewed (a
+    // black-box test: 3.5x lru's time with a cache half the file). No
+    // sample: the window's first piece was one. (Any piece behind the
+    // furthest read, as first written, took most reads of a random reader
+    // of a small file once it had read near its end: skewed.)
   } else if (nblocks > 0) {
     uint64_t b0 = std::min(off / cfg_.unit_bytes, nblocks - 1);
     const uint64_t b1 = std::min((std::max(end, off + 1) - 1) / cfg_.unit_bytes, nblocks - 1);
@@ -558,6 +561,7 @@ bool AccessStreamTree::RecordInFile(Node* f, uint64_t t, uint32_t pid, uint64_t 
     c->last_block = b1;
   }
   c->end = near ? std::max(c->end, end) : end;
+  c->last_off = off;
   return !near;
 }
 
@@ -573,8 +577,10 @@ detail::PidCursor* AccessStreamTree::NewCursorLocked(Node* f, uint32_t pid, uint
       c = &cu;
       return;
     }
-    const uint32_t idle = now_s - cu.seen_s;  // wraps safely
-    if (idle > detail::kCursorIdleS && idle > idlest) {
+    // Signed: reads of concurrent threads reach here out of order, and a
+    // live reader's second may be just after now_s (wraps safely too).
+    const int32_t idle = static_cast<int32_t>(now_s - cu.seen_s);
+    if (idle > static_cast<int32_t>(detail::kCursorIdleS) && static_cast<uint32_t>(idle) > idlest) {
       idlest = idle;
       c = &cu;
     }
@@ -709,22 +715,24 @@ void AccessStreamTree::RunTestLocked(Node* n, uint64_t now_us) {
   // At least min_samples of them: Detect says unknown below that, and a
   // larger min_samples turned the check off.
   const size_t recent = std::max<size_t>(detail::kRecentSamples, cfg_.min_samples);
-  // Not when the newest samples are of too many readers to show their steps
-  // (each reader's first sample in them has none): 96 threads each reading
-  // its own slice of a file were "random" in every 64 newest samples, and a
-  // scan was relabelled random (a black-box test: 5.4x lru's bytes).
+  // A scan is not cut off by newest samples of too many readers to show
+  // their steps (each reader's first sample in them has none): 96 threads
+  // each reading its own slice of a file were "random" in every 64 newest
+  // samples, and the scan was relabelled random (a black-box test: 5.4x
+  // lru's bytes). Cuts to a scan, or between other labels, are as before.
   auto few_readers = [&] {
     thread_local std::vector<uint32_t> p;
     p.assign(pids.end() - static_cast<std::ptrdiff_t>(recent), pids.end());
     std::sort(p.begin(), p.end());
     return static_cast<size_t>(std::unique(p.begin(), p.end()) - p.begin()) <= recent / 4;
   };
-  if (s.ever_labelled && sz > recent && s.samples >= s.cut_samples + recent && few_readers()) {
+  if (s.ever_labelled && sz > recent && s.samples >= s.cut_samples + recent) {
     in.children = std::span<const uint32_t>(children).last(recent);
     in.pids = std::span<const uint32_t>(pids).last(recent);
     r = Detect(in, cfg_);
     changed = r.label != Label::kUnknown &&
               (s.label == Label::kUnknown || (r.label == Label::kSequential) != (s.label == Label::kSequential));
+    if (changed && s.label == Label::kSequential && !few_readers()) changed = false;
   }
   if (changed) {
     s.count = recent;
