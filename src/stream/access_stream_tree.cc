@@ -79,6 +79,11 @@ struct PidCursor {
   uint64_t end = 0;                 // end offset of this pid's last read
   uint64_t last_block = UINT64_MAX; // last block that read touched
   uint64_t last_off = 0;            // offset of this pid's last read
+  // A readahead window's top read ahead of the reader, its sample deferred
+  // (RecordInFile): 1 + its first block (0: none), and the first block of
+  // the gap below it.
+  uint32_t pend = 0;
+  uint32_t pend_from = 0;
 };
 // Readers remembered per file: kCursors inline, and more (doubling, up to
 // kMaxFileCursors in all) allocated when a file has more readers at once:
@@ -544,12 +549,37 @@ bool AccessStreamTree::RecordInFile(Node* f, uint64_t t, uint32_t pid, uint64_t 
     // page first (4 MiB as 1 MiB at its top, then 3.1, 2.6, ... 1.0 MiB):
     // each piece sampled as a jump made a front-to-back mmap scan skewed (a
     // black-box test: 3.5x lru's time with a cache half the file). No
-    // sample: the window's first piece was one. (Any piece behind the
+    // sample; once the window is read down to the gap its top left, the
+    // window's blocks are sampled in order (below). (Any piece behind the
     // furthest read, as first written, took most reads of a random reader
     // of a small file once it had read near its end: skewed.)
+    if (c->pend && off / cfg_.unit_bytes <= c->pend_from) {
+      for (uint64_t b = c->pend_from; b <= c->last_block && b < uint64_t{c->pend_from} + kMaxBlocksPerRead; ++b)
+        PushSampleLocked(f, static_cast<uint32_t>(b), pid, t);
+      c->pend = 0;
+    }
   } else if (nblocks > 0) {
+    // A deferred window top whose window was not read down: its jump sample.
+    if (c->pend) {
+      PushSampleLocked(f, c->pend - 1, pid, t);
+      c->pend = 0;
+    }
     uint64_t b0 = std::min(off / cfg_.unit_bytes, nblocks - 1);
     const uint64_t b1 = std::min((std::max(end, off + 1) - 1) / cfg_.unit_bytes, nblocks - 1);
+    // The top of a readahead window read ahead of the reader, leaving a gap
+    // (an mmap's: near, forward, not where the last read ended, not on a
+    // unit boundary, at least 128 KiB): its sample waits for the pieces
+    // going down. The window read whole is its blocks in order, a scan;
+    // sampled at once, 0, 3, 7, 11, ... were jumps (labelled random).
+    if (near && !cont && off > c->end && off % cfg_.unit_bytes != 0 && len >= (128u << 10) &&
+        c->last_block != UINT64_MAX && b0 > c->last_block + 1 && b0 - c->last_block <= kMaxBlocksPerRead) {
+      c->pend = static_cast<uint32_t>(b0) + 1;
+      c->pend_from = static_cast<uint32_t>(c->last_block + 1);
+      c->last_block = b1;
+      c->end = std::max(c->end, end);
+      c->last_off = off;
+      return false;
+    }
     if (cont && b0 == c->last_block) ++b0;
     // A jump is one event: its first block only. Otherwise a reader jumping
     // with multi-block reads (mmap faults read ~1 MiB around each fault)
