@@ -348,6 +348,10 @@ class PolicyEngine {
   std::unordered_map<std::string, ReaderEnd> reader_end_;
   // At kMaxReaders: the older half of reader_end_ goes (by last read).
   void TrimReaders();
+  // A readahead unit read (hit) or evicted unread (wasted): readahead stops
+  // for a while when most are wasted (TrimPlan).
+  void NoteReadaheadOutcome(uint64_t hit, uint64_t wasted);
+  uint64_t ra_recent_hit_ = 0, ra_recent_wasted_ = 0, ra_off_until_us_ = 0;
   std::array<std::unique_ptr<PrefetchPolicy>, 4> prefetch_;  // by pattern
   std::unique_ptr<PrefetchPolicy> baseline_prefetch_;        // lru-readahead
 
