@@ -1127,6 +1127,13 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
   Group* g = GroupFor(path, now_us_, &pl, &fl, &dl);
   g->gone = false;  // read: its path is live (again)
   f.block_label = fl;
+  // A scan now: no fill is proposed for it, and its prefetched units are
+  // readahead (fill_planned took them for fill units outside the latest
+  // readahead range, a single range: with 96 threads each scanning its
+  // slice of a file labelled random for its first reads, the others'
+  // readahead went into the file's stream, outside the readahead share, and
+  // 2.9 GB of it was evicted unread live, with a 128 MiB cache).
+  if (fl == kSequential) f.fill_planned = false;
   {
     const uint64_t end = offset + length;
     f.part_unit = end < file_size && end % opts_.unit_bytes != 0 && fl != kRandom && fl != kSkewed
