@@ -135,6 +135,13 @@ struct Node {
   std::array<PidCursor, kCursors> cursors{};
   std::unique_ptr<std::vector<PidCursor>> more_cursors;  // when needed (kMaxFileCursors)
   uint8_t cursor_victim = 0;
+  // Every reader slot, inline ones first (mu held).
+  template <class Fn>
+  void ForEachCursor(Fn&& fn) {
+    for (auto& cu : cursors) fn(cu);
+    if (more_cursors)
+      for (auto& cu : *more_cursors) fn(cu);
+  }
   std::unique_ptr<StreamState> stream;
 
   std::atomic<uint64_t> last_access_us{0};
@@ -496,11 +503,9 @@ bool AccessStreamTree::RecordInFile(Node* f, uint64_t t, uint32_t pid, uint64_t 
   std::lock_guard lk(f->mu);
   f->file_size = fsize;
   detail::PidCursor* c = nullptr;
-  for (auto& cu : f->cursors)
+  f->ForEachCursor([&](detail::PidCursor& cu) {
     if (cu.seen_s && cu.pid == pid) c = &cu;
-  if (!c && f->more_cursors)
-    for (auto& cu : *f->more_cursors)
-      if (cu.seen_s && cu.pid == pid) c = &cu;
+  });
   // Continues the reader's last read: starts where it ended, or near it.
   // FUSE's threads deliver one reader's in-flight requests (the kernel's
   // readahead: several max_read chunks at once) in any order, so a read up
@@ -536,8 +541,7 @@ bool AccessStreamTree::RecordInFile(Node* f, uint64_t t, uint32_t pid, uint64_t 
     // (Taking a live reader's slot instead makes every read of readers in
     // turn a new visit: the file labelled skewed, a file sample per read.)
     bool near_any = false;
-    for (const auto& cu : f->cursors) near_any = near_any || near_end(cu);
-    for (const auto& cu : *f->more_cursors) near_any = near_any || near_end(cu);
+    f->ForEachCursor([&](const detail::PidCursor& cu) { near_any = near_any || near_end(cu); });
     if (!near_any && nblocks > 0)
       PushSampleLocked(f, static_cast<uint32_t>(std::min(off / cfg_.unit_bytes, nblocks - 1)), pid, t);
     return !near_any;
@@ -615,9 +619,7 @@ detail::PidCursor* AccessStreamTree::NewCursorLocked(Node* f, uint32_t pid, uint
       c = &cu;
     }
   };
-  for (auto& cu : f->cursors) pick(cu);
-  if (f->more_cursors)
-    for (auto& cu : *f->more_cursors) pick(cu);
+  f->ForEachCursor(pick);
   const size_t have = f->more_cursors ? f->more_cursors->size() : 0;
   if (!c && detail::kCursors + have < detail::kMaxFileCursors && !f->retired.load(std::memory_order_relaxed)) {
     const size_t grow = std::min(have == 0 ? detail::kCursors : have, detail::kMaxFileCursors - detail::kCursors - have);
