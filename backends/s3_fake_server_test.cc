@@ -238,8 +238,16 @@ TEST_CASE("S3 fake: 4xx are final, ETag mismatch is kChanged, oversize is an err
   s.Push(FakeServer::Reply(416, {"Content-Range: bytes */10", "ETag: \"e1\""}, "<Error><Code>InvalidRange</Code></Error>"));
   CHECK((*b)->Read("k", 10, 10, "e1", buf).value() == 0);
 
+  // A reply without an ETag for a versioned read (a proxy stripping it):
+  // an error at once, not after the retry budget (it would be stripped again).
+  s.Push(FakeServer::Reply(206, {"Content-Range: bytes 0-9/10"}, kTen));
+  auto noetag = (*b)->Read("k", 0, 10, "e1", buf);
+  REQUIRE(!noetag);
+  CHECK(noetag.error().code() == Code::kIoError);
+  CHECK_THAT(noetag.error().message(), Catch::Contains("without an ETag"));
+
   CHECK(m.backend_retries == 0);
-  CHECK(s.requests().size() == 6);
+  CHECK(s.requests().size() == 7);
 }
 
 TEST_CASE("S3 fake: Stat and List", "[s3fake]") {

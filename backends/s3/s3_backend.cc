@@ -351,8 +351,13 @@ class S3Backend final : public Backend {
                                   ", expected " + std::string(etag)),
                   false};
         }
+        // Not retried: a proxy or server that strips the header strips it
+        // again (each read spent the whole retry budget, up to a minute).
         if (!et && r.status != 416) {
-          return {Status::IoError("GET " + Quote(key) + ": reply without an ETag"), true};
+          return {Status::IoError("GET " + Quote(key) + " at " + ep_.endpoint +
+                                  ": reply without an ETag (a proxy that strips headers?); the "
+                                  "listing's ETag cannot be checked"),
+                  false};
         }
         eof_unverified = r.status == 416 && !et;
       }

@@ -559,7 +559,9 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
     // readers' misses. It was 8 whatever backend.max_connections said: at
     // ~25 ms to the first byte, 8 GETs at once of small files are ~320
     // files a second, short of a multi-GPU job's epoch.
-    po.threads = std::clamp<size_t>(cfg.backend.max_connections / 2, 4, 64);
+    // Never more than half (a reader's miss must find a connection free):
+    // at least one.
+    po.threads = std::clamp<size_t>(cfg.backend.max_connections / 2, 1, 64);
     prefetcher = std::make_unique<Prefetcher>(&pipeline, store->get(), po);
   }
   std::unique_ptr<stream::TraceWriter> trace;

@@ -99,7 +99,7 @@ const std::vector<Key>& Schema() {
        "Under every policy, a miss that cannot be kept (a never_cache file, a cache taking no "
        "inserts) fetches these pieces too. "
        "0 turns it off, and so does a size not below cache.unit_size_bytes; otherwise a power "
-       "of two from 64K.",
+       "of two from 64K that divides cache.unit_size_bytes.",
        nullptr, SET_SIZE(cache.sub_unit_bytes)},
       {"cache.inline_max_bytes", Type::kSize, "4K",
        "Units (small objects) of at most this many bytes are kept inline in the cache index: one "
@@ -485,6 +485,12 @@ Status Validate(const Config& c) {
   if (c.cache.sub_unit_bytes != 0 &&
       (c.cache.sub_unit_bytes < kMinUnit || (c.cache.sub_unit_bytes & (c.cache.sub_unit_bytes - 1)) != 0))
     return bad("cache.sub_unit_bytes", "must be 0 (off) or a power of two from 64K");
+  // A sub-unit across a unit's end would be fetched with both units.
+  if (c.cache.sub_unit_bytes != 0 && c.cache.sub_unit_bytes < c.cache.unit_size_bytes &&
+      c.cache.unit_size_bytes % c.cache.sub_unit_bytes != 0)
+    return bad("cache.sub_unit_bytes",
+               fmt::format("{} does not divide cache.unit_size_bytes ({}): a piece would cross a unit's end",
+                           c.cache.sub_unit_bytes, c.cache.unit_size_bytes));
   if (c.cache.inline_max_bytes > kMinUnit)
     return bad("cache.inline_max_bytes", "must be at most 64K (larger units belong in files)");
   // A unit's file is its data plus a header page (cache.max_bytes counts disk use).

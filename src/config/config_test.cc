@@ -147,6 +147,12 @@ TEST_CASE("errors name the bad key") {
     CHECK_THAT(sub.error().message(), Catch::Contains("cache.sub_unit_bytes"));
   }
   CHECK(ParseConfig("cache:\n  sub_unit_bytes: 0\n", "t.yaml").has_value());
+  // A sub-unit must not cross a unit's end: 128K pieces of 192K units.
+  auto straddle = ParseConfig("cache:\n  unit_size_bytes: 192K\n  sub_unit_bytes: 128K\n", "t.yaml");
+  REQUIRE_FALSE(straddle.has_value());
+  CHECK_THAT(straddle.error().message(), Catch::Contains("does not divide cache.unit_size_bytes"));
+  CHECK(ParseConfig("cache:\n  unit_size_bytes: 192K\n  sub_unit_bytes: 64K\n", "t.yaml").has_value());
+  CHECK(ParseConfig("cache:\n  unit_size_bytes: 192K\n  sub_unit_bytes: 256K\n", "t.yaml").has_value());  // off
   // Units inline in the index: small ones only (a record is read whole).
   auto inl = ParseConfig("cache:\n  inline_max_bytes: 128K\n", "t.yaml");
   REQUIRE_FALSE(inl.has_value());

@@ -318,9 +318,13 @@ Status ReadPipeline::FetchRuns(const FileVersion& file, std::vector<Need>& needs
   };
   if (!demand) {
     // A prefetch: one GET per run, in turn (one buffer at a time: the
-    // prefetcher's memory bound counts one run per thread).
+    // prefetcher's memory bound counts one run per thread). Fetch hands
+    // over one run at a time; after a failed run the others end with its
+    // error at once (their followers try themselves) instead of waiting
+    // behind more GETs, each with its retries.
     for (auto& r : runs) {
-      fetch(r);
+      if (first_error.ok()) fetch(r);
+      else r.st = first_error;
       complete(r);
     }
     return first_error;
@@ -334,18 +338,23 @@ Status ReadPipeline::FetchRuns(const FileVersion& file, std::vector<Need>& needs
   // per-request cost outweighing the bandwidth.
   for (size_t b = 0; b < runs.size(); b += kMaxParallelRuns) {
     const size_t e = std::min(runs.size(), b + kMaxParallelRuns);
-    std::vector<std::future<void>> others;
+    std::vector<std::future<void>> others(e - b - 1);  // one left invalid: fetched inline
     for (size_t k = b + 1; k < e; ++k) {
       try {
-        others.push_back(std::async(std::launch::async, fetch, std::ref(runs[k])));
+        others[k - b - 1] = std::async(std::launch::async, fetch, std::ref(runs[k]));
       } catch (...) {
         fetch(runs[k]);
       }
     }
+    // Each run's flights end as soon as its GET is back (readers joined to
+    // one wait for that GET only, not for the batch's slowest).
     fetch(runs[b]);
-    for (auto& f : others) f.get();
+    complete(runs[b]);
+    for (size_t k = b + 1; k < e; ++k) {
+      if (others[k - b - 1].valid()) others[k - b - 1].get();
+      complete(runs[k]);
+    }
   }
-  for (auto& r : runs) complete(r);
   return first_error;
 }
 
@@ -594,22 +603,60 @@ Status ReadPipeline::Fetch(const FileVersion& file, uint64_t first_unit, uint64_
     flights_.insert_or_assign(FlightKey(file, index), fl);  // over an abandoned one still listed
     needs.push_back({index, off, len, fl, true});
   };
+  // Pieces are registered one run (one GET) at a time, each fetched before
+  // the next is registered: a reader that needs a later piece leads its own
+  // GET instead of waiting behind the runs before it (a fill of a file
+  // whose sub-units are partly cached has many), and after a failed run the
+  // rest of the range is left to its readers.
+  const uint64_t max_run = std::max(opts_.max_request_bytes, opts_.unit_size);
+  auto flush = [&]() -> Status {
+    if (needs.empty()) return Status::Ok();
+    Status st = FetchRuns(file, needs, /*demand=*/false);
+    needs.clear();
+    return st;
+  };
+  // Registers a piece; false (nothing registered) if it must start a new run
+  // first: not adjacent to the pieces held, or past max_run with them.
+  auto add = [&](uint64_t index, uint64_t off, uint64_t len) {  // mu_ held
+    if (!needs.empty() && (off != needs.back().off + needs.back().len || off + len - needs.front().off > max_run))
+      return false;
+    lead(index, off, len);
+    return true;
+  };
   for (uint64_t u = first_unit; u <= last_unit; ++u) {
     const uint64_t ustart = u * U, uend = std::min(file.size, ustart + U);
-    std::lock_guard lk(mu_);
-    // In flight or cached, under mu_: a unit neither is not started, so its
-    // flight needs no look in the store (which would count as a read).
-    if (TakenLocked(file, u)) continue;
-    if (!SubUnitTakenLocked(file, u)) {
-      lead(u, ustart, uend - ustart);
-      continue;
+    // The unit's pieces to fetch: the whole unit, or its missing sub-units.
+    struct Piece {
+      uint64_t index, off, len;
+    };
+    std::vector<Piece> pieces;
+    {
+      // In flight or cached, under mu_: a unit neither is not started, so
+      // its flight needs no look in the store (which would count as a read).
+      std::lock_guard lk(mu_);
+      if (TakenLocked(file, u)) continue;
+      if (!SubUnitTakenLocked(file, u)) {
+        if (add(u, ustart, uend - ustart)) continue;
+        pieces.push_back({u, ustart, uend - ustart});
+      } else {
+        const uint64_t S = opts_.sub_unit_size;
+        ForEachSubUnit(ustart, uend, S, [&](uint64_t idx, uint64_t p) {
+          if (!TakenLocked(file, idx)) pieces.push_back({idx, p, std::min(S, file.size - p)});
+        });
+      }
     }
-    const uint64_t S = opts_.sub_unit_size;
-    ForEachSubUnit(ustart, uend, S, [&](uint64_t idx, uint64_t p) {
-      if (!TakenLocked(file, idx)) lead(idx, p, std::min(S, file.size - p));
-    });
+    for (const Piece& pc : pieces) {
+      {
+        std::lock_guard lk(mu_);
+        // Taken since we looked (another fetch or a reader), or registered now.
+        if (TakenLocked(file, pc.index) || add(pc.index, pc.off, pc.len)) continue;
+      }
+      if (Status st = flush(); !st.ok()) return st;
+      std::lock_guard lk(mu_);
+      if (!TakenLocked(file, pc.index)) lead(pc.index, pc.off, pc.len);
+    }
   }
-  return FetchRuns(file, needs, /*demand=*/false);
+  return flush();
 }
 
 }  // namespace igt

@@ -824,3 +824,126 @@ TEST_CASE("the failure memo keeps no answer about the object, and forgets after 
     CHECK(f.metrics.read_failures_repeated == 0);
   }
 }
+
+TEST_CASE("a prefetch registers one run at a time: a reader of a later run leads its own GET") {
+  // Before, Fetch registered every piece of its range, then fetched the runs
+  // in turn: a reader of the last run waited behind every GET before it.
+  Fixture f(true, 64 << 10, 64 << 10);  // one unit per GET
+  const std::string data = Pattern(256 << 10, 47);
+  f.mem->Put("w", data);
+  auto v = f.Version("w");
+  std::mutex mu;
+  std::condition_variable cv;
+  bool held = false, release = false;
+  f.fb->SetBeforeCall([&](auto, const std::string&) {  // holds the first GET (the prefetch's unit 0)
+    std::unique_lock lk(mu);
+    if (held) return;
+    held = true;
+    cv.notify_all();
+    cv.wait(lk, [&] { return release; });
+  });
+  std::thread prefetch([&] { (void)f.pipe->Fetch(v, 0, 3); });
+  {
+    std::unique_lock lk(mu);
+    cv.wait(lk, [&] { return held; });
+  }
+  std::vector<char> out(4096);
+  auto reader = std::async(std::launch::async, [&] { return f.pipe->Read(v, (3 << 16) + 10, out.size(), out.data()); });
+  const bool early = reader.wait_for(std::chrono::seconds(20)) == std::future_status::ready;
+  {
+    std::lock_guard lk(mu);
+    release = true;
+  }
+  cv.notify_all();
+  prefetch.join();
+  f.fb->SetBeforeCall({});
+  CHECK(early);
+  auto n = reader.get();
+  REQUIRE(n.has_value());
+  CHECK(std::equal(out.begin(), out.end(), data.begin() + (3 << 16) + 10));
+  for (uint64_t u = 0; u < 4; ++u) CHECK(f.store->Contains(UnitKey{"w", v.etag, u}));
+}
+
+TEST_CASE("a prefetch stops at its first failed run") {
+  // The rest of its range is left to readers: each further run would spend
+  // a GET and its retries on a backend that just failed.
+  Fixture f(true, 64 << 10, 64 << 10);
+  f.mem->Put("w", Pattern(256 << 10, 48));
+  auto v = f.Version("w");
+  f.fb->FailNext(1, Code::kIoError, FaultInjectingBackend::kRead);
+  f.fb->ResetCounts();
+  CHECK_FALSE(f.pipe->Fetch(v, 0, 3).ok());
+  CHECK(f.fb->counts().reads == 1);
+  for (uint64_t u = 0; u < 4; ++u) CHECK_FALSE(f.store->Contains(UnitKey{"w", v.etag, u}));
+  CHECK(f.pipe->Fetch(v, 0, 3).ok());  // a later prefetch fetches them all
+  for (uint64_t u = 0; u < 4; ++u) CHECK(f.store->Contains(UnitKey{"w", v.etag, u}));
+}
+
+TEST_CASE("a reader joined to one run of another read waits for that run's GET only") {
+  // Before, a read's runs ended together once the slowest GET was back.
+  Fixture f(true, 64 << 10, 8 << 20);
+  const std::string data = Pattern(1 << 20, 49);  // 16 units
+  f.mem->Put("w", data);
+  auto v = f.Version("w");
+  std::vector<char> out(1 << 20);
+  // Units 3 and 9 cached: a whole read has three runs, [0, 2] on the reader's thread.
+  REQUIRE(f.pipe->Read(v, 3 << 16, 1 << 16, out.data()) == size_t{1} << 16);
+  REQUIRE(f.pipe->Read(v, 9 << 16, 1 << 16, out.data()) == size_t{1} << 16);
+  std::mutex mu;
+  std::condition_variable cv;
+  std::thread::id first_reader, second_reader;
+  int held_first = 0;
+  bool release_first = false, release_rest = false;
+  f.fb->SetBeforeCall([&](auto, const std::string&) {
+    std::unique_lock lk(mu);
+    const auto me = std::this_thread::get_id();
+    if (me == second_reader) return;
+    if (me == first_reader) {
+      ++held_first;
+      cv.notify_all();
+      cv.wait(lk, [&] { return release_first; });
+    } else {
+      cv.wait(lk, [&] { return release_rest; });  // the read's other runs
+    }
+  });
+  auto whole = std::async(std::launch::async, [&] {
+    {
+      std::lock_guard lk(mu);
+      first_reader = std::this_thread::get_id();
+    }
+    return f.pipe->Read(v, 0, 1 << 20, out.data());
+  });
+  {
+    std::unique_lock lk(mu);
+    cv.wait(lk, [&] { return held_first == 1; });
+  }
+  const uint64_t waits = f.metrics.singleflight_waits.load();
+  std::vector<char> small(4096);
+  auto joined = std::async(std::launch::async, [&] {
+    {
+      std::lock_guard lk(mu);
+      second_reader = std::this_thread::get_id();
+    }
+    return f.pipe->Read(v, (1 << 16) + 5, small.size(), small.data());  // unit 1: run [0, 2]
+  });
+  while (f.metrics.singleflight_waits.load() == waits) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  {
+    std::lock_guard lk(mu);
+    release_first = true;
+  }
+  cv.notify_all();
+  const bool early = joined.wait_for(std::chrono::seconds(20)) == std::future_status::ready;
+  {
+    std::lock_guard lk(mu);
+    release_rest = true;
+  }
+  cv.notify_all();
+  auto n = whole.get();
+  f.fb->SetBeforeCall({});
+  CHECK(early);
+  REQUIRE(n.has_value());
+  CHECK(std::equal(out.begin(), out.end(), data.begin()));
+  auto m = joined.get();
+  REQUIRE(m.has_value());
+  CHECK(std::equal(small.begin(), small.end(), data.begin() + (1 << 16) + 5));
+}
