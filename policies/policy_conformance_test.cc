@@ -377,6 +377,62 @@ TEST_CASE("evict-behind: a lone read behind the reader (a header re-read) is not
   CHECK(*q->PickVictim() == "u5");  // behind it, furthest first; 7 and 9 ahead of it, 6 where it is
 }
 
+TEST_CASE("evict-behind with named readers: one starting ahead does not take another's unit", "[policy][evict-behind]") {
+  // Two threads each scan their own slice of one file in pieces smaller
+  // than a unit. Told apart by position, the second's first read (unit 10)
+  // took the cursor of the first (part-way through unit 5), whose unit then
+  // went before its next piece.
+  auto p = Make("evict-behind");
+  auto id = [](uint64_t i) { return "u" + std::to_string(i); };
+  auto read = [&](uint64_t reader, uint64_t unit, bool part) {
+    p->OnReaderAt(ReaderRead{.reader = reader, .first = unit, .last = unit, .first_part = true, .last_part = part});
+  };
+  for (uint64_t i : {3, 4, 5}) {
+    p->OnInsertUnit(id(i), 1, 0, UnitMeta{.position = i});
+    read(1, i, i == 5);
+  }
+  p->OnInsertUnit(id(10), 1, 0, UnitMeta{.position = 10});
+  read(2, 10, true);
+  std::vector<std::string> order;
+  while (auto v = p->PickVictim()) {
+    order.push_back(*v);
+    p->OnRemove(*v);
+  }
+  // Behind the slower reader first (4, 3), then the units readers are in the
+  // middle of, last.
+  REQUIRE(order.size() == 4);
+  CHECK(order[0] == "u4");
+  CHECK(order[1] == "u3");
+  CHECK((order[2] == "u10" || order[2] == "u5"));
+
+  SECTION("a reader done with its unit (a read ending on the unit's end) keeps nothing") {
+    auto q = Make("evict-behind");
+    for (uint64_t i : {5, 10}) q->OnInsertUnit(id(i), 1, 0, UnitMeta{.position = i});
+    q->OnReaderAt(ReaderRead{.reader = 1, .first = 5, .last = 5, .last_part = false});  // finished its slice
+    q->OnReaderAt(ReaderRead{.reader = 2, .first = 10, .last = 10, .last_part = true});
+    CHECK(*q->PickVictim() == "u5");
+  }
+  SECTION("an mmap window's top unit, left part-read by the jump to the next window, is kept") {
+    auto q = Make("evict-behind");
+    for (uint64_t i = 0; i < 12; ++i) q->OnInsertUnit(id(i), 1, 0, UnitMeta{.position = i});
+    // Window 1: top read of units 3-4 (ends part-way through 4), pieces down to 0.
+    q->OnReaderAt(ReaderRead{.reader = 7, .first = 3, .last = 4, .first_part = true, .last_part = true});
+    for (uint64_t u = 3; u-- > 0;)
+      q->OnReaderAt(ReaderRead{.reader = 7, .first = u, .last = u + 1, .first_part = true, .last_part = true});
+    q->OnReaderAt(ReaderRead{.reader = 9, .first = 11, .last = 11, .last_part = true});  // another reader
+    // Window 2: its top read (units 8-9); unit 4's rest is read last.
+    q->OnReaderAt(ReaderRead{.reader = 7, .first = 8, .last = 9, .first_part = true, .last_part = true});
+    std::vector<std::string> taken;
+    for (int k = 0; k < 6; ++k) {
+      auto v = q->PickVictim();
+      REQUIRE(v);
+      taken.push_back(*v);
+      q->OnRemove(*v);
+    }
+    CHECK(std::find(taken.begin(), taken.end(), "u4") == taken.end());
+  }
+}
+
 TEST_CASE("readahead: fixed by default, ramping to max_units while reads continue, reset by a jump", "[policy][prefetch]") {
   PrefetchContext c;
   c.path = "big";

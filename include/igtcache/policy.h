@@ -44,6 +44,14 @@ struct UnitMeta {
   bool replay = false;
 };
 
+// One read of one reader, in unit positions (UnitMeta::position).
+struct ReaderRead {
+  uint64_t reader = 0;            // a pid or thread id
+  uint64_t first = 0, last = 0;   // the units it read, [first, last]
+  bool first_part = false;        // it began part-way into `first`
+  bool last_part = false;         // it ended part-way through `last`, before the file's end
+};
+
 // Module parameters from the policy YAML (`{name: lfu, params: {...}}`),
 // numbers only. A factory rejects a key it does not know, naming it.
 using PolicyParams = std::map<std::string, double>;
@@ -83,6 +91,10 @@ class EvictionPolicy {
   // the same module: `lfu` returns the victim's aged access count. Negative
   // when the module has no such notion.
   virtual double VictimWeight() const { return -1; }
+  // A read by a named reader (ReaderRead). The policy engine calls it for
+  // each read, before or after the read's hits and inserts; modules that
+  // follow readers (evict-behind) then tell them apart by name.
+  virtual void OnReaderAt(const ReaderRead& read) {}
   // Asked by the BlockStore before an insert that must evict to make room:
   // false if the unit would be its own first victim once inserted (`keep`: a
   // demand miss in a full stream read uniformly at random). The store then

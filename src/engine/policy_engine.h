@@ -31,6 +31,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -284,7 +285,12 @@ class PolicyEngine {
   void NoteQuotas();        // has_quota_ and has_never_cache_ from the policy file
   // The stream the next victim comes from (quota, then lowest value with
   // hysteresis), not made the current one.
-  Group* VictimGroup();
+  // The stream to give space next; `skip`: streams not to ask (their
+  // victim is a unit being read, PickVictim).
+  Group* VictimGroup(std::span<Group* const> skip = {});
+  // A cached unit its file's last read stopped part-way through.
+  bool PartRead(const std::string& id) const;
+  static constexpr size_t kPartReadTries = 4;
   // A directory stream labelled random (no override, not a holding stream):
   // its siblings of this kind under the same parent (an image folder's class
   // directories) share room and value (UnreadItems, VictimGroup).

@@ -128,6 +128,35 @@ TEST_CASE("sim: many readers of one file a unit apart fetch it about once (ranks
   CHECK(d["backend_bytes"].get<uint64_t>() <= 512 * kMiB);
 }
 
+TEST_CASE("sim: threads each scanning a slice of one file in 128 KiB reads fetch it about once", "[sim]") {
+  // 32 threads (readers) each read their 2 MiB slice of a 64 MiB file, in
+  // turn, thread i starting after 2i rounds; a 16 MiB cache. Readers told
+  // apart by position took each other's cursors (a thread starting ahead of
+  // another took its cursor) and units went between their pieces: 105 MiB
+  // fetched (lru 64).
+  const uint64_t size = 64 * kMiB, slice = size / 32, piece = 128 << 10;
+  std::string body;
+  uint64_t t = 0;
+  std::vector<uint64_t> pos(32);
+  for (int i = 0; i < 32; ++i) pos[i] = i * slice;
+  for (int step = 0;; ++step) {
+    bool more = false;
+    for (int i = 0; i < 32; ++i) {
+      if (pos[i] >= (i + 1) * slice) continue;
+      more = true;
+      if (step < 2 * i) continue;
+      body += fmt::format("{},{},ckpt.bin,{},{},{}\n", t += 100, 1000 + i, pos[i], piece, size);
+      pos[i] += piece;
+    }
+    if (!more) break;
+  }
+  TempTrace tr(body);
+  const auto a = Run(tr.path, 16 * kMiB, "igt"), lru = Run(tr.path, 16 * kMiB, "lru");
+  INFO(a.dump() << " lru " << lru.dump());
+  CHECK(a["backend_bytes"].get<uint64_t>() <= 84 * kMiB);
+  CHECK(lru["backend_bytes"].get<uint64_t>() == 64 * kMiB);
+}
+
 TEST_CASE("sim: shuffled epochs of files over 4 MiB are prefetched as those of 4 MiB are", "[sim]") {
   // 400 files in 4 class directories, 3 shuffled epochs, 4 workers taking
   // batches of 32, each file read whole in 1 MiB pieces; cache half the
