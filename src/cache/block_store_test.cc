@@ -1087,6 +1087,42 @@ TEST_CASE("min_free_ratio keeps free space on the volume", "[block_store]") {
     CHECK(s->Contains(Key(20)));
     CHECK(f.metrics.evictions == 1);
   }
+  SECTION("inline units the policy takes first do not stop the floor's eviction of unit files behind them") {
+    // Stopping at an inline victim stopped every insert while one was the
+    // policy's next: a cache whose volume filled (a cache.max_bytes over the
+    // volume, small files read first) took no more inserts.
+    f.opts.min_free_ratio = 0.05;
+    f.opts.inline_max_bytes = 4096;
+    auto hooks = f.Hooks();
+    auto avail = std::make_shared<std::atomic<uint64_t>>(90000);
+    hooks.volume_space = [avail](const std::string&) -> Result<VolumeSpace> {
+      return VolumeSpace{avail->load(), 100000};
+    };
+    auto s = f.Open(hooks);
+    for (int i = 0; i < 5; ++i) REQUIRE(s->Put(Key(i), DataOf(Key(i), 1000)).ok());  // inline, first in lru order
+    REQUIRE(s->Put(Key(9), DataOf(Key(9), 9000)).ok());  // a unit file
+    avail->store(3000);  // an insert needs ~3,100 bytes freed
+    CHECK(s->Put(Key(20), DataOf(Key(20), 1000)).ok());
+    CHECK(s->Contains(Key(20)));
+    CHECK_FALSE(s->Contains(Key(9)));
+    CHECK(f.metrics.cache_write_errors == 0);
+  }
+}
+
+TEST_CASE("the limit is at most what the volume holds with min_free_ratio kept free", "[block_store]") {
+  Fixture f;
+  f.opts.min_free_ratio = 0.1;
+  f.opts.max_bytes = 1ull << 30;
+  auto hooks = f.Hooks();
+  hooks.volume_space = [](const std::string&) -> Result<VolumeSpace> { return VolumeSpace{50 * kMiB, 64 * kMiB}; };
+  auto s = f.Open(hooks);
+  CHECK(s->limit_bytes() <= uint64_t(0.9 * 64 * kMiB));
+  CHECK(s->limit_bytes() >= uint64_t(0.9 * 64 * kMiB) - 4096);
+  Fixture g;  // a limit the volume holds stays
+  g.opts.max_bytes = 32 * kMiB;
+  auto h2 = g.Hooks();
+  h2.volume_space = [](const std::string&) -> Result<VolumeSpace> { return VolumeSpace{50 * kMiB, 64 * kMiB}; };
+  CHECK(g.Open(h2)->limit_bytes() == 32 * kMiB);
 }
 
 TEST_CASE("write failures are counted, cleaned up, and retried later", "[block_store]") {

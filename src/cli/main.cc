@@ -281,6 +281,15 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     int rc = app.exit(e);
+    // `sim --policy NAME` picks the policy; a mount takes it from its config.
+    if (rc != 0 && argc > 1 && std::string_view(argv[1]) == "mount")
+      for (int i = 2; i < argc; ++i)
+        if (const std::string_view o = argv[i]; o.starts_with("--policy") || o.starts_with("--eviction")) {
+          std::fprintf(stderr, "igtcache: hint: a mount's eviction policy is the config key cache.eviction and its "
+                       "policy file policy.file: put them in a file given with --config (igtcache config --example "
+                       "lists every key)\n");
+          break;
+        }
     return rc == 0 ? 0 : igt::kExitUsage;
   }
   if (*mount) return igt::RunMount(m);

@@ -303,6 +303,16 @@ void RaiseFdLimit() {
 // Everything after argument parsing; runs in the daemon child or in the
 // foreground process. Returns once the file system is unmounted.
 int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, bool foreground) {
+  // SIGHUP's handler first: its default action ended the daemon (exit 129,
+  // nothing logged) if one came while it started (a large cache takes
+  // seconds; a `systemctl reload` or logrotate right after a restart). A
+  // reload asked for meanwhile runs once the mount is up.
+  {
+    struct sigaction sa {};
+    sa.sa_handler = OnSighup;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGHUP, &sa, nullptr);
+  }
   // Until the cache dir is known to be usable, log to stderr (a daemon's
   // log file lives in the cache dir by default); errors reach the user
   // through `rep` anyway.
@@ -472,6 +482,14 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
                  ? m
                  : fmt::format("cache dir '{}': {}", cfg.cache.dir, m));
     return kExitError;
+  }
+  if (const uint64_t limit = (*store)->limit_bytes(); limit < cfg.cache.max_bytes) {
+    startup_warnings.push_back(fmt::format(
+        "cache.max_bytes is {}, more than the cache volume of '{}' holds with cache.min_free_ratio ({:.0f}%) of it "
+        "kept free: the cache is limited to {}",
+        FormatSize(cfg.cache.max_bytes), cfg.cache.dir, cfg.cache.min_free_ratio * 100, FormatSize(limit)));
+    rep.Warn(startup_warnings.back());
+    if (live) live->SetCapacity(limit);
   }
   // The unit size the cache dir's units were cut with (recorded on first use).
   if (auto s = CheckUnitSize(**store, cfg.cache.unit_size_bytes); !s.ok()) {
@@ -796,7 +814,7 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
     return s.code() == Code::kInvalidArgument ? kExitUsage : kExitError;  // bad -o options: usage
   }
   spdlog::info("igtcache {} mounted {} on {} (cache {} limit {})", kVersion, source, a.mountpoint,
-               cfg.cache.dir, FormatSize(cfg.cache.max_bytes));
+               cfg.cache.dir, FormatSize((*store)->limit_bytes()));
   spdlog::default_logger()->flush();  // in the log file when the mount command returns
   if (!rep.Ready()) {
     spdlog::error("the mount command that started this daemon is gone (interrupted?): unmounting");

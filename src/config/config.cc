@@ -79,7 +79,8 @@ const std::vector<Key>& Schema() {
        "Upper bound on the cache's disk use: the unit files, each counted in whole 4 KiB blocks "
        "with its header, and the records of units kept inline (cache.inline_max_bytes); the rest "
        "of the index and the directories come on top (docs/ARCHITECTURE.md). Least "
-       "valuable units are evicted beyond it.", nullptr,
+       "valuable units are evicted beyond it. At most what the cache volume holds with "
+       "cache.min_free_ratio of it free: a larger value is lowered to that at start-up, with a warning.", nullptr,
        SET_SIZE(cache.max_bytes)},
       {"cache.min_free_ratio", Type::kRatio, "0.05",
        "Free space to keep on the cache volume, as a fraction of its size. Inserts evict (or "

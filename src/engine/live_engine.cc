@@ -138,6 +138,11 @@ void LiveEngine::NoteNeverCache() {
   never_cache_.store(any, std::memory_order_release);
 }
 
+void LiveEngine::SetCapacity(uint64_t bytes) {
+  std::lock_guard lk(mu_);
+  engine_->set_capacity_bytes(bytes);
+}
+
 uint64_t LiveEngine::CachedBytes(const std::string& key) const {
   std::lock_guard lk(mu_);
   return engine_->CachedBytes(key);

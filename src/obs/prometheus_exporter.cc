@@ -418,8 +418,13 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::Start(const std::string& a
   impl->collectable = std::make_shared<StatsCollectable>(std::move(source), backend);
   int port = 0;
   try {
-    // Two server threads: scrapes are rare and cheap (one JSON snapshot).
-    impl->exposer = std::make_unique<prometheus::Exposer>(addr, /*num_threads=*/2);
+    // Scrapes are rare and cheap (one JSON snapshot), but each connection
+    // holds a server thread until its request comes: with the two threads
+    // of before, four idle connections (a port scan, a stuck client) left
+    // every scrape unanswered for a minute. More threads, and a connection
+    // that sends no request within 5 s is closed.
+    impl->exposer = std::make_unique<prometheus::Exposer>(std::vector<std::string>{
+        "listening_ports", addr, "num_threads", "16", "request_timeout_ms", "5000"});
     impl->exposer->RegisterCollectable(impl->collectable, "/metrics");
     auto ports = impl->exposer->GetListeningPorts();
     if (!ports.empty()) port = ports.front();

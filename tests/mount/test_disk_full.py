@@ -198,6 +198,53 @@ def main():
             st = read_phase("back")
             check(st["cache_hit_units"] > before["cache_hit_units"], "space back: its units are served")
             check(s.unmount(m) == 0, "daemon exited 0")
+            m = None
+
+            # cache.max_bytes (1G) over the volume (48 MiB): the mount says
+            # the cache is limited to what the volume holds, and the cache
+            # evicts within it. Before, the limit was never reached: every
+            # insert met the volume's floor, which stopped at the policy's
+            # next victim whenever that was an inline unit (a small file):
+            # write errors, nothing cached. Small files first (inline
+            # units), then more than the volume in large ones, twice.
+            big = {}
+            for i in range(40):
+                k = f"small/s{i:02d}.bin"
+                big[k] = content(k, 2000)
+            for i in range(16):
+                k = f"big/b{i:02d}.bin"
+                big[k] = content(k, 4 * MiB)
+            for k, v in big.items():
+                (src / k).parent.mkdir(parents=True, exist_ok=True)
+                (src / k).write_bytes(v)
+            sh("rm", "-rf", str(vol / "cache"))
+            m = s.mount(f"file://{src}", cache_dir=vol / "cache", args=["--config", str(cfg)])
+            check("the cache is limited to" in m.proc.stderr_text(),
+                  "cache.max_bytes over the volume: the mount says the cache is limited to what it holds")
+            before = s.stats(m)
+            check(before["cache_limit_bytes"] < FS_SIZE,
+                  f"cache_limit_bytes {before['cache_limit_bytes']} is within the volume ({FS_SIZE})")
+            for rnd in range(2):
+                for k in sorted(big):
+                    faultlib.drop_page_cache(m.mountpoint / k)
+                    got, e = try_read(m.mountpoint / k)
+                    if got != big[k]:
+                        raise harness.TestFailure(f"over the volume: {k}: {faultlib.errname(e) if e else 'WRONG BYTES'}")
+            st = s.stats(m)
+            errs = st["cache_write_errors"] - before["cache_write_errors"]
+            check(errs == 0 and st["evictions"] > before["evictions"],
+                  f"reading {sum(map(len, big.values())) * 2 // MiB} MiB through a 48 MiB volume: the cache "
+                  f"evicts ({st['evictions'] - before['evictions']} evictions), {errs} write errors")
+            # The last file read is served from the cache.
+            last = sorted(big)[-1]
+            before = s.stats(m)
+            faultlib.drop_page_cache(m.mountpoint / last)
+            got, _ = try_read(m.mountpoint / last)
+            st = s.stats(m)
+            check(got == big[last] and st["backend_get_bytes"] == before["backend_get_bytes"],
+                  "the last file read is served from the cache")
+            check(s.unmount(m) == 0, "daemon exited 0")
+            m = None
         finally:
             if m is not None:
                 s.unmount(m, quiet=True)

@@ -13,6 +13,7 @@ import os
 import random
 import re
 import subprocess
+import socket
 import urllib.request
 from pathlib import Path
 
@@ -132,6 +133,17 @@ def main():
         check(val(s2, "igtcache_read_requests_total") > val(s1, "igtcache_read_requests_total"),
               "read requests moved")
         check(val(s2, "igtcache_errors_total", op="read") == 0, "no read errors")
+        # Connections that send nothing (a port scan, a stuck client) do not
+        # keep scrapes out: with two server threads, four of them left every
+        # scrape unanswered for a minute.
+        idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(8)]
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=15) as r:
+                body = r.read().decode()
+            check("igtcache_cache_hit_bytes_total" in body, "a scrape is answered beside 8 idle connections")
+        finally:
+            for c in idle:
+                c.close()
         check(s.unmount(m) == 0, "daemon exited 0")
 
         # Off by default: a mount without the flag listens on nothing new.

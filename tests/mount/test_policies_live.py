@@ -355,6 +355,30 @@ def lru_sighup_part(s):
     harness.check(not harness.is_mounted(d.mountpoint), "lru daemon mount: unmounted")
 
 
+def startup_sighup_part(s):
+    """A SIGHUP while the daemon starts (a large cache takes seconds to load;
+    here a source that does not answer) neither kills it nor is lost: the
+    default action ended it with no word (exit 129)."""
+    cfg = s.write_config("unreachable.yaml", "backend:\n  endpoint: http://127.0.0.1:1\n  max_retries: 3\n"
+                         "  retry_base_ms: 400\n  no_sign_request: true\n")
+    mnt = s.mkdir("mnt_hup")
+    argv = s.mount_argv("s3://bkt/data", mnt, s.mkdir("cache_hup"), ["--config", str(cfg)], True)
+    p = s.spawn("igtcache-hup", argv, s.igt_env())
+    time.sleep(0.3)  # past argument parsing: Serve installs the handler first
+    sent = 0
+    deadline = time.monotonic() + 60
+    while p.popen.poll() is None and time.monotonic() < deadline:
+        os.kill(p.pid, signal.SIGHUP)
+        sent += 1
+        time.sleep(0.2)
+    rc = p.popen.wait(timeout=30)
+    err = p.stderr_text()
+    harness.check(sent >= 2 and rc == 1 and "not usable" in err,
+                  f"{sent} SIGHUPs while the mount starts: it runs on and fails on the source (exit {rc}: "
+                  f"{err.strip()[-160:]!r})")
+    harness.check(not harness.is_mounted(mnt), "nothing mounted")
+
+
 def never_cache_part(s):
     """A never_cache prefix of the policy file is read through on the live
     mount: served from the source every time, nothing of it stored (before,
@@ -400,6 +424,7 @@ def never_cache_part(s):
 
 def main():
     with harness.Session("policies_live") as s:
+        startup_sighup_part(s)
         never_cache_part(s)
         lru_sighup_part(s)
         streams_part(s)
