@@ -410,7 +410,14 @@ struct FuseFs::Impl {
   static void Release(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) noexcept {
     KernelHandoff();
     Handle* h = H(fi);
-    if (h->kind == Handle::Kind::kFile) Self(req)->CloseVersion(ino, h->file.etag);
+    FuseFs* self = Self(req);
+    // The last handle of this version: readahead queued for it is dropped
+    // (a header reader that opens, reads 4 KiB and closes thousands of
+    // files left each one's window to be fetched for nobody).
+    if (h->kind == Handle::Kind::kFile && self->CloseVersion(ino, h->file.etag) && self->release_hook_) try {
+        self->release_hook_(h->file);
+      } catch (...) {
+      }
     delete h;
     fuse_reply_err(req, 0);
   }
@@ -816,16 +823,17 @@ void FuseFs::OpenVersion(uint64_t ino, const std::string& etag, fuse_file_info* 
   else pc.open.emplace_back(v, 1);
 }
 
-void FuseFs::CloseVersion(uint64_t ino, const std::string& etag) {
+bool FuseFs::CloseVersion(uint64_t ino, const std::string& etag) {
   const uint64_t v = VersionHash(etag);
   std::lock_guard lk(etag_mu_);
   auto it = page_cache_.find(ino);
-  if (it == page_cache_.end()) return;
+  if (it == page_cache_.end()) return false;
   auto& open = it->second.open;
   auto o = it->second.OpenOn(v);
-  if (o == open.end() || --o->second > 0) return;
+  if (o == open.end() || --o->second > 0) return false;
   open.erase(o);
   if (open.empty()) open = {};  // its memory too: most inodes are not open
+  return true;
 }
 
 void FuseFs::ForgetVersion(uint64_t ino) {

@@ -74,6 +74,9 @@ inline constexpr unsigned long kWarmIoctl = _IOW('i', 0x57, WarmRange);
 inline constexpr uint64_t kMaxWarmBytes = 64ull << 20;  // per call (EINVAL above)
 // Fetches a range of a file into the cache as a warm-up (the ioctl above).
 using WarmHook = std::function<Status(const FileVersion& file, uint64_t offset, uint64_t length)>;
+// The last handle on a version of a file closed (the prefetcher drops the
+// readahead it queued for it). Must not throw; called on a FUSE thread.
+using ReleaseHook = std::function<void(const FileVersion& file)>;
 
 class FuseFs {
  public:
@@ -105,6 +108,7 @@ class FuseFs {
   void set_open_hook(OpenHook h) { open_hook_ = std::move(h); }
   void set_readahead_hook(ReadaheadHook h) { readahead_hook_ = std::move(h); }
   void set_warm_hook(WarmHook h) { warm_hook_ = std::move(h); }
+  void set_release_hook(ReleaseHook h) { release_hook_ = std::move(h); }
   // Names a relisting found gone or changed (Namespace::set_relist_hook):
   // their kernel entries, as (parent inode, name), are dropped, so that the
   // next stat or open looks them up again, and the kernel forgets the
@@ -141,6 +145,7 @@ class FuseFs {
   OpenHook open_hook_;
   ReadaheadHook readahead_hook_;
   WarmHook warm_hook_;
+  ReleaseHook release_hook_;
   // The mount's /sys/class/bdi/<dev>/read_ahead_kb if we could write it
   // (root), and the value written last; set at Mount(), then under ra_mu_.
   std::mutex ra_mu_;
@@ -185,7 +190,8 @@ class FuseFs {
   // counting the handle; CloseVersion uncounts it; ForgetVersion drops the
   // inode's entry (the kernel dropped the inode and its pages).
   void OpenVersion(uint64_t ino, const std::string& etag, fuse_file_info* fi);
-  void CloseVersion(uint64_t ino, const std::string& etag);
+  // True when it was the version's last open handle.
+  bool CloseVersion(uint64_t ino, const std::string& etag);
   void ForgetVersion(uint64_t ino);
   std::mutex etag_mu_;  // guards page_cache_
   std::unordered_map<uint64_t, PageCache> page_cache_;  // by ino

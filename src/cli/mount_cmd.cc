@@ -697,6 +697,8 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
       if (auto s = pipeline.Fetch(f, u, std::min(last, u + 3)); !s.ok()) return s;
     return Status::Ok();
   });
+  if (prefetcher)
+    fuse.set_release_hook([p = prefetcher.get()](const FileVersion& f) { (void)p->DropReadahead(f); });
   // Per-file kernel readahead: small for a file whose block stream is random
   // or skewed, or sequential but less than half cached (mmap faults then read
   // little around each fault; a sequential reader has the prefetcher ahead of

@@ -103,6 +103,11 @@ size_t Prefetcher::Submit(const FileVersion& file, uint64_t first, uint64_t last
       // then leaves units untagged (a duplicate job at worst), never tags or
       // budget without a job to release them.
       (background ? bg_queue_ : queue_).push_back(MakeJob(file, want[i], want[j], bytes, false, background, 0));
+      if (!background) try {
+          ++queued_readahead_[TagOf(file, kFileTag)];
+        } catch (...) {
+          // Uncounted: not dropped at its file's close (fetched as before).
+        }
       held_bytes_ += bytes;
       if (background) bg_held_bytes_ += bytes;
       stats_.peak_held_bytes = std::max(stats_.peak_held_bytes, held_bytes_);
@@ -159,6 +164,32 @@ void Prefetcher::DropQueuedLocked() noexcept {
     }
     q->clear();
   }
+  queued_readahead_.clear();
+}
+
+void Prefetcher::UncountReadaheadLocked(const FileVersion& file) noexcept {
+  auto it = queued_readahead_.find(TagOf(file, kFileTag));
+  if (it != queued_readahead_.end() && --it->second == 0) queued_readahead_.erase(it);
+}
+
+size_t Prefetcher::DropReadahead(const FileVersion& file) {
+  size_t dropped = 0;
+  {
+    std::lock_guard lk(mu_);
+    auto it = queued_readahead_.find(TagOf(file, kFileTag));
+    if (it == queued_readahead_.end()) return 0;
+    queued_readahead_.erase(it);
+    std::erase_if(queue_, [&](const Job& j) {
+      if (j.file.key != file.key || j.file.etag != file.etag) return false;
+      for (uint64_t u = j.first; u <= j.last; ++u) units_.erase(TagOf(j.file, u));
+      held_bytes_ -= j.bytes;
+      dropped += j.last - j.first + 1;
+      return true;
+    });
+    stats_.dropped_units += dropped;
+  }
+  cv_.notify_all();  // budget given back (fills wait for it)
+  return dropped;
 }
 
 bool Prefetcher::NextJobLocked(Job* job, bool* paused) {
@@ -173,6 +204,7 @@ bool Prefetcher::NextJobLocked(Job* job, bool* paused) {
   if (!queue_.empty()) {
     *job = std::move(queue_.front());
     queue_.pop_front();
+    UncountReadaheadLocked(job->file);
     return true;
   }
   // Readahead keeps two threads: background work never delays a reader's

@@ -75,6 +75,12 @@ class Prefetcher {
   // for the budget.
   size_t Submit(const FileVersion& file, uint64_t first, uint64_t last, Priority prio = Priority::kReadahead);
 
+  // The file's last handle closed: its queued readahead jobs (not running
+  // ones, which readers may have joined; not background work or fills,
+  // which are for reads to come) are dropped, their budget given back.
+  // Returns the units dropped. O(1) when none is queued.
+  size_t DropReadahead(const FileVersion& file);
+
   // Fetches every unit of `file` not cached yet, in the background, with the
   // threads Submit's jobs leave free and within background's half of the
   // budget, of which fills hold at most a quarter of the budget (or one job)
@@ -161,6 +167,9 @@ class Prefetcher {
   uint64_t fill_held_bytes_ = 0;  // held by fill jobs (<= budget / 4, or one job, after background work)
   std::chrono::steady_clock::time_point last_bg_submit_{};  // the last background Submit
   std::unordered_set<Tag, TagHash> units_;  // units (etag, key, index) queued or running
+  // File versions (TagOf(file, kFileTag)) -> their jobs in queue_ (DropReadahead).
+  std::unordered_map<Tag, uint32_t, TagHash> queued_readahead_;
+  void UncountReadaheadLocked(const FileVersion& file) noexcept;
   uint64_t held_bytes_ = 0;
   bool stop_ = false;
   Stats stats_;

@@ -146,6 +146,41 @@ TEST_CASE("prefetcher: budget bounds queued + running bytes, overflow is dropped
   Drain(p);
 }
 
+TEST_CASE("prefetcher: a file's last close drops its queued readahead, not running jobs or background work", "[prefetch]") {
+  Fx fx;
+  fx.mem->Put("a/other", std::string(4 * kUnit, 'o'));
+  const FileVersion other{"a/other", fx.mem->EtagOf("a/other"), 4 * kUnit};
+  Gate gate;
+  Prefetcher::Options o{1, 16 * kUnit, 2};
+  std::atomic<int> started{0};
+  Prefetcher p(fx.pipe.get(), fx.store.get(), o, [&](const std::string&, uint64_t, uint64_t) {
+    ++started;
+    gate.Wait();
+  });
+  using P = Prefetcher::Priority;
+  CHECK(p.Submit(fx.Version(), 0, 1) == 2);  // taken by the worker, held
+  for (int i = 0; i < 3000 && started.load() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  REQUIRE(started.load() == 1);
+  CHECK(p.Submit(fx.Version(), 2, 5) == 4);                 // queued readahead of the file
+  CHECK(p.Submit(fx.Version(), 10, 11, P::kBackground) == 2);  // background work of it
+  CHECK(p.Submit(other, 0, 1) == 2);                        // another file's readahead
+  const uint64_t held = p.stats().held_bytes;
+  CHECK(p.DropReadahead(fx.Version()) == 4);
+  CHECK(p.stats().held_bytes == held - 4 * kUnit);
+  CHECK(p.DropReadahead(fx.Version()) == 0);  // nothing left to drop
+  gate.Open();
+  Drain(p);
+  const std::string etag = fx.mem->EtagOf("a/big");
+  for (uint64_t u : {0, 1, 10, 11}) CHECK(fx.store->Contains(UnitKey{"a/big", etag, u}));
+  for (uint64_t u : {2, 3, 4, 5}) CHECK_FALSE(fx.store->Contains(UnitKey{"a/big", etag, u}));
+  CHECK(fx.store->Contains(UnitKey{"a/other", other.etag, 1}));
+  CHECK(p.stats().held_bytes == 0);
+  // Queued again after the drop: fetched.
+  CHECK(p.Submit(fx.Version(), 2, 3) == 2);
+  Drain(p);
+  CHECK(fx.store->Contains(UnitKey{"a/big", etag, 2}));
+}
+
 TEST_CASE("prefetcher: a job that throws fails alone: the worker lives on and its budget is given back", "[prefetch]") {
   Fx fx;
   std::atomic<int> throws{1};
