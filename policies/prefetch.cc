@@ -98,6 +98,7 @@ class AdaptiveReadahead final : public PrefetchPolicy {
     std::string key(c.path);
     auto it = windows_.find(key);
     const uint64_t last_read = (c.offset + std::max<uint64_t>(c.length, 1) - 1) / c.unit_bytes;
+    if (dir_scan) NoteScanDepth(c, last_read);
     // A read that does not continue its reader's last one still goes along
     // the scan if the file is labelled sequential and the read falls inside
     // the window planned last (several threads of one scan). Anywhere else
@@ -111,6 +112,7 @@ class AdaptiveReadahead final : public PrefetchPolicy {
     }
     const bool along = c.continues || (c.file_label == kSequential && inside);
     Window w;
+    uint64_t ahead_cap = UINT64_MAX;  // units ahead in this file at most
     if (dir_scan && (it == windows_.end() || (!along && c.offset == 0))) {
       // The next file of a listing-order scan (a first visit, or a new one
       // of a file read before): the scan goes on, so its window grows, as
@@ -124,6 +126,8 @@ class AdaptiveReadahead final : public PrefetchPolicy {
       // halved window holds for that file.
       w.units = std::min(max_, std::max(initial_, scan_hold_ ? scan_window_ : scan_window_ * 2));
       scan_hold_ = false;
+      // Ahead in this file only as deep as the scan reads its files (below).
+      ahead_cap = scan_depth_ > last_read + 1 ? scan_depth_ - (last_read + 1) : 0;
     } else if (it == windows_.end()) {
       w.units = initial_;
     } else if (along) {
@@ -154,21 +158,46 @@ class AdaptiveReadahead final : public PrefetchPolicy {
       AheadInFile(c, std::min(w.planned_end - 1 - last_read, w.units), out);
       return;
     }
-    w.planned_end = last_read + 1 + w.units;
+    w.planned_end = last_read + 1 + std::min(w.units, ahead_cap);
     w.hold = false;
     windows_[key] = w;
-    uint64_t left = AheadInFile(c, w.units, out);
+    uint64_t left = w.units;
+    if (ahead_cap >= w.units) {
+      left = AheadInFile(c, w.units, out);
+    } else {
+      if (ahead_cap > 0) AheadInFile(c, ahead_cap, out);
+      left -= ahead_cap;
+    }
     if (dir_scan) {
       scan_window_ = w.units;
       if (left > 0 && next_files_ > 0 && c.next_files) {
         for (const auto& f : c.next_files(c.path, next_files_)) {
           if (left == 0) break;
-          const uint64_t n = std::min(left, UnitsOf(f.size, c.unit_bytes));
+          const uint64_t n = std::min({left, UnitsOf(f.size, c.unit_bytes), std::max<uint64_t>(1, scan_depth_)});
           out.push_back({f.path, f.size, 0, n - 1});
           left -= n;
         }
       }
     }
+  }
+  // How deep a listing-order scan reads its files: the units its reader
+  // had read of the file it left for the next one (all of them if it read
+  // to the end); a scan's next files are proposed that deep. A scan that
+  // reads each file's header only (open, read 16 KiB, close: a tool
+  // reading a dataset's schemas) had whole next files prefetched: 200
+  // files of 1-8 MiB at a mount's root, 712 MiB fetched in `igtcache sim`,
+  // lru 200.
+  void NoteScanDepth(const PrefetchContext& c, uint64_t last_read) {
+    if (readers_.size() >= kMaxTracked) readers_.clear();
+    ScanReader& r = readers_[c.pid];
+    if (r.path != c.path) {
+      if (!r.path.empty()) scan_depth_ = r.to_end ? UINT64_MAX : r.max_unit + 1;
+      r.path.assign(c.path);
+      r.max_unit = 0;
+      r.to_end = false;
+    }
+    r.max_unit = std::max(r.max_unit, last_read);
+    r.to_end = r.to_end || c.offset + c.length >= c.file_size;
   }
   void OnWasted(std::string_view path) override {
     auto it = windows_.find(std::string(path));
@@ -190,6 +219,13 @@ class AdaptiveReadahead final : public PrefetchPolicy {
   std::unordered_map<std::string, Window> windows_;  // path -> window
   uint64_t scan_window_ = 0;  // window of the current listing-order scan
   bool scan_hold_ = false;    // wasted since: the next file does not grow it
+  struct ScanReader {
+    std::string path;       // the file it reads
+    uint64_t max_unit = 0;  // the furthest unit it read of it
+    bool to_end = false;    // it read the file's last byte
+  };
+  std::unordered_map<uint32_t, ScanReader> readers_;  // by pid (NoteScanDepth)
+  uint64_t scan_depth_ = UINT64_MAX;                  // units; UINT64_MAX: whole files
 };
 
 class EpochPrefetch final : public PrefetchPolicy {
