@@ -5,7 +5,7 @@
 # measured). Needs a built build/igtcache and s3rver (scripts/setup.sh). Not
 # part of the test suite. Every process it starts is stopped by pid and
 # every mount is unmounted (tests/mount/harness.py).
-#   scripts/bench_process_scan.sh [--files N] [--size BYTES] [--runs N] [--compare LABEL=BINARY] [--doc]
+#   scripts/bench_process_scan.sh [--files N] [--size BYTES] [--runs N] [--compare LABEL=BINARY] [--at-root] [--doc]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export IGTCACHE_BIN="${IGTCACHE_BIN:-$PWD/build/igtcache}"
