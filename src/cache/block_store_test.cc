@@ -99,6 +99,14 @@ struct Fixture {
     return std::move(*s);
   }
   std::unique_ptr<BlockStore> Open() { return Open(Hooks()); }
+  // Hooks whose volume has `total` bytes, `*avail` of them free.
+  BlockStoreHooks VolumeHooks(std::shared_ptr<std::atomic<uint64_t>> avail, uint64_t total) {
+    BlockStoreHooks h = Hooks();
+    h.volume_space = [avail, total](const std::string&) -> Result<VolumeSpace> {
+      return VolumeSpace{avail->load(), total};
+    };
+    return h;
+  }
   std::string UnitPath(const UnitKey& k) const { return opts.dir + "/" + UnitRelPath(UnitId(k)); }
 };
 
@@ -1046,11 +1054,8 @@ TEST_CASE("min_free_ratio keeps free space on the volume", "[block_store]") {
   }
   SECTION("space returns: caching resumes") {
     f.opts.min_free_ratio = 0.5;
-    auto hooks = f.Hooks();
     auto avail = std::make_shared<std::atomic<uint64_t>>(1000);
-    hooks.volume_space = [avail](const std::string&) -> Result<VolumeSpace> {
-      return VolumeSpace{avail->load(), 100000};
-    };
+    auto hooks = f.VolumeHooks(avail, 100000);
     auto s = f.Open(hooks);
     CHECK(s->Put(Key(1), DataOf(Key(1), 1000)).code() == Code::kNoSpace);
     CHECK(f.metrics.cache_write_errors == 1);
@@ -1061,11 +1066,8 @@ TEST_CASE("min_free_ratio keeps free space on the volume", "[block_store]") {
   SECTION("inline units are not evicted for the volume's floor: that frees nothing until RocksDB compacts") {
     f.opts.min_free_ratio = 0.05;  // 5,000 of 100,000 bytes
     f.opts.inline_max_bytes = 4096;
-    auto hooks = f.Hooks();
     auto avail = std::make_shared<std::atomic<uint64_t>>(90000);
-    hooks.volume_space = [avail](const std::string&) -> Result<VolumeSpace> {
-      return VolumeSpace{avail->load(), 100000};
-    };
+    auto hooks = f.VolumeHooks(avail, 100000);
     auto s = f.Open(hooks);
     REQUIRE(s->Put(Key(9), DataOf(Key(9), 9000)).ok());  // a unit file, first in lru order
     for (int i = 0; i < 5; ++i) REQUIRE(s->Put(Key(i), DataOf(Key(i), 1000)).ok());
@@ -1093,11 +1095,8 @@ TEST_CASE("min_free_ratio keeps free space on the volume", "[block_store]") {
     // volume, small files read first) took no more inserts.
     f.opts.min_free_ratio = 0.05;
     f.opts.inline_max_bytes = 4096;
-    auto hooks = f.Hooks();
     auto avail = std::make_shared<std::atomic<uint64_t>>(90000);
-    hooks.volume_space = [avail](const std::string&) -> Result<VolumeSpace> {
-      return VolumeSpace{avail->load(), 100000};
-    };
+    auto hooks = f.VolumeHooks(avail, 100000);
     auto s = f.Open(hooks);
     for (int i = 0; i < 5; ++i) REQUIRE(s->Put(Key(i), DataOf(Key(i), 1000)).ok());  // inline, first in lru order
     REQUIRE(s->Put(Key(9), DataOf(Key(9), 9000)).ok());  // a unit file

@@ -523,6 +523,38 @@ JoinedRead ReadJoiningPrefetch(ReadPipeline& pipe, FaultInjectingBackend& fb, co
 }
 }  // namespace
 
+namespace {
+// Holds the first backend call (a prefetch's GET) until Release, for tests
+// of what other readers do meanwhile. Later calls pass.
+struct HoldFirstCall {
+  FaultInjectingBackend& fb;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool held = false, released = false;
+  explicit HoldFirstCall(FaultInjectingBackend& b) : fb(b) {
+    fb.SetBeforeCall([this](auto, const std::string&) {
+      std::unique_lock lk(mu);
+      if (held) return;
+      held = true;
+      cv.notify_all();
+      cv.wait(lk, [&] { return released; });
+    });
+  }
+  void WaitHeld() {
+    std::unique_lock lk(mu);
+    cv.wait(lk, [&] { return held; });
+  }
+  void Release() {
+    {
+      std::lock_guard lk(mu);
+      released = true;
+    }
+    cv.notify_all();
+  }
+  ~HoldFirstCall() { fb.SetBeforeCall({}); }  // the hook refers to this object
+};
+}  // namespace
+
 TEST_CASE("a reader whose own fetch fails returns at once, not after a prefetch it joined") {
   // During an outage a joined prefetch may take the whole retry budget; the
   // read has failed already and must not wait for it.
@@ -530,34 +562,17 @@ TEST_CASE("a reader whose own fetch fails returns at once, not after a prefetch 
   const std::string data = Pattern(256 << 10, 43);
   f.mem->Put("w", data);
   auto v = f.Version("w");
-  std::mutex mu;
-  std::condition_variable cv;
-  bool held = false, release = false;
-  f.fb->SetBeforeCall([&](auto, const std::string&) {  // holds the first GET (the prefetch's) only
-    std::unique_lock lk(mu);
-    if (held) return;
-    held = true;
-    cv.notify_all();
-    cv.wait(lk, [&] { return release; });
-  });
+  HoldFirstCall hold(*f.fb);  // the prefetch's GET
   std::thread prefetch([&] { (void)f.pipe->Fetch(v, 1, 1); });
-  {
-    std::unique_lock lk(mu);
-    cv.wait(lk, [&] { return held; });
-  }
+  hold.WaitHeld();
   f.fb->FailNext(1, Code::kPermissionDenied, FaultInjectingBackend::kRead);  // the reader's own GET
   std::vector<char> out(128 << 10);
   auto reader = std::async(std::launch::async, [&] {  // units 1 (joined) and 2 (its own)
     return f.pipe->Read(v, (64 << 10) + 100, out.size(), out.data());
   });
   const bool early = reader.wait_for(std::chrono::seconds(20)) == std::future_status::ready;
-  {
-    std::lock_guard lk(mu);
-    release = true;
-  }
-  cv.notify_all();
+  hold.Release();
   prefetch.join();
-  f.fb->SetBeforeCall({});
   CHECK(early);
   auto n = reader.get();
   REQUIRE_FALSE(n.has_value());
@@ -832,31 +847,14 @@ TEST_CASE("a prefetch registers one run at a time: a reader of a later run leads
   const std::string data = Pattern(256 << 10, 47);
   f.mem->Put("w", data);
   auto v = f.Version("w");
-  std::mutex mu;
-  std::condition_variable cv;
-  bool held = false, release = false;
-  f.fb->SetBeforeCall([&](auto, const std::string&) {  // holds the first GET (the prefetch's unit 0)
-    std::unique_lock lk(mu);
-    if (held) return;
-    held = true;
-    cv.notify_all();
-    cv.wait(lk, [&] { return release; });
-  });
+  HoldFirstCall hold(*f.fb);  // the prefetch's GET of unit 0
   std::thread prefetch([&] { (void)f.pipe->Fetch(v, 0, 3); });
-  {
-    std::unique_lock lk(mu);
-    cv.wait(lk, [&] { return held; });
-  }
+  hold.WaitHeld();
   std::vector<char> out(4096);
   auto reader = std::async(std::launch::async, [&] { return f.pipe->Read(v, (3 << 16) + 10, out.size(), out.data()); });
   const bool early = reader.wait_for(std::chrono::seconds(20)) == std::future_status::ready;
-  {
-    std::lock_guard lk(mu);
-    release = true;
-  }
-  cv.notify_all();
+  hold.Release();
   prefetch.join();
-  f.fb->SetBeforeCall({});
   CHECK(early);
   auto n = reader.get();
   REQUIRE(n.has_value());
