@@ -496,13 +496,8 @@ class DiskBlockStore final : public BlockStore {
   Status WriteError(Status s) {
     inserts_failing_.store(true, std::memory_order_relaxed);
     Add(metrics_->cache_write_errors);
-    if (struct stat st; ::stat(opts_.dir.c_str(), &st) != 0 && errno == ENOENT) {
-      // Not made again: its index and unit files went with it.
-      WarnOnce("dir-gone", fmt::format("igtcache: cache dir {} was deleted while mounted: nothing is cached any "
-                                       "more and what was cached is gone; reads are served from the backend. "
-                                       "Unmount and mount again to start a new cache there",
-                                       opts_.dir));
-      ForgetAll();
+    if (DirGone()) {
+      NoteDirGone();
       return s;
     }
     // Once per kind of error (its code and the errno text that ends its
@@ -516,7 +511,24 @@ class DiskBlockStore final : public BlockStore {
                          opts_.dir, s.ToString()));
     return s;
   }
-  // The cache dir is gone (WriteError): its units are no longer counted,
+  void CheckDir() override {
+    if (!dir_gone_.load(std::memory_order_relaxed) && DirGone()) NoteDirGone();
+  }
+  // The cache dir, or its index, no longer exists.
+  bool DirGone() const {
+    struct stat st;
+    return (::stat(opts_.dir.c_str(), &st) != 0 && errno == ENOENT) ||
+           (::stat((opts_.dir + "/index").c_str(), &st) != 0 && errno == ENOENT);
+  }
+  void NoteDirGone() {
+    // Not made again: its index and unit files went with it.
+    WarnOnce("dir-gone", fmt::format("igtcache: cache dir {} was deleted while mounted: nothing is cached any "
+                                     "more and what was cached is gone; reads are served from the backend. "
+                                     "Unmount and mount again to start a new cache there",
+                                     opts_.dir));
+    ForgetAll();
+  }
+  // The cache dir is gone (WriteError, CheckDir): its units are no longer counted,
   // held open or planned with (the policy is told each one went), and no
   // insert is tried again (Put). Before (2026-11-28) the stats went on
   // counting the gone units, and every miss's insert failed and counted a

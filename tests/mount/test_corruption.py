@@ -146,6 +146,31 @@ def main():
         said = [ln for ln in m.proc.stderr_text().splitlines() if "was deleted while mounted" in ln]
         check(len(said) == 1, f"the log says the cache dir was deleted, once ({said[:1]!r})")
 
+        # 4) The same with every read a hit: nothing failed an insert, so
+        # nothing noticed (cache_dir_gone 0, the gone units counted and
+        # their files held open) until the next miss. The daemon now looks
+        # every second.
+        cache3 = s.mkdir("cache3")
+        m = s.mount(source, cache_dir=cache3)
+        read_all(s, m, want)
+        before = read_all(s, m, want)
+        check(before["cache_units"] > 0, f"all cached ({before['cache_units']} units)")
+        for _ in range(20):
+            shutil.rmtree(cache3, ignore_errors=True)
+            if not cache3.exists():
+                break
+            time.sleep(0.1)
+        deadline = time.monotonic() + 30
+        st = s.stats(m)
+        while st["cache_dir_gone"] != 1 and time.monotonic() < deadline:
+            time.sleep(0.2)
+            st = s.stats(m)
+        check(st["cache_dir_gone"] == 1 and st["cache_units"] == 0 and st["backend_get_bytes"] ==
+              before["backend_get_bytes"],
+              f"no miss after the deletion, and it is seen: cache_dir_gone {st['cache_dir_gone']}, "
+              f"{st['cache_units']} units")
+        check(s.unmount(m) == 0, "daemon exited 0")
+
 
 if __name__ == "__main__":
     harness.run_test("test_corruption", main)
