@@ -90,6 +90,9 @@ class EvictBehindPolicy final : public EvictionPolicy {
     // window, sent top first) leaves that unit part-read: its rest comes
     // last in the new window. Kept as where the reader is, until then.
     if (position > c->top) {
+      // (A step of one unit is a scan's, not a jump: holding the unit
+      // behind on every such step, readers of 64 KiB pieces each kept two
+      // units: 96 readers 64 KiB apart, 1,430 -> 2,042 MiB in sim.)
       c->held = position - c->top > 1 && c->top_part ? c->top : kNone;
       c->top = position;
       c->top_part = r.last_part;

@@ -391,14 +391,20 @@ class DiskBlockStore final : public BlockStore {
   // full (a black-box test: 64 MiB tmpfs, --cache-size 1G, 2,649 write
   // errors and a 40 MiB file fetched whole on every read). The caller
   // checks first that the unit files alone can free what the floor needs.
-  template <class Fits>
-  uint64_t EvictLocked(Fits fits, std::vector<Victim>& out) {
+  // At most kMaxInlineForFloor of them per insert, though: a cache of many
+  // small units ahead of its files would be drained at once, under mu_,
+  // for space that comes back only later.
+  // `only_volume()`: true once nothing but the floor asks for room.
+  template <class Fits, class OnlyVolume>
+  uint64_t EvictLocked(Fits fits, std::vector<Victim>& out, OnlyVolume only_volume) {
     uint64_t freed = 0;
     size_t strays = 0;  // victims the index does not hold
+    size_t inline_for_floor = 0;
     while (!fits(freed)) {
       auto v = policy_->PickVictim();
       if (!v) break;
       auto e = index_.find(*v);
+      if (e != index_.end() && e->second.is_inline && only_volume() && ++inline_for_floor > kMaxInlineForFloor) break;
       if (e == index_.end()) {
         // Cannot happen (INVARIANT). If a policy kept naming ids it does not
         // drop, this loop would spin holding mu_ and block every read: give
@@ -593,6 +599,7 @@ class DiskBlockStore final : public BlockStore {
   std::atomic<bool> write_failing_{false};   // the last unit write failed (not for lack of space); see Put
   std::atomic<bool> inserts_failing_{false}; // the last Put failed, for any reason (inserts_failing())
   std::atomic<bool> dir_gone_{false};         // the cache dir was deleted under the mount (ForgetAll)
+  static constexpr size_t kMaxInlineForFloor = 64;  // EvictLocked
   std::atomic<uint64_t> last_resume_us_{0};  // last Resume() attempt
 };
 
@@ -1041,7 +1048,8 @@ Status DiskBlockStore::Put(const UnitKey& key, std::string_view data, bool prefe
       declined = true;
     } else {
       auto within_limit = [&] { return used_bytes_ + reserved_bytes_ + disk <= opts_.max_bytes; };
-      const uint64_t freed = EvictLocked([&](uint64_t freed) { return within_limit() && freed >= need_free; }, victims);
+      const uint64_t freed =
+          EvictLocked([&](uint64_t freed) { return within_limit() && freed >= need_free; }, victims, within_limit);
       if (!within_limit() || freed < need_free) {
         // Other Puts in flight hold the space, or the volume's floor needs
         // room that only inline units (freeing nothing now) stand before.
@@ -1390,7 +1398,7 @@ Status DiskBlockStore::Reconcile() {
                                       next_gen_++, s.rec.is_inline};
     }
     // A smaller max_bytes than last time: evict down now.
-    EvictLocked([&](uint64_t) { return used_bytes_ <= opts_.max_bytes; }, victims);
+    EvictLocked([&](uint64_t) { return used_bytes_ <= opts_.max_bytes; }, victims, [] { return false; });
   }
   DeleteDetached(victims, /*count_as_eviction=*/true);
   const auto t3 = Clock::now();
@@ -1544,6 +1552,9 @@ Result<std::unique_ptr<BlockStore>> OpenChecked(const BlockStoreOptions& opts, M
 
 }  // namespace
 
+// A volume size below which OpenDiskBlockStore does not lower max_bytes.
+constexpr uint64_t kMinVolumeCap = 1 << 20;
+
 Result<std::unique_ptr<BlockStore>> OpenDiskBlockStore(const BlockStoreOptions& opts_in, Metrics* metrics,
                                                        BlockStoreHooks hooks) {
   BlockStoreOptions opts = opts_in;
@@ -1562,7 +1573,9 @@ Result<std::unique_ptr<BlockStore>> OpenDiskBlockStore(const BlockStoreOptions& 
   // volume did not have, and every insert met the volume's floor instead.
   if (auto space = hooks.volume_space(opts.dir); space && space->total_bytes > 0) {
     const auto cap = uint64_t(double(space->total_bytes) * (1 - opts.min_free_ratio)) & ~uint64_t(4095);
-    opts.max_bytes = std::min(opts.max_bytes, cap);
+    // Not for a volume that reports a size too small to be one (the floor,
+    // checked at every insert, still holds).
+    if (cap >= kMinVolumeCap) opts.max_bytes = std::min(opts.max_bytes, cap);
   }
   return OpenChecked(opts, metrics, hooks);
 }

@@ -1106,6 +1106,21 @@ TEST_CASE("min_free_ratio keeps free space on the volume", "[block_store]") {
     CHECK_FALSE(s->Contains(Key(9)));
     CHECK(f.metrics.cache_write_errors == 0);
   }
+  SECTION("but at most 64 of them per insert: many small units are not drained at once for the floor") {
+    f.opts.min_free_ratio = 0.05;
+    f.opts.inline_max_bytes = 4096;
+    auto avail = std::make_shared<std::atomic<uint64_t>>(90000);
+    auto hooks = f.VolumeHooks(avail, 100000);
+    auto s = f.Open(hooks);
+    for (int i = 0; i < 100; ++i) REQUIRE(s->Put(Key(i), DataOf(Key(i), 100)).ok());  // inline, first in lru order
+    REQUIRE(s->Put(Key(500), DataOf(Key(500), 9000)).ok());  // a unit file behind them
+    avail->store(3000);
+    CHECK(s->Put(Key(600), DataOf(Key(600), 100)).code() == Code::kNoSpace);  // 64 inline units went
+    CHECK(f.metrics.evictions == 64);
+    CHECK(s->Put(Key(601), DataOf(Key(601), 100)).ok());  // the other 36, then the file
+    CHECK_FALSE(s->Contains(Key(500)));
+    CHECK(f.metrics.evictions == 101);
+  }
 }
 
 TEST_CASE("the limit is at most what the volume holds with min_free_ratio kept free", "[block_store]") {

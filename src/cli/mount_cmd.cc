@@ -310,6 +310,7 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
   {
     struct sigaction sa {};
     sa.sa_handler = OnSighup;
+    sa.sa_flags = SA_RESTART;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGHUP, &sa, nullptr);
   }
@@ -569,7 +570,9 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
   ReadPipeline pipeline(backend->get(), store->get(), &metrics, std::move(rpo));
   // Prefetch plans run in the background under cache.prefetch_budget_bytes.
   std::unique_ptr<Prefetcher> prefetcher;
-  if (live) {
+  // With one connection, none is left to prefetch with: a prefetch would
+  // hold the connection a reader's miss waits for.
+  if (live && cfg.backend.max_connections >= 2) {
     Prefetcher::Options po;
     po.budget_bytes = cfg.cache.prefetch_budget_bytes;
     po.max_job_units = std::max<uint64_t>(1, cfg.backend.max_request_bytes / cfg.cache.unit_size_bytes);
@@ -577,8 +580,7 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
     // readers' misses. It was 8 whatever backend.max_connections said: at
     // ~25 ms to the first byte, 8 GETs at once of small files are ~320
     // files a second, short of a multi-GPU job's epoch.
-    // Never more than half (a reader's miss must find a connection free):
-    // at least one.
+    // Never more than half: a reader's miss must find a connection free.
     po.threads = std::clamp<size_t>(cfg.backend.max_connections / 2, 1, 64);
     prefetcher = std::make_unique<Prefetcher>(&pipeline, store->get(), po);
   }
@@ -671,7 +673,7 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
     fuse.set_read_hook([live, pfr, now_us](uint64_t pid, const FileVersion& f, uint64_t off,
                                            uint64_t len) -> std::function<void()> {
       auto plan = live->OnRead(now_us(), static_cast<uint32_t>(pid), f.key, f.etag, off, len, f.size);
-      if (plan.empty()) return {};
+      if (plan.empty() || !pfr) return {};
       return [pfr, plan = std::move(plan), key = f.key, off] {
         for (const auto& p : plan) {
           const FileVersion fv{p.key, p.etag, p.size};
@@ -775,7 +777,7 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
         } else {
           auto pf = engine::LoadPolicyFile(cfg.policy.file, engine::PolicyFileUse::kReload);
           if (pf)
-            for (const auto& w : engine::PolicyWarnings(*pf, cfg.policy.file, cfg.cache.max_bytes))
+            for (const auto& w : engine::PolicyWarnings(*pf, cfg.policy.file, (*store)->limit_bytes()))
               spdlog::warn("policy: {}", w);
           Status rs = pf ? live->Reload(std::move(*pf)) : pf.error();
           if (!pf) live->NoteReloadFailure(rs.message());

@@ -184,7 +184,8 @@ const std::vector<Key>& Schema() {
        "run on, up to backend.request_timeout_ms).", nullptr,
        SET_U64(backend.retry_deadline_ms)},
       {"backend.max_connections", Type::kInt, "32",
-       "Pooled, reused HTTP connections. The prefetcher fetches on half of them at most (4 to 64).", nullptr,
+       "Pooled, reused HTTP connections. The prefetcher fetches on half of them at most (1 to 64; "
+       "with 1 connection, nothing is prefetched).", nullptr,
        SET_U64(backend.max_connections)},
       {"backend.max_request_bytes", Type::kSize, "8M",
        "Adjacent cache misses are coalesced into one ranged GET of at most this size (at least "

@@ -2102,7 +2102,9 @@ std::optional<std::string> PolicyEngine::PickVictim(uint64_t now_us) {
     Group* tried[kPartReadTries] = {best};
     for (size_t n = 1; n < kPartReadTries; ++n) {
       Group* next = VictimGroup(std::span<Group* const>(tried, n));
-      if (!next) break;
+      // Not a pinned prefix's unit for it (pinned: never evicted while
+      // anything else can be, and the part-read unit can).
+      if (!next || (next->ov && next->ov->pin && !(best->ov && best->ov->pin))) break;
       tried[n] = next;
       if (auto w = next->module->PickVictim(); w && !PartRead(*w)) {
         v = std::move(w);

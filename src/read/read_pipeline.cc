@@ -346,8 +346,9 @@ Status ReadPipeline::FetchRuns(const FileVersion& file, std::vector<Need>& needs
         fetch(runs[k]);
       }
     }
-    // Each run's flights end as soon as its GET is back (readers joined to
-    // one wait for that GET only, not for the batch's slowest).
+    // Each run's flights end once its GET and those of the runs before it
+    // in the batch are back (a reader joined to the first run waits for
+    // that GET only; before, every run waited for all of them).
     fetch(runs[b]);
     complete(runs[b]);
     for (size_t k = b + 1; k < e; ++k) {
@@ -628,6 +629,7 @@ Status ReadPipeline::Fetch(const FileVersion& file, uint64_t first_unit, uint64_
     // The unit's pieces to fetch: the whole unit, or its missing sub-units.
     struct Piece {
       uint64_t index, off, len;
+      bool whole;  // the whole unit, not a sub-unit
     };
     std::vector<Piece> pieces;
     {
@@ -637,11 +639,11 @@ Status ReadPipeline::Fetch(const FileVersion& file, uint64_t first_unit, uint64_
       if (TakenLocked(file, u)) continue;
       if (!SubUnitTakenLocked(file, u)) {
         if (add(u, ustart, uend - ustart)) continue;
-        pieces.push_back({u, ustart, uend - ustart});
+        pieces.push_back({u, ustart, uend - ustart, true});
       } else {
         const uint64_t S = opts_.sub_unit_size;
         ForEachSubUnit(ustart, uend, S, [&](uint64_t idx, uint64_t p) {
-          if (!TakenLocked(file, idx)) pieces.push_back({idx, p, std::min(S, file.size - p)});
+          if (!TakenLocked(file, idx)) pieces.push_back({idx, p, std::min(S, file.size - p), false});
         });
       }
     }
@@ -653,7 +655,10 @@ Status ReadPipeline::Fetch(const FileVersion& file, uint64_t first_unit, uint64_
       }
       if (Status st = flush(); !st.ok()) return st;
       std::lock_guard lk(mu_);
-      if (!TakenLocked(file, pc.index)) lead(pc.index, pc.off, pc.len);
+      // A whole unit some of whose sub-units a reader took meanwhile is
+      // left to its readers (fetched whole, those bytes would come twice).
+      if (!TakenLocked(file, pc.index) && !(pc.whole && SubUnitTakenLocked(file, u)))
+        lead(pc.index, pc.off, pc.len);
     }
   }
   return flush();

@@ -364,9 +364,13 @@ def startup_sighup_part(s):
     mnt = s.mkdir("mnt_hup")
     argv = s.mount_argv("s3://bkt/data", mnt, s.mkdir("cache_hup"), ["--config", str(cfg)], True)
     p = s.spawn("igtcache-hup", argv, s.igt_env())
-    time.sleep(0.3)  # past argument parsing: Serve installs the handler first
-    sent = 0
+    # Past argument parsing (Serve installs the handler first): the cache is
+    # open (its start-up line), the source's probe still retrying. A fixed
+    # sleep was too short on a loaded machine.
     deadline = time.monotonic() + 60
+    while "units checked" not in p.stderr_text() and p.popen.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    sent = 0
     while p.popen.poll() is None and time.monotonic() < deadline:
         os.kill(p.pid, signal.SIGHUP)
         sent += 1
