@@ -1145,22 +1145,18 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
   // readahead went into the file's stream, outside the readahead share, and
   // 2.9 GB of it was evicted unread live, with a 128 MiB cache).
   if (fl == kSequential) f.fill_planned = false;
-  {
-    const uint64_t end = offset + length;
-    f.part_unit = end < file_size && end % opts_.unit_bytes != 0 && fl != kRandom && fl != kSkewed
-                      ? (end - 1) / opts_.unit_bytes + 1
-                      : 0;
-  }
+  const uint64_t end = offset + length;
+  // The read stopped part-way through a unit, before the file's end.
+  const bool ends_inside = end < file_size && end % opts_.unit_bytes != 0;
+  f.part_unit = ends_inside && fl != kRandom && fl != kSkewed ? (end - 1) / opts_.unit_bytes + 1 : 0;
   JoinGroup(f, fkey, g);
   // The reader, by name (evict-behind keeps the unit it is at).
-  if (length > 0) {
-    const uint64_t end = offset + length;
+  if (length > 0)
     g->module->OnReaderAt(ReaderRead{.reader = pid,
                                      .first = ScanPosition(f.rank, offset / opts_.unit_bytes),
                                      .last = ScanPosition(f.rank, (end - 1) / opts_.unit_bytes),
                                      .first_part = offset % opts_.unit_bytes != 0,
-                                     .last_part = end % opts_.unit_bytes != 0 && end < file_size});
-  }
+                                     .last_part = ends_inside});
   g->read_bytes += length;
   g->period_read_bytes += length;
   ++g->reads;

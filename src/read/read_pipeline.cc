@@ -638,7 +638,6 @@ Status ReadPipeline::Fetch(const FileVersion& file, uint64_t first_unit, uint64_
       std::lock_guard lk(mu_);
       if (TakenLocked(file, u)) continue;
       if (!SubUnitTakenLocked(file, u)) {
-        if (add(u, ustart, uend - ustart)) continue;
         pieces.push_back({u, ustart, uend - ustart, true});
       } else {
         const uint64_t S = opts_.sub_unit_size;
@@ -647,18 +646,18 @@ Status ReadPipeline::Fetch(const FileVersion& file, uint64_t first_unit, uint64_
         });
       }
     }
+    // Taken since we looked (another fetch or a reader); a whole unit some
+    // of whose sub-units a reader took meanwhile is left to its readers
+    // (fetched whole, those bytes would come twice). mu_ held.
+    auto taken = [&](const Piece& pc) { return TakenLocked(file, pc.index) || (pc.whole && SubUnitTakenLocked(file, u)); };
     for (const Piece& pc : pieces) {
       {
         std::lock_guard lk(mu_);
-        // Taken since we looked (another fetch or a reader), or registered now.
-        if (TakenLocked(file, pc.index) || add(pc.index, pc.off, pc.len)) continue;
+        if (taken(pc) || add(pc.index, pc.off, pc.len)) continue;
       }
       if (Status st = flush(); !st.ok()) return st;
       std::lock_guard lk(mu_);
-      // A whole unit some of whose sub-units a reader took meanwhile is
-      // left to its readers (fetched whole, those bytes would come twice).
-      if (!TakenLocked(file, pc.index) && !(pc.whole && SubUnitTakenLocked(file, u)))
-        lead(pc.index, pc.off, pc.len);
+      if (!taken(pc)) lead(pc.index, pc.off, pc.len);
     }
   }
   return flush();
