@@ -77,6 +77,7 @@ TEST_CASE("S3 fake: a ranged GET looks right on the wire", "[s3fake]") {
   REQUIRE(reqs.size() == 1);
   CHECK(reqs[0].starts_with("GET /bkt/pre/dir/a%20b.txt HTTP/1.1"));
   CHECK(Head(reqs[0], "range") == "bytes=0-9");
+  CHECK(Head(reqs[0], "if-match") == "\"e1\"");  // another version is refused, not sent
   CHECK(Head(reqs[0], "host") == "127.0.0.1:" + s.endpoint().substr(s.endpoint().rfind(':') + 1));
   CHECK(Head(reqs[0], "x-amz-content-sha256") ==
         "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
@@ -223,6 +224,13 @@ TEST_CASE("S3 fake: 4xx are final, ETag mismatch is kChanged, oversize is an err
 
   s.Push(FakeServer::Reply(206, {"Content-Range: bytes 0-9/10", "ETag: \"other\""}, kTen));
   CHECK((*b)->Read("k", 0, 10, "e1", buf).error().code() == Code::kChanged);
+  // A store honouring If-Match refuses another version's range: changed, not retried.
+  s.Push(FakeServer::Reply(412, {}, "<Error><Code>PreconditionFailed</Code><Message>At least one of the "
+                                    "pre-conditions you specified did not hold</Message></Error>"));
+  auto refused = (*b)->Read("k", 0, 10, "e1", buf);
+  REQUIRE(!refused);
+  CHECK(refused.error().code() == Code::kChanged);
+  CHECK_THAT(refused.error().message(), Catch::Contains("'k'"));
 
   // Range ignored: 200 with a 20-byte object for a 10-byte read.
   s.Push(FakeServer::Reply(200, {"ETag: \"e1\""}, kTen + kTen));
@@ -247,7 +255,8 @@ TEST_CASE("S3 fake: 4xx are final, ETag mismatch is kChanged, oversize is an err
   CHECK_THAT(noetag.error().message(), Catch::Contains("without an ETag"));
 
   CHECK(m.backend_retries == 0);
-  CHECK(s.requests().size() == 7);
+  CHECK(s.requests().size() == 8);
+  CHECK(Head(s.requests()[1], "if-match").empty());  // an unversioned read asks for any version
 }
 
 TEST_CASE("S3 fake: Stat and List", "[s3fake]") {

@@ -323,7 +323,12 @@ class S3Backend final : public Backend {
     bool eof_unverified = false;
     Status st = WithRetries([&]() -> Outcome {
       eof_unverified = false;
-      HttpRequest req = Build("GET", full, {}, {{"Range", RangeHeader(offset, length)}});
+      // If-Match makes the store refuse (412) a range of any other version
+      // instead of sending it; the ETag check below stays for servers that
+      // ignore the header (s3rver does).
+      HeaderList headers = {{"Range", RangeHeader(offset, length)}};
+      if (!etag.empty()) headers.emplace_back("If-Match", "\"" + std::string(etag) + "\"");
+      HttpRequest req = Build("GET", full, {}, headers);
       req.sink = out;
       req.sink_capacity = length;
       req.keep_connection = [](const HttpResponse& r) { return !MisframedBody(r); };
