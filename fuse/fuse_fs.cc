@@ -38,6 +38,7 @@ struct Handle {
   std::shared_ptr<const DirListing> listing;   // kDir
   std::string content;                         // kStats
   bool direct_io = false;                      // kFile: opened with fi->direct_io (not page-cached)
+  bool listed = false;                         // kDir: a readdir from offset 0 was answered (Rewound)
 };
 
 Handle* H(fuse_file_info* fi) { return reinterpret_cast<Handle*>(fi->fh); }
@@ -475,9 +476,23 @@ struct FuseFs::Impl {
     }
   }
 
+  // A readdir from offset 0 after the first (rewinddir, lseek to 0) starts
+  // over on the directory's listing as it is now (within its TTL, the same
+  // one), as POSIX has rewinddir see changes; before, a handle kept its
+  // opendir snapshot for good (a daemon polling a directory through one
+  // handle never saw a new name). A failed listing keeps the snapshot.
+  // The kernel serialises a handle's readdirs (its position lock).
+  static void Rewound(FuseFs* self, fuse_ino_t ino, off_t off, Handle* h) {
+    if (off != 0) return;
+    if (h->listed)
+      if (auto l = self->ns_->ReadDir(ino)) h->listing = *l;
+    h->listed = true;
+  }
+
   static void ReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) noexcept {
     auto* self = Self(req);
     KernelHandoff();
+    Rewound(self, ino, off, H(fi));
     std::vector<char> buf(size);
     size_t used = 0;
     ForEachDirent(self, ino, *H(fi)->listing, off, [&](off_t i, const char* name, const struct stat& st, const DirEntry*) {
@@ -501,6 +516,7 @@ struct FuseFs::Impl {
   static void ReadDirPlus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) noexcept {
     auto* self = Self(req);
     KernelHandoff();
+    Rewound(self, ino, off, H(fi));
     const DirListing& listing = *H(fi)->listing;
     std::vector<char> buf(size);
     size_t used = 0;

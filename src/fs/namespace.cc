@@ -55,6 +55,10 @@ std::shared_ptr<DirListing> DecodeListing(const std::string& s) {
 // How often a directory whose refresh failed is retried while its stale
 // listing is served: bounds the extra latency an outage adds to lookups.
 constexpr int64_t kStaleRetryMs = 1000;
+// A lookup in a directory a read found out of date waits out at most this
+// many refreshes that began before the latest note (Listing), then takes
+// what it gets (notes that keep coming cannot hold it for good).
+constexpr int kChangedRefetches = 2;
 
 std::string ChildKey(const std::string& dir_key, std::string_view name) {
   return dir_key.empty() ? std::string(name) : dir_key + "/" + std::string(name);
@@ -94,6 +98,9 @@ struct Namespace::Fetch {
   // if fresh, or nothing. Set before it is shared; Complete reads it.
   bool looked = false;
   std::shared_ptr<DirListing> persisted;
+  // changed_seq_ when it began (set before it is shared): a note of a
+  // change made later may postdate its LIST (Listing).
+  uint64_t note_seq = 0;
   bool done = false;  // guarded by mu
   Result<std::shared_ptr<const DirListing>> result = Err(Status::Internal("pending"));
 };
@@ -367,10 +374,32 @@ Result<std::shared_ptr<const DirListing>> Namespace::FetchListing(const std::str
   for (auto& [_, e] : merged) listing->entries.push_back(std::move(e));
   merged.clear();  // before the encoding below: a huge directory held both at once
   if (store_) {
-    if (auto s = store_->PutMeta(MetaKey(dir_key), EncodeListing(*listing)); !s.ok())
-      spdlog::debug("listing of '{}' not persisted: {}", dir_key, s.ToString());
+    // Not persisted (a full or read-only cache volume): the copy in the
+    // index is older than this one and is not loaded again in this mount,
+    // and deleted if the index lets it (a later mount). Loaded (a listing
+    // dropped from memory for room, an outage) it was given a new place in
+    // the fetch order and moved names back to older versions, deleted
+    // objects with them.
+    const Status saved = store_->PutMeta(MetaKey(dir_key), EncodeListing(*listing));
+    {
+      std::lock_guard lk(listings_mu_);
+      if (saved.ok()) unpersisted_.erase(dir_key);
+      else unpersisted_[dir_key] = listing->fetched_ms;
+    }
+    if (!saved.ok()) {
+      spdlog::debug("listing of '{}' not persisted: {}", dir_key, saved.ToString());
+      store_->DeleteMeta(MetaKey(dir_key));
+    }
   }
   return std::shared_ptr<const DirListing>(std::move(listing));
+}
+
+std::shared_ptr<DirListing> Namespace::LoadPersisted(const std::string& dir_key) {
+  auto raw = store_->GetMeta(MetaKey(dir_key));
+  std::shared_ptr<DirListing> l = raw ? DecodeListing(*raw) : nullptr;
+  std::lock_guard lk(listings_mu_);
+  if (auto u = unpersisted_.find(dir_key); l && u != unpersisted_.end() && l->fetched_ms < u->second) return nullptr;
+  return l;
 }
 
 Result<std::shared_ptr<const DirListing>> Namespace::Listing(const std::string& dir_key, bool background) {
@@ -386,6 +415,13 @@ Result<std::shared_ptr<const DirListing>> Namespace::Listing(const std::string& 
   // fetch, which serves it without asking the bucket or the index again.
   std::shared_ptr<DirListing> persisted;
   bool looked = false;  // the persisted listing was read (persisted: it, if any)
+  // A read found the listing out of date after the refresh under way began:
+  // that refresh's LIST may predate the change, so its result is waited
+  // for and not taken: the look begins again (its leader left the note,
+  // the next fetch answers it). Before, the reopening lookup got the old
+  // version's inode again, and the read failed again.
+  bool refetch = false;
+  for (int waits = 0;; ++waits) {
   while (true) {
     std::unique_lock lk(listings_mu_);
     std::shared_ptr<const DirListing> stale;
@@ -396,7 +432,7 @@ Result<std::shared_ptr<const DirListing>> Namespace::Listing(const std::string& 
     if (it == listings_.end() && !looked && !background && store_) {
       lk.unlock();
       looked = true;
-      if (auto raw = store_->GetMeta(MetaKey(dir_key))) persisted = DecodeListing(*raw);
+      persisted = LoadPersisted(dir_key);
       continue;
     }
     if (it == listings_.end() && persisted && !changed && !Fresh(persisted->fetched_ms)) {
@@ -433,9 +469,12 @@ Result<std::shared_ptr<const DirListing>> Namespace::Listing(const std::string& 
       // another's refresh (it may be queued behind this very thread).
       if (stale && (!changed || background)) return stale;
       fetch = it->second;
+      auto c = changed_.find(dir_key);
+      refetch = !background && c != changed_.end() && c->second > fetch->note_seq && waits < kChangedRefetches;
     } else {
       fetch = std::make_shared<Fetch>();
       fetch->started_ms = Now();
+      fetch->note_seq = changed_seq_;
       fetch->background = background;
       fetch->looked = looked;
       if (looked && persisted && Fresh(persisted->fetched_ms)) fetch->persisted = persisted;
@@ -456,7 +495,10 @@ Result<std::shared_ptr<const DirListing>> Namespace::Listing(const std::string& 
   if (!leader) {
     std::unique_lock lk(fetch->mu);
     fetch->cv.wait(lk, [&] { return fetch->done; });
+    if (refetch) continue;
     return fetch->result;
+  }
+  break;
   }
   // The refresh of a stale listing: a lookup waits for it only so long, then
   // gets the stale listing while the refresh goes on in the background (a
@@ -496,8 +538,7 @@ Result<std::shared_ptr<const DirListing>> Namespace::Complete(const std::string&
   std::shared_ptr<const DirListing> persisted_old;
   if (store_ && !in_memory && note == 0) {
     std::shared_ptr<DirListing> l = fetch->persisted;
-    if (!fetch->looked)
-      if (auto raw = store_->GetMeta(MetaKey(dir_key))) l = DecodeListing(*raw);
+    if (!fetch->looked) l = LoadPersisted(dir_key);
     if (l && Fresh(l->fetched_ms)) {
       l->seq = listing_seq_.fetch_add(1) + 1;
       result = std::shared_ptr<const DirListing>(l);
@@ -518,8 +559,7 @@ Result<std::shared_ptr<const DirListing>> Namespace::Complete(const std::string&
       std::lock_guard lk(listings_mu_);
       if (auto it = listings_.find(dir_key); it != listings_.end()) old = it->second;
     }
-    if (!old && store_)
-      if (auto raw = store_->GetMeta(MetaKey(dir_key))) old = DecodeListing(*raw);
+    if (!old && store_) old = LoadPersisted(dir_key);
     if (old) {
       if (!stopping_.load() && !serving_stale_.exchange(true))
         spdlog::warn("source unreachable ({}); serving cached listings and data until it is back",
@@ -529,6 +569,7 @@ Result<std::shared_ptr<const DirListing>> Namespace::Complete(const std::string&
     }
   }
   std::shared_ptr<const DirListing> replaced;  // the listing a fetched one replaces (Relisted)
+  bool relist_again = false;
   {
     std::lock_guard lk(listings_mu_);
     if (fetched) {
@@ -544,9 +585,15 @@ Result<std::shared_ptr<const DirListing>> Namespace::Complete(const std::string&
     if (stale || (!result && BackendUnreachable(result.error().code()))) last_unreachable_ms_ = Now();
     // Fetched after the latest note of a change: up to date again. (A note
     // made during the fetch stays: the LIST may predate that change.)
-    if (auto c = changed_.find(dir_key); fetched && c != changed_.end() && c->second == note) changed_.erase(c);
+    if (auto c = changed_.find(dir_key); fetched && c != changed_.end()) {
+      if (c->second == note) changed_.erase(c);
+      else relist_again = true;
+    }
     fetches_.erase(dir_key);
   }
+  // A note made during the fetch: listed again at once, as NoteChanged
+  // does (it queued nothing then: the relist under way was to answer it).
+  if (relist_again) QueueBackground({dir_key}, /*descend=*/false, /*front=*/true);
   if (fetched && serving_stale_.exchange(false)) spdlog::info("source reachable again");
   if (result && listing_hook_) listing_hook_(dir_key, (*result)->entries.size());
   {
@@ -677,9 +724,12 @@ void Namespace::NoteChanged(const std::string& key, const std::string& etag) {
     const bool confirmed = n != noted_.end() && n->second.first == etag && age >= 0 &&
                            it->second->fetched_ms >= n->second.second &&
                            age < std::min<int64_t>(opts_.ttl_ms, kRelistConfirmedMs);
-    if (listed && !confirmed && !changed_.contains(dir)) {
+    // A note while the directory is marked already renews the mark: a
+    // relist under way may have begun before this change, and clears only
+    // the mark it began after (Complete).
+    if (listed && !confirmed) {
+      marked = !changed_.contains(dir);
       changed_[dir] = ++changed_seq_;
-      marked = true;
       if (noted_.size() >= 4096) noted_.clear();
       noted_[key] = {etag, now};
     }
@@ -919,7 +969,9 @@ Result<InodeAttr> Namespace::GetAttr(uint64_t ino) {
     out.stale = true;
     return out;
   }
-  if (child && listing_seq < n.listing_seq) return n.attr;  // an older listing than the inode's
+  // An older listing than the inode's, naming it or not (a NotFound from
+  // it marked a live inode superseded, its attributes frozen for good).
+  if (listing_seq != 0 && listing_seq < n.listing_seq) return n.attr;
   if (!child || child->is_dir != n.attr.is_dir || (!child->is_dir && !SameVersion(n.attr, *child))) {
     // Deleted, replaced by a directory (or a file by a directory), or
     // another version. A file inode keeps its own version's attributes for

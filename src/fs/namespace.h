@@ -347,7 +347,7 @@ class Namespace {
   // Points `key`'s entry of by_key_ at `n`. Requires mu_.
   void OwnKey(Inode* n);
 
-  mutable std::mutex listings_mu_;  // guards listings_, fetches_, retry_after_ms_, refresh_due_, changed_*
+  mutable std::mutex listings_mu_;  // guards listings_, fetches_, retry_after_ms_, refresh_due_, changed_*, unpersisted_
   std::unordered_map<std::string, std::shared_ptr<const DirListing>> listings_;
   size_t listed_entries_ = 0;  // entries of listings_ summed (guarded by listings_mu_)
   uint64_t use_clock_ = 0;     // DirListing::used stamps (guarded by listings_mu_)
@@ -362,6 +362,13 @@ class Namespace {
   // Directories a read found out of date (NoteChanged), with the note's
   // number: cleared by a listing fetched after the latest note.
   std::unordered_map<std::string, uint64_t> changed_;
+  // Directories whose latest listing could not be saved (a full or
+  // read-only cache volume), with its fetched_ms: the index's copy is older
+  // and is not loaded (LoadPersisted) until a listing is saved again.
+  std::unordered_map<std::string, int64_t> unpersisted_;
+  // The index's copy of dir_key's listing, unless a newer one of this mount
+  // was not saved over it (nullptr then, or if there is none).
+  std::shared_ptr<DirListing> LoadPersisted(const std::string& dir_key);
   // Keys NoteChanged marked a directory for: the version and when (bounded).
   // A relisting that still names that version is not repeated for a failed
   // read within kRelistConfirmedMs.

@@ -385,6 +385,91 @@ TEST_CASE("a failed read of a version the relisting still names does not list ag
   CHECK(fb.counts().lists == 2);
 }
 
+namespace {
+// A LIST that answers what the bucket held when it began, after a hold: the
+// object changes while it is under way (LaggingList::Hold, then Release).
+class LaggingList final : public Backend {
+ public:
+  explicit LaggingList(std::shared_ptr<Backend> inner) : inner_(std::move(inner)) {}
+  void Hold() {
+    std::lock_guard lk(m_);
+    hold_ = true;
+  }
+  bool WaitHeld() {
+    std::unique_lock lk(m_);
+    return cv_.wait_for(lk, std::chrono::seconds(30), [&] { return held_; });
+  }
+  void Release() {
+    {
+      std::lock_guard lk(m_);
+      hold_ = false;
+    }
+    cv_.notify_all();
+  }
+  int lists() const { return lists_.load(); }
+  Result<ListPage> List(const ListRequest& req) override {
+    ++lists_;
+    auto page = inner_->List(req);  // the bucket as it is now
+    std::unique_lock lk(m_);
+    if (hold_) {
+      held_ = true;
+      cv_.notify_all();
+      cv_.wait_for(lk, std::chrono::seconds(30), [&] { return !hold_; });
+    }
+    return page;
+  }
+  Result<ObjectInfo> Stat(const std::string& key) override { return inner_->Stat(key); }
+  Result<size_t> Read(const std::string& key, uint64_t offset, size_t length, std::string_view etag,
+                      char* out) override {
+    return inner_->Read(key, offset, length, etag, out);
+  }
+  Status Probe() override { return inner_->Probe(); }
+  std::string Describe() const override { return "lagging " + inner_->Describe(); }
+
+ private:
+  std::shared_ptr<Backend> inner_;
+  std::mutex m_;
+  std::condition_variable cv_;
+  bool hold_ = false, held_ = false;
+  std::atomic<int> lists_{0};
+};
+}  // namespace
+
+TEST_CASE("a change noted while its directory is relisted is not answered by that relisting") {
+  // A read fails (say a timeout) and its directory is relisted; while that
+  // LIST is under way the object is replaced and a read of the old version
+  // fails. The LIST began before the change: the reopening lookup waited
+  // for it, got the old version's inode again, and the read failed again
+  // (no further note: the directory was marked already).
+  auto mem = std::make_shared<MemoryBackend>();
+  mem->Put("d/a.bin", "v1");
+  LaggingList lag(mem);
+  FakeClockMs clock;
+  Namespace ns(&lag, nullptr, nullptr,
+               Namespace::Options{.ttl_ms = 600000, .prefetch_threads = 1, .clock_ms = clock.fn()});
+  auto d = ns.Lookup(Namespace::kRootIno, "d");
+  REQUIRE(d.has_value());
+  auto v1 = ns.Lookup(d->ino, "a.bin");
+  REQUIRE(v1.has_value());
+  clock.advance(10);
+  lag.Hold();
+  ns.NoteChanged("d/a.bin", v1->etag);  // relisted in the background: that LIST is held
+  REQUIRE(lag.WaitHeld());
+  mem->Put("d/a.bin", "v2-longer");     // replaced after the LIST began
+  ns.NoteChanged("d/a.bin", v1->etag);  // a read of v1 fails again
+  std::thread release([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    lag.Release();
+  });
+  auto again = ns.Lookup(d->ino, "a.bin");  // waits out the old LIST, then lists again
+  release.join();
+  REQUIRE(again.has_value());
+  CHECK(again->etag != v1->etag);
+  CHECK(again->size == 9);
+  CHECK(again->ino != v1->ino);
+  CHECK(lag.lists() == 4);  // the root, d, the held relist, the one after the note
+}
+
 TEST_CASE("a stale listing is served while the bucket is unreachable") {
   auto mem = std::make_shared<MemoryBackend>();
   mem->Put("a.bin", "1");
@@ -716,6 +801,81 @@ TEST_CASE("listings nobody holds are dropped past max_listed_entries, and come b
   auto f = ns.Lookup(d1->ino, "f3");
   REQUIRE(f.has_value());
   CHECK(f->size == 1);
+}
+
+namespace {
+// A BlockStore whose PutMeta fails while `fail_meta` (a full or read-only
+// cache volume); the rest goes to the real one.
+class MetaFailingStore final : public BlockStore {
+ public:
+  explicit MetaFailingStore(BlockStore& inner) : in_(inner) {}
+  std::atomic<bool> fail_meta{false};
+  std::optional<size_t> Read(const UnitKey& key, uint64_t offset, size_t len, char* out, bool hit) override {
+    return in_.Read(key, offset, len, out, hit);
+  }
+  Status Put(const UnitKey& key, std::string_view data, bool prefetched) override {
+    return in_.Put(key, data, prefetched);
+  }
+  bool Contains(const UnitKey& key) override { return in_.Contains(key); }
+  void Remove(const UnitKey& key) override { in_.Remove(key); }
+  uint64_t used_bytes() const override { return in_.used_bytes(); }
+  uint64_t limit_bytes() const override { return in_.limit_bytes(); }
+  uint64_t unit_count() const override { return in_.unit_count(); }
+  Status PutMeta(std::string_view key, std::string_view value) override {
+    if (fail_meta) return Status::IoError("No space left on device");
+    return in_.PutMeta(key, value);
+  }
+  std::optional<std::string> GetMeta(std::string_view key) override { return in_.GetMeta(key); }
+  Result<std::optional<std::string>> LookupMeta(std::string_view key) override { return in_.LookupMeta(key); }
+  void DeleteMeta(std::string_view key) override {
+    if (!fail_meta) in_.DeleteMeta(key);  // a full volume takes no delete either
+  }
+  Result<uint64_t> DeleteMetaPrefix(std::string_view prefix) override { return in_.DeleteMetaPrefix(prefix); }
+
+ private:
+  BlockStore& in_;
+};
+}  // namespace
+
+TEST_CASE("a listing that could not be saved keeps the index's older copy from coming back") {
+  // The cache volume is full: a relisting (a new version of d/a.bin) is not
+  // saved. Dropped from memory for room and loaded again, the index's older
+  // copy (still within its TTL) was served as the newest: the name went
+  // back to the old version, every read of which fails.
+  const BlockStoreOptions o = FreshStore("igt-ns-unsaved");
+  auto mem = std::make_shared<MemoryBackend>();
+  mem->Put("d/a.bin", "v1");
+  for (int d = 0; d < 6; ++d)
+    for (int f = 0; f < 10; ++f) mem->Put("e" + std::to_string(d) + "/f" + std::to_string(f), "x");
+  auto real = BlockStore::Open(o, nullptr);
+  REQUIRE(real.has_value());
+  MetaFailingStore store(**real);
+  FakeClockMs clock;
+  Namespace ns(mem.get(), &store, nullptr,
+               Namespace::Options{.ttl_ms = 60000, .prefetch_dirs = 0, .max_listed_entries = 30, .clock_ms = clock.fn()});
+  auto d = ns.Lookup(Namespace::kRootIno, "d");
+  REQUIRE(d.has_value());
+  auto v1 = ns.Lookup(d->ino, "a.bin");  // d's listing saved, naming v1
+  REQUIRE(v1.has_value());
+  clock.advance(10);
+  store.fail_meta = true;
+  mem->Put("d/a.bin", "v2-longer");
+  ns.NoteChanged("d/a.bin", v1->etag);
+  auto v2 = ns.Lookup(d->ino, "a.bin");  // relisted: v2, not saved
+  REQUIRE(v2.has_value());
+  CHECK(v2->size == 9);
+  for (int e = 0; e < 6; ++e) {  // other directories push d's listing out of memory
+    auto dir = ns.Lookup(Namespace::kRootIno, "e" + std::to_string(e));
+    REQUIRE(dir.has_value());
+    REQUIRE(ns.ReadDir(dir->ino).has_value());
+  }
+  REQUIRE(ns.CachedListing("d") == nullptr);
+  auto again = ns.Lookup(d->ino, "a.bin");
+  REQUIRE(again.has_value());
+  CHECK(again->etag == v2->etag);
+  CHECK(again->size == 9);
+  real->reset();
+  std::filesystem::remove_all(o.dir);
 }
 
 TEST_CASE("a mount started on persisted listings serves a stale one while the bucket stalls") {

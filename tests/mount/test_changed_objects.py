@@ -79,6 +79,11 @@ def main():
         # A handle on gone.bin, deleted below: fstat keeps working, as on an
         # unlinked file (before, it failed with ENOENT once the TTL ran out).
         fd_gone = os.open(mnt / "gone.bin", os.O_RDONLY)
+        # A directory handle kept open across the change (a daemon polling
+        # with rewinddir): os.listdir(fd) reads it from where it was
+        # rewound to, offset 0.
+        fd_root = os.open(mnt, os.O_RDONLY | os.O_DIRECTORY)
+        check("gone.bin" in os.listdir(fd_root), "the root listed through a kept directory handle")
 
         faultlib.put_objects(srv, BUCKET, v2)
         faultlib.delete_object(srv, BUCKET, "gone.bin")
@@ -174,6 +179,10 @@ def main():
         got, e = try_read(mnt / "gone.bin")
         check(got is None and e == errno.ENOENT, f"deleted gone.bin: {errname(e)}")
         check("gone.bin" not in os.listdir(mnt), "gone.bin no longer listed")
+        names = os.listdir(fd_root)
+        os.close(fd_root)
+        check("gone.bin" not in names and "grow.bin" in names,
+              "rewinddir of a directory handle opened before the change lists the directory as it is now")
         st = s.stats(m)
         check(st["cache_corruptions"] == 0, "no corruption")
         check(s.unmount(m) == 0, "daemon exited 0")
