@@ -580,7 +580,15 @@ Result<std::shared_ptr<const DirListing>> Namespace::Complete(const std::string&
     // Served stale: retried later. Otherwise (fetched, or an error other
     // than an unreachable bucket, e.g. access denied) the next lookup asks
     // the bucket itself and sees the outcome.
+    // The source answered: every directory served stale in the outage is
+    // refreshed as any stale listing is, on its next lookup (until then
+    // their listings stayed past max_listed_entries, never trimmed, for
+    // directories not visited again).
     if (stale) retry_after_ms_[dir_key] = Now() + kStaleRetryMs;
+    else if (fetched) {
+      retry_after_ms_.clear();
+      refresh_due_.clear();  // a queued retry then refreshes as a walk does
+    }
     else retry_after_ms_.erase(dir_key);
     if (stale || (!result && BackendUnreachable(result.error().code()))) last_unreachable_ms_ = Now();
     // Fetched after the latest note of a change: up to date again. (A note

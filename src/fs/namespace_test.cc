@@ -507,6 +507,46 @@ TEST_CASE("a stale listing is served while the bucket is unreachable") {
   CHECK(fb.counts().lists == lists + 1);
 }
 
+TEST_CASE("listings served stale in an outage are trimmed again once the source answers") {
+  // Directories served stale during an outage were never trimmed (kept past
+  // max_listed_entries) until each was listed again: those not visited
+  // after the outage stayed for the life of the mount.
+  auto mem = std::make_shared<MemoryBackend>();
+  for (int d = 0; d < 4; ++d)
+    for (int f = 0; f < 10; ++f) mem->Put("d" + std::to_string(d) + "/f" + std::to_string(f), "x");
+  FaultInjectingBackend fb(mem);
+  FakeClockMs clock;
+  Namespace ns(&fb, nullptr, nullptr,
+               Namespace::Options{.ttl_ms = 60000, .prefetch_dirs = 0, .stale_wait_ms = 60000,
+                                  .max_listed_entries = 25, .clock_ms = clock.fn()});
+  std::vector<uint64_t> dirs;
+  for (int d = 0; d < 2; ++d) {
+    auto dir = ns.Lookup(Namespace::kRootIno, "d" + std::to_string(d));
+    REQUIRE(dir.has_value());
+    REQUIRE(ns.Lookup(dir->ino, "f1").has_value());
+    dirs.push_back(dir->ino);
+  }
+  clock.advance(60001);  // all stale
+  fb.FailNext(1000, Code::kUnavailable, FaultInjectingBackend::kList);
+  for (uint64_t ino : dirs) CHECK(ns.Lookup(ino, "f1")->stale);  // the outage: served stale
+  fb.Reset();  // the source answers again
+  clock.advance(1000);
+  const uint64_t lists = fb.counts().lists;
+  // d2's lookup lists it (and the root's retry, in the background, succeeds).
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (fb.counts().lists < lists + 2 && std::chrono::steady_clock::now() < until) {
+    REQUIRE(ns.Lookup(Namespace::kRootIno, "d2").has_value());
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  for (int d = 2; d < 4; ++d) {
+    auto dir = ns.Lookup(Namespace::kRootIno, "d" + std::to_string(d));
+    REQUIRE(dir.has_value());
+    REQUIRE(ns.Lookup(dir->ino, "f1").has_value());
+  }
+  CHECK(ns.CachedListing("d0") == nullptr);  // idle, no longer held for the outage: trimmed
+  CHECK(ns.listed_entries() <= 25 + 10);
+}
+
 // A directory in outage mode: "a.bin" listed, the listing stale, and its
 // refresh failed (bucket unreachable), so the stale listing is being served.
 struct Outage {
