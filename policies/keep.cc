@@ -11,8 +11,18 @@
 // first); units not yet read this epoch come after. A unit inserted by a
 // demand miss counts as read (it is being read); a prefetched one as not
 // yet read. OnEpoch() makes every unit "not yet read".
+// The newest read units are spared while there are older ones
+// (kRecentUnits): a visit of an item often reads a unit twice (a parquet
+// footer, then a column chunk in the same unit; a chunk's pieces), and the
+// newest read unit, the victim, was the one its next read needed: a
+// tester's trace of parquet-like reads (footer, then three chunks of each
+// of 200 files, twice, 4 threads) with a 256 MiB cache fetched 1,479 MiB
+// at 0.382 byte hit against lru's 1,222 MiB at 0.438; with 16 units
+// spared, 1,313 MiB at 0.487. Those units go in their turn, oldest first,
+// so the kept set stays what it was.
 // Thread-safety: none (the caller's lock).
 
+#include <iterator>
 #include <list>
 #include <unordered_map>
 
@@ -49,14 +59,16 @@ class KeepPolicy final : public EvictionPolicy {
     map_.erase(it);
   }
   std::optional<std::string> PickVictim() override {
-    if (!read_.empty()) return *read_.back();
+    if (read_.size() > kRecentUnits) return **std::prev(read_.end(), kRecentUnits + 1);
+    if (!read_.empty()) return *read_.front();  // the oldest of the recent ones
     if (!unread_.empty()) return *unread_.back();
     return std::nullopt;
   }
   size_t size() const override { return map_.size(); }
-  // A demand miss counts as read: the newest read unit, the first victim. A
-  // prefetched unit is the newest unread one: first only when none is read.
-  bool InsertIsFirstVictim(const UnitMeta& meta) const override { return !meta.prefetched || read_.empty(); }
+  // A demand miss counts as read: among the recent ones, spared, unless no
+  // unit is read (then it is the only one). A prefetched unit is the newest
+  // unread one: first only when none is read.
+  bool InsertIsFirstVictim(const UnitMeta& meta) const override { return read_.empty(); }
   void OnEpoch() override {
     // Read units join the unread ones, older than any unit prefetched so far
     // this epoch (they stay cached; the prefetched ones are newest).
@@ -86,7 +98,9 @@ class KeepPolicy final : public EvictionPolicy {
       throw;
     }
   }
-  List read_;    // back = newest = first victim
+  // Read units spared as the newest (the victim is the one before them).
+  static constexpr size_t kRecentUnits = 16;
+  List read_;    // back = newest; the victim is the newest but kRecentUnits
   List unread_;  // back = newest
   std::unordered_map<std::string, Slot> map_;
 };

@@ -282,30 +282,37 @@ TEST_CASE("lfu: least frequent first, ties by recency, ageing lets old heat go",
   CHECK(q->VictimWeight() < 1e-6);
 }
 
-TEST_CASE("keep: read-this-epoch units first (newest first), then unread", "[policy][keep]") {
+TEST_CASE("keep: read-this-epoch units first (the newest but the 16 newest), then unread", "[policy][keep]") {
   auto p = Make("keep");
   p->OnInsertUnit("p1", 1, 0, UnitMeta{0, true, 0});  // prefetched, unread
   p->OnInsertUnit("d1", 1, 0, UnitMeta{0, false, 0}); // demand: read
   p->OnInsertUnit("d2", 1, 0, UnitMeta{0, false, 0});
-  CHECK(*p->PickVictim() == "d2");
+  CHECK(*p->PickVictim() == "d1");  // all read units are recent: the oldest of them
   p->OnAccess("p1");                                    // p1 read now
-  CHECK(*p->PickVictim() == "p1");
+  CHECK(*p->PickVictim() == "d1");
   p->OnEpoch();                                         // nothing read yet
   p->OnInsertUnit("p2", 1, 0, UnitMeta{0, true, 0});
   CHECK(*p->PickVictim() == "p2");
   p->OnAccess("d1");
   CHECK(*p->PickVictim() == "d1");
+  // More read units than the 16 spared: the newest of the others goes, and
+  // the kept set (the older ones) stays.
+  for (int i = 0; i < 20; ++i) p->OnInsertUnit("r" + std::to_string(i), 1, 0, UnitMeta{0, false, 0});
+  CHECK(*p->PickVictim() == "r3");  // d1, r0..r19: r4..r19 spared
+  p->OnRemove("r3");
+  p->OnInsertUnit("r20", 1, 0, UnitMeta{0, false, 0});
+  CHECK(*p->PickVictim() == "r4");
 }
 
-TEST_CASE("keep: a miss is its own first victim, so a full cache does not admit it", "[policy][keep]") {
+TEST_CASE("keep: a miss is admitted only when a read unit can give way", "[policy][keep]") {
   auto p = Make("keep");
   const UnitMeta demand{0, false, 0}, prefetched{0, true, 0};
   p->OnInsertUnit("p1", 1, 0, prefetched);
   // Only unread units: a miss (read) or a prefetched unit would go first.
   CHECK_FALSE(p->AdmitUnit("d1", 1, demand));
   CHECK_FALSE(p->AdmitUnit("p2", 1, prefetched));
-  p->OnAccess("p1");  // a read unit now goes first, before a new prefetched one
-  CHECK_FALSE(p->AdmitUnit("d1", 1, demand));
+  p->OnAccess("p1");  // a read unit now goes first, before a new miss or prefetched one
+  CHECK(p->AdmitUnit("d1", 1, demand));
   CHECK(p->AdmitUnit("p2", 1, prefetched));
   // Modules that put a new unit last admit it.
   for (const char* name : {"lru", "fifo"}) CHECK(Make(name)->AdmitUnit("x", 1, demand));
