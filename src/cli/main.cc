@@ -212,7 +212,7 @@ int main(int argc, char** argv) {
   auto* unmount = app.add_subcommand("unmount", "Unmount an igtcache mount and wait for its daemon to exit");
   unmount->add_option("MOUNTPOINT", ua.mountpoint, "An igtcache mount point")->required();
   unmount->add_flag("-z,--lazy", ua.lazy, "Lazy unmount: detach now, finish when no longer busy");
-  unmount->add_option("--timeout", ua.timeout_s, "Seconds to wait for the daemon to exit (default 30)")->check(in_range(0, 86400));
+  unmount->add_option("--timeout", ua.timeout_s, "Seconds to wait for the daemon to exit (default 30; 0: do not wait)")->check(in_range(0, 86400));
 
   std::string trace_in, classify_listing, classify_config;
   auto* classify = app.add_subcommand("classify", "Label the access streams of a trace (JSON)");

@@ -2,6 +2,7 @@
 // for the daemon to exit so that callers (systemd ExecStop, scripts) know the
 // cache is flushed and unlocked when it returns.
 #include <fcntl.h>
+#include <poll.h>
 #include <pwd.h>
 #include <sys/stat.h>
 #include <signal.h>
@@ -73,6 +74,98 @@ bool Alive(pid_t pid) {
   return !(rp != std::string::npos && rp + 2 < s.size() && s[rp + 2] == 'Z');
 }
 
+// What the mount's daemon says of itself: its pid (or why it is unknown),
+// or that it is gone (a daemon that died leaves the mount answering
+// ENOTCONN).
+struct DaemonProbe {
+  bool answered = true;  // false: no answer within the probe's time
+  bool gone = false;
+  pid_t pid = 0;
+  std::string no_pid;  // why the pid is unknown
+};
+
+DaemonProbe AskDaemon(const std::string& mnt) {
+  DaemonProbe p;
+  // The mount point's own attributes may still be in the kernel's cache
+  // (a stat just before the kill): opening the stats file asks the daemon.
+  struct stat mst {};
+  p.gone = ::stat(mnt.c_str(), &mst) != 0 && errno == ENOTCONN;
+  if (!p.gone) {
+    const int fd = ::open((mnt + "/" + kStatsFileName).c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) ::close(fd);
+    else p.gone = errno == ENOTCONN;
+  }
+  if (auto j = ReadStats(mnt)) {
+    p.pid = static_cast<pid_t>(j->value("pid", int64_t{0}));
+    if (p.pid <= 0) p.no_pid = "its stats name no pid";
+  } else {
+    p.no_pid = j.error().message();
+  }
+  return p;
+}
+
+// AskDaemon in a child process, given `limit_s`: every call on a mount
+// whose daemon does not answer (stopped, deadlocked) waits for it, and
+// only SIGKILL ends the wait. Before, unmount hung there for good, its
+// --timeout and --lazy unused (a systemd ExecStop or a Kubernetes preStop
+// until their own limits).
+DaemonProbe ProbeDaemon(const std::string& mnt, double limit_s) {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) return AskDaemon(mnt);
+  const pid_t child = fork();
+  if (child < 0) {
+    close(fds[0]);
+    close(fds[1]);
+    return AskDaemon(mnt);
+  }
+  if (child == 0) {
+    close(fds[0]);
+    const DaemonProbe p = AskDaemon(mnt);
+    const std::string out = fmt::format("{} {} {}", p.gone ? 1 : 0, static_cast<int64_t>(p.pid), p.no_pid);
+    for (size_t off = 0; off < out.size();) {
+      const ssize_t n = write(fds[1], out.data() + off, out.size() - off);
+      if (n <= 0) break;
+      off += static_cast<size_t>(n);
+    }
+    _exit(0);
+  }
+  close(fds[1]);
+  std::string got;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(limit_s);
+  bool eof = false;
+  while (!eof) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) break;
+    pollfd pfd{fds[0], POLLIN, 0};
+    const int r = poll(&pfd, 1, static_cast<int>(left.count()));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    char buf[512];
+    const ssize_t n = read(fds[0], buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) eof = true;
+    else got.append(buf, static_cast<size_t>(n));
+  }
+  close(fds[0]);
+  if (!eof) kill(child, SIGKILL);
+  int st = 0;
+  while (waitpid(child, &st, 0) < 0 && errno == EINTR) {
+  }
+  DaemonProbe p;
+  int gone = 0;
+  long long pid = 0;
+  int used = 0;
+  if (!eof || std::sscanf(got.c_str(), "%d %lld %n", &gone, &pid, &used) < 2) {
+    p.answered = false;
+    p.no_pid = "it does not answer";
+    return p;
+  }
+  p.gone = gone != 0;
+  p.pid = static_cast<pid_t>(pid);
+  p.no_pid = got.substr(std::min(got.size(), static_cast<size_t>(used)));
+  return p;
+}
+
 }  // namespace
 
 int RunUnmount(const UnmountArgs& a) {
@@ -88,23 +181,15 @@ int RunUnmount(const UnmountArgs& a) {
   }
   // A daemon that died (killed, crashed) leaves its mount answering ENOTCONN:
   // unmounting it is all there is to do, and nothing holds the cache dir.
-  // The mount point's own attributes may still be in the kernel's cache
-  // (a stat just before the kill): opening the stats file asks the daemon.
-  struct stat mst {};
-  bool daemon_gone = ::stat(mnt.c_str(), &mst) != 0 && errno == ENOTCONN;
-  if (!daemon_gone) {
-    const int fd = ::open((mnt + "/" + kStatsFileName).c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd >= 0) ::close(fd);
-    else daemon_gone = errno == ENOTCONN;
-  }
-  pid_t pid = 0;
-  std::string no_pid;  // why the daemon's pid is unknown
-  if (auto j = ReadStats(mnt)) {
-    pid = static_cast<pid_t>(j->value("pid", int64_t{0}));
-    if (pid <= 0) no_pid = "its stats name no pid";
-  } else {
-    no_pid = j.error().message();
-  }
+  // One that does not answer within half the --timeout (0.5 to 10 s) is
+  // unmounted without waiting for it: its pid is unknown.
+  const DaemonProbe probe = ProbeDaemon(mnt, std::clamp(a.timeout_s / 2, 0.5, 10.0));
+  const bool daemon_gone = probe.gone;
+  const pid_t pid = probe.pid;
+  const std::string& no_pid = probe.no_pid;
+  if (!probe.answered)
+    std::fprintf(stderr, "igtcache: warning: the daemon of '%s' does not answer (stopped or hung?); unmounting anyway\n",
+                 a.mountpoint.c_str());
   // "Busy" a moment after the last file on the mount was closed (this
   // command's own stats file among them) can pass: asked again for up to
   // 2 s (within --timeout) before it is an error. A file really held open
@@ -127,6 +212,7 @@ int RunUnmount(const UnmountArgs& a) {
     std::fprintf(stderr, "igtcache: error: cannot unmount '%s': %s\n", a.mountpoint.c_str(), why.c_str());
     return kExitError;
   }
+  if (a.timeout_s <= 0) return kExitOk;  // --timeout 0: unmounted, the daemon's exit not waited for
   if (!no_pid.empty() && !daemon_gone) {
     // E.g. root unmounting another user's mount without allow_other: FUSE
     // denies root the stats file. Unmounted, but whether the daemon has

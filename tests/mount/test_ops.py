@@ -20,6 +20,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import subprocess
 import time
 import threading
@@ -142,6 +143,7 @@ def main():
         r = igt("unmount", str(mnt), env=s.igt_env())
         check(r.returncode == 1 and "not mounted" in r.stderr, f"second unmount: clear error ({r.stderr.strip()!r})")
 
+        unmount_hung_daemon(s, src)
         warm_into_full_cache(s)
 
         # A mistyped command is named, with the commands it may stand for
@@ -158,6 +160,32 @@ def main():
         check(r.returncode == 2 and "unknown option '--bogus'" in r.stderr, f"igtcache --bogus ({r.stderr.strip()!r})")
         r = igt("stats", str(s.tmp / "no_such_dir"))
         check(r.returncode == 1 and "does not exist" in r.stderr, f"stats of a missing path ({r.stderr.strip()!r})")
+
+
+def unmount_hung_daemon(s, src):
+    """A daemon that does not answer (stopped here) is unmounted within
+    --timeout, said, exit 1 (before, unmount hung for good in its first
+    call on the mount); --timeout 0 does not wait for the daemon."""
+    m = s.mount(f"file://{src}")
+    pid = m.pid
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        t0 = time.monotonic()
+        r = igt("unmount", "--timeout", "3", str(m.mountpoint), env=s.igt_env())
+        took = time.monotonic() - t0
+        check(r.returncode == 1 and "does not answer" in r.stderr and not harness.is_mounted(m.mountpoint)
+              and took < 15, f"unmount of a stopped daemon: unmounted, said, exit 1, in {took:.1f} s "
+                             f"({r.stderr.strip()[-200:]!r})")
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    m.proc.popen.wait(10)  # unmounted: it exits once it runs again
+    m.unmounted = True
+    m = s.mount(f"file://{src}")
+    r = igt("unmount", "--timeout", "0", str(m.mountpoint), env=s.igt_env())
+    check(r.returncode == 0 and not harness.is_mounted(m.mountpoint),
+          f"unmount --timeout 0: unmounted, exit 0, the daemon not waited for ({r.stderr.strip()!r})")
+    m.proc.popen.wait(10)
+    m.unmounted = True
 
 
 def warm_into_full_cache(s):
