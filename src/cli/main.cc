@@ -216,21 +216,28 @@ int main(int argc, char** argv) {
 
   std::string trace_in, classify_listing, classify_config;
   auto* classify = app.add_subcommand("classify", "Label the access streams of a trace (JSON)");
-  classify->add_option("--trace", trace_in, "Trace CSV (docs/TRACES.md)")->required();
+  classify->add_option("--trace", trace_in, "Trace CSV (docs/TRACES.md)")->required()->check(non_empty);
   classify->add_option("--listing", classify_listing,
-                       "CSV path,size of every object, read or not (default: the trace's files)");
-  classify->add_option("--config", classify_config, "YAML config (stream.* keys)");
+                       "CSV path,size of every object, read or not (default: the trace's files)")
+      ->check(non_empty);
+  classify->add_option("--config", classify_config, "YAML config (stream.* keys)")->check(non_empty);
 
   igt::sim::SimOptions so;
   std::string sim_cache_size, sim_unit_size;
   auto* sim = app.add_subcommand("sim", "Replay a trace through the cache policies over a modeled backend (JSON)");
-  sim->add_option("--trace", so.trace_path, "Trace CSV (docs/TRACES.md)")->required();
-  sim->add_option("--cache-size", sim_cache_size, "Simulated cache size, e.g. 2G")->required();
+  sim->add_option("--trace", so.trace_path, "Trace CSV (docs/TRACES.md)")->required()->check(non_empty);
+  sim->add_option("--cache-size", sim_cache_size, "Simulated cache size, e.g. 2G")->required()->check(non_empty);
   sim->add_option("--listing", so.listing_path,
-                  "CSV path,size of every object, read or not (default: the trace's files)");
-  sim->add_option("--policy", so.policy, "igt | lru | lfu | fifo | 2random | lru-readahead | belady")->capture_default_str();
-  sim->add_option("--config", so.config_path, "YAML config (stream.*, cache.unit_size_bytes, cache.sub_unit_bytes, cache.prefetch_budget_bytes, policy.file)");
-  sim->add_option("--unit-size", sim_unit_size, "Cache unit (default cache.unit_size_bytes, 1M)");
+                  "CSV path,size of every object, read or not (default: the trace's files)")
+      ->check(non_empty);
+  sim->add_option("--policy", so.policy, "igt | lru | lfu | fifo | 2random | lru-readahead | belady")
+      ->capture_default_str()
+      ->check(non_empty);
+  sim->add_option("--config", so.config_path,
+                  "YAML config (stream.*, cache.unit_size_bytes, cache.sub_unit_bytes, cache.prefetch_budget_bytes, "
+                  "backend.max_request_bytes, policy.file)")
+      ->check(non_empty);
+  sim->add_option("--unit-size", sim_unit_size, "Cache unit (default cache.unit_size_bytes, 1M)")->check(non_empty);
   sim->add_option("--latency-ms", so.latency_ms, "Modeled time to first byte")->check(in_range(0, 1e6))->capture_default_str();
   sim->add_option("--bandwidth", so.bandwidth_bytes_per_s, "Modeled bytes/s per connection")->check(in_range(1, 1e13))->capture_default_str();
   sim->add_option("--connections", so.connections, "Modeled backend connections")
@@ -245,6 +252,7 @@ int main(int argc, char** argv) {
       config->add_flag("--example", example, "examples/igtcache.yaml (every key with its default)")->excludes(md_flag);
   std::string config_check;
   config->add_option("--check", config_check, "Validate a YAML config file: exit 0 if valid, else the error")
+      ->check(non_empty)
       ->excludes(md_flag)
       ->excludes(ex_flag);
 

@@ -393,6 +393,11 @@ TEST_CASE("sim: errors name the problem", "[sim]") {
   }
   o.unit_bytes = 64 << 10;
   CHECK(RunSim(o).has_value());
+  // A cache smaller than one unit (a mount refuses it too).
+  o.cache_bytes = 1;
+  auto tiny = RunSim(o);
+  REQUIRE_FALSE(tiny.has_value());
+  CHECK(tiny.error().message().find("--cache-size: 1 bytes is less than one unit (65536 bytes)") != std::string::npos);
 }
 
 TEST_CASE("sim: a read at or past EOF is not a request, and not a hit", "[sim]") {

@@ -740,6 +740,10 @@ Result<nlohmann::json> RunSim(const SimOptions& o) {
   if (!scfg) return Err(scfg.error());
   const uint64_t unit = cfg->cache.unit_size_bytes;
   if (unit == 0) return Err(Status::InvalidArgument("--unit-size: must be > 0"));
+  // As a mount requires: a cache that holds no whole unit caches nothing.
+  if (o.cache_bytes < unit)
+    return Err(Status::InvalidArgument(fmt::format("--cache-size: {} bytes is less than one unit ({} bytes)",
+                                                   o.cache_bytes, unit)));
   engine::PolicyFile pf;
   if (o.policy_file) {
     pf = *o.policy_file;

@@ -289,6 +289,21 @@ def main():
         check(r.returncode == 0 and "cache.eviction 'lru' is not used" in r.stderr
               and "cache.max_bytes is not used" in r.stderr,
               f"sim --config: cache.eviction and cache.max_bytes said unused ({r.returncode}, {r.stderr.strip()[:160]!r})")
+        # An empty value (an unset shell variable) is an error for every
+        # command's options: `config --check ""` printed the example config
+        # and exited 0, passing a check of nothing.
+        for cmd in (["config", "--check", ""],
+                    ["sim", "--trace", str(trace), "--cache-size", "64M", "--unit-size", ""],
+                    ["sim", "--trace", str(trace), "--cache-size", "64M", "--listing", ""],
+                    ["sim", "--trace", str(trace), "--cache-size", "64M", "--config", ""],
+                    ["classify", "--trace", str(trace), "--config", ""]):
+            r = subprocess.run([harness.igtcache_bin(), *cmd], capture_output=True, text=True)
+            check(r.returncode == 2 and "an empty value is not allowed" in r.stderr,
+                  f"{' '.join(cmd[:1] + cmd[-2:])!r}: an error, exit 2 ({r.returncode}, {r.stderr.strip()[:80]!r})")
+        r = subprocess.run([harness.igtcache_bin(), "sim", "--trace", str(trace), "--cache-size", "1"],
+                           capture_output=True, text=True)
+        check(r.returncode == 2 and "less than one unit" in r.stderr,
+              f"sim --cache-size 1: less than one unit, exit 2 ({r.returncode}, {r.stderr.strip()[:100]!r})")
         badpol = s.write_config("bad_pol.yaml", "patterns:\n  random: {eviction: kep}\n")
         cb = s.write_config("badpol.yaml", f"policy:\n  file: {badpol}\n")
         outs = [subprocess.run([harness.igtcache_bin(), *cmd], capture_output=True, text=True)
