@@ -144,6 +144,7 @@ def main():
         check(r.returncode == 1 and "not mounted" in r.stderr, f"second unmount: clear error ({r.stderr.strip()!r})")
 
         unmount_hung_daemon(s, src)
+        warm_beside_pinned(s)
         warm_into_full_cache(s)
 
         # A mistyped command is named, with the commands it may stand for
@@ -186,6 +187,29 @@ def unmount_hung_daemon(s, src):
           f"unmount --timeout 0: unmounted, exit 0, the daemon not waited for ({r.stderr.strip()!r})")
     m.proc.popen.wait(10)
     m.unmounted = True
+
+
+def warm_beside_pinned(s):
+    """A warm-up plans with the room pinned units leave: before, it planned
+    against the whole limit beside a pinned prefix, said everything fitted,
+    and the mount evicted most of what it fetched."""
+    src = s.mkdir("src-pin")
+    rnd = random.Random(5)
+    (src / "pin").mkdir()
+    (src / "pin" / "model.bin").write_bytes(rnd.randbytes(1536 * 1024))
+    (src / "shards").mkdir()
+    for i in range(4):
+        (src / "shards" / f"s{i}.tar").write_bytes(rnd.randbytes(BIG))
+    pol = s.write_config("pin_pol.yaml", "overrides:\n  - prefix: pin/\n    pin: true\n")
+    cfg = s.write_config("pin.yaml", f"policy:\n  file: {pol}\n")
+    m = s.mount(f"file://{src}", args=["--cache-size", "3M", "--config", str(cfg)])
+    r = igt("warm", str(m.mountpoint / "pin"), env=s.igt_env())
+    check(r.returncode == 0 and "did not fit" not in r.stdout, f"warm of the pinned prefix: all of it ({r.stdout!r})")
+    r = igt("warm", str(m.mountpoint / "shards"), env=s.igt_env())
+    log("  warm stdout:\n    " + r.stdout.strip().replace("\n", "\n    "))
+    check(r.returncode == 0 and "pinned" in r.stdout and "did not fit: 2 files" in r.stdout,
+          "warm beside 1.5 MiB pinned in a 3 MiB cache: 2 of the 4 shards, the others listed as not fitting")
+    check(s.unmount(m) == 0, "daemon exited 0")
 
 
 def warm_into_full_cache(s):
