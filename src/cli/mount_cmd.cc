@@ -993,6 +993,21 @@ int RunMount(const MountArgs& a) {
         return fail(kExitUsage, fmt::format("{} '{}' is inside source '{}': the mount would list and serve it as "
                                             "it is written; write it outside the source",
                                             what, path, a.source));
+      // In the cache dir it could overwrite the cache's own files (a
+      // --trace-out naming index/CURRENT destroyed the index).
+      if (within(real(abs), real(cfg->cache.dir)))
+        return fail(kExitUsage, fmt::format("{} '{}' is inside cache dir '{}': it could overwrite the cache's own "
+                                            "files; write it outside the cache dir",
+                                            what, path, cfg->cache.dir));
+    }
+    // One file for both: the log's lines went into the trace.
+    if (!a.trace_out.empty() && !cfg->logging.file.empty()) {
+      std::error_code e1, e2;
+      const fs::path t = fs::absolute(a.trace_out, e1), l = fs::absolute(cfg->logging.file, e2);
+      if (!e1 && !e2 && real(t) == real(l))
+        return fail(kExitUsage, fmt::format("--trace-out '{}' is the log file: the log would be written into the "
+                                            "trace; give them two files",
+                                            a.trace_out));
     }
   }
   // Said here, before the daemon starts: its own warnings go to its log.

@@ -201,6 +201,19 @@ def main():
                                      ["--trace-out", str(mnt / "t.csv")], ["inside mount point"], fg, want_rc=2)
                 problems += run_case(s, "log file inside the mount point", f"file://{src_dir}", mnt,
                                      ["--log-file", str(mnt / "igt.log")], ["inside mount point"], fg, want_rc=2)
+                # The log file as the trace, or either in the cache dir
+                # (a --trace-out naming index/CURRENT destroyed the index).
+                same = s.tmp / "same.log"
+                problems += run_case(s, "--trace-out the log file", f"file://{src_dir}", mnt,
+                                     ["--trace-out", str(same), "--log-file", str(same)], ["is the log file"], fg,
+                                     want_rc=2)
+                cdir = s.mkdir(f"cache_traceout_{'fg' if fg else 'bg'}")
+                problems += run_case(s, "--trace-out inside the cache dir", f"file://{src_dir}", mnt,
+                                     ["--cache-dir", str(cdir), "--trace-out", str(cdir / "index" / "CURRENT")],
+                                     ["inside cache dir"], fg, want_rc=2)
+                problems += run_case(s, "log file inside the cache dir", f"file://{src_dir}", mnt,
+                                     ["--cache-dir", str(cdir), "--log-file", str(cdir / "igt.log")],
+                                     ["inside cache dir"], fg, want_rc=2)
                 # A mistyped directory is not created (spdlog would have).
                 missing = s.tmp / f"no_such_log_dir_{fg}"
                 problems += run_case(s, "log file in a missing directory", f"file://{src_dir}", mnt,
