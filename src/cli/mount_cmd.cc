@@ -59,7 +59,9 @@ struct Failure {
 };
 
 std::string DefaultCacheDir() {
-  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/igtcache";
+  // A relative $XDG_CACHE_HOME is ignored, as the XDG spec says (it made a
+  // cache dir under the working directory).
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x == '/') return std::string(x) + "/igtcache";
   if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.cache/igtcache";
   return "/var/cache/igtcache";
 }
@@ -314,6 +316,10 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
     sigemptyset(&sa.sa_mask);
     sigaction(SIGHUP, &sa, nullptr);
   }
+  // Signals with nothing to do here: their default action ended the daemon
+  // and left its mount answering ENOTCONN (a stray `kill -USR1`).
+  std::signal(SIGUSR1, SIG_IGN);
+  std::signal(SIGUSR2, SIG_IGN);
   // Until the cache dir is known to be usable, log to stderr (a daemon's
   // log file lives in the cache dir by default); errors reach the user
   // through `rep` anyway.
@@ -993,12 +999,16 @@ int RunMount(const MountArgs& a) {
         return fail(kExitUsage, fmt::format("{} '{}' is inside source '{}': the mount would list and serve it as "
                                             "it is written; write it outside the source",
                                             what, path, a.source));
-      // In the cache dir it could overwrite the cache's own files (a
-      // --trace-out naming index/CURRENT destroyed the index).
-      if (within(real(abs), real(cfg->cache.dir)))
-        return fail(kExitUsage, fmt::format("{} '{}' is inside cache dir '{}': it could overwrite the cache's own "
-                                            "files; write it outside the cache dir",
-                                            what, path, cfg->cache.dir));
+      // Not over the cache's own files (a --trace-out naming index/CURRENT
+      // destroyed the index): in the cache dir, only beside them, as the
+      // daemon's default log file (igtcache.log) is.
+      const fs::path rabs = real(abs), rcache = real(cfg->cache.dir);
+      const std::string name = rabs.filename().string();
+      if (within(rabs, rcache) &&
+          (rabs.parent_path() != rcache || name == "LOCK" || name.starts_with("index") || name.starts_with("units")))
+        return fail(kExitUsage, fmt::format("{} '{}' would overwrite the cache's own files in cache dir '{}'; write "
+                                            "it elsewhere (beside them, e.g. {}/igtcache.log, is fine)",
+                                            what, path, cfg->cache.dir, cfg->cache.dir));
     }
     // One file for both: the log's lines went into the trace.
     if (!a.trace_out.empty() && !cfg->logging.file.empty()) {

@@ -208,12 +208,12 @@ def main():
                                      ["--trace-out", str(same), "--log-file", str(same)], ["is the log file"], fg,
                                      want_rc=2)
                 cdir = s.mkdir(f"cache_traceout_{'fg' if fg else 'bg'}")
-                problems += run_case(s, "--trace-out inside the cache dir", f"file://{src_dir}", mnt,
+                problems += run_case(s, "--trace-out over the cache's index", f"file://{src_dir}", mnt,
                                      ["--cache-dir", str(cdir), "--trace-out", str(cdir / "index" / "CURRENT")],
-                                     ["inside cache dir"], fg, want_rc=2)
-                problems += run_case(s, "log file inside the cache dir", f"file://{src_dir}", mnt,
-                                     ["--cache-dir", str(cdir), "--log-file", str(cdir / "igt.log")],
-                                     ["inside cache dir"], fg, want_rc=2)
+                                     ["overwrite the cache's own files"], fg, want_rc=2)
+                problems += run_case(s, "log file over the cache's lock", f"file://{src_dir}", mnt,
+                                     ["--cache-dir", str(cdir), "--log-file", str(cdir / "LOCK")],
+                                     ["overwrite the cache's own files"], fg, want_rc=2)
                 # A mistyped directory is not created (spdlog would have).
                 missing = s.tmp / f"no_such_log_dir_{fg}"
                 problems += run_case(s, "log file in a missing directory", f"file://{src_dir}", mnt,

@@ -169,6 +169,13 @@ def unmount_hung_daemon(s, src):
     call on the mount); --timeout 0 does not wait for the daemon."""
     m = s.mount(f"file://{src}")
     pid = m.pid
+    # A stray SIGUSR1/SIGUSR2 is ignored (their default action ended the
+    # daemon and left the mount answering ENOTCONN).
+    os.kill(pid, signal.SIGUSR1)
+    os.kill(pid, signal.SIGUSR2)
+    time.sleep(0.2)
+    check(m.proc.popen.poll() is None and len(os.listdir(m.mountpoint / "big")) == 5,
+          "SIGUSR1 and SIGUSR2: the daemon goes on serving")
     os.kill(pid, signal.SIGSTOP)
     try:
         t0 = time.monotonic()
