@@ -272,7 +272,10 @@ Result<Credentials> ProfileCredentials(const ProfileFiles& f, const std::string&
   if (!f.cred_text && !in_config)
     return Err(Status::NotFound("credentials file " + f.path + " cannot be read (profile [" + profile + "])"));
   if (!in_cred && !in_config)
-    return Err(Status::NotFound("profile [" + profile + "] not found in " + (f.cred_text ? f.path : f.config)));
+    return Err(Status::NotFound("profile [" + profile + "] not found in " +
+                                (f.cred_text && f.config_text ? f.path + " nor in " + f.config
+                                 : f.cred_text                ? f.path + " (" + f.config + " cannot be read)"
+                                                              : f.config + " (" + f.path + " cannot be read)")));
   return Err(Status::NotFound("profile [" + profile + "] in " + (in_cred ? f.path : f.config) +
                               " has no aws_access_key_id (nor a credential_process or role_arn)"));
 }

@@ -126,6 +126,8 @@ TEST_CASE("ResolveCredentials: environment first, then the file", "[credentials]
     auto missing = igt::ResolveCredentials("nope");
     REQUIRE(!missing);
     CHECK_THAT(missing.error().message(), Catch::Contains("profile [nope] was asked for"));
+    // Both files searched are named (the config file too, not only the credentials file).
+    CHECK_THAT(missing.error().message(), Catch::Contains("config"));
     CHECK_THAT(missing.error().message(), !Catch::Contains("secretenv"));
     // $AWS_PROFILE is not an explicit choice: the keys still win over it.
     ScopedEnv p("AWS_PROFILE", std::string("work"));

@@ -58,6 +58,18 @@ struct Failure {
   std::string message;
 };
 
+// `path` as one shell word, to paste into a command a message suggests:
+// as it is when plain, else in single quotes.
+std::string ShellWord(const std::string& path) {
+  const bool plain = !path.empty() && std::all_of(path.begin(), path.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || std::strchr("/._-+,:=@%", c) != nullptr;
+  });
+  if (plain) return path;
+  std::string out = "'";
+  for (char c : path) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
 std::string DefaultCacheDir() {
   // A relative $XDG_CACHE_HOME is ignored, as the XDG spec says (it made a
   // cache dir under the working directory).
@@ -929,8 +941,8 @@ int RunMount(const MountArgs& a) {
   // Before anything stats it: a stat of a mount whose daemon hangs hangs.
   if (IsIgtcacheMount(mp.string()))
     return fail(kExitUsage, fmt::format("mount point '{}' is already an igtcache mount (a live one, or one left "
-                                        "behind by a daemon that died): run 'igtcache unmount {}' first",
-                                        a.mountpoint, a.mountpoint));
+                                        "behind by a daemon that died): run igtcache unmount {} first",
+                                        a.mountpoint, ShellWord(a.mountpoint)));
   if (!fs::is_directory(mp, ec)) {
     if (ec.value() == ENOTCONN)
       return fail(kExitUsage, fmt::format("mount point '{}' is a FUSE mount whose daemon has gone: run "

@@ -184,7 +184,7 @@ const std::vector<Key>& Schema() {
        "run on, up to backend.request_timeout_ms).", nullptr,
        SET_U64(backend.retry_deadline_ms)},
       {"backend.max_connections", Type::kInt, "32",
-       "Pooled, reused HTTP connections. The prefetcher fetches on half of them at most (1 to 64; "
+       "Pooled, reused HTTP connections. The prefetcher fetches on half of them at most (on 1 to 64 threads; "
        "with 1 connection, nothing is prefetched).", nullptr,
        SET_U64(backend.max_connections)},
       {"backend.max_request_bytes", Type::kSize, "8M",
@@ -497,7 +497,10 @@ Status Validate(const Config& c) {
     return bad("cache.inline_max_bytes", "must be at most 64K (larger units belong in files)");
   // A unit's file is its data plus a header page (cache.max_bytes counts disk use).
   if (c.cache.max_bytes < c.cache.unit_size_bytes + 4096)
-    return bad("cache.max_bytes", "must hold at least one unit file (cache.unit_size_bytes + 4K)");
+    return bad("cache.max_bytes", fmt::format("{} bytes is less than one unit file: at least {} bytes "
+                                              "(cache.unit_size_bytes {} + 4K)",
+                                              c.cache.max_bytes, c.cache.unit_size_bytes + 4096,
+                                              c.cache.unit_size_bytes));
   if (c.cache.min_free_ratio >= 1.0) return bad("cache.min_free_ratio", "must be below 1");
   if (c.fuse.threads < 1 || c.fuse.threads > 1024) return bad("fuse.threads", "must be 1..1024");
   if (c.fuse.max_read_bytes < 4096 || c.fuse.max_read_bytes > (1u << 20) ||

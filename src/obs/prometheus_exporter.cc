@@ -387,7 +387,9 @@ Status ValidateMetricsAddr(const std::string& addr) {
   const bool literal = host.front() == '['
                            ? inet_pton(AF_INET6, host.substr(1, host.size() - 2).c_str(), &a6) == 1
                            : inet_pton(AF_INET, host.c_str(), &a4) == 1;
-  if (!literal) return bad("the host must be an IPv4 address or a bracketed IPv6 address");
+  if (!literal)
+    return bad(MetricsServerHasIpv6() ? "the host must be an IPv4 address or a bracketed IPv6 address"
+                                      : "the host must be an IPv4 address (0.0.0.0 for every interface)");
   // The server binds an IPv6 address only when built with IPv6 (Debian's
   // civetweb 1.15 is not): refused here, not with its "null context" later.
   if (host.front() == '[' && !MetricsServerHasIpv6())
