@@ -889,7 +889,12 @@ int RunMount(const MountArgs& a) {
     if (group.empty()) return fail(kExitUsage, "-o needs a value (an empty option list was given)");
     std::string rest;
     for (const std::string& o : SplitComma(group)) {
-      if (o.rfind("max_read=", 0) == 0) {
+      if (auto flag = HelperOptionFlag(o)) {
+        // libfuse said only "fuse: unknown option(s)".
+        return fail(kExitUsage, fmt::format("-o {}: an option of the mount(8) helper (mount -t fuse.igtcache, "
+                                            "/etc/fstab); igtcache mount takes it as {}",
+                                            o, *flag));
+      } else if (o.rfind("max_read=", 0) == 0) {
         max_read = o.substr(9);
       } else if (o == "rw" || o == "ro") {
         // The mount is read-only whatever -o says: passed on, "rw" made

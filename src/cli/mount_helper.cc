@@ -4,6 +4,7 @@
 // that symlink it runs mount.fuse3, which runs `igtcache SOURCE DIR -o OPTS`
 // from PATH. Both land here and become an ordinary daemonized `igtcache
 // mount` (the command returns once the mount is ready). See docs/CLI.md.
+#include <algorithm>
 #include <filesystem>
 #include <map>
 
@@ -25,9 +26,9 @@ bool Dropped(const std::string& o) {
   return o.rfind("x-", 0) == 0 || o.rfind("comment=", 0) == 0 || o.rfind("helper=", 0) == 0;
 }
 
-Status ApplyOption(const std::string& opt, MountArgs& m, std::vector<std::string>& warnings) {
-  const auto eq = opt.find('=');
-  const std::string k = opt.substr(0, eq), v = eq == std::string::npos ? "" : opt.substr(eq + 1);
+// The helper's own options (the rest go to FUSE), each a flag of `igtcache
+// mount` of the same name with '-' for '_'.
+const std::map<std::string, std::string MountArgs::*>& OwnOptions() {
   static const std::map<std::string, std::string MountArgs::*> kOwn = {
       {"config", &MountArgs::config_path},   {"cache_dir", &MountArgs::cache_dir},
       {"cache_size", &MountArgs::cache_size}, {"endpoint", &MountArgs::endpoint},
@@ -35,6 +36,13 @@ Status ApplyOption(const std::string& opt, MountArgs& m, std::vector<std::string
       {"addressing", &MountArgs::addressing}, {"log_level", &MountArgs::log_level},
       {"log_file", &MountArgs::log_file},     {"metrics_addr", &MountArgs::metrics_addr},
       {"trace_out", &MountArgs::trace_out},   {"expected_bucket_owner", &MountArgs::expected_bucket_owner}};
+  return kOwn;
+}
+
+Status ApplyOption(const std::string& opt, MountArgs& m, std::vector<std::string>& warnings) {
+  const auto eq = opt.find('=');
+  const std::string k = opt.substr(0, eq), v = eq == std::string::npos ? "" : opt.substr(eq + 1);
+  const auto& kOwn = OwnOptions();
   if (k == "requester_pays") {
     if (eq != std::string::npos) return Status::InvalidArgument("mount option 'requester_pays' takes no value");
     m.requester_pays = true;
@@ -56,6 +64,14 @@ Status ApplyOption(const std::string& opt, MountArgs& m, std::vector<std::string
 }
 
 }  // namespace
+
+std::optional<std::string> HelperOptionFlag(std::string_view opt) {
+  const std::string k(opt.substr(0, opt.find('=')));
+  if (k != "requester_pays" && !OwnOptions().contains(k)) return std::nullopt;
+  std::string flag = "--" + k;
+  std::replace(flag.begin(), flag.end(), '_', '-');
+  return flag;
+}
 
 std::vector<std::string> SplitComma(const std::string& s) {
   std::vector<std::string> out;

@@ -93,5 +93,9 @@ std::optional<Result<HelperCall>> ParseMountHelper(const std::vector<std::string
 
 // "a,b,,c" -> {"a", "b", "", "c"} (mount -o option lists).
 std::vector<std::string> SplitComma(const std::string& s);
+// For an option of the mount(8) helper (cache_size=10G, ...): the
+// `igtcache mount` flag that does the same (--cache-size); nullopt for
+// others (FUSE's).
+std::optional<std::string> HelperOptionFlag(std::string_view opt);
 
 }  // namespace igt

@@ -173,7 +173,12 @@ int RunUnmount(const UnmountArgs& a) {
   if (!IsIgtcacheMount(mnt)) mnt = ResolveSymlinks(mnt);  // a symlink to the mount point
   if (!IsIgtcacheMount(mnt)) {
     struct stat st {};
-    if (::lstat(mnt.c_str(), &st) != 0 && errno == ENOENT)
+    // A path inside a mount names that mount (asked first: a stat of it
+    // would wait for that mount's daemon).
+    if (auto outer = FindIgtcacheMount(mnt))
+      std::fprintf(stderr, "igtcache: error: '%s' is not a mount point; it is inside the igtcache mount '%s'\n",
+                   a.mountpoint.c_str(), outer->c_str());
+    else if (::lstat(mnt.c_str(), &st) != 0 && errno == ENOENT)
       std::fprintf(stderr, "igtcache: error: '%s' does not exist\n", a.mountpoint.c_str());
     else
       std::fprintf(stderr, "igtcache: error: '%s' is not mounted (no igtcache mount there)\n", a.mountpoint.c_str());

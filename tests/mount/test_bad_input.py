@@ -194,6 +194,13 @@ def main():
                 problems += run_case(s, "-o max_read not a multiple of 4K", f"file://{src_dir}", mnt,
                                      ["-o", "ro,max_read=5000"], ["fuse.max_read_bytes"], fg, want_rc=2)
 
+            # A mount(8) helper option given to igtcache mount: its flag is
+            # named (libfuse said "fuse: unknown option(s)").
+            for fg in (False, True):
+                mnt = s.mkdir(f"mnt_helperopt_{'fg' if fg else 'bg'}")
+                problems += run_case(s, "-o cache_size=1G", f"file://{src_dir}", mnt, ["-o", "ro,cache_size=1G"],
+                                     ["--cache-size", "mount(8) helper"], fg, want_rc=2)
+
             # Files the daemon writes, under the mount point: hidden by the mount.
             for fg in (False, True):
                 mnt = s.mkdir(f"mnt_traceout_{'fg' if fg else 'bg'}")

@@ -176,6 +176,9 @@ def unmount_hung_daemon(s, src):
     time.sleep(0.2)
     check(m.proc.popen.poll() is None and len(os.listdir(m.mountpoint / "big")) == 5,
           "SIGUSR1 and SIGUSR2: the daemon goes on serving")
+    r = igt("unmount", str(m.mountpoint / "big"), env=s.igt_env())
+    check(r.returncode == 1 and f"inside the igtcache mount '{m.mountpoint}'" in r.stderr,
+          f"unmount of a directory inside a mount names the mount ({r.stderr.strip()!r})")
     os.kill(pid, signal.SIGSTOP)
     try:
         t0 = time.monotonic()
