@@ -101,6 +101,10 @@ double TimeoutSeconds(const Config& c, const InodeAttr& a) {
   if (a.stale) return std::min(ttl, kStaleEntrySeconds);
   if (a.listing_ms == 0) return ttl;
   const double age = static_cast<double>(NowMs() - a.listing_ms) / 1000.0;
+  // Past the TTL yet fresh: a listing whose LIST outlasted the TTL (it is
+  // fresh for twice its LIST's time, Namespace::Fresh): briefly, as a stale
+  // one's, not 0 (every stat a round trip to the daemon).
+  if (ttl - age <= 0) return std::min(ttl, kStaleEntrySeconds);
   return std::clamp(ttl - age, 0.0, ttl);
 }
 

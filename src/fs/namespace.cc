@@ -28,6 +28,7 @@ std::string EncodeListing(const DirListing& l) {
   nlohmann::json j;
   j["v"] = kListingFormat;
   j["t"] = l.fetched_ms;
+  if (l.list_ms > 0) j["d"] = l.list_ms;  // optional: records before it read as 0
   auto& e = j["e"] = nlohmann::json::array();
   for (const auto& d : l.entries) e.push_back({d.name, d.is_dir, d.size, d.mtime_ns, d.etag});
   auto bytes = nlohmann::json::to_cbor(j);
@@ -40,6 +41,7 @@ std::shared_ptr<DirListing> DecodeListing(const std::string& s) {
     if (j.value("v", 0) != kListingFormat) return nullptr;
     auto l = std::make_shared<DirListing>();
     l->fetched_ms = j.at("t").get<int64_t>();
+    l->list_ms = j.value("d", int64_t{0});
     for (const auto& e : j.at("e")) {
       DirEntry d{e.at(0).get<std::string>(), e.at(1).get<bool>(), e.at(2).get<uint64_t>(),
                  e.at(3).get<int64_t>(), e.at(4).get<std::string>()};
@@ -178,7 +180,7 @@ std::vector<std::string> Namespace::UnlistedSubdirs(const std::string& dir_key, 
     const DirEntry& e = l.entries[i];
     if (!e.is_dir) continue;
     std::string key = dir_key.empty() ? e.name : dir_key + "/" + e.name;
-    if (auto it = listings_.find(key); it != listings_.end() && Fresh(it->second->fetched_ms)) continue;
+    if (auto it = listings_.find(key); it != listings_.end() && Fresh(*it->second)) continue;
     if (fetches_.contains(key)) continue;
     out.push_back(std::move(key));
   }
@@ -261,7 +263,7 @@ void Namespace::WalkWorker() {
     if (!r) spdlog::debug("walk prefetch of '{}/': {}", key, r.error().ToString());
     // Depth first, as the walker: this directory's subdirectories come next
     // (not below a stale listing: the bucket did not answer).
-    if (r && item.descend && Fresh((*r)->fetched_ms))
+    if (r && item.descend && Fresh(**r))
       QueueBackground(UnlistedSubdirs(key, **r, 0, kWalkAhead), /*descend=*/true, /*front=*/true);
     lk.lock();
     --walk_busy_;
@@ -281,6 +283,11 @@ bool Namespace::Fresh(int64_t fetched_ms) const {
   // would stay fresh for the size of the step plus the TTL.
   const int64_t age = Now() - fetched_ms;
   return age >= 0 && age < static_cast<int64_t>(opts_.ttl_ms);
+}
+
+bool Namespace::Fresh(const DirListing& l) const {
+  const int64_t age = Now() - l.fetched_ms;
+  return age >= 0 && age < std::max(static_cast<int64_t>(opts_.ttl_ms), opts_.ttl_ms > 0 ? 2 * l.list_ms : 0);
 }
 
 size_t Namespace::listed_entries() const {
@@ -355,6 +362,20 @@ Result<std::shared_ptr<const DirListing>> Namespace::FetchListing(const std::str
     }
     req.continuation_token = page->next_token;
   } while (!req.continuation_token.empty());
+  listing->list_ms = std::max<int64_t>(0, Now() - listing->fetched_ms);
+  if (opts_.ttl_ms > 0 && listing->list_ms > static_cast<int64_t>(opts_.ttl_ms)) {
+    bool first = false;
+    {
+      std::lock_guard lk(hidden_mu_);
+      if (slow_warned_.size() >= kMaxHiddenDirs) slow_warned_.clear();
+      first = slow_warned_.insert(dir_key).second;
+    }
+    spdlog::log(first ? spdlog::level::warn : spdlog::level::debug,
+                "listing of {} took {:.1f} s, longer than metadata.ttl_ms ({:.1f} s): it is listed again at most "
+                "every {:.1f} s",
+                dir_key.empty() ? std::string("the top directory") : "'" + dir_key + "/'", listing->list_ms / 1e3,
+                opts_.ttl_ms / 1e3, 2 * listing->list_ms / 1e3);
+  }
   NoteHidden(dir_key, skipped);
   if (skipped) {
     // Once per directory and mount, then at debug level: a directory
@@ -435,14 +456,14 @@ Result<std::shared_ptr<const DirListing>> Namespace::Listing(const std::string& 
       persisted = LoadPersisted(dir_key);
       continue;
     }
-    if (it == listings_.end() && persisted && !changed && !Fresh(persisted->fetched_ms)) {
+    if (it == listings_.end() && persisted && !changed && !Fresh(*persisted)) {
       persisted->seq = listing_seq_.fetch_add(1) + 1;  // as Complete's: a place in the fetch order
       KeepListingLocked(dir_key, persisted);
       it = listings_.find(dir_key);
     }
     if (it != listings_.end()) {
       it->second->used.store(++use_clock_, std::memory_order_relaxed);
-      if (!changed && Fresh(it->second->fetched_ms)) return it->second;
+      if (!changed && Fresh(*it->second)) return it->second;
       stale = it->second;
       // The bucket failed the last refresh: keep serving the stale listing
       // at once. The retry (at most once per kStaleRetryMs) runs in the
@@ -477,7 +498,7 @@ Result<std::shared_ptr<const DirListing>> Namespace::Listing(const std::string& 
       fetch->note_seq = changed_seq_;
       fetch->background = background;
       fetch->looked = looked;
-      if (looked && persisted && Fresh(persisted->fetched_ms)) fetch->persisted = persisted;
+      if (looked && persisted && Fresh(*persisted)) fetch->persisted = persisted;
       fetches_.emplace(dir_key, fetch);
       leader = true;
       stale_listing = stale;
@@ -539,7 +560,7 @@ Result<std::shared_ptr<const DirListing>> Namespace::Complete(const std::string&
   if (store_ && !in_memory && note == 0) {
     std::shared_ptr<DirListing> l = fetch->persisted;
     if (!fetch->looked) l = LoadPersisted(dir_key);
-    if (l && Fresh(l->fetched_ms)) {
+    if (l && Fresh(*l)) {
       l->seq = listing_seq_.fetch_add(1) + 1;
       result = std::shared_ptr<const DirListing>(l);
     } else {
@@ -808,7 +829,7 @@ InodeAttr Namespace::EntryAttr(const std::string& dir_key, const DirListing& l, 
   InodeAttr a;
   {
     std::lock_guard lk(listings_mu_);
-    a.stale = !Fresh(l.fetched_ms) || changed_.contains(dir_key);
+    a.stale = !Fresh(l) || changed_.contains(dir_key);
   }
   a.is_dir = e.is_dir;
   a.key = ChildKey(dir_key, e.name);

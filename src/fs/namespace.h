@@ -75,6 +75,7 @@ struct DirEntry {
 struct DirListing {
   std::vector<DirEntry> entries;  // sorted by name, unique
   int64_t fetched_ms = 0;         // wall clock, ms since the epoch
+  int64_t list_ms = 0;            // how long its LIST took (Namespace::Fresh)
   // Fetch order in this process (0: loaded from disk): which of two
   // listings is newer, also when the wall clock steps back.
   uint64_t seq = 0;
@@ -264,6 +265,11 @@ class Namespace {
   Result<std::shared_ptr<const DirListing>> Complete(const std::string& dir_key,
                                                      const std::shared_ptr<Fetch>& fetch);
   bool Fresh(int64_t fetched_ms) const;
+  // A listing is fresh for the TTL, or for twice its LIST's time if that
+  // is longer: a directory whose LIST outlasts the TTL was stale the moment
+  // it arrived, and was listed again back to back for as long as lookups
+  // came (a flat directory of a million keys: ~100 s a LIST, TTL 60 s).
+  bool Fresh(const DirListing& l) const;
   int64_t Now() const;  // opts_.clock_ms, else NowMs()
   // Child `name` of `dir_key` from its listing, whose seq goes to *listing_seq.
   Result<InodeAttr> Child(const std::string& dir_key, std::string_view name, uint64_t* listing_seq);
@@ -378,6 +384,7 @@ class Namespace {
   // how many keys each one's latest listing hid (kMaxHiddenDirs at most).
   mutable std::mutex hidden_mu_;
   std::unordered_set<std::string> hidden_warned_;
+  std::unordered_set<std::string> slow_warned_;  // directories whose LIST outlasted the TTL (FetchListing)
   static constexpr size_t kMaxHiddenDirs = 4096;
   std::unordered_map<std::string, uint64_t> hidden_;
   uint64_t hidden_total_ = 0;

@@ -470,6 +470,36 @@ TEST_CASE("a change noted while its directory is relisted is not answered by tha
   CHECK(lag.lists() == 4);  // the root, d, the held relist, the one after the note
 }
 
+TEST_CASE("a listing whose LIST outlasts the TTL is fresh for twice its LIST's time") {
+  // A flat directory of a million keys takes ~100 s to list; with a 60 s
+  // TTL it was stale the moment it arrived, and every lookup past it began
+  // another LIST: the bucket listed back to back.
+  auto mem = std::make_shared<MemoryBackend>();
+  mem->Put("d/a.bin", "1");
+  FaultInjectingBackend fb(mem);
+  FakeClockMs clock;
+  fb.SetBeforeCall([&](FaultInjectingBackend::Op op, const std::string& key) {
+    if (op == FaultInjectingBackend::kList && key == "d/") clock.advance(100000);  // a 100 s LIST
+  });
+  Namespace ns(&fb, nullptr, nullptr,
+               Namespace::Options{.ttl_ms = 60000, .stale_wait_ms = 600000, .clock_ms = clock.fn()});
+  auto d = ns.Lookup(Namespace::kRootIno, "d");
+  REQUIRE(d.has_value());
+  auto a = ns.Lookup(d->ino, "a.bin");
+  REQUIRE(a.has_value());
+  CHECK_FALSE(a->stale);
+  const uint64_t lists = fb.counts().lists;
+  clock.advance(90000);  // 190 s after the LIST began: within 2 x 100 s
+  a = ns.Lookup(d->ino, "a.bin");
+  REQUIRE(a.has_value());
+  CHECK_FALSE(a->stale);
+  CHECK(fb.counts().lists == lists);
+  clock.advance(20000);  // 210 s: listed again
+  REQUIRE(ns.Lookup(d->ino, "a.bin").has_value());
+  CHECK(fb.counts().lists == lists + 1);
+  fb.SetBeforeCall({});
+}
+
 TEST_CASE("a stale listing is served while the bucket is unreachable") {
   auto mem = std::make_shared<MemoryBackend>();
   mem->Put("a.bin", "1");
