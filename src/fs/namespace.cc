@@ -436,6 +436,11 @@ Result<std::shared_ptr<const DirListing>> Namespace::Listing(const std::string& 
   // fetch, which serves it without asking the bucket or the index again.
   std::shared_ptr<DirListing> persisted;
   bool looked = false;  // the persisted listing was read (persisted: it, if any)
+  // One caller reads it (loading_), the others wait for it, then look again:
+  // they find it in memory (stale) or its fetch under way (fresh, or none).
+  // Each decoded it before: 16 loader workers after a remount, 16 decodes of
+  // a large directory's listing at once (its memory 16 times over).
+  bool loading = false;
   // A read found the listing out of date after the refresh under way began:
   // that refresh's LIST may predate the change, so its result is waited
   // for and not taken: the look begins again (its leader left the note,
@@ -445,12 +450,23 @@ Result<std::shared_ptr<const DirListing>> Namespace::Listing(const std::string& 
   for (int waits = 0;; ++waits) {
   while (true) {
     std::unique_lock lk(listings_mu_);
+    if (loading) {  // read: the waiters look again once this look is done (the lock let go)
+      loading_.erase(dir_key);
+      loading = false;
+      loaded_cv_.notify_all();
+    }
     std::shared_ptr<const DirListing> stale;
     // A read found this listing out of date: it is not served to lookups
     // until listed again (except while the bucket is down, below).
     changed = changed_.contains(dir_key);
     auto it = listings_.find(dir_key);
     if (it == listings_.end() && !looked && !background && store_) {
+      if (loading_.contains(dir_key)) {
+        loaded_cv_.wait(lk, [&] { return !loading_.contains(dir_key); });
+        continue;
+      }
+      loading_.insert(dir_key);
+      loading = true;
       lk.unlock();
       looked = true;
       persisted = LoadPersisted(dir_key);

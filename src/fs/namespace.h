@@ -353,13 +353,17 @@ class Namespace {
   // Points `key`'s entry of by_key_ at `n`. Requires mu_.
   void OwnKey(Inode* n);
 
-  mutable std::mutex listings_mu_;  // guards listings_, fetches_, retry_after_ms_, refresh_due_, changed_*, unpersisted_
+  mutable std::mutex listings_mu_;  // guards listings_, fetches_, loading_, retry_after_ms_, refresh_due_, changed_*, unpersisted_
   std::unordered_map<std::string, std::shared_ptr<const DirListing>> listings_;
   size_t listed_entries_ = 0;  // entries of listings_ summed (guarded by listings_mu_)
   uint64_t use_clock_ = 0;     // DirListing::used stamps (guarded by listings_mu_)
   // Sets listings_[dir_key], then trims (Options::max_listed_entries). Requires listings_mu_.
   void KeepListingLocked(const std::string& dir_key, std::shared_ptr<const DirListing> l);
   std::unordered_map<std::string, std::shared_ptr<Fetch>> fetches_;
+  // Directories whose persisted listing a caller is reading (Listing), and
+  // the wait for it (with listings_mu_).
+  std::unordered_set<std::string> loading_;
+  std::condition_variable loaded_cv_;
   // Directories whose refresh failed (bucket unreachable): their stale
   // listing is served without asking the bucket again until this time.
   std::unordered_map<std::string, int64_t> retry_after_ms_;

@@ -907,6 +907,82 @@ class MetaFailingStore final : public BlockStore {
 };
 }  // namespace
 
+namespace {
+// A BlockStore counting the reads of one meta key, each made slow (a large
+// listing's decode), the rest to the real one.
+class SlowMetaStore final : public BlockStore {
+ public:
+  SlowMetaStore(BlockStore& inner, std::string key) : in_(inner), key_(std::move(key)) {}
+  std::atomic<int> reads{0};
+  std::optional<size_t> Read(const UnitKey& key, uint64_t offset, size_t len, char* out, bool hit) override {
+    return in_.Read(key, offset, len, out, hit);
+  }
+  Status Put(const UnitKey& key, std::string_view data, bool prefetched) override {
+    return in_.Put(key, data, prefetched);
+  }
+  bool Contains(const UnitKey& key) override { return in_.Contains(key); }
+  void Remove(const UnitKey& key) override { in_.Remove(key); }
+  uint64_t used_bytes() const override { return in_.used_bytes(); }
+  uint64_t limit_bytes() const override { return in_.limit_bytes(); }
+  uint64_t unit_count() const override { return in_.unit_count(); }
+  Status PutMeta(std::string_view key, std::string_view value) override { return in_.PutMeta(key, value); }
+  std::optional<std::string> GetMeta(std::string_view key) override {
+    if (key == key_) {
+      ++reads;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return in_.GetMeta(key);
+  }
+  Result<std::optional<std::string>> LookupMeta(std::string_view key) override { return in_.LookupMeta(key); }
+  void DeleteMeta(std::string_view key) override { in_.DeleteMeta(key); }
+  Result<uint64_t> DeleteMetaPrefix(std::string_view prefix) override { return in_.DeleteMetaPrefix(prefix); }
+
+ private:
+  BlockStore& in_;
+  std::string key_;
+};
+}  // namespace
+
+TEST_CASE("many lookups in a directory whose listing is only in the index read it once") {
+  // After a remount, 16 loader workers looking up names in one large
+  // directory each read and decoded its saved listing (its memory 16 times
+  // over); one reads it now, the others wait for it.
+  const BlockStoreOptions o = FreshStore("igt-ns-loadonce");
+  auto mem = std::make_shared<MemoryBackend>();
+  for (int f = 0; f < 50; ++f) mem->Put("d/f" + std::to_string(f), "x");
+  FakeClockMs clock;
+  auto real = BlockStore::Open(o, nullptr);
+  REQUIRE(real.has_value());
+  const Namespace::Options opts{.ttl_ms = 600000, .prefetch_dirs = 0, .clock_ms = clock.fn()};
+  uint64_t d_ino = 0;
+  {
+    Namespace ns(mem.get(), real->get(), nullptr, opts);
+    auto d = ns.Lookup(Namespace::kRootIno, "d");
+    REQUIRE(d.has_value());
+    REQUIRE(ns.Lookup(d->ino, "f1").has_value());  // d's listing saved
+    d_ino = d->ino;
+  }
+  for (bool stale : {false, true}) {
+    if (stale) clock.advance(600001);  // saved listings past the TTL: served stale while relisted
+    SlowMetaStore store(**real, "l/d");
+    Namespace ns(mem.get(), &store, nullptr, opts);
+    auto d = ns.Lookup(Namespace::kRootIno, "d");
+    REQUIRE(d.has_value());
+    CHECK(d->ino == d_ino);
+    std::vector<std::thread> workers;
+    std::atomic<int> found{0};
+    for (int w = 0; w < 16; ++w)
+      workers.emplace_back([&, w] {
+        if (ns.Lookup(d->ino, "f" + std::to_string(w)).has_value()) ++found;
+      });
+    for (auto& t : workers) t.join();
+    CHECK(found == 16);
+    CHECK(store.reads == 1);
+  }
+  real->reset();
+  std::filesystem::remove_all(o.dir);
+}
+
 TEST_CASE("a listing that could not be saved keeps the index's older copy from coming back") {
   // The cache volume is full: a relisting (a new version of d/a.bin) is not
   // saved. Dropped from memory for room and loaded again, the index's older
