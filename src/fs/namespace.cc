@@ -460,7 +460,9 @@ Result<std::shared_ptr<const DirListing>> Namespace::Listing(const std::string& 
     // until listed again (except while the bucket is down, below).
     changed = changed_.contains(dir_key);
     auto it = listings_.find(dir_key);
-    if (it == listings_.end() && !looked && !background && store_) {
+    // (Not while a fetch serves the saved listing, fresh: it is joined.)
+    if (auto f = fetches_.find(dir_key); it == listings_.end() && !looked && !background && store_ &&
+                                         (f == fetches_.end() || !f->second->persisted)) {
       if (loading_.contains(dir_key)) {
         loaded_cv_.wait(lk, [&] { return !loading_.contains(dir_key); });
         continue;
