@@ -160,7 +160,9 @@ class AccessStreamTree {
   // more slots once those are all busy; null when every one is a live
   // reader's (without the extra slots, the memory cap: an inline one in turn).
   detail::PidCursor* NewCursorLocked(Node* f, uint32_t pid, uint32_t now_s);
-  void PushSample(Node* n, uint32_t child, uint32_t pid, uint64_t t);
+  // `same_again`: no sample when the node's last one is this reader's on
+  // this child (a child directory: the reader's next file in it).
+  void PushSample(Node* n, uint32_t child, uint32_t pid, uint64_t t, bool same_again = false);
   void PushSampleLocked(Node* n, uint32_t child, uint32_t pid, uint64_t t);
   void RunTestLocked(Node* n, uint64_t now_us);
   StreamInfo InfoLocked(const Node* n, std::string path) const;

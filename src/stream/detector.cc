@@ -212,7 +212,17 @@ DetectResult Detect(const DetectInput& in, const StreamConfig& cfg) {
     }
     r.steps = steps;
     r.next_steps = next;
-    const double p0 = big_n > 0 ? cfg.sequential_gap / bn : 1.0;
+    // Under no pattern, over the D children read: a step goes to one of the
+    // D-1 others (a reader's repeats in a row are rare: the tree pushes no
+    // sample for a reader staying in a subdirectory or a block), and is
+    // "next" for min(gap, D-1-a) of them from the a-th; summed, g(g+1)/2 +
+    // g(D-1-g) over D(D-1) steps (~gap/D). Over the N listed it was gap/N:
+    // "next" is found among the children read (a directory's successor
+    // walks the children it has seen), and a hot set of 4 files in a
+    // directory of 10,000 read in turn looked 75% "next" against 0.02%.
+    const double dg = std::min<double>(cfg.sequential_gap, static_cast<double>(distinct) - 1);
+    const double dd = static_cast<double>(distinct);
+    const double p0 = distinct >= 2 ? (dg * (dg + 1) / 2 + dg * (dd - 1 - dg)) / (dd * (dd - 1)) : 1.0;
     if (steps > 0 && p0 < 0.5) {
       if (next == 0) {
         r.seq_p = 1;
