@@ -762,6 +762,7 @@ void AccessStreamTree::RunTestLocked(Node* n, uint64_t now_us) {
   } else {
     in.n_children = n->file_size / cfg_.unit_bytes + (n->file_size % cfg_.unit_bytes != 0);
     in.successor = IndexSuccessor();
+    in.blocks = true;
   }
   // Change point: the newest kRecentSamples alone say "scan" where the
   // stream is labelled random or skewed, or the reverse (a weights file

@@ -63,6 +63,10 @@ struct DetectInput {
   // file: a hot region read evenly is still a hot region (a random label
   // would value its cold units as much as the hot ones).
   bool subset_uniform = false;
+  // The blocks of a file: when too few are read for the sequential test
+  // (3 or fewer), the stream is unknown, not random by the uniformity test
+  // alone (Detect).
+  bool blocks = false;
 };
 
 struct DetectResult {
@@ -77,6 +81,7 @@ struct DetectResult {
   // Both tests, for diagnostics.
   uint32_t steps = 0, next_steps = 0;
   double seq_p = 1;
+  bool seq_tested = false;  // enough children read for the sequential test (p0 < 0.5)
   double uniform_stat = 0, uniform_p = 1;
   TestKind uniform_test = TestKind::kNone;
   uint32_t distinct = 0;

@@ -194,6 +194,25 @@ TEST_CASE("a strided scan and reordered 128 KiB requests are sequential at block
   CHECK(tree.Find("ckpt/model.bin")->samples == 66);
 }
 
+TEST_CASE("files of 2 blocks read front to back every epoch are not random", "[tree]") {
+  // Too few blocks for the sequential test: the even spread made them
+  // random (sub-unit fetches, readahead cut).
+  AccessStreamTree tree;
+  uint64_t t = 0;
+  for (int e = 0; e < 40; ++e)
+    for (int f = 0; f < 4; ++f)
+      for (uint64_t off = 0; off < 2 * kMiB; off += 128 << 10) {
+        char path[32];
+        std::snprintf(path, sizeof path, "sm/f%d.bin", f);
+        tree.Record(t += 100, 9, path, off, 128 << 10, 2 * kMiB);
+      }
+  tree.RetestAll(true);
+  auto s = tree.Find("sm/f0.bin");
+  REQUIRE(s);
+  CHECK(s->samples >= 40);
+  CHECK(s->label == Label::kUnknown);
+}
+
 TEST_CASE("a few hot files of a large directory read at random are skewed, not a scan", "[tree]") {
   // 4 hot files of 10,000 listed, read at random: "next" steps are found
   // among the children read, ~5 in 12 of them by chance; against p0 =
