@@ -329,6 +329,9 @@ class PolicyEngine {
   Group* WindowGroup();  // the stream of readahead units not read yet
   // Whether the window stream's oldest unit has waited kWindowStaleUs unread.
   bool WindowStale(const Group* g) const;
+  // Units of an item an epoch plan proposes: as deep as the stream's reads
+  // go (Group::item_depth), kEpochItemMaxUnits at most.
+  uint64_t EpochItemUnits(const Group* g) const;
   void MaybeAllocate(uint64_t now_us);
   void TrimPlan(std::vector<PrefetchRange>& plan);
 
@@ -339,6 +342,14 @@ class PolicyEngine {
   uint64_t now_us_ = 0;
 
   std::unordered_map<std::string, std::unique_ptr<Group>> groups_;
+  // The streams holding units (Group::holding_at), the ones VictimGroup
+  // looks at; NoteHolding after each change of a stream's units.
+  std::vector<Group*> holding_;
+  void NoteHolding(Group* g);
+  // Each reader's latest file (FileRec nodes do not move): a file's part-read
+  // unit counts while its reader is still there (PartReadActive).
+  std::unordered_map<uint32_t, const FileRec*> reader_file_;
+  bool PartReadActive(const FileRec& f) const;
   // By parent directory (SiblingPool); node-based: members point in.
   std::unordered_map<std::string, std::unique_ptr<SiblingPool>> pools_;
   std::unordered_map<std::string, Unit> units_;

@@ -527,13 +527,14 @@ bool AccessStreamTree::RecordInFile(Node* f, uint64_t t, uint32_t pid, uint64_t 
   auto near_end = [&](const detail::PidCursor& cu) {
     return off != 0 && off + slack >= cu.end && off <= cu.end + slack;
   };
-  // A reader moving forward inside the block it is in (a strided scan: 4 KiB
-  // every 64 KiB) stays in its visit: each read was a new visit of the file
-  // with a sample of that same block, steps never "next" piling up on one
-  // block and, a visit each, on the file in its directory (both labelled
-  // skewed: a review of the detection layer).
+  // A reader moving forward inside the block it is in, or into the next one
+  // (a strided scan: 4 KiB every 64 KiB), stays in its visit: each read was
+  // a new visit of the file with a sample of that same block, steps never
+  // "next" piling up on one block and, a visit each, on the file in its
+  // directory (both labelled skewed: a review of the detection layer).
   const bool in_block = c && !near_end(*c) && off > c->last_off && c->last_block != UINT64_MAX &&
-                        fsize > cfg_.unit_bytes && off / cfg_.unit_bytes == c->last_block;
+                        fsize > cfg_.unit_bytes && off / cfg_.unit_bytes - c->last_block <= 1 &&
+                        off / cfg_.unit_bytes >= c->last_block;
   const bool near = c && (near_end(*c) || in_block);
   const bool cont = near && c->end == off;
   // Sizes and offsets near 2^64 must not wrap (a sparse file:// file).
