@@ -874,46 +874,11 @@ TEST_CASE("listings nobody holds are dropped past max_listed_entries, and come b
 }
 
 namespace {
-// A BlockStore whose PutMeta fails while `fail_meta` (a full or read-only
-// cache volume); the rest goes to the real one.
-class MetaFailingStore final : public BlockStore {
+// A BlockStore passing every call to a real one: the tests' stores below
+// change one or two calls.
+class WrappedStore : public BlockStore {
  public:
-  explicit MetaFailingStore(BlockStore& inner) : in_(inner) {}
-  std::atomic<bool> fail_meta{false};
-  std::optional<size_t> Read(const UnitKey& key, uint64_t offset, size_t len, char* out, bool hit) override {
-    return in_.Read(key, offset, len, out, hit);
-  }
-  Status Put(const UnitKey& key, std::string_view data, bool prefetched) override {
-    return in_.Put(key, data, prefetched);
-  }
-  bool Contains(const UnitKey& key) override { return in_.Contains(key); }
-  void Remove(const UnitKey& key) override { in_.Remove(key); }
-  uint64_t used_bytes() const override { return in_.used_bytes(); }
-  uint64_t limit_bytes() const override { return in_.limit_bytes(); }
-  uint64_t unit_count() const override { return in_.unit_count(); }
-  Status PutMeta(std::string_view key, std::string_view value) override {
-    if (fail_meta) return Status::IoError("No space left on device");
-    return in_.PutMeta(key, value);
-  }
-  std::optional<std::string> GetMeta(std::string_view key) override { return in_.GetMeta(key); }
-  Result<std::optional<std::string>> LookupMeta(std::string_view key) override { return in_.LookupMeta(key); }
-  void DeleteMeta(std::string_view key) override {
-    if (!fail_meta) in_.DeleteMeta(key);  // a full volume takes no delete either
-  }
-  Result<uint64_t> DeleteMetaPrefix(std::string_view prefix) override { return in_.DeleteMetaPrefix(prefix); }
-
- private:
-  BlockStore& in_;
-};
-}  // namespace
-
-namespace {
-// A BlockStore counting the reads of one meta key, each made slow (a large
-// listing's decode), the rest to the real one.
-class SlowMetaStore final : public BlockStore {
- public:
-  SlowMetaStore(BlockStore& inner, std::string key) : in_(inner), key_(std::move(key)) {}
-  std::atomic<int> reads{0};
+  explicit WrappedStore(BlockStore& inner) : in_(inner) {}
   std::optional<size_t> Read(const UnitKey& key, uint64_t offset, size_t len, char* out, bool hit) override {
     return in_.Read(key, offset, len, out, hit);
   }
@@ -926,19 +891,46 @@ class SlowMetaStore final : public BlockStore {
   uint64_t limit_bytes() const override { return in_.limit_bytes(); }
   uint64_t unit_count() const override { return in_.unit_count(); }
   Status PutMeta(std::string_view key, std::string_view value) override { return in_.PutMeta(key, value); }
-  std::optional<std::string> GetMeta(std::string_view key) override {
-    if (key == key_) {
-      ++reads;
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    return in_.GetMeta(key);
-  }
+  std::optional<std::string> GetMeta(std::string_view key) override { return in_.GetMeta(key); }
   Result<std::optional<std::string>> LookupMeta(std::string_view key) override { return in_.LookupMeta(key); }
   void DeleteMeta(std::string_view key) override { in_.DeleteMeta(key); }
   Result<uint64_t> DeleteMetaPrefix(std::string_view prefix) override { return in_.DeleteMetaPrefix(prefix); }
 
  private:
   BlockStore& in_;
+};
+
+// PutMeta (and DeleteMeta) fail while `fail_meta`: a full or read-only
+// cache volume.
+class MetaFailingStore final : public WrappedStore {
+ public:
+  using WrappedStore::WrappedStore;
+  std::atomic<bool> fail_meta{false};
+  Status PutMeta(std::string_view key, std::string_view value) override {
+    if (fail_meta) return Status::IoError("No space left on device");
+    return WrappedStore::PutMeta(key, value);
+  }
+  void DeleteMeta(std::string_view key) override {
+    if (!fail_meta) WrappedStore::DeleteMeta(key);  // a full volume takes no delete either
+  }
+};
+}  // namespace
+
+namespace {
+// Counts the reads of one meta key, each made slow (a large listing's decode).
+class SlowMetaStore final : public WrappedStore {
+ public:
+  SlowMetaStore(BlockStore& inner, std::string key) : WrappedStore(inner), key_(std::move(key)) {}
+  std::atomic<int> reads{0};
+  std::optional<std::string> GetMeta(std::string_view key) override {
+    if (key == key_) {
+      ++reads;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return WrappedStore::GetMeta(key);
+  }
+
+ private:
   std::string key_;
 };
 }  // namespace
