@@ -471,7 +471,14 @@ Result<std::shared_ptr<const DirListing>> Namespace::Listing(const std::string& 
       loading = true;
       lk.unlock();
       looked = true;
-      persisted = LoadPersisted(dir_key);
+      try {
+        persisted = LoadPersisted(dir_key);
+      } catch (...) {  // (out of memory) the waiters must not wait for good
+        lk.lock();
+        loading_.erase(dir_key);
+        loaded_cv_.notify_all();
+        throw;
+      }
       continue;
     }
     if (it == listings_.end() && persisted && !changed && !Fresh(*persisted)) {
