@@ -61,6 +61,8 @@ constexpr int64_t kStaleRetryMs = 1000;
 // many refreshes that began before the latest note (Listing), then takes
 // what it gets (notes that keep coming cannot hold it for good).
 constexpr int kChangedRefetches = 2;
+// Directories whose unsaved listing is remembered (Namespace::unpersisted_).
+constexpr size_t kMaxUnpersisted = 65536;
 
 std::string ChildKey(const std::string& dir_key, std::string_view name) {
   return dir_key.empty() ? std::string(name) : dir_key + "/" + std::string(name);
@@ -258,6 +260,10 @@ void Namespace::WalkWorker() {
     WalkItem item = std::move(walk_queue_.front());
     walk_queue_.pop_front();
     const std::string& key = item.key;
+    // Queued again from here on: a relist that finds a newer note of a
+    // change (Complete) queues its directory again while this one is under
+    // way, and the entry left here dropped it.
+    walk_queued_.erase(key);
     lk.unlock();
     auto r = Listing(key, /*background=*/true);  // single-flight with the walker's own ReadDir
     if (!r) spdlog::debug("walk prefetch of '{}/': {}", key, r.error().ToString());
@@ -267,7 +273,6 @@ void Namespace::WalkWorker() {
       QueueBackground(UnlistedSubdirs(key, **r, 0, kWalkAhead), /*descend=*/true, /*front=*/true);
     lk.lock();
     --walk_busy_;
-    walk_queued_.erase(key);
   }
 }
 
@@ -404,8 +409,12 @@ Result<std::shared_ptr<const DirListing>> Namespace::FetchListing(const std::str
     const Status saved = store_->PutMeta(MetaKey(dir_key), EncodeListing(*listing));
     {
       std::lock_guard lk(listings_mu_);
-      if (saved.ok()) unpersisted_.erase(dir_key);
-      else unpersisted_[dir_key] = listing->fetched_ms;
+      if (saved.ok()) {
+        unpersisted_.erase(dir_key);
+      } else {
+        if (unpersisted_.size() >= kMaxUnpersisted) unpersisted_.clear();  // bounded (a full volume for long)
+        unpersisted_[dir_key] = listing->fetched_ms;
+      }
     }
     if (!saved.ok()) {
       spdlog::debug("listing of '{}' not persisted: {}", dir_key, saved.ToString());
@@ -632,8 +641,16 @@ Result<std::shared_ptr<const DirListing>> Namespace::Complete(const std::string&
     // directories not visited again).
     if (stale) retry_after_ms_[dir_key] = Now() + kStaleRetryMs;
     else if (fetched) {
-      retry_after_ms_.clear();
-      refresh_due_.clear();  // a queued retry then refreshes as a walk does
+      // Holds past their time: directories not visited since (a hold still
+      // running keeps its pacing: the source may answer for some
+      // directories and not others).
+      const int64_t now = Now();
+      std::erase_if(retry_after_ms_, [&](const auto& e) {
+        if (e.second > now) return false;
+        refresh_due_.erase(e.first);  // a queued retry then refreshes as a walk does
+        return true;
+      });
+      retry_after_ms_.erase(dir_key);
     }
     else retry_after_ms_.erase(dir_key);
     if (stale || (!result && BackendUnreachable(result.error().code()))) last_unreachable_ms_ = Now();
@@ -775,17 +792,24 @@ void Namespace::NoteChanged(const std::string& key, const std::string& etag) {
     auto n = noted_.find(key);
     const int64_t now = Now();
     const int64_t age = it == listings_.end() ? -1 : now - it->second->fetched_ms;
-    const bool confirmed = n != noted_.end() && n->second.first == etag && age >= 0 &&
-                           it->second->fetched_ms >= n->second.second &&
+    const bool confirmed = n != noted_.end() && n->second.etag == etag && age >= 0 &&
+                           it->second->fetched_ms >= n->second.ms &&
                            age < std::min<int64_t>(opts_.ttl_ms, kRelistConfirmedMs);
-    // A note while the directory is marked already renews the mark: a
-    // relist under way may have begun before this change, and clears only
-    // the mark it began after (Complete).
     if (listed && !confirmed) {
-      marked = !changed_.contains(dir);
-      changed_[dir] = ++changed_seq_;
-      if (noted_.size() >= 4096) noted_.clear();
-      noted_[key] = {etag, now};
+      if (!changed_.contains(dir) || n == noted_.end() || n->second.etag != etag) {
+        marked = !changed_.contains(dir);
+        changed_[dir] = ++changed_seq_;
+        if (noted_.size() >= 4096) noted_.clear();
+        noted_[key] = {etag, now, false};
+      } else if (!n->second.renewed) {
+        // The same failure again while the directory is marked: the mark is
+        // renewed once (a relist under way may have begun before the change,
+        // and clears only the mark it began after: Complete), its time kept.
+        // Renewed at every failed read, a key the store lists but does not
+        // serve kept its directory relisted back to back (a review).
+        changed_[dir] = ++changed_seq_;
+        n->second.renewed = true;
+      }
     }
   }
   if (marked) {

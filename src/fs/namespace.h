@@ -383,7 +383,12 @@ class Namespace {
   // A relisting that still names that version is not repeated for a failed
   // read within kRelistConfirmedMs.
   static constexpr int64_t kRelistConfirmedMs = 5000;
-  std::unordered_map<std::string, std::pair<std::string, int64_t>> noted_;
+  struct Noted {
+    std::string etag;
+    int64_t ms = 0;        // when first noted
+    bool renewed = false;  // the mark renewed for it once already (NoteChanged)
+  };
+  std::unordered_map<std::string, Noted> noted_;
   // Directories whose hidden keys were warned about (FetchListing), and
   // how many keys each one's latest listing hid (kMaxHiddenDirs at most).
   mutable std::mutex hidden_mu_;

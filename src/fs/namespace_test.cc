@@ -407,9 +407,12 @@ class LaggingList final : public Backend {
     cv_.notify_all();
   }
   int lists() const { return lists_.load(); }
+  // Called in each LIST after its answer is taken (a reader failing then).
+  std::function<void(const std::string& prefix)> during;
   Result<ListPage> List(const ListRequest& req) override {
     ++lists_;
     auto page = inner_->List(req);  // the bucket as it is now
+    if (during) during(req.prefix);
     std::unique_lock lk(m_);
     if (hold_) {
       held_ = true;
@@ -498,6 +501,35 @@ TEST_CASE("a listing whose LIST outlasts the TTL is fresh for twice its LIST's t
   REQUIRE(ns.Lookup(d->ino, "a.bin").has_value());
   CHECK(fb.counts().lists == lists + 1);
   fb.SetBeforeCall({});
+}
+
+TEST_CASE("failed reads of a version the store lists but does not serve renew the mark once, not per read") {
+  // A key the store lists but does not serve, read by workers that keep
+  // retrying: a read fails during every relist. Each failure renewed the
+  // directory's mark and its note's time, each relist then found a newer
+  // note and queued another: the directory listed back to back (a review).
+  auto mem = std::make_shared<MemoryBackend>();
+  mem->Put("d/a.bin", "v1");
+  LaggingList lag(mem);
+  FakeClockMs clock;
+  Namespace ns(&lag, nullptr, nullptr,
+               Namespace::Options{.ttl_ms = 600000, .prefetch_threads = 1, .clock_ms = clock.fn()});
+  auto d = ns.Lookup(Namespace::kRootIno, "d");
+  REQUIRE(d.has_value());
+  auto v1 = ns.Lookup(d->ino, "a.bin");
+  REQUIRE(v1.has_value());
+  std::atomic<bool> failing{true};
+  lag.during = [&](const std::string& prefix) {
+    if (prefix != "d/" || !failing) return;
+    clock.advance(10);
+    ns.NoteChanged("d/a.bin", v1->etag);
+  };
+  clock.advance(10);
+  ns.NoteChanged("d/a.bin", v1->etag);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the background relists run
+  failing = false;
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  CHECK(lag.lists() <= 5);  // the root, d, the relist, one renewal's (and a race's)
 }
 
 TEST_CASE("a stale listing is served while the bucket is unreachable") {
