@@ -327,7 +327,10 @@ class S3Backend final : public Backend {
       // instead of sending it; the ETag check below stays for servers that
       // ignore the header (s3rver does).
       HeaderList headers = {{"Range", RangeHeader(offset, length)}};
-      if (!etag.empty()) headers.emplace_back("If-Match", "\"" + std::string(etag) + "\"");
+      // Not for a weak ETag (W/"..."; If-Match needs a strong match, every
+      // GET would be refused) nor one with a quote in it (a bad header).
+      if (!etag.empty() && !etag.starts_with("W/") && etag.find('"') == std::string_view::npos)
+        headers.emplace_back("If-Match", "\"" + std::string(etag) + "\"");
       HttpRequest req = Build("GET", full, {}, headers);
       req.sink = out;
       req.sink_capacity = length;

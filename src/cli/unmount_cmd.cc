@@ -148,8 +148,17 @@ DaemonProbe ProbeDaemon(const std::string& mnt, double limit_s) {
   }
   close(fds[0]);
   if (!eof) kill(child, SIGKILL);
+  // Reaped if it goes within a second. A request the daemon has taken and
+  // sits on keeps the child waiting whatever the signal (the kernel waits
+  // it out): then it is left behind (init reaps it once this command ends,
+  // or once the daemon answers), not waited for.
   int st = 0;
-  while (waitpid(child, &st, 0) < 0 && errno == EINTR) {
+  const auto reap_until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  while (true) {
+    const pid_t w = waitpid(child, &st, WNOHANG);
+    if (w == child || (w < 0 && errno != EINTR)) break;
+    if (std::chrono::steady_clock::now() >= reap_until) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   DaemonProbe p;
   int gone = 0;
@@ -201,10 +210,13 @@ int RunUnmount(const UnmountArgs& a) {
   // stays busy and is named below.
   const auto busy_until =
       std::chrono::steady_clock::now() + std::chrono::duration<double>(std::min(2.0, std::max(0.0, a.timeout_s)));
-  auto [rc, err] = Run({"fusermount3", a.lazy ? "-uz" : "-u", mnt});
+  // A daemon that does not answer: lazily (the probe's child may still hold
+  // a request on the mount, which makes it busy).
+  const bool lazy = a.lazy || !probe.answered;
+  auto [rc, err] = Run({"fusermount3", lazy ? "-uz" : "-u", mnt});
   while (rc != 0 && err.find("busy") != std::string::npos && std::chrono::steady_clock::now() < busy_until) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    std::tie(rc, err) = Run({"fusermount3", a.lazy ? "-uz" : "-u", mnt});
+    std::tie(rc, err) = Run({"fusermount3", lazy ? "-uz" : "-u", mnt});
   }
   if (rc != 0) {
     std::string why = err.empty() ? fmt::format("fusermount3 exited {}", rc) : err;

@@ -189,6 +189,9 @@ uint64_t NodeBytes(std::string_view key, bool is_dir) {
   return b;
 }
 
+// PushSample's look back for a reader's own latest sample on a node.
+constexpr size_t kSameAgainLook = 32;
+
 thread_local uint32_t t_shard = [] {
   static std::atomic<uint32_t> next{0};
   return next.fetch_add(1, std::memory_order_relaxed);
@@ -668,12 +671,19 @@ void AccessStreamTree::PushSample(Node* n, uint32_t child, uint32_t pid, uint64_
   // (sim of 3 scans of 20 class directories, 100 MiB cache: 2,001 MiB
   // fetched, the same files in one flat directory 372; a review of the
   // detection layer). The sample is counted (samples_seen), not kept.
+  // This reader's latest sample, among the node's newest kSameAgainLook
+  // (readers scanning side by side interleave theirs).
   if (same_again && n->stream && n->stream->count > 0) {
     const StreamState& s = *n->stream;
-    const RingEntry& last = s.ring[(s.next + s.ring.size() - 1) % s.ring.size()];
-    if (last.child == child && last.pid == pid) {
-      n->samples_seen.fetch_add(1, std::memory_order_relaxed);
-      return;
+    const size_t look = std::min<size_t>(s.count, kSameAgainLook);
+    for (size_t i = 1; i <= look; ++i) {
+      const RingEntry& e = s.ring[(s.next + s.ring.size() - i) % s.ring.size()];
+      if (e.pid != pid) continue;
+      if (e.child == child) {
+        n->samples_seen.fetch_add(1, std::memory_order_relaxed);
+        return;
+      }
+      break;
     }
   }
   PushSampleLocked(n, child, pid, t);

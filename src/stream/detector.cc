@@ -322,7 +322,12 @@ DetectResult Detect(const DetectInput& in, const StreamConfig& cfg) {
   } else if (seq_sig && frac >= cfg.mixed_sequential_ratio) {
     use_seq();
     r.label = Label::kUnknown;  // part scan, part not: the tests disagree
+  } else if (r.uniform_test != TestKind::kNone && r.uniform_p < alpha_each) {
+    use_uni();
+    r.label = Label::kSkewed;
+    if (in.fit_zipf) r.zipf_s = FitZipfByCollisions(r.collision_prob, big_n);
   } else if (in.blocks && !r.seq_tested) {
+    // (After skewed: a hot block or two of a large file stay skewed.)
     // A file of 2 or 3 blocks read front to back every epoch spreads its
     // reads evenly: random by the uniformity test alone, and fetched in
     // sub-units, its readahead cut (a review: 2-block files read whole 40
@@ -330,10 +335,6 @@ DetectResult Detect(const DetectInput& in, const StreamConfig& cfg) {
     // against 12.0). Too few blocks read to tell a scan: unknown.
     use_uni();
     r.label = Label::kUnknown;
-  } else if (r.uniform_test != TestKind::kNone && r.uniform_p < alpha_each) {
-    use_uni();
-    r.label = Label::kSkewed;
-    if (in.fit_zipf) r.zipf_s = FitZipfByCollisions(r.collision_prob, big_n);
   } else if (r.uniform_test != TestKind::kNone) {
     use_uni();
     r.label = Label::kRandom;

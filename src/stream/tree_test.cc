@@ -165,6 +165,21 @@ TEST_CASE("a listing-order scan of class directories leaves their parent unskewe
   CHECK(train->samples == 20);  // one a class directory
   CHECK(train->label != Label::kSkewed);
   for (const char* d : {"train/c000/", "train/c019/"}) CHECK(tree.Find(d)->label == Label::kSequential);
+  // Two processes scanning side by side (each its half of the classes):
+  // their samples interleave, and each one's own latest counts.
+  AccessStreamTree two;
+  two.NoteListing("val", 20);
+  for (int i = 0; i < 100 * 10; ++i)
+    for (int p = 0; p < 2; ++p) {
+      char path[64];
+      std::snprintf(path, sizeof path, "val/c%03d/img_%04d.jpg", p * 10 + i / 100, i % 100);
+      two.Record(t += 10, 6 + p, path, 0, 100 << 10, 100 << 10);
+    }
+  two.RetestAll(true);
+  auto val = two.Find("val/");
+  REQUIRE(val);
+  CHECK(val->samples == 20);
+  CHECK(val->label != Label::kSkewed);
 }
 
 TEST_CASE("a strided scan and reordered 128 KiB requests are sequential at block level", "[tree]") {
