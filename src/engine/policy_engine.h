@@ -345,6 +345,7 @@ class PolicyEngine {
   // The streams holding units (Group::holding_at), the ones VictimGroup
   // looks at; NoteHolding after each change of a stream's units.
   std::vector<Group*> holding_;
+  uint64_t holding_count_ = 0;  // streams that began holding units so far (Group::holding_seq)
   void NoteHolding(Group* g);
   // Each reader's latest file (FileRec nodes do not move): a file's part-read
   // unit counts while its reader is still there (PartReadActive).
