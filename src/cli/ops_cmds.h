@@ -9,6 +9,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -38,8 +39,18 @@ std::optional<std::string> FindIgtcacheMount(const std::string& path);
 // mount as given (/proc/self/mounts lists real paths). Stats no mount point
 // it can tell is one (a hung daemon would hang the caller).
 std::string ResolveSymlinks(const std::string& path);
-// Reads and parses MNT/.igtcache.stats; errors name the mount point.
+// Reads and parses MNT/.igtcache.stats; errors name the mount point. In a
+// child process, given kStatsWaitS: a daemon that does not answer is an
+// error, not a wait for good.
+inline constexpr double kStatsWaitS = 10;
 Result<nlohmann::json> ReadStats(const std::string& mountpoint);
+// The same, in this process (already a child of RunWithin's).
+Result<nlohmann::json> ReadStatsHere(const std::string& mountpoint);
+// Runs `work` in a child process and returns what it returned, or nullopt
+// when it has not ended within `limit_s`: every call on a mount whose
+// daemon does not answer waits for it, and only SIGKILL ends that wait
+// (the child is killed, and left behind if even that does not end it).
+std::optional<std::string> RunWithin(const std::function<std::string()>& work, double limit_s);
 
 // --- igtcache stats MOUNTPOINT [--json] [--watch [--interval S]]
 struct StatsArgs {

@@ -1,5 +1,14 @@
 // Helpers shared by the operator commands (see ops_cmds.h).
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
 #include <filesystem>
+#include <functional>
+#include <thread>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -106,7 +115,62 @@ std::optional<std::string> FindIgtcacheMount(const std::string& path) {
   }
 }
 
-Result<nlohmann::json> ReadStats(const std::string& mountpoint) {
+std::optional<std::string> RunWithin(const std::function<std::string()>& work, double limit_s) {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) return work();
+  const pid_t child = fork();
+  if (child < 0) {
+    close(fds[0]);
+    close(fds[1]);
+    return work();
+  }
+  if (child == 0) {
+    close(fds[0]);
+    const std::string out = work();
+    for (size_t off = 0; off < out.size();) {
+      const ssize_t n = write(fds[1], out.data() + off, out.size() - off);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      off += static_cast<size_t>(n);
+    }
+    _exit(0);
+  }
+  close(fds[1]);
+  std::string got;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(limit_s);
+  bool eof = false;
+  while (!eof) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) break;
+    pollfd pfd{fds[0], POLLIN, 0};
+    const int r = poll(&pfd, 1, static_cast<int>(left.count()));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    char buf[4096];
+    const ssize_t n = read(fds[0], buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) eof = true;
+    else got.append(buf, static_cast<size_t>(n));
+  }
+  close(fds[0]);
+  if (!eof) kill(child, SIGKILL);
+  // Reaped if it goes within a second. A request the daemon has taken and
+  // sits on keeps the child waiting whatever the signal (the kernel waits
+  // it out): then it is left behind (init reaps it once this command ends,
+  // or once the daemon answers), not waited for.
+  int st = 0;
+  const auto reap_until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  while (true) {
+    const pid_t w = waitpid(child, &st, WNOHANG);
+    if (w == child || (w < 0 && errno != EINTR)) break;
+    if (std::chrono::steady_clock::now() >= reap_until) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (!eof) return std::nullopt;
+  return got;
+}
+
+Result<nlohmann::json> ReadStatsHere(const std::string& mountpoint) {
   const std::string mnt = NormalizeMountpoint(mountpoint);
   const std::string path = mnt + "/" + kStatsFileName;
   std::ifstream in(path);
@@ -134,6 +198,34 @@ Result<nlohmann::json> ReadStats(const std::string& mountpoint) {
   } catch (const std::exception& e) {
     return Err(Status::Corruption(fmt::format("'{}': unreadable stats ({})", mountpoint, e.what())));
   }
+}
+
+Result<nlohmann::json> ReadStats(const std::string& mountpoint) {
+  // In a child, given kStatsWaitS: a daemon that does not answer (stopped,
+  // hung) held `igtcache stats` and `warm` for good (a new user's finding).
+  // The child sends "K" and the stats, or "E", the error's code and message.
+  auto out = RunWithin(
+      [&] {
+        auto j = ReadStatsHere(mountpoint);
+        if (j) return "K" + j->dump();
+        return fmt::format("E{} {}", static_cast<int>(j.error().code()), j.error().message());
+      },
+      kStatsWaitS);
+  if (!out)
+    return Err(Status::Unavailable(fmt::format("igtcache mount point '{}' does not answer within {:.0f} s (its daemon "
+                                               "stopped or hung?)",
+                                               mountpoint, kStatsWaitS)));
+  if (out->starts_with("K")) {
+    try {
+      return nlohmann::json::parse(out->substr(1));
+    } catch (const std::exception& e) {
+      return Err(Status::Corruption(fmt::format("'{}': unreadable stats ({})", mountpoint, e.what())));
+    }
+  }
+  int code = static_cast<int>(Code::kInternal), used = 0;
+  if (out->starts_with("E") && std::sscanf(out->c_str() + 1, "%d %n", &code, &used) >= 1)
+    return Err(Status(static_cast<Code>(code), out->substr(1 + static_cast<size_t>(used))));
+  return Err(Status::Internal(fmt::format("'{}': the stats reader ended without an answer", mountpoint)));
 }
 
 }  // namespace igt

@@ -155,13 +155,25 @@ std::string CutLines(const std::string& text, size_t cols) {
 }
 
 int PrintOnce(const std::string& mnt, bool json) {
-  if (json) {  // byte-for-byte what the mount serves
-    std::ifstream in(NormalizeMountpoint(mnt) + "/" + kStatsFileName);
-    if (in) {
-      std::stringstream ss;
-      ss << in.rdbuf();
-      std::cout << ss.str();
+  if (json) {  // byte-for-byte what the mount serves (within kStatsWaitS, as ReadStats)
+    const std::string path = NormalizeMountpoint(mnt) + "/" + kStatsFileName;
+    auto text = RunWithin(
+        [&] {
+          std::ifstream in(path);
+          if (!in) return std::string("E");
+          std::stringstream ss;
+          ss << in.rdbuf();
+          return "K" + ss.str();
+        },
+        kStatsWaitS);
+    if (text && text->starts_with("K")) {
+      std::cout << text->substr(1);
       return kExitOk;
+    }
+    if (!text) {  // (an open that failed: ReadStats below says why)
+      std::fprintf(stderr, "igtcache: error: igtcache mount point '%s' does not answer within %.0f s (its daemon "
+                   "stopped or hung?)\n", mnt.c_str(), kStatsWaitS);
+      return kExitError;
     }
   }
   auto j = ReadStats(mnt);

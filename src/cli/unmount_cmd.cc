@@ -95,7 +95,7 @@ DaemonProbe AskDaemon(const std::string& mnt) {
     if (fd >= 0) ::close(fd);
     else p.gone = errno == ENOTCONN;
   }
-  if (auto j = ReadStats(mnt)) {
+  if (auto j = ReadStatsHere(mnt)) {  // already in a child (ProbeDaemon)
     p.pid = static_cast<pid_t>(j->value("pid", int64_t{0}));
     if (p.pid <= 0) p.no_pid = "its stats name no pid";
   } else {
@@ -110,68 +110,24 @@ DaemonProbe AskDaemon(const std::string& mnt) {
 // --timeout and --lazy unused (a systemd ExecStop or a Kubernetes preStop
 // until their own limits).
 DaemonProbe ProbeDaemon(const std::string& mnt, double limit_s) {
-  int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) return AskDaemon(mnt);
-  const pid_t child = fork();
-  if (child < 0) {
-    close(fds[0]);
-    close(fds[1]);
-    return AskDaemon(mnt);
-  }
-  if (child == 0) {
-    close(fds[0]);
-    const DaemonProbe p = AskDaemon(mnt);
-    const std::string out = fmt::format("{} {} {}", p.gone ? 1 : 0, static_cast<int64_t>(p.pid), p.no_pid);
-    for (size_t off = 0; off < out.size();) {
-      const ssize_t n = write(fds[1], out.data() + off, out.size() - off);
-      if (n <= 0) break;
-      off += static_cast<size_t>(n);
-    }
-    _exit(0);
-  }
-  close(fds[1]);
-  std::string got;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(limit_s);
-  bool eof = false;
-  while (!eof) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) break;
-    pollfd pfd{fds[0], POLLIN, 0};
-    const int r = poll(&pfd, 1, static_cast<int>(left.count()));
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) break;
-    char buf[512];
-    const ssize_t n = read(fds[0], buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) eof = true;
-    else got.append(buf, static_cast<size_t>(n));
-  }
-  close(fds[0]);
-  if (!eof) kill(child, SIGKILL);
-  // Reaped if it goes within a second. A request the daemon has taken and
-  // sits on keeps the child waiting whatever the signal (the kernel waits
-  // it out): then it is left behind (init reaps it once this command ends,
-  // or once the daemon answers), not waited for.
-  int st = 0;
-  const auto reap_until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
-  while (true) {
-    const pid_t w = waitpid(child, &st, WNOHANG);
-    if (w == child || (w < 0 && errno != EINTR)) break;
-    if (std::chrono::steady_clock::now() >= reap_until) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  auto got = RunWithin(
+      [&] {
+        const DaemonProbe p = AskDaemon(mnt);
+        return fmt::format("{} {} {}", p.gone ? 1 : 0, static_cast<int64_t>(p.pid), p.no_pid);
+      },
+      limit_s);
   DaemonProbe p;
   int gone = 0;
   long long pid = 0;
   int used = 0;
-  if (!eof || std::sscanf(got.c_str(), "%d %lld %n", &gone, &pid, &used) < 2) {
+  if (!got || std::sscanf(got->c_str(), "%d %lld %n", &gone, &pid, &used) < 2) {
     p.answered = false;
     p.no_pid = "it does not answer";
     return p;
   }
   p.gone = gone != 0;
   p.pid = static_cast<pid_t>(pid);
-  p.no_pid = got.substr(std::min(got.size(), static_cast<size_t>(used)));
+  p.no_pid = got->substr(std::min(got->size(), static_cast<size_t>(used)));
   return p;
 }
 

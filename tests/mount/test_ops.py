@@ -181,6 +181,12 @@ def unmount_hung_daemon(s, src):
           f"unmount of a directory inside a mount names the mount ({r.stderr.strip()!r})")
     os.kill(pid, signal.SIGSTOP)
     try:
+        # stats (and warm, which reads them first) give up too (they waited for good).
+        t0 = time.monotonic()
+        r = igt("stats", "--json", str(m.mountpoint), env=s.igt_env())
+        took = time.monotonic() - t0
+        check(r.returncode == 1 and "does not answer" in r.stderr and took < 30,
+              f"stats of a stopped daemon: an error, exit 1, in {took:.1f} s ({r.stderr.strip()[-120:]!r})")
         t0 = time.monotonic()
         r = igt("unmount", "--timeout", "3", str(m.mountpoint), env=s.igt_env())
         took = time.monotonic() - t0
