@@ -2,7 +2,6 @@
 // for the daemon to exit so that callers (systemd ExecStop, scripts) know the
 // cache is flushed and unlocked when it returns.
 #include <fcntl.h>
-#include <poll.h>
 #include <pwd.h>
 #include <sys/stat.h>
 #include <signal.h>

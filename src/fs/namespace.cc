@@ -435,7 +435,7 @@ std::shared_ptr<DirListing> Namespace::LoadPersisted(const std::string& dir_key)
 Result<std::shared_ptr<const DirListing>> Namespace::Listing(const std::string& dir_key, bool background) {
   std::shared_ptr<Fetch> fetch;
   std::shared_ptr<const DirListing> stale_listing;  // what the leader may serve meanwhile
-  bool leader = false, changed = false, bucket_slow = false;
+  bool changed = false, bucket_slow = false;  // past the loop: this caller leads the fetch
   // Not in memory (a mount started on the persisted listings of an earlier
   // one, or a listing dropped for room): the persisted listing is read (the
   // lock let go meanwhile, then the look begins again). A stale one is taken
@@ -455,8 +455,7 @@ Result<std::shared_ptr<const DirListing>> Namespace::Listing(const std::string& 
   // for and not taken: the look begins again (its leader left the note,
   // the next fetch answers it). Before, the reopening lookup got the old
   // version's inode again, and the read failed again.
-  bool refetch = false;
-  for (int waits = 0;; ++waits) {
+  int refetches = 0;
   while (true) {
     std::unique_lock lk(listings_mu_);
     if (loading) {  // read: the waiters look again once this look is done (the lock let go)
@@ -525,7 +524,14 @@ Result<std::shared_ptr<const DirListing>> Namespace::Listing(const std::string& 
       if (stale && (!changed || background)) return stale;
       fetch = it->second;
       auto c = changed_.find(dir_key);
-      refetch = !background && c != changed_.end() && c->second > fetch->note_seq && waits < kChangedRefetches;
+      const bool refetch =
+          !background && c != changed_.end() && c->second > fetch->note_seq && refetches < kChangedRefetches;
+      lk.unlock();
+      std::unique_lock flk(fetch->mu);
+      fetch->cv.wait(flk, [&] { return fetch->done; });
+      if (!refetch) return fetch->result;
+      ++refetches;
+      continue;
     } else {
       fetch = std::make_shared<Fetch>();
       fetch->started_ms = Now();
@@ -534,7 +540,6 @@ Result<std::shared_ptr<const DirListing>> Namespace::Listing(const std::string& 
       fetch->looked = looked;
       if (looked && persisted && Fresh(*persisted)) fetch->persisted = persisted;
       fetches_.emplace(dir_key, fetch);
-      leader = true;
       stale_listing = stale;
       // The bucket is slow: a listing failed for it lately, or a lookup's
       // listing (not a walk's: a big directory's pages take their time) has
@@ -546,14 +551,6 @@ Result<std::shared_ptr<const DirListing>> Namespace::Listing(const std::string& 
           bucket_slow = true;
     }
     break;
-  }
-  if (!leader) {
-    std::unique_lock lk(fetch->mu);
-    fetch->cv.wait(lk, [&] { return fetch->done; });
-    if (refetch) continue;
-    return fetch->result;
-  }
-  break;
   }
   // The refresh of a stale listing: a lookup waits for it only so long, then
   // gets the stale listing while the refresh goes on in the background (a
