@@ -80,6 +80,10 @@ size_t HeaderMemBytes(const UnitHeader& h) { return sizeof(UnitHeader) + h.etag.
 // quarter of RLIMIT_NOFILE (`igtcache mount` raises its soft limit to the
 // hard one at start-up).
 constexpr size_t kMaxOpenUnitFiles = 4096;
+// Unit file reads failing with an I/O error, in a row, that pause writing
+// unit files, and for how long (DiskBlockStore::NoteReadError).
+constexpr uint32_t kReadErrorsFailing = 8;
+constexpr uint64_t kReadFailingPauseUs = 60'000'000;
 // Access-state records built per hold of the store's lock (WriteAccessState).
 constexpr size_t kFlushChunk = 1024;
 // Threads for disk work over many unit files at once: the start-up's header
@@ -497,7 +501,29 @@ class DiskBlockStore final : public BlockStore {
     return Status(CodeForErrno(err), fmt::format("cannot write a temp file in {}/tmp: {}", opts_.dir, ErrnoText(err)));
   }
   bool inserts_failing() const override {
-    return inserts_failing_.load(std::memory_order_relaxed) || dir_gone_.load(std::memory_order_relaxed);
+    return inserts_failing_.load(std::memory_order_relaxed) || dir_gone_.load(std::memory_order_relaxed) ||
+           ReadFailing();
+  }
+  // A disk failing reads: a unit read that fails with an I/O error drops the
+  // unit (one bad sector), and the next miss writes it again. On a dying
+  // disk every read then failed, dropped, fetched from the bucket and wrote
+  // a new file to the same disk, with prefetching going on (a review's
+  // LD_PRELOAD test: 3 passes over 16 MiB, each as many failed reads and
+  // new files as units). After kReadErrorsFailing such errors with no good
+  // read between, unit files are not written for kReadFailingPauseUs (the
+  // cache taking no inserts: misses fetch only what is read, prefetching
+  // stops; small units kept in the index go on), then tried again.
+  bool ReadFailing() const {
+    const uint64_t until = read_failing_until_us_.load(std::memory_order_relaxed);
+    return until != 0 && hooks_.now_us() < until;
+  }
+  void NoteReadError() {
+    if (read_errors_in_row_.fetch_add(1, std::memory_order_relaxed) + 1 < kReadErrorsFailing) return;
+    read_errors_in_row_.store(0, std::memory_order_relaxed);
+    read_failing_until_us_.store(hooks_.now_us() + kReadFailingPauseUs, std::memory_order_relaxed);
+    spdlog::warn("igtcache: {} reads of cache unit files in {}/units failed with I/O errors in a row: the disk may "
+                 "be failing; not writing unit files for {} s (reads go to the backend)",
+                 kReadErrorsFailing, opts_.dir, kReadFailingPauseUs / 1'000'000);
   }
   Status WriteError(Status s) {
     inserts_failing_.store(true, std::memory_order_relaxed);
@@ -599,6 +625,11 @@ class DiskBlockStore final : public BlockStore {
   std::atomic<bool> write_failing_{false};   // the last unit write failed (not for lack of space); see Put
   std::atomic<bool> inserts_failing_{false}; // the last Put failed, for any reason (inserts_failing())
   std::atomic<bool> dir_gone_{false};         // the cache dir was deleted under the mount (ForgetAll)
+  // Reads of unit files that failed with an I/O error since the last one
+  // that worked, and until when unit files are not written after
+  // kReadErrorsFailing of them (ReadFailing, NoteReadError).
+  std::atomic<uint32_t> read_errors_in_row_{0};
+  std::atomic<uint64_t> read_failing_until_us_{0};
   static constexpr size_t kMaxInlineForFloor = 64;  // EvictLocked
   std::atomic<uint64_t> last_resume_us_{0};  // last Resume() attempt
 };
@@ -799,6 +830,7 @@ std::optional<size_t> DiskBlockStore::Read(const UnitKey& key, uint64_t offset, 
     // before its file is deleted): a plain miss, not an error.
     if (err == ENOENT && !still_indexed()) return std::nullopt;
     Add(metrics_->cache_read_errors);
+    if (err == EIO) NoteReadError();
     WarnOnce("read-open:" + ErrnoText(err),
              fmt::format("igtcache: cannot open cache unit {}: {} (served from the backend)", path, ErrnoText(err)));
     if (err == ENOENT) Drop(id, gen);  // the file is gone: the entry is useless
@@ -806,6 +838,8 @@ std::optional<size_t> DiskBlockStore::Read(const UnitKey& key, uint64_t offset, 
   }
   bool new_header = false;
   Result<size_t> n = [&]() -> Result<size_t> {
+    if (hooks_.unit_read_error && hooks_.unit_read_error(path))
+      return Err(Status::IoError("unit file read: Input/output error"));
     if (!header) {
       auto h = ReadUnitHeader(fd);
       if (!h) return Err(h.error());
@@ -828,11 +862,15 @@ std::optional<size_t> DiskBlockStore::Read(const UnitKey& key, uint64_t offset, 
                            n.error().ToString()));
       // An I/O error (a bad sector) would repeat on every read of the unit,
       // each paying for it before the backend: drop it; a refetch writes a
-      // new file.
-      if (n.error().code() == Code::kIoError) Drop(id, gen);
+      // new file (unless such errors repeat: NoteReadError).
+      if (n.error().code() == Code::kIoError) {
+        Drop(id, gen);
+        NoteReadError();
+      }
     }
     return std::nullopt;
   }
+  if (read_errors_in_row_.load(std::memory_order_relaxed) != 0) read_errors_in_row_.store(0, std::memory_order_relaxed);
   return Touched(id, gen, *n, hit, new_header ? std::move(header) : nullptr, new_file ? std::move(file) : nullptr);
 }
 
@@ -962,6 +1000,8 @@ Status DiskBlockStore::Put(const UnitKey& key, std::string_view data, bool prefe
   if (db_broken_.load() && !TryResume(false))
     return WriteError(Status::IoError(fmt::format("cache index {}/index not writable since an earlier error",
                                                   opts_.dir)));
+  if (!is_inline && ReadFailing())
+    return Status::IoError(fmt::format("not writing unit files in {}/units for a while: reads of them failed", opts_.dir));
   if (write_failing_.load() && !is_inline) {
     // A full volume is no reason to skip eviction (it makes room).
     if (auto s = ProbeTmp(); !s.ok() && s.code() != Code::kNoSpace) return WriteError(s);
@@ -1271,7 +1311,18 @@ Status DiskBlockStore::Reconcile() {
       return;
     }
     struct stat st {};
-    auto h = ReadUnitHeader(fd);
+    auto h = hooks_.unit_read_error && hooks_.unit_read_error(path)
+                 ? Result<UnitHeader>(Err(Status::IoError("unit file read: Input/output error")))
+                 : ReadUnitHeader(fd);
+    if (!h && h.error().code() == Code::kIoError) {
+      // Not a bad header: the disk did not answer (a transient EIO, a bad
+      // sector). Fails the start-up as an open's error does: taken for a
+      // bad header, the unit was deleted, and a disk hiccup at start-up
+      // emptied the whole cache (a review's finding).
+      open_errno[i] = EIO;
+      ::close(fd);
+      return;
+    }
     sv.good = h && CheckUnitHeaderMatches(*h, sv.rec.key).ok() && h->data_len == sv.rec.data_len &&
               ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && uint64_t(st.st_size) == h->header_len + h->data_len;
     if (sv.good) sv.disk_bytes = UnitDiskBytes(h->header_len, h->data_len);
@@ -1280,9 +1331,13 @@ Status DiskBlockStore::Reconcile() {
   });
   for (size_t i = 0; i < survivors.size(); ++i) {
     if (open_errno[i] != 0) {
-      return Status(CodeForErrno(open_errno[i]),
-                    fmt::format("cannot {} cache unit {}: {}", survivors[i].legacy ? "move or open" : "open",
-                                PathOf(survivors[i].id), ErrnoText(open_errno[i])));
+      const int err = open_errno[i];
+      return Status(CodeForErrno(err),
+                    fmt::format("cannot {} cache unit {}: {}{}", survivors[i].legacy ? "move or open" : "open or read",
+                                PathOf(survivors[i].id), ErrnoText(err),
+                                err == EIO ? " (the cache's disk failed a read: check it, or mount with another "
+                                             "--cache-dir; nothing was deleted)"
+                                           : ""));
     }
   }
   if (moved > 0)

@@ -1161,6 +1161,55 @@ TEST_CASE("write failures are counted, cleaned up, and retried later", "[block_s
   CHECK(fs::is_empty(tmp));
 }
 
+TEST_CASE("a disk failing reads pauses writing unit files; a start-up read error deletes nothing", "[block_store]") {
+  Fixture f;
+  auto failing = std::make_shared<std::atomic<bool>>(false);
+  BlockStoreHooks h = f.Hooks();
+  h.unit_read_error = [failing](const std::string&) { return failing->load(); };
+  constexpr size_t kN = 64 << 10;  // files, not inline records
+  {
+    auto s = f.Open(h);
+    for (int i = 0; i < 12; ++i) REQUIRE(s->Put(Key(i), DataOf(Key(i), kN)).ok());
+    // One bad read: the unit is dropped, and written again by the next miss.
+    failing->store(true);
+    CHECK_FALSE(ReadAll(*s, Key(0), kN));
+    failing->store(false);
+    CHECK_FALSE(s->inserts_failing());
+    REQUIRE(s->Put(Key(0), DataOf(Key(0), kN)).ok());
+    CHECK(ReadAll(*s, Key(0), kN) == DataOf(Key(0), kN));
+    // Every read failing: after 8 in a row, no unit file is written (each
+    // would be dropped at its first read) for a minute.
+    failing->store(true);
+    for (int i = 0; i < 8; ++i) CHECK_FALSE(ReadAll(*s, Key(i), kN));
+    CHECK(f.metrics.cache_read_errors == 9);
+    CHECK(s->inserts_failing());
+    CHECK_FALSE(s->Put(Key(100), DataOf(Key(100), kN)).ok());
+    CHECK_FALSE(s->Contains(Key(100)));
+    failing->store(false);
+    f.clock.t->fetch_add(61'000'000);
+    CHECK_FALSE(s->inserts_failing());
+    REQUIRE(s->Put(Key(100), DataOf(Key(100), kN)).ok());
+    CHECK(ReadAll(*s, Key(100), kN) == DataOf(Key(100), kN));
+  }
+  // At start-up a read error is not a bad header: the start fails, naming
+  // the unit, and nothing is deleted (it was, and a disk hiccup emptied the
+  // cache).
+  const size_t files = [&] {
+    size_t n = 0;
+    for (auto& e : fs::recursive_directory_iterator(f.opts.dir + "/units")) n += e.is_regular_file();
+    return n;
+  }();
+  REQUIRE(files >= 4);
+  failing->store(true);
+  auto bad = OpenDiskBlockStore(f.opts, &f.metrics, h);
+  REQUIRE_FALSE(bad);
+  CHECK_THAT(bad.error().message(), Catch::Contains("nothing was deleted"));
+  failing->store(false);
+  auto s = f.Open(h);
+  CHECK(s->unit_count() == files);
+  CHECK(ReadAll(*s, Key(11), kN) == DataOf(Key(11), kN));
+}
+
 TEST_CASE("a full cache whose writes fail keeps its units", "[block_store]") {
   // Each failing insert used to evict first and then fail: a miss per unit
   // drained the cache. Now nothing is evicted while writes keep failing.

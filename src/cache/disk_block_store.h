@@ -45,6 +45,10 @@ struct BlockStoreHooks {
   // Called with an inline unit's record as read from the index, before it
   // is checked (tests damage it). Default: none.
   std::function<void(std::string& record)> inline_record_read;
+  // Called with a unit file's path before it is read (a header or a range,
+  // on a Read and at start-up); true makes the read fail with EIO (tests:
+  // a failing disk). Default: none.
+  std::function<bool(const std::string& path)> unit_read_error;
 };
 
 Result<std::unique_ptr<BlockStore>> OpenDiskBlockStore(const BlockStoreOptions& opts, Metrics* metrics,
