@@ -183,7 +183,7 @@ DetectResult Detect(const DetectInput& in, const StreamConfig& cfg) {
     std::array<uint32_t, kMaxPids> pid;  // read below `used` only: not cleared (2 KiB a test)
     std::array<uint32_t, kMaxPids> last;
     size_t used = 0, victim = 0;
-    uint32_t steps = 0, next = 0;
+    uint32_t steps = 0, next = 0, own = 0, own_next = 0;
     for (size_t i = 0; i < n; ++i) {
       size_t k = 0;
       while (k < used && pid[k] != in.pids[i]) ++k;
@@ -197,7 +197,11 @@ DetectResult Detect(const DetectInput& in, const StreamConfig& cfg) {
       const bool known = k < used;
       if (known || (i > 0 && once(in.pids[i]))) {
         ++steps;
-        if (in.successor(known ? last[k] : in.children[i - 1], in.children[i], cfg.sequential_gap)) ++next;
+        own += known;
+        if (in.successor(known ? last[k] : in.children[i - 1], in.children[i], cfg.sequential_gap)) {
+          ++next;
+          own_next += known;
+        }
       }
       if (!known) {
         if (used < kMaxPids) {
@@ -210,8 +214,17 @@ DetectResult Detect(const DetectInput& in, const StreamConfig& cfg) {
       }
       last[k] = in.children[i];
     }
+    // A file's blocks: once readers show steps of their own, those alone
+    // (see the decision below: readers' first samples, each stepped to from
+    // another reader's, kept 96 threads scanning their own slices below the
+    // ratio until every one had its second block).
+    if (in.blocks && 2 * own >= cfg.min_samples) {
+      steps = own;
+      next = own_next;
+    }
     r.steps = steps;
     r.next_steps = next;
+    r.own_steps = own;
     // Under no pattern, over the D children read: a step goes to one of the
     // D-1 others (a reader's repeats in a row are rare: the tree pushes no
     // sample for a reader staying in a subdirectory or a block), and is
@@ -333,6 +346,17 @@ DetectResult Detect(const DetectInput& in, const StreamConfig& cfg) {
     // sub-units, its readahead cut (a review: 2-block files read whole 40
     // times, 4 MiB cache: 581 MiB fetched against lru's 320, modeled 45.3 s
     // against 12.0). Too few blocks read to tell a scan: unknown.
+    use_uni();
+    r.label = Label::kUnknown;
+  } else if (r.uniform_test != TestKind::kNone && in.blocks && 2 * r.own_steps < cfg.min_samples) {
+    // Blocks stepped to mostly by readers with one sample each (a reader's
+    // first): their steps from the sample before, another reader's, show
+    // readers starting at different places, not how each goes on. Many
+    // threads each scanning its own slice of a file start so: labelled
+    // random, the file was fetched in sub-units with no readahead until
+    // each thread's second block (96 threads, 512 MiB: 1.3 of 3 modeled
+    // seconds in `igtcache sim`). Unknown until readers show steps of
+    // their own; "next" steps, a scan by a process per block, still count.
     use_uni();
     r.label = Label::kUnknown;
   } else if (r.uniform_test != TestKind::kNone) {

@@ -80,6 +80,7 @@ struct DetectResult {
   uint64_t n_children = 0;    // N the tests used
   // Both tests, for diagnostics.
   uint32_t steps = 0, next_steps = 0;
+  uint32_t own_steps = 0;  // of steps, those from the reader's own previous sample
   double seq_p = 1;
   bool seq_tested = false;  // enough children read for the sequential test (p0 < 0.5)
   double uniform_stat = 0, uniform_p = 1;

@@ -354,6 +354,31 @@ TEST_CASE("96 threads each reading its own slice of one file: sequential", "[tre
   CHECK(s->label == Label::kSequential);
 }
 
+TEST_CASE("96 threads' first reads of their own slices of one file: not random", "[tree]") {
+  // Each thread's first block, in turn: every sample a reader's first, each
+  // stepped to from another reader's. That shows where the readers start,
+  // not how each goes on: labelled random, the file was fetched in
+  // sub-units with no readahead until every thread had read its second
+  // block. Unknown until readers step on their own; then sequential.
+  AccessStreamTree tree;
+  constexpr uint64_t kSize = 512 * kMiB, kRead = 128 << 10;
+  constexpr int kThreads = 96;
+  const uint64_t slice = kSize / kThreads;
+  uint64_t t = 0;
+  for (int i = 0; i < kThreads; ++i) tree.Record(t += 50, 1000 + i, "ckpt/model.bin", i * slice, kRead, kSize);
+  tree.RetestAll(true);
+  auto s = tree.Find("ckpt/model.bin");
+  REQUIRE(s);
+  CHECK(s->label == Label::kUnknown);
+  // A third of them read on into their next block: their own steps say scan.
+  for (int i = 0; i < kThreads / 3; ++i)
+    tree.Record(t += 50, 1000 + i, "ckpt/model.bin", i * slice + kMiB, kRead, kSize);
+  tree.RetestAll(true);
+  s = tree.Find("ckpt/model.bin");
+  REQUIRE(s);
+  CHECK(s->label == Label::kSequential);
+}
+
 TEST_CASE("an mmap scan's readahead windows, last page first: one visit, sequential", "[tree]") {
   // The kernel sends each 4 MiB window of an mmap's readahead as 1 MiB at
   // its top, then ~0.5 MiB pieces downwards. Each piece was sampled as a
