@@ -725,12 +725,17 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
   // it and its own read size still sets the request size); larger for a
   // sequential one mostly cached (its reads wait on the cache's disk, so
   // several requests in flight pay); max_read for a file not labelled yet.
+  // A label an override forces (policy file `pattern:`) is the file's.
   fuse.set_readahead_hook([&tree, &cfg, live](const std::string& key, uint64_t size) -> uint64_t {
-    auto info = tree.Find(key);
-    if (!info || info->granularity != "block") return cfg.fuse.max_read_bytes;
-    if (info->label == stream::Label::kRandom || info->label == stream::Label::kSkewed)
-      return cfg.fuse.random_readahead_bytes;
-    if (info->label == stream::Label::kSequential && live && size > 0)
+    const int forced = live ? live->ForcedLabel(key) : -1;
+    stream::Label label = static_cast<stream::Label>(forced);
+    if (forced < 0) {
+      auto info = tree.Find(key);
+      if (!info || info->granularity != "block") return cfg.fuse.max_read_bytes;
+      label = info->label;
+    }
+    if (label == stream::Label::kRandom || label == stream::Label::kSkewed) return cfg.fuse.random_readahead_bytes;
+    if (label == stream::Label::kSequential && live && size > 0)
       return 2 * live->CachedBytes(key) >= size ? cfg.fuse.cached_readahead_bytes : cfg.fuse.random_readahead_bytes;
     return cfg.fuse.max_read_bytes;
   });

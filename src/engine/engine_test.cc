@@ -484,8 +484,8 @@ TEST_CASE("a stream that stops is idle: it gives space first, and a file read at
 }
 
 TEST_CASE("a miss in a file read at random or skewed fetches sub-units, igt only", "[engine]") {
-  auto sub = [](const std::string& policy, bool random) {
-    Harness h(policy, 512);
+  auto sub = [](const std::string& policy, bool random, const char* policy_file = nullptr) {
+    Harness h(policy, 512, policy_file ? *ParsePolicyFile(policy_file, "p.yaml") : *PolicyProfile("training"));
     std::mt19937 rng(5);
     for (uint64_t i = 0; i < 400; ++i) {
       const uint64_t off = random ? (rng() % 256) * kUnit + 8192 : i * 65536;
@@ -498,6 +498,9 @@ TEST_CASE("a miss in a file read at random or skewed fetches sub-units, igt only
   CHECK(sub("igt", true) == 64 << 10);
   CHECK(sub("igt", false) == 0);  // sequential: whole units (and readahead)
   CHECK(sub("lru", true) == 0);   // baselines fetch whole units
+  // A label an override forces is the file's: forced sequential, whole units.
+  CHECK(sub("igt", true, "overrides:\n  - {prefix: \"emb/\", pattern: sequential}\n") == 0);
+  CHECK(sub("igt", false, "overrides:\n  - {prefix: \"emb/\", pattern: random}\n") == 64 << 10);
   // A sub-unit's store index counts as its unit for the engine.
   Harness h("igt", 512);
   h.engine->OnInsert("s", "emb/e.bin", SubUnitIndex(3 * kUnit + 65536, 16), 65536, false, 1);
@@ -1636,6 +1639,36 @@ TEST_CASE("policy YAML: every profile parses, errors name the key", "[engine][ya
   auto bad = ParsePolicyFile("patterns: [\n", "y.yaml");
   REQUIRE_FALSE(bad.has_value());
   CHECK(bad.error().message().find("y.yaml:") != std::string::npos);
+}
+
+TEST_CASE("a pattern's module named as the profile's keeps the profile's parameters", "[engine][yaml]") {
+  auto serving = PolicyProfile("serving");
+  REQUIRE(serving);
+  const auto& lfu = serving->patterns[kSkewedIdx].eviction;
+  REQUIRE(lfu.name == "lfu");
+  REQUIRE(lfu.params.count("half_life_ms"));
+  // Shorthand and mapping forms, same module: the profile's ageing stays.
+  for (const char* yaml : {"profile: serving\npatterns:\n  skewed: {eviction: lfu}\n",
+                           "profile: serving\npatterns:\n  skewed: {eviction: {name: lfu}}\n"}) {
+    auto pf = ParsePolicyFile(yaml, "p.yaml");
+    REQUIRE(pf);
+    CHECK(pf->patterns[kSkewedIdx].eviction.params == lfu.params);
+  }
+  // A parameter given replaces the profile's; the others stay.
+  auto pre = PolicyProfile("preprocessing");
+  REQUIRE(pre);
+  REQUIRE(pre->patterns[kSequentialIdx].prefetch.name == "adaptive-readahead");
+  auto pf = ParsePolicyFile(
+      "profile: preprocessing\npatterns:\n  sequential: {prefetch: {name: adaptive-readahead, params: {max_units: 32}}}\n",
+      "p.yaml");
+  REQUIRE(pf);
+  auto want = pre->patterns[kSequentialIdx].prefetch.params;
+  want["max_units"] = 32;
+  CHECK(pf->patterns[kSequentialIdx].prefetch.params == want);
+  // Another module: its own defaults, none of the profile's.
+  pf = ParsePolicyFile("profile: serving\npatterns:\n  skewed: {eviction: lru}\n", "p.yaml");
+  REQUIRE(pf);
+  CHECK(pf->patterns[kSkewedIdx].eviction.params.empty());
 }
 
 TEST_CASE("the example policy files parse", "[engine][yaml]") {

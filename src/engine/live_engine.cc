@@ -148,6 +148,11 @@ uint64_t LiveEngine::CachedBytes(const std::string& key) const {
   return engine_->CachedBytes(key);
 }
 
+int LiveEngine::ForcedLabel(const std::string& key) const {
+  std::lock_guard lk(mu_);
+  return engine_->ForcedLabel(key);
+}
+
 Status LiveEngine::Reload(PolicyFile pf) {
   std::lock_guard lk(mu_);
   Status s = engine_->SetPolicyFile(std::move(pf));

@@ -70,6 +70,8 @@ class LiveEngine : public std::enable_shared_from_this<LiveEngine> {
   uint64_t SubUnitBytes(const std::string& key) const;
   // PolicyEngine::CachedBytes.
   uint64_t CachedBytes(const std::string& key) const;
+  // PolicyEngine::ForcedLabel: the label an override forces on `key`, or -1.
+  int ForcedLabel(const std::string& key) const;
   // The cache's size, when the store holds less than cache.max_bytes (a
   // volume smaller than it: BlockStore::limit_bytes).
   void SetCapacity(uint64_t bytes);

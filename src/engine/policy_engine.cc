@@ -50,6 +50,10 @@ uint64_t ScanPosition(uint64_t rank, uint64_t unit_index) { return (rank << 32) 
 // cache 50%, went from 0.744 byte hit with 4 MiB files to 0.518 with files
 // of 4.1 MiB. The warm-up still takes only files of at most this size.
 constexpr uint64_t kEpochItemMaxUnits = 16;
+// A visit of an item that begins this close to its start reads it from the
+// start (a sample, a header at 4 KiB): its depth is an epoch plan's
+// (Group::item_depth). A parquet reader's visits begin at the footer.
+constexpr uint64_t kItemStartBytes = 64 << 10;
 // Warm-up of a directory read at random or skewed whose files all fit in the
 // cache's free space (the first epoch of a small data set, the item files of
 // an inference server): files proposed per read, and at most this many
@@ -298,6 +302,12 @@ struct PolicyEngine::Group {
   uint64_t prev_epoch_read_count = 0;  // items read in the previous epoch (stragglers included)
   bool stragglers = false;             // the previous epoch read nearly every item (NewVisit)
   bool epoch_ok = true;
+  // An epoch read items again beyond chance (NewVisit): several jobs
+  // reading the items at once, each in its own order, or sampling with
+  // replacement. Units read this epoch are then no less likely to be read
+  // than the others: no read-first victims, no epoch plans. Cleared by an
+  // epoch that ends without such repeats (the other jobs ended).
+  bool multi_pass = false;
   // Both set through SetReadCached / SetInflight only: they are summed
   // into `pool`.
   uint64_t read_cached_bytes = 0;      // cached units read this epoch
@@ -464,11 +474,15 @@ struct PolicyEngine::Group {
     }
   }
   bool repeats = false;                // data re-read (scan repeats, several readers)
-  // The deepest unit (+1) a read of the stream's files has reached: epoch
-  // plans propose items that deep (EpochItemUnits). Items read 64 KiB deep
+  // The deepest unit (+1) a reader's run of reads from a file's start has
+  // reached: epoch plans propose items that deep (EpochItemUnits), and
+  // none while no read starts at an item's start. Items read 64 KiB deep
   // (headers) had 16 units each proposed: a review's sim of 3 shuffled
   // epochs of 64 KiB header reads over 1,000 files of 8 MiB, 2 GiB cache,
-  // fetched 4,130 MiB at 0.303 byte hit (lru 1,000 MiB, 0.667).
+  // fetched 4,130 MiB at 0.303 byte hit (lru 1,000 MiB, 0.667). Runs from
+  // elsewhere do not count: a parquet reader's footer, then column chunks
+  // in the middle, had whole files proposed for 40% of each read (sim of
+  // a tester's trace, 256 MiB: 1,456 MiB fetched; now 1,2xx, lru 1,222).
   uint64_t item_depth = 0;
   // Ghost of recent victims (ids), bounded by the cache capacity in bytes.
   // Each eviction noted: (id, bytes, ghost_noted_bytes after it). An id
@@ -555,6 +569,11 @@ Status PolicyEngine::Init() {
 
 const PathOverride* PolicyEngine::OverrideFor(std::string_view path) const {
   return engine::OverrideFor(opts_.policy_file.overrides, path);
+}
+
+int PolicyEngine::ForcedLabel(std::string_view path) const {
+  const PathOverride* ov = OverrideFor(path);
+  return ov ? ov->pattern : -1;
 }
 
 bool PolicyEngine::Admit(std::string_view path) const {
@@ -753,7 +772,11 @@ PolicyEngine::Group* PolicyEngine::GroupFor(std::string_view path, uint64_t now_
     const std::string key = ov->prefix.empty() ? std::string("=") : ov->prefix;
     int l = ov->pattern;
     if (ov->pattern >= 0) {
-      *prefetch_label = ov->pattern;
+      // The file's own label too: it sets whether misses fetch sub-units
+      // and how far a reader's reordered requests still continue its read
+      // (a forced sequential prefix read at random was fetched in sub-units
+      // as the detector's random said: a review's finding).
+      *prefetch_label = *file_label = ov->pattern;
     } else {
       // One stream for the whole prefix: the prefix's own label when the
       // tree has one, else the path's; a read of a path not labelled yet
@@ -959,7 +982,7 @@ void PolicyEngine::MarkReadThisEpoch(FileRec& f, Group* g) {
   ++g->epoch_read_count;
 }
 
-void PolicyEngine::NewVisit(Group* g, FileRec* f, const std::string* fkey) {
+void PolicyEngine::NewVisit(Group* g, FileRec* f, const std::string* fkey, bool same_file) {
   // Epochs are rounds over a set of items: a stream of one file (the block
   // stream of a weights file faulted at random) has none, and counting each
   // revisit as a new epoch would only churn the eviction module.
@@ -975,9 +998,15 @@ void PolicyEngine::NewVisit(Group* g, FileRec* f, const std::string* fkey) {
     if (g->epoch == 0 && f->epoch_read == 0) MarkReadThisEpoch(*f, g);
     return;
   }
+  // The same reader again in the item it read last (a parquet reader's
+  // footer, then its column chunks; a seek back): one visit in pieces, not
+  // a repeat. Counted, each such item after half of them started a new
+  // epoch, and their repeats made the stream one of several jobs.
+  if (same_file && f->epoch_read == g->epoch + 1) return;
   if (f->epoch_read == g->epoch + 1) {
     if (g->epoch_read_count >= kEpochFullRatio * std::max<size_t>(1, g->epoch_items())) {
       // Most items were read and one comes round again: a new epoch.
+      if (g->repeats_in_epoch <= EpochRepeatsAllowed(g)) g->multi_pass = false;
       ++g->epoch;
       // Stragglers only after an epoch that read nearly all items: one
       // that reads a random subset (DistributedSampler on a node of a
@@ -1012,15 +1041,30 @@ void PolicyEngine::NewVisit(Group* g, FileRec* f, const std::string* fkey) {
     }
   }
   // Epoch shuffling has no repeats within an epoch; sampling with
-  // replacement has many (allow a few: several readers overlap at the
-  // boundary).
-  g->epoch_ok = g->repeats_in_epoch <= 4 + g->epoch_read_count / 20;
+  // replacement, or jobs reading the items at once, many (allow a few:
+  // several readers overlap at the boundary).
+  const bool within = g->repeats_in_epoch <= EpochRepeatsAllowed(g);
+  if (!within && !g->multi_pass) {
+    // Two DataLoader jobs on one mount, each shuffling the items: an item
+    // one job read this epoch the other reads later. Taken as read, it was
+    // the first victim, and every miss replaced one; the spurious epochs
+    // (a repeat after half the items) proposed "unread" items over them:
+    // a black-box tester's two jobs fetched 0.95x the bytes they read with
+    // a cache of half the data set, lru 0.72x (sim of such a trace: 576
+    // MiB, lru 560). Now the stream keeps what it has, as for uniform
+    // reads: a miss that would be its own victim is not admitted.
+    g->multi_pass = true;
+    g->module->OnEpoch();  // every unit "not read yet"
+  }
+  g->epoch_ok = within && !g->multi_pass;
 }
+
+uint64_t PolicyEngine::EpochRepeatsAllowed(const Group* g) { return 4 + g->epoch_read_count / 20; }
 
 std::vector<ListedFile> PolicyEngine::UnreadItems(Group* g, size_t n) {
   std::vector<ListedFile> out;
   // Also in the first epoch: the items then come from the listing (GetGroup).
-  if (!g || g->label != kRandom || !g->epoch_ok) return out;
+  if (!g || g->label != kRandom || !g->epoch_ok || EpochItemUnits(g) == 0) return out;
   const uint64_t free_bytes = FreeBytes();
   // Room for items not read yet: free space and the space of items already
   // read this epoch, less what earlier plans still in flight will take
@@ -1120,7 +1164,14 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
   ReaderEnd& re = rit->second;
   const bool continues = !rfresh && offset != 0 && offset + slack >= re.end && offset <= re.end + slack;
   re.end = continues ? std::max(re.end, offset + length) : offset + length;
+  // The reader's visit of the file begins here unless its previous read
+  // was in this file too (a parquet reader's column chunks after the
+  // footer are the visit the footer began).
+  const auto prev_file = reader_file_.find(pid);
+  if (rfresh || prev_file == reader_file_.end() || prev_file->second != &f) re.visit_start = offset;
   re.last_us = now_us_;
+  // The read is in a visit begun in the item's first unit (Group::item_depth).
+  const bool from_start = re.visit_start < std::min<uint64_t>(opts_.unit_bytes, kItemStartBytes);
   // A whole file in one read (a DataLoader's sample) has nothing left to
   // continue: no cursor kept (they were ~370 B each, one per worker and file).
   if (offset == 0 && length >= file_size) reader_end_.erase(rit);
@@ -1165,7 +1216,9 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
   f.part_unit = ends_inside && fl != kRandom && fl != kSkewed ? (end - 1) / opts_.unit_bytes + 1 : 0;
   f.part_pid = pid;
   if (reader_file_.size() >= kMaxReaders) reader_file_.clear();
-  reader_file_[pid] = &f;
+  const FileRec*& reader_at = reader_file_[pid];
+  const bool same_file = reader_at == &f;  // the reader's previous read was in this file
+  reader_at = &f;
   JoinGroup(f, fkey, g);
   // The reader, by name (evict-behind keeps the unit it is at).
   if (length > 0)
@@ -1213,7 +1266,7 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
         StopWarm(g);
       }
     }
-    NewVisit(g, &f, fkey);
+    NewVisit(g, &f, fkey, same_file);
     f.epoch_planned = false;
     f.user_warm = false;
   }
@@ -1225,8 +1278,8 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
   if (!(ov && ov->pattern >= 0) && (continues || fl == kSequential)) module = kSequential;
   ctx.next_files = [this](std::string_view p, size_t n) { return NextFiles(p, n); };
   ctx.unread_items = [this, g](size_t n) { return UnreadItems(g, n); };
-  if (length > 0) g->item_depth = std::max(g->item_depth, (end - 1) / opts_.unit_bytes + 1);
-  ctx.item_max_units = EpochItemUnits(g);
+  if (length > 0 && from_start) g->item_depth = std::max(g->item_depth, (end - 1) / opts_.unit_bytes + 1);
+  ctx.item_max_units = std::max<uint64_t>(1, EpochItemUnits(g));
   prefetch_[module]->Plan(ctx, plan);
   TrimPlan(plan);
   uint64_t ra_lo = UINT64_MAX, ra_hi = 0;  // this read's readahead in its own file
@@ -1376,7 +1429,7 @@ void PolicyEngine::Warm(Group* g, std::vector<PrefetchRange>& plan) {
 }
 
 uint64_t PolicyEngine::EpochItemUnits(const Group* g) const {
-  return std::min<uint64_t>(kEpochItemMaxUnits, std::max<uint64_t>(1, g->item_depth));
+  return std::min<uint64_t>(kEpochItemMaxUnits, g->item_depth);
 }
 
 uint64_t PolicyEngine::UncachedWarmBytes(const Group* g) const {
@@ -1694,6 +1747,8 @@ bool PolicyEngine::PrevEpochRead(const FileRec& f, const Group* g) const {
 // then keep the epoch's stamp, and a flip back to random that crosses an
 // epoch's end hands the units read in the ending epoch over as read until
 // the next repeat starts the new one (a few reads).
+bool PolicyEngine::ReadThisEpoch(const Group* g) { return g->read_cached_bytes > 0 && !g->multi_pass; }
+
 bool PolicyEngine::NotReadYet(const Unit& u, const Group* g) const {
   return u.prefetched_unread || (g->label == kRandom && u.read_stamp != g->epoch + 1);
 }
@@ -1939,7 +1994,7 @@ double PolicyEngine::ByteValue(const Group* g) const {
     case kRandom:
       // Constant marginal value rate/D; units already read this epoch are
       // not read again before the next one: worth about half.
-      return g->read_cached_bytes > 0 ? 0.5 * avg : avg;
+      return ReadThisEpoch(g) ? 0.5 * avg : avg;
     case kSequential:
       if (g->consumed_cached_bytes == 0) return g->bytes > 0 ? kWindowValue : avg;
       return g->repeats ? avg : 0.0;  // a single pass: consumed bytes are worth nothing
@@ -2097,7 +2152,7 @@ PolicyEngine::Group* PolicyEngine::VictimGroup(std::span<Group* const> skip) {
         p->value_count = 0;
         for (const Group* m : p->list)
           if (!Idle(m)) {
-            p->value_sum += m->read_cached_bytes > 0 ? 2 * Value(m) : Value(m);
+            p->value_sum += ReadThisEpoch(m) ? 2 * Value(m) : Value(m);
             ++p->value_count;
           }
       }
@@ -2105,8 +2160,8 @@ PolicyEngine::Group* PolicyEngine::VictimGroup(std::span<Group* const> skip) {
         const double mean = p->value_sum / double(p->value_count);
         // No rate measured yet (the first allocation period): the one holding
         // read items still goes first.
-        if (mean <= 0) return g->read_cached_bytes > 0 ? 0.0 : std::numeric_limits<double>::min();
-        return g->read_cached_bytes > 0 ? 0.5 * mean : mean;
+        if (mean <= 0) return ReadThisEpoch(g) ? 0.0 : std::numeric_limits<double>::min();
+        return ReadThisEpoch(g) ? 0.5 * mean : mean;
       }
     }
     return Value(g);
@@ -2224,6 +2279,9 @@ bool PolicyEngine::AdmitInsert(std::string_view path, bool prefetched, uint64_t 
   if (it == files_.end() || !it->second.group) return true;
   Group* g = it->second.group;  // a miss's unit joins its file's stream (OnInsert)
   if (g->units == 0 || VictimGroup() != g) return true;
+  // Items read again within an epoch (several jobs): every cached unit is
+  // as likely to be read as the miss, which is not admitted in place of one.
+  if (g->multi_pass && g->label == kRandom) return false;
   // As OnInsert tells the module: a straggler's read for the previous epoch
   // leaves the unit not read in this one (kept, not the first victim).
   return !g->module->InsertIsFirstVictim(

@@ -176,6 +176,8 @@ class PolicyEngine {
 
   // False for units under a never-cache prefix (do not insert them).
   bool Admit(std::string_view path) const;
+  // The label an override forces on `path` (a stream::Label value), or -1.
+  int ForcedLabel(std::string_view path) const;
 
   // A unit entered the cache (demand fetch or prefetch). Re-inserting a
   // tracked id replaces it. `unit_index` may be a sub-unit's store index
@@ -244,7 +246,8 @@ class PolicyEngine {
   const PathOverride* OverrideFor(std::string_view path) const;
   double Value(const Group* g) const;      // seconds saved / s / cached byte
   double ByteValue(const Group* g) const;  // byte hits / s / cached byte
-  void NewVisit(Group* g, FileRec* f, const std::string* fkey);
+  // `same_file`: the reader's previous read was in this file.
+  void NewVisit(Group* g, FileRec* f, const std::string* fkey, bool same_file);
   // `f` was read in `g`'s current epoch (counted once: callers check).
   void MarkReadThisEpoch(FileRec& f, Group* g);
   // The file's current read belongs to its stream's previous epoch (a
@@ -362,10 +365,17 @@ class PolicyEngine {
   // 1 MB an epoch on 3,000 files); cleared at kMaxReaders entries.
   struct ReaderEnd {
     uint64_t end = 0, last_us = 0;
+    uint64_t visit_start = 0;  // where its visit of the file began (PolicyEngine::OnRead)
   };
   std::unordered_map<std::string, ReaderEnd> reader_end_;
   // At kMaxReaders: the older half of reader_end_ goes (by last read).
   void TrimReaders();
+  // Repeats an epoch may have before it is taken for several passes at
+  // once (Group::multi_pass).
+  static uint64_t EpochRepeatsAllowed(const Group* g);
+  // The stream holds units read this epoch, which are not read again before
+  // the next (worth about half), unless it is read in several passes.
+  static bool ReadThisEpoch(const Group* g);
   // A readahead unit read (hit) or evicted unread (wasted): readahead stops
   // for a while when most are wasted (TrimPlan).
   void NoteReadaheadOutcome(uint64_t hit, uint64_t wasted);

@@ -143,15 +143,21 @@ Status CheckKeys(const Ctx& c, const YAML::Node& n, const std::string& where,
   return Status::Ok();
 }
 
+// `out` holds the profile's module: one of the same name keeps the
+// profile's parameters that `n` does not set (`profile: serving` then
+// `skewed: {eviction: lfu}` was plain LFU, without the profile's ageing:
+// a review's finding); another module starts from its own defaults.
 Status ParseModule(const Ctx& c, const YAML::Node& n, const std::string& where, ModuleSpec& out) {
+  std::string name;
   if (n.IsScalar()) {  // shorthand: `eviction: lru`
-    out = {n.as<std::string>(), {}};
+    name = n.as<std::string>();
+    if (name != out.name) out = {name, {}};
     return Status::Ok();
   }
   if (auto s = CheckKeys(c, n, where, {"name", "params"}); !s.ok()) return s;
   if (!n["name"]) return c.Bad(n, where + ".name", "missing");
-  if (auto s = Scalar(c, n["name"], where + ".name", out.name); !s.ok()) return s;
-  out.params.clear();
+  if (auto s = Scalar(c, n["name"], where + ".name", name); !s.ok()) return s;
+  if (name != out.name) out = {name, {}};
   if (auto p = n["params"]) {
     if (!p.IsMap()) return c.Bad(p, where + ".params", "must be a mapping of numbers");
     for (auto it = p.begin(); it != p.end(); ++it) {
