@@ -294,10 +294,18 @@ std::vector<MetricFamily> BuildFamilies(const nlohmann::json& stats, const Backe
   for (auto it = stats.begin(); it != stats.end(); ++it)
     if (!used.count(it.key()) && (it->is_number() || it->is_boolean()))
       f.Add("igtcache_" + SanitizeName(it.key()), MetricType::Untyped, {}, Num(*it));
-  if (auto e = stats.find("engine"); e != stats.end() && e->is_object())
+  if (auto e = stats.find("engine"); e != stats.end() && e->is_object()) {
     for (auto it = e->begin(); it != e->end(); ++it)
       if (!used.count(it.key()) && it->is_number())
         f.Add("igtcache_engine_" + SanitizeName(it.key()), MetricType::Untyped, {}, Num(*it));
+    // The prefetcher's queue and budget (dropped plans are backpressure at
+    // work), nested in the engine's section: they were in `igtcache stats`
+    // only.
+    if (auto p = e->find("prefetcher"); p != e->end() && p->is_object())
+      for (auto it = p->begin(); it != p->end(); ++it)
+        if (it->is_number())
+          f.Add("igtcache_prefetcher_" + SanitizeName(it.key()), MetricType::Untyped, {}, Num(*it));
+  }
   return f.Take();
 }
 

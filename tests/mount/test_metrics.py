@@ -122,6 +122,9 @@ def main():
               "cache_used_bytes gauge agrees with stats")
         check(val(s1, "igtcache_cache_limit_bytes") == 256 << 20, "cache limit gauge = --cache-size")
         check(val(s1, "igtcache_cache_insert_bytes_total") >= total, "insert bytes moved")
+        pf = st1["engine"]["prefetcher"]
+        check(all(val(s1, f"igtcache_prefetcher_{k}") == v for k, v in pf.items()),
+              f"the prefetcher's numbers are served as igtcache_prefetcher_* ({sorted(pf)})")
         n_streams = sum(v for (n, l), v in s1.items() if n == "igtcache_streams")
         check(n_streams == len(st1["streams"]), f"streams by label sum to the streams in stats ({n_streams:.0f})")
 
