@@ -117,10 +117,13 @@ class BlockStore {
   // writable); cleared by the next that succeeds. Prefetching stops meanwhile:
   // its units could only be fetched and thrown away.
   virtual bool inserts_failing() const { return false; }
-  // Looks whether the cache dir (or its index) was deleted under the store;
-  // if so, forgets every unit (as a failed insert finds out). Called about
-  // once a second: with every read a hit, nothing else would notice.
-  virtual void CheckDir() {}
+  // Called about once a second, off the read path (the mount's maintenance
+  // thread). Looks whether the cache dir (or its index) was deleted under
+  // the store; if so, forgets every unit (as a failed insert finds out):
+  // with every read a hit, nothing else would notice. Saves the access
+  // state (last access, count) of units read since the last save, once the
+  // flush interval has passed.
+  virtual void Maintain() {}
 
   // Small metadata records (directory listings, attributes) kept in the same
   // RocksDB under their own key space, so a remount starts warm.

@@ -788,8 +788,9 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
       try {
         tree.Maintain(now_us());
         // A cache dir deleted under the mount, noticed with every read a
-        // hit too (the unit files it still held open kept their space).
-        (*store)->CheckDir();
+        // hit too (the unit files it still held open kept their space); the
+        // access state saved off the read path.
+        (*store)->Maintain();
         if (!g_reload_policy.exchange(false)) continue;
         if (!live || !UsesPolicyFile(cfg)) {
           spdlog::warn("policy: SIGHUP ignored: cache.eviction '{}' uses no policy file", cfg.cache.eviction);
