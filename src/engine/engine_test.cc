@@ -1287,6 +1287,25 @@ TEST_CASE("a reload keeps the state of a stream whose module is unchanged", "[en
   CHECK(StreamJson(h, "emb/")["cached_units"] == 48);
 }
 
+TEST_CASE("a reload keeps a prefetch module whose settings are unchanged, and its windows", "[engine][reload]") {
+  // A scan's readahead window grows as it reads; rebuilt at a reload, the
+  // module started every reader again at its initial window (2 units).
+  Harness h("igt", 1024);
+  uint64_t furthest = 0;
+  auto read = [&](uint64_t i) {
+    h.now_us += 1000;
+    h.tree.Record(h.now_us, 1, "ckpt/w.bin", i * kUnit, kUnit, 512 * kUnit);
+    return h.engine->OnRead(h.now_us, 1, "ckpt/w.bin", i * kUnit, kUnit, 512 * kUnit);
+  };
+  for (uint64_t i = 0; i < 64; ++i)
+    for (const auto& r : read(i)) furthest = std::max(furthest, r.last_unit);
+  REQUIRE(furthest >= 64 + 8);  // the window grew past the initial 2 units
+  REQUIRE(h.engine->SetPolicyFile(*PolicyProfile("training")).ok());
+  uint64_t after = 0;
+  for (const auto& r : read(64)) after = std::max(after, r.last_unit);
+  CHECK(after >= furthest);  // the window as it was (rebuilt: 65-66)
+}
+
 TEST_CASE("a skewed stream that stops loses value at its half-life, idle or not", "[engine]") {
   // Five reads a second (too few to count as idle when it stops), then
   // nothing for five half-lives (60 s each in the training profile).

@@ -2291,16 +2291,23 @@ bool PolicyEngine::AdmitInsert(std::string_view path, bool prefetched, uint64_t 
 Status PolicyEngine::SetPolicyFile(PolicyFile pf) {
   if (!mode_igt_) return Status::InvalidArgument("the policy file applies to policy igt only");
   if (auto s = pf.Validate("policy"); !s.ok()) return s;
+  // A prefetch module whose name and parameters are unchanged is kept, with
+  // its state (every reader's readahead window: rebuilt, each scan went
+  // back to its initial window at every reload; a review's finding).
   std::array<std::unique_ptr<PrefetchPolicy>, 4> pre;
   for (size_t i = 0; i < 4; ++i) {
-    auto m = MakePrefetchPolicy(pf.patterns[i].prefetch.name, pf.patterns[i].prefetch.params);
+    const ModuleSpec& was = opts_.policy_file.patterns[i].prefetch;
+    const ModuleSpec& now = pf.patterns[i].prefetch;
+    if (prefetch_[i] && was.name == now.name && was.params == now.params) continue;
+    auto m = MakePrefetchPolicy(now.name, now.params);
     if (!m) return m.error();
     pre[i] = std::move(*m);
   }
   const PolicyFile old = std::move(opts_.policy_file);  // old overrides stay valid in the loop
   opts_.policy_file = std::move(pf);
   NoteQuotas();
-  prefetch_ = std::move(pre);
+  for (size_t i = 0; i < 4; ++i)
+    if (pre[i]) prefetch_[i] = std::move(pre[i]);
   for (auto& [key, g] : groups_) {
     if (g->window || g->user_warm) continue;  // its own module (fifo), not the file's
     // Overrides point into the new file (a stream keyed by a prefix that is
