@@ -332,15 +332,20 @@ Result<std::shared_ptr<const DirListing>> Namespace::FetchListing(const std::str
   std::map<std::string, DirEntry> merged;  // sorted, dirs shadow same-named files
   ListRequest req;
   req.prefix = dir_key.empty() ? "" : dir_key + "/";
-  size_t skipped = 0;
-  std::string examples;  // the first hidden keys, for the warning
-  auto hide = [&](std::string_view key) {
-    if (++skipped > 3) return;
-    if (!examples.empty()) examples += ", ";
-    // Raw: the mount's log escapes control bytes and backslashes itself
-    // (escaped here too, a NUL was logged as "\x5cx00").
-    examples += fmt::format("'{}'", key);
-  };
+  // Keys hidden, by reason: names unsafe for a file system, and objects
+  // whose name is also a directory's (`a` beside `a/b`: the directory wins,
+  // and the object was hidden without a word: a tester's finding).
+  struct Hidden {
+    size_t n = 0;
+    std::string examples;  // the first few, for the warning
+    void Add(std::string_view key) {
+      if (++n > 3) return;
+      if (!examples.empty()) examples += ", ";
+      // Raw: the mount's log escapes control bytes and backslashes itself
+      // (escaped here too, a NUL was logged as "\x5cx00").
+      examples += fmt::format("'{}'", key);
+    }
+  } unsafe, shadowed;
   do {
     if (stopping_.load()) return Err(Status::Unavailable("unmounting"));
     if (metrics_) Add(metrics_->backend_list_requests);
@@ -350,19 +355,21 @@ Result<std::shared_ptr<const DirListing>> Namespace::FetchListing(const std::str
       std::string_view name(o.key);
       name.remove_prefix(std::min(name.size(), req.prefix.size()));
       if (!SafeName(name)) {  // "dir/" markers, "a/../b", over-long names
-        if (!name.empty()) hide(o.key);
+        if (!name.empty()) unsafe.Add(o.key);
         continue;
       }
-      merged.try_emplace(std::string(name), DirEntry{std::string(name), false, o.size, o.mtime_ns, o.etag});
+      auto [at, added] = merged.try_emplace(std::string(name), DirEntry{std::string(name), false, o.size, o.mtime_ns, o.etag});
+      if (!added && at->second.is_dir) shadowed.Add(o.key);
     }
     for (const auto& p : page->prefixes) {
       std::string_view name(p);
       name.remove_prefix(std::min(name.size(), req.prefix.size()));
       if (!name.empty() && name.back() == '/') name.remove_suffix(1);
       if (!SafeName(name)) {
-        hide(p);
+        unsafe.Add(p);
         continue;
       }
+      if (auto at = merged.find(std::string(name)); at != merged.end() && !at->second.is_dir) shadowed.Add(req.prefix + at->first);
       merged.insert_or_assign(std::string(name), DirEntry{std::string(name), true, 0, 0, ""});
     }
     req.continuation_token = page->next_token;
@@ -381,8 +388,8 @@ Result<std::shared_ptr<const DirListing>> Namespace::FetchListing(const std::str
                 dir_key.empty() ? std::string("the top directory") : "'" + dir_key + "/'", listing->list_ms / 1e3,
                 opts_.ttl_ms / 1e3, 2 * listing->list_ms / 1e3);
   }
-  NoteHidden(dir_key, skipped);
-  if (skipped) {
+  NoteHidden(dir_key, unsafe.n + shadowed.n);
+  if (unsafe.n + shadowed.n) {
     // Once per directory and mount, then at debug level: a directory
     // relisted every TTL repeated it.
     bool first = false;
@@ -391,10 +398,16 @@ Result<std::shared_ptr<const DirListing>> Namespace::FetchListing(const std::str
       if (hidden_warned_.size() >= 4096) hidden_warned_.clear();
       first = hidden_warned_.insert(dir_key).second;
     }
-    spdlog::log(first ? spdlog::level::warn : spdlog::level::debug,
-                "listing of {}: {} key(s) with names unsafe for a file system are hidden: {}{}",
-                dir_key.empty() ? std::string("the top directory") : "'" + dir_key + "/'", skipped, examples,
-                skipped > 3 ? ", ..." : "");
+    const std::string where = dir_key.empty() ? std::string("the top directory") : "'" + dir_key + "/'";
+    const auto level = first ? spdlog::level::warn : spdlog::level::debug;
+    if (unsafe.n)
+      spdlog::log(level, "listing of {}: {} key(s) with names unsafe for a file system are hidden: {}{}", where,
+                  unsafe.n, unsafe.examples, unsafe.n > 3 ? ", ..." : "");
+    if (shadowed.n)
+      spdlog::log(level,
+                  "listing of {}: {} object(s) named as a directory too (keys 'x' and 'x/...') are hidden, the "
+                  "directory shown: {}{}",
+                  where, shadowed.n, shadowed.examples, shadowed.n > 3 ? ", ..." : "");
   }
   listing->entries.reserve(merged.size());
   for (auto& [_, e] : merged) listing->entries.push_back(std::move(e));

@@ -80,6 +80,24 @@ TEST_CASE("lookup and readdir follow key prefixes, one LIST per directory") {
   CHECK(ns.hidden_names() == 1);
 }
 
+TEST_CASE("an object named as a directory too is hidden and counted, the directory shown") {
+  auto mem = std::make_shared<MemoryBackend>();
+  mem->Put("both", "777");
+  mem->Put("both/child.bin", "c");
+  mem->Put("d/x", "1");
+  mem->Put("d/x/y", "2");
+  Namespace ns(mem.get(), nullptr, nullptr, Namespace::Options{});
+  auto both = ns.Lookup(Namespace::kRootIno, "both");
+  REQUIRE(both.has_value());
+  CHECK(both->is_dir);
+  auto d = ns.Lookup(Namespace::kRootIno, "d");
+  REQUIRE(d.has_value());
+  auto x = ns.Lookup(d->ino, "x");
+  REQUIRE(x.has_value());
+  CHECK(x->is_dir);
+  CHECK(ns.hidden_names() == 2);
+}
+
 TEST_CASE("hidden keys are counted by each directory's latest listing") {
   auto mem = std::make_shared<MemoryBackend>();
   mem->Put("a/ok", "1");
