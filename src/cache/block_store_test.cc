@@ -1162,7 +1162,7 @@ TEST_CASE("write failures are counted, cleaned up, and retried later", "[block_s
   CHECK(fs::is_empty(tmp));
 }
 
-TEST_CASE("a disk failing reads pauses writing unit files; a start-up read error deletes nothing", "[block_store]") {
+TEST_CASE("a disk failing reads pauses writing unit files and a start-up read error deletes nothing", "[block_store]") {
   Fixture f;
   auto failing = std::make_shared<std::atomic<bool>>(false);
   BlockStoreHooks h = f.Hooks();
