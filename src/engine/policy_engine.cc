@@ -123,11 +123,14 @@ constexpr double kBusyReads = 8;
 constexpr double kMaxPrefetchShare = 0.25;
 // Readahead outcomes are judged every this many units of them (hits and
 // units evicted unread, the older ones halved at each judgement); when more
-// than two in three were evicted unread, readahead stops for
-// kReadaheadOffUs. A black-box test: 96 threads each scanning its slice of
-// a 512 MiB file with a 128 MiB cache fetched 3.9-4.5 GB live (lru 0.6 GB),
-// about 2 GB of it readahead evicted unread: 96 readers' units and windows
-// do not fit.
+// than half were evicted unread, readahead stops for kReadaheadOffUs. A
+// black-box test: 96 threads each scanning its slice of a 512 MiB file with
+// a 128 MiB cache fetched 3.9-4.5 GB live (lru 0.6 GB), about 2 GB of it
+// readahead evicted unread: 96 readers' units and windows do not fit. It
+// stopped at two in three until 2026-11-29: the tester's trace of those
+// threads fetched 878 MiB in sim (lru 658), at more than half 772, modeled
+// 2.0 s both (lru 2.2); at 256 MiB 681 -> 622 MiB (lru 591); a stricter
+// 1 in 3 cost a detection trace 5.1 -> 6.3 s.
 constexpr uint64_t kReadaheadJudgeUnits = 64;
 constexpr uint64_t kReadaheadOffUs = 5'000'000;
 // A skewed stream's marginal value is also measured on its most recent
@@ -1453,7 +1456,7 @@ void PolicyEngine::NoteReadaheadOutcome(uint64_t hit, uint64_t wasted) {
   ra_recent_hit_ += hit;
   ra_recent_wasted_ += wasted;
   if (ra_recent_hit_ + ra_recent_wasted_ < kReadaheadJudgeUnits * opts_.unit_bytes) return;
-  if (ra_recent_wasted_ > 2 * ra_recent_hit_) ra_off_until_us_ = now_us_ + kReadaheadOffUs;
+  if (ra_recent_wasted_ > ra_recent_hit_) ra_off_until_us_ = now_us_ + kReadaheadOffUs;
   ra_recent_hit_ /= 2;  // the recent outcomes weigh most
   ra_recent_wasted_ /= 2;
 }
