@@ -84,6 +84,10 @@ constexpr size_t kMaxOpenUnitFiles = 4096;
 // unit files, and for how long (DiskBlockStore::NoteReadError).
 constexpr uint32_t kReadErrorsFailing = 8;
 constexpr uint64_t kReadFailingPauseUs = 60'000'000;
+// Unit files whose header cannot be read at start-up (I/O errors) that are
+// left in place and the rest served; more than this, and more than a
+// quarter of the units, fail the start-up (a failing disk).
+constexpr size_t kMaxUnreadableAtStart = 16;
 // Access-state records built per hold of the store's lock (WriteAccessState).
 constexpr size_t kFlushChunk = 1024;
 // Threads for disk work over many unit files at once: the start-up's header
@@ -1212,6 +1216,9 @@ Status DiskBlockStore::Reconcile() {
     uint64_t disk_bytes = 0;
     bool good = false;
     bool legacy = false;  // its record names the two-level path of before 2026-11-29
+    // Its header read failed with an I/O error, twice: left in place with
+    // its record, not used this run.
+    bool unreadable = false;
   };
   std::vector<Survivor> survivors;
   rocksdb::WriteBatch drop;
@@ -1312,15 +1319,19 @@ Status DiskBlockStore::Reconcile() {
       return;
     }
     struct stat st {};
-    auto h = hooks_.unit_read_error && hooks_.unit_read_error(path)
+    auto read_header = [&] {
+      return hooks_.unit_read_error && hooks_.unit_read_error(path)
                  ? Result<UnitHeader>(Err(Status::IoError("unit file read: Input/output error")))
                  : ReadUnitHeader(fd);
+    };
+    auto h = read_header();
+    if (!h && h.error().code() == Code::kIoError) h = read_header();  // once more: a transient error
     if (!h && h.error().code() == Code::kIoError) {
-      // Not a bad header: the disk did not answer (a transient EIO, a bad
-      // sector). Fails the start-up as an open's error does: taken for a
-      // bad header, the unit was deleted, and a disk hiccup at start-up
-      // emptied the whole cache (a review's finding).
-      open_errno[i] = EIO;
+      // Not a bad header: the disk did not answer (a bad sector). Taken for
+      // a bad header, the unit was deleted, and a disk hiccup at start-up
+      // emptied the whole cache (a review's finding). Left in place, with
+      // its record, for a later start; many such fail the start-up (below).
+      sv.unreadable = true;
       ::close(fd);
       return;
     }
@@ -1332,21 +1343,35 @@ Status DiskBlockStore::Reconcile() {
   });
   for (size_t i = 0; i < survivors.size(); ++i) {
     if (open_errno[i] != 0) {
-      const int err = open_errno[i];
-      return Status(CodeForErrno(err),
-                    fmt::format("cannot {} cache unit {}: {}{}", survivors[i].legacy ? "move or open" : "open or read",
-                                PathOf(survivors[i].id), ErrnoText(err),
-                                err == EIO ? " (the cache's disk failed a read: check it, or mount with another "
-                                             "--cache-dir; nothing was deleted)"
-                                           : ""));
+      return Status(CodeForErrno(open_errno[i]),
+                    fmt::format("cannot {} cache unit {}: {}", survivors[i].legacy ? "move or open" : "open",
+                                PathOf(survivors[i].id), ErrnoText(open_errno[i])));
     }
+  }
+  const size_t unreadable = static_cast<size_t>(
+      std::count_if(survivors.begin(), survivors.end(), [](const Survivor& sv) { return sv.unreadable; }));
+  if (unreadable > 0) {
+    const auto first = std::find_if(survivors.begin(), survivors.end(), [](const Survivor& sv) { return sv.unreadable; });
+    // A few: bad sectors, and the rest of the cache is served. Many: the
+    // disk is failing, and the mount says so rather than run on it.
+    if (unreadable > kMaxUnreadableAtStart && unreadable * 4 > survivors.size())
+      return Status::IoError(fmt::format("{} of {} cache unit files in {}/units could not be read (I/O errors, e.g. "
+                                         "{}): the cache's disk is failing? Check it, or mount with another "
+                                         "--cache-dir (nothing was deleted)",
+                                         unreadable, survivors.size(), opts_.dir, PathOf(first->id)));
+    spdlog::warn("igtcache: {} cache unit file(s) could not be read (I/O error), e.g. {}: left in place and not "
+                 "used this run (the disk may have bad sectors)",
+                 unreadable, PathOf(first->id));
   }
   if (moved > 0)
     spdlog::info("igtcache: moved {} unit files in {}/units to the one-level layout (units/xx/<id>)", moved.load(),
                  opts_.dir);
   const size_t checked = survivors.size() + dropped;  // records read
+  std::vector<std::string> unread_ids;  // their files are not strays
   std::erase_if(survivors, [&](const Survivor& sv) {
-    if (!sv.good) {
+    if (sv.unreadable) {
+      unread_ids.push_back(sv.id);
+    } else if (!sv.good) {
       DeleteUnitKeys(drop, sv.id);
       ++dropped;
     } else if (sv.legacy) {  // its record names where its file is now
@@ -1378,6 +1403,7 @@ Status DiskBlockStore::Reconcile() {
     kept.reserve(survivors.size());
     for (const auto& sv : survivors)
       if (!sv.rec.is_inline) kept.insert(sv.id);
+    for (const auto& id : unread_ids) kept.insert(id);
     const std::filesystem::path units = opts_.dir + "/units";
     std::vector<std::filesystem::path> tops;  // units/ab, listed on several threads
     std::error_code ec;

@@ -498,9 +498,13 @@ TEST_CASE("a miss in a file read at random or skewed fetches sub-units, igt only
   CHECK(sub("igt", true) == 64 << 10);
   CHECK(sub("igt", false) == 0);  // sequential: whole units (and readahead)
   CHECK(sub("lru", true) == 0);   // baselines fetch whole units
-  // A label an override forces is the file's: forced sequential, whole units.
+  // A label an override forces: sequential is every file's under it (whole
+  // units); random, the file's only where the override names the file (a
+  // directory read "random" is one of items visited at random, each read
+  // whole).
   CHECK(sub("igt", true, "overrides:\n  - {prefix: \"emb/\", pattern: sequential}\n") == 0);
-  CHECK(sub("igt", false, "overrides:\n  - {prefix: \"emb/\", pattern: random}\n") == 64 << 10);
+  CHECK(sub("igt", false, "overrides:\n  - {prefix: \"emb/e.bin\", pattern: random}\n") == 64 << 10);
+  CHECK(sub("igt", false, "overrides:\n  - {prefix: \"emb/\", pattern: random}\n") == 0);
   // A sub-unit's store index counts as its unit for the engine.
   Harness h("igt", 512);
   h.engine->OnInsert("s", "emb/e.bin", SubUnitIndex(3 * kUnit + 65536, 16), 65536, false, 1);
@@ -1660,34 +1664,31 @@ TEST_CASE("policy YAML: every profile parses, errors name the key", "[engine][ya
   CHECK(bad.error().message().find("y.yaml:") != std::string::npos);
 }
 
-TEST_CASE("a pattern's module named as the profile's keeps the profile's parameters", "[engine][yaml]") {
+TEST_CASE("a pattern's module named as the profile's replaces it and a warning names what it drops", "[engine][yaml]") {
   auto serving = PolicyProfile("serving");
   REQUIRE(serving);
-  const auto& lfu = serving->patterns[kSkewedIdx].eviction;
-  REQUIRE(lfu.name == "lfu");
-  REQUIRE(lfu.params.count("half_life_ms"));
-  // Shorthand and mapping forms, same module: the profile's ageing stays.
+  REQUIRE(serving->patterns[kSkewedIdx].eviction.name == "lfu");
+  REQUIRE(serving->patterns[kSkewedIdx].eviction.params.count("half_life_ms"));
+  // The module's defaults, as written (a shorthand `prefetch: epoch` turns
+  // epoch prefetching on, whatever the profile set), and a warning.
   for (const char* yaml : {"profile: serving\npatterns:\n  skewed: {eviction: lfu}\n",
                            "profile: serving\npatterns:\n  skewed: {eviction: {name: lfu}}\n"}) {
     auto pf = ParsePolicyFile(yaml, "p.yaml");
     REQUIRE(pf);
-    CHECK(pf->patterns[kSkewedIdx].eviction.params == lfu.params);
+    CHECK(pf->patterns[kSkewedIdx].eviction.params.empty());
+    const auto w = PolicyWarnings(*pf, "p.yaml", 1ull << 40);
+    REQUIRE(w.size() == 1);
+    CHECK_THAT(w[0], Catch::Contains("patterns.skewed.eviction: lfu without the profile's parameters (half_life_ms"));
   }
-  // A parameter given replaces the profile's; the others stay.
-  auto pre = PolicyProfile("preprocessing");
-  REQUIRE(pre);
-  REQUIRE(pre->patterns[kSequentialIdx].prefetch.name == "adaptive-readahead");
+  // All of them given: no warning; another module: none either.
   auto pf = ParsePolicyFile(
-      "profile: preprocessing\npatterns:\n  sequential: {prefetch: {name: adaptive-readahead, params: {max_units: 32}}}\n",
-      "p.yaml");
+      "profile: serving\npatterns:\n  skewed: {eviction: {name: lfu, params: {half_life_ms: 1000}}}\n", "p.yaml");
   REQUIRE(pf);
-  auto want = pre->patterns[kSequentialIdx].prefetch.params;
-  want["max_units"] = 32;
-  CHECK(pf->patterns[kSequentialIdx].prefetch.params == want);
-  // Another module: its own defaults, none of the profile's.
+  CHECK(pf->patterns[kSkewedIdx].eviction.params.at("half_life_ms") == 1000);
+  CHECK(PolicyWarnings(*pf, "p.yaml", 1ull << 40).empty());
   pf = ParsePolicyFile("profile: serving\npatterns:\n  skewed: {eviction: lru}\n", "p.yaml");
   REQUIRE(pf);
-  CHECK(pf->patterns[kSkewedIdx].eviction.params.empty());
+  CHECK(PolicyWarnings(*pf, "p.yaml", 1ull << 40).empty());
 }
 
 TEST_CASE("the example policy files parse", "[engine][yaml]") {

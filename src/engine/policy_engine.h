@@ -102,6 +102,7 @@ struct StreamStats {
   uint64_t items = 0, item_bytes = 0;  // files of the stream (its working set) and their size
   double value = 0;       // marginal byte hits / s / cached byte at the last allocation
   bool warming = false;   // a directory warm-up holds free space for it (POLICIES.md)
+  bool multi_pass = false;  // read in several passes at once (jobs sharing the items: POLICIES.md)
   // The policy file's override this stream is made for (its prefix), if any.
   std::optional<std::string> override_prefix;
 };
@@ -176,7 +177,9 @@ class PolicyEngine {
 
   // False for units under a never-cache prefix (do not insert them).
   bool Admit(std::string_view path) const;
-  // The label an override forces on `path` (a stream::Label value), or -1.
+  // The label an override forces on `path`'s own blocks (a stream::Label
+  // value), or -1: its pattern for the file it names, sequential for every
+  // file under it (ForcedFileLabel).
   int ForcedLabel(std::string_view path) const;
 
   // A unit entered the cache (demand fetch or prefetch). Re-inserting a
@@ -370,6 +373,7 @@ class PolicyEngine {
   std::unordered_map<std::string, ReaderEnd> reader_end_;
   // At kMaxReaders: the older half of reader_end_ goes (by last read).
   void TrimReaders();
+  static int ForcedFileLabel(const PathOverride* ov, std::string_view path);
   // Repeats an epoch may have before it is taken for several passes at
   // once (Group::multi_pass).
   static uint64_t EpochRepeatsAllowed(const Group* g);

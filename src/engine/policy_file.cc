@@ -143,21 +143,34 @@ Status CheckKeys(const Ctx& c, const YAML::Node& n, const std::string& where,
   return Status::Ok();
 }
 
-// `out` holds the profile's module: one of the same name keeps the
-// profile's parameters that `n` does not set (`profile: serving` then
-// `skewed: {eviction: lfu}` was plain LFU, without the profile's ageing:
-// a review's finding); another module starts from its own defaults.
-Status ParseModule(const Ctx& c, const YAML::Node& n, const std::string& where, ModuleSpec& out) {
-  std::string name;
+// `out` holds the profile's module on entry; the module named replaces it,
+// with the parameters given and the module's defaults for the others. Named
+// as the profile's, parameters of the profile's that it drops are noted
+// for PolicyWarnings (`profile: serving` then `skewed: {eviction: lfu}` is
+// plain LFU, without serving's ageing: a review's finding; merging them
+// instead made `random: {prefetch: epoch}` keep serving's per_read 0).
+Status ParseModule(const Ctx& c, const YAML::Node& n, const std::string& where, ModuleSpec& out,
+                   std::vector<std::string>& dropped) {
+  const ModuleSpec profile = out;
+  auto note_dropped = [&] {
+    if (out.name != profile.name) return;
+    std::string lost;
+    for (const auto& [k, v] : profile.params)
+      if (!out.params.count(k)) lost += fmt::format("{}{}: {}", lost.empty() ? "" : ", ", k, v);
+    if (!lost.empty())
+      dropped.push_back(fmt::format("{}: {} without the profile's parameters ({}): the module's defaults apply; "
+                                    "give them under params to keep them",
+                                    where, out.name, lost));
+  };
+  out.params.clear();
   if (n.IsScalar()) {  // shorthand: `eviction: lru`
-    name = n.as<std::string>();
-    if (name != out.name) out = {name, {}};
+    out.name = n.as<std::string>();
+    note_dropped();
     return Status::Ok();
   }
   if (auto s = CheckKeys(c, n, where, {"name", "params"}); !s.ok()) return s;
   if (!n["name"]) return c.Bad(n, where + ".name", "missing");
-  if (auto s = Scalar(c, n["name"], where + ".name", name); !s.ok()) return s;
-  if (name != out.name) out = {name, {}};
+  if (auto s = Scalar(c, n["name"], where + ".name", out.name); !s.ok()) return s;
   if (auto p = n["params"]) {
     if (!p.IsMap()) return c.Bad(p, where + ".params", "must be a mapping of numbers");
     for (auto it = p.begin(); it != p.end(); ++it) {
@@ -169,6 +182,7 @@ Status ParseModule(const Ctx& c, const YAML::Node& n, const std::string& where, 
       }
     }
   }
+  note_dropped();
   return Status::Ok();
 }
 
@@ -211,13 +225,13 @@ Result<PolicyFile> ParseImpl(const Ctx& c, const YAML::Node& root) {
       // checks them again, without one).
       if (auto pf = pn["prefetch"]; Present(pf)) {
         ModuleSpec& m = f.patterns[i].prefetch;
-        if (auto s = ParseModule(c, pf, where + ".prefetch", m); !s.ok()) return Err(s);
+        if (auto s = ParseModule(c, pf, where + ".prefetch", m, f.dropped_params); !s.ok()) return Err(s);
         if (auto made = MakePrefetchPolicy(m.name, m.params); !made)
           return Err(c.Bad(pf, where + ".prefetch", made.error().message()));
       }
       if (auto ev = pn["eviction"]; Present(ev)) {
         ModuleSpec& m = f.patterns[i].eviction;
-        if (auto s = ParseModule(c, ev, where + ".eviction", m); !s.ok()) return Err(s);
+        if (auto s = ParseModule(c, ev, where + ".eviction", m, f.dropped_params); !s.ok()) return Err(s);
         if (auto made = MakeEvictionPolicy(m.name, m.params); !made)
           return Err(c.Bad(ev, where + ".eviction", made.error().message()));
       }
@@ -303,6 +317,7 @@ Result<PolicyFile> ParseImpl(const Ctx& c, const YAML::Node& root) {
 
 std::vector<std::string> PolicyWarnings(const PolicyFile& pf, const std::string& origin, uint64_t capacity_bytes) {
   std::vector<std::string> out;
+  for (const auto& d : pf.dropped_params) out.push_back(fmt::format("{}: {}", origin, d));
   for (size_t i = 0; i < pf.overrides.size(); ++i) {
     const auto& o = pf.overrides[i];
     if (o.quota_bytes > 0 && capacity_bytes > 0 && o.quota_bytes >= capacity_bytes)

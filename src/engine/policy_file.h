@@ -88,6 +88,10 @@ struct PolicyFile {
   uint64_t allocation_period_ms = 1000;
   double hysteresis = 0.1;
   std::vector<PathOverride> overrides;
+  // A pattern's module named as the profile's, given without some of the
+  // profile's parameters (they fall back to the module's defaults): the
+  // warnings PolicyWarnings gives.
+  std::vector<std::string> dropped_params;
 
   // Creates every module once to validate names and params.
   Status Validate(const std::string& origin) const;
@@ -108,7 +112,8 @@ Result<PolicyFile> ParsePolicyFile(const std::string& yaml_text, const std::stri
 enum class PolicyFileUse { kMount, kReload, kOnce };
 // Reads and parses a file; "" gives the "training" profile.
 Result<PolicyFile> LoadPolicyFile(const std::string& path, PolicyFileUse use);
-// Warnings for overrides of `pf` (read from `origin`): a quota at or above
+// Warnings for `pf` (read from `origin`): a profile's parameters a pattern's
+// module of the same name drops (PolicyFile::dropped_params); for overrides: a quota at or above
 // `capacity_bytes` (the cache's size), which never applies; a prefix written
 // with a leading '/', taken relative to the mount root (an absolute path of
 // the mount point would match nothing).

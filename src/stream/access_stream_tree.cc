@@ -774,6 +774,7 @@ void AccessStreamTree::RunTestLocked(Node* n, uint64_t now_us) {
     in.n_children = n->file_size / cfg_.unit_bytes + (n->file_size % cfg_.unit_bytes != 0);
     in.successor = IndexSuccessor();
     in.blocks = true;
+    in.first_window = s.samples <= cfg_.window;
   }
   // Change point: the newest kRecentSamples alone say "scan" where the
   // stream is labelled random or skewed, or the reverse (a weights file

@@ -67,6 +67,11 @@ struct DetectInput {
   // (3 or fewer), the stream is unknown, not random by the uniformity test
   // alone (Detect).
   bool blocks = false;
+  // The stream's samples so far fit in one window (a new stream): a file's
+  // blocks stepped to mostly by readers' first samples are then unknown,
+  // not random (Detect). Past it, many short-lived readers reading at
+  // random (a process per lookup) are random as before.
+  bool first_window = false;
 };
 
 struct DetectResult {

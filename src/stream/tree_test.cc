@@ -379,6 +379,22 @@ TEST_CASE("96 threads' first reads of their own slices of one file: not random",
   CHECK(s->label == Label::kSequential);
 }
 
+TEST_CASE("random reads of a file by a pid per lookup: random past the first window", "[tree]") {
+  // 1,000 pids in turn, each a 4 KiB read at random: none steps on its own
+  // (one sample each per window). Unknown in the first window (the rule
+  // for readers' first samples), then random.
+  AccessStreamTree tree;
+  constexpr uint64_t kSize = 1024 * kMiB;
+  std::mt19937 rng(4);
+  uint64_t t = 0;
+  for (int i = 0; i < 4000; ++i)
+    tree.Record(t += 50, 10000 + i % 1000, "emb/table.bin", (rng() % (kSize >> 12)) << 12, 4096, kSize);
+  tree.RetestAll(true);
+  auto s = tree.Find("emb/table.bin");
+  REQUIRE(s);
+  CHECK(s->label == Label::kRandom);
+}
+
 TEST_CASE("an mmap scan's readahead windows, last page first: one visit, sequential", "[tree]") {
   // The kernel sends each 4 MiB window of an mmap's readahead as 1 MiB at
   // its top, then ~0.5 MiB pieces downwards. Each piece was sampled as a
