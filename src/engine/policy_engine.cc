@@ -971,8 +971,7 @@ void PolicyEngine::EraseFile(const std::string& key) {
   }
   // Its reader's entry would point at a freed record (another could be
   // made at its address).
-  if (auto r = reader_file_.find(it->second.part_pid); r != reader_file_.end() && r->second == &it->second)
-    reader_file_.erase(r);
+  if (ReaderIn(it->second.part_pid, it->second)) reader_file_.erase(it->second.part_pid);
   files_.erase(it);
 }
 
@@ -1180,8 +1179,7 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
   // The reader's visit of the file begins here unless its previous read
   // was in this file too (a parquet reader's column chunks after the
   // footer are the visit the footer began).
-  const auto prev_file = reader_file_.find(pid);
-  if (rfresh || prev_file == reader_file_.end() || prev_file->second != &f) re.visit_start = offset;
+  if (rfresh || !ReaderIn(pid, f)) re.visit_start = offset;
   re.last_us = now_us_;
   // The read is in a visit begun in the item's first unit (Group::item_depth).
   const bool from_start = re.visit_start < std::min<uint64_t>(opts_.unit_bytes, kItemStartBytes);
@@ -1229,9 +1227,8 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
   f.part_unit = ends_inside && fl != kRandom && fl != kSkewed ? (end - 1) / opts_.unit_bytes + 1 : 0;
   f.part_pid = pid;
   if (reader_file_.size() >= kMaxReaders) reader_file_.clear();
-  const FileRec*& reader_at = reader_file_[pid];
-  const bool same_file = reader_at == &f;  // the reader's previous read was in this file
-  reader_at = &f;
+  const bool same_file = ReaderIn(pid, f);  // the reader's previous read was in this file
+  reader_file_[pid] = {&f, f.rank};
   JoinGroup(f, fkey, g);
   // The reader, by name (evict-behind keeps the unit it is at).
   if (length > 0)
@@ -2223,14 +2220,18 @@ bool PolicyEngine::PartRead(const std::string& id) const {
   return f != files_.end() && PartReadActive(f->second) && f->second.part_unit == it->second.index + 1;
 }
 
+bool PolicyEngine::ReaderIn(uint32_t pid, const FileRec& f) const {
+  auto r = reader_file_.find(pid);
+  return r != reader_file_.end() && r->second.first == &f && r->second.second == f.rank;
+}
+
 bool PolicyEngine::PartReadActive(const FileRec& f) const {
   // While its reader's latest read is still in that file: a header reader
   // (a tar index, a parquet footer) that moved on does not come back, and
   // its units were held for it for good (a review's sim: a header reader
   // beside a shard scan).
   if (f.part_unit == 0) return false;
-  auto r = reader_file_.find(f.part_pid);
-  return r != reader_file_.end() && r->second == &f;
+  return ReaderIn(f.part_pid, f);
 }
 
 std::optional<std::string> PolicyEngine::PickVictim(uint64_t now_us) {

@@ -354,8 +354,13 @@ class PolicyEngine {
   uint64_t holding_count_ = 0;  // streams that began holding units so far (Group::holding_seq)
   void NoteHolding(Group* g);
   // Each reader's latest file (FileRec nodes do not move): a file's part-read
-  // unit counts while its reader is still there (PartReadActive).
-  std::unordered_map<uint32_t, const FileRec*> reader_file_;
+  // unit counts while its reader is still there (PartReadActive), and a
+  // reader's next read in it is the same visit (OnRead, NewVisit).
+  // With the record's rank (unique per record made): a record erased and
+  // another made at its address is not taken for it.
+  std::unordered_map<uint32_t, std::pair<const FileRec*, uint64_t>> reader_file_;
+  // Whether reader `pid`'s latest read was in `f` (reader_file_).
+  bool ReaderIn(uint32_t pid, const FileRec& f) const;
   bool PartReadActive(const FileRec& f) const;
   // By parent directory (SiblingPool); node-based: members point in.
   std::unordered_map<std::string, std::unique_ptr<SiblingPool>> pools_;
