@@ -155,7 +155,10 @@ class AccessStreamTree {
 
   Node* FindOrCreate(Node* parent, std::string_view key, bool is_dir, uint64_t now_us);
   Node* Lookup(std::string_view node_path, bool create, uint64_t now_us) const;
-  bool RecordInFile(Node* f, uint64_t t, uint32_t pid, uint64_t off, uint64_t len, uint64_t fsize);
+  // `other_part`: set when the read is a new visit by a reader whose latest
+  // read of the file did not cover any of these bytes (Record).
+  bool RecordInFile(Node* f, uint64_t t, uint32_t pid, uint64_t off, uint64_t len, uint64_t fsize,
+                    bool* other_part);
   // A cursor for a reader new to file f (f->mu held): a free or idle slot,
   // more slots once those are all busy; null when every one is a live
   // reader's (without the extra slots, the memory cap: an inline one in turn).
