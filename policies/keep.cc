@@ -58,12 +58,8 @@ class KeepPolicy final : public EvictionPolicy {
     (it->second.read ? read_ : unread_).erase(it->second.pos);
     map_.erase(it);
   }
-  std::optional<std::string> PickVictim() override {
-    if (read_.size() > kRecentUnits) return **std::prev(read_.end(), kRecentUnits + 1);
-    if (!read_.empty()) return *read_.front();  // the oldest of the recent ones
-    if (!unread_.empty()) return *unread_.back();
-    return std::nullopt;
-  }
+  std::optional<std::string> PickVictim() override { return Victim(nullptr); }
+  std::optional<std::string> PickVictimBut(const std::string& id) override { return Victim(&id); }
   size_t size() const override { return map_.size(); }
   // A demand miss counts as read: among the recent ones, spared, unless no
   // unit is read (then it is the only one). A prefetched unit is the newest
@@ -87,6 +83,18 @@ class KeepPolicy final : public EvictionPolicy {
     bool read;
     List::iterator pos;
   };
+  // PickVictim's order, passing over `but` (if given).
+  std::optional<std::string> Victim(const std::string* but) const {
+    auto other = [&](const std::string* id) { return !but || *id != *but; };
+    if (read_.size() > kRecentUnits)  // the newest read but kRecentUnits, then older ones
+      for (auto it = std::make_reverse_iterator(std::prev(read_.end(), kRecentUnits)); it != read_.rend(); ++it)
+        if (other(*it)) return **it;
+    for (auto it = read_.begin(); it != read_.end(); ++it)  // the recent ones, oldest first
+      if (other(*it)) return **it;
+    for (auto it = unread_.rbegin(); it != unread_.rend(); ++it)
+      if (other(*it)) return **it;
+    return std::nullopt;
+  }
   void Put(const std::string& id, bool read) {
     OnRemove(id);
     auto& l = read ? read_ : unread_;

@@ -304,6 +304,27 @@ TEST_CASE("keep: read-this-epoch units first (the newest but the 16 newest), the
   CHECK(*p->PickVictim() == "r4");
 }
 
+TEST_CASE("keep: the next victim but a given unit, in the same order", "[policy][keep]") {
+  auto p = Make("keep");
+  for (int i = 0; i < 3; ++i) p->OnInsertUnit("k" + std::to_string(i), 1, 0, UnitMeta{0, true, 0});
+  // An epoch's start: only unread units; a part-read miss enters as the
+  // newest of them, and is the victim, but not the victim but itself.
+  p->OnInsertUnit("part", 1, 0, UnitMeta{0, true, 0});
+  CHECK(*p->PickVictim() == "part");
+  CHECK(*p->PickVictimBut("part") == "k2");
+  CHECK(*p->PickVictimBut("k2") == "part");
+  // Read units go first, in PickVictim's order, passing over the one named.
+  p->OnInsertUnit("d1", 1, 0, UnitMeta{0, false, 0});
+  p->OnInsertUnit("d2", 1, 0, UnitMeta{0, false, 0});
+  CHECK(*p->PickVictim() == "d1");
+  CHECK(*p->PickVictimBut("d1") == "d2");
+  for (int i = 0; i < 20; ++i) p->OnInsertUnit("r" + std::to_string(i), 1, 0, UnitMeta{0, false, 0});
+  CHECK(*p->PickVictim() == "r3");  // d1, d2, r0..r19: r4..r19 spared
+  CHECK(*p->PickVictimBut("r3") == "r2");
+  // Modules without it say none.
+  CHECK_FALSE(Make("lru")->PickVictimBut("x"));
+}
+
 TEST_CASE("keep: a miss is admitted only when a read unit can give way", "[policy][keep]") {
   auto p = Make("keep");
   const UnitMeta demand{0, false, 0}, prefetched{0, true, 0};

@@ -109,6 +109,10 @@ class EvictionPolicy {
   // (The policy engine's AdmitUnit asks the module of the unit's stream,
   // when that stream is the one giving space.)
   virtual bool InsertIsFirstVictim(const UnitMeta& meta) const { return false; }
+  // The next victim other than `id` (the policy engine's, when `id` is a
+  // unit its reader is part-way through and no other stream can give);
+  // nullopt: none, or not supported (the default).
+  virtual std::optional<std::string> PickVictimBut(const std::string& id) { return std::nullopt; }
 };
 
 // Built-in modules (policies/registry.cc): "lru" (default), "fifo", "lfu",

@@ -2259,6 +2259,7 @@ std::optional<std::string> PolicyEngine::PickVictim(uint64_t now_us) {
   // 2,042 MiB fetched, lru 1,036).
   if (v && PartRead(*v)) {
     Group* tried[kPartReadTries] = {best};
+    bool found = false;
     for (size_t n = 1; n < kPartReadTries; ++n) {
       Group* next = VictimGroup(std::span<Group* const>(tried, n));
       // Not a pinned prefix's unit for it (pinned: never evicted while
@@ -2268,9 +2269,18 @@ std::optional<std::string> PolicyEngine::PickVictim(uint64_t now_us) {
       if (auto w = next->module->PickVictim(); w && !PartRead(*w)) {
         v = std::move(w);
         best = next;
+        found = true;
         break;
       }
     }
+    // No other stream gives: the stream's next victim but it, if its module
+    // can say (keep). At an epoch's start keep holds only units not read
+    // yet, and the part-read miss, the newest of them, was its victim at
+    // once, fetched again for each piece: zip-format items read tail first,
+    // then in 128 KiB pieces (a review's trace, 100 MiB: up to 9 fetches of
+    // one unit in an epoch).
+    if (!found)
+      if (auto w = best->module->PickVictimBut(*v); w && !PartRead(*w)) v = std::move(w);
   }
   // A module that lost track of its units: fall back to any stream.
   for (auto it = groups_.begin(); !v && it != groups_.end(); ++it) v = it->second->module->PickVictim();
