@@ -246,6 +246,8 @@ class PolicyEngine {
   // Relabels `g`; its eviction module is rebuilt (its units handed over)
   // only if the label's module differs, or `rebuild` (a reload).
   void SetLabel(Group* g, int label, bool rebuild = false);
+  void MakeJudge(Group* g);  // g->judge, for its label's module
+  bool Judged(const Group* g) const;  // its label's module is one a judge checks
   const PathOverride* OverrideFor(std::string_view path) const;
   double Value(const Group* g) const;      // seconds saved / s / cached byte
   double ByteValue(const Group* g) const;  // byte hits / s / cached byte
@@ -313,6 +315,8 @@ class PolicyEngine {
   // the (readahead) and (warm) streams.
   Group* HoldingGroup(std::string_view key, int label, bool Group::*kind);
   uint64_t SubUnitBytesOf(const FileRec& f) const;
+  // igt, sub-units configured below the unit, and `f` larger than a unit.
+  bool SubUnitsPossible(const FileRec& f) const;
   uint64_t FreeBytes() const;                 // capacity not taken by cached units (data bytes, estimated)
   // The span of a stream's latest victims whose misses its shadow value
   // counts: about half its size, within [4 units, 1/16 of the capacity].
