@@ -1598,6 +1598,8 @@ Result<std::unique_ptr<rocksdb::DB>> OpenIndex(const std::string& dir) {
 // index and reconciles it with the unit files.
 Result<std::unique_ptr<BlockStore>> OpenChecked(const BlockStoreOptions& opts, Metrics* metrics,
                                                 const BlockStoreHooks& hooks) {
+  // Before the lock file is made: a user's directory stays as it was.
+  if (auto s = ClaimCacheDir(opts.dir); !s.ok()) return Err(s);
   auto lock_fd = LockCacheDir(opts.dir);
   if (!lock_fd) return Err(lock_fd.error());
   auto fail = [&](Status s) {

@@ -307,6 +307,34 @@ TEST_CASE("unsafe or unusable cache dirs are refused with a clear error", "[bloc
     REQUIRE_FALSE(s2.has_value());
     CHECK_THAT(s2.error().message(), Catch::Contains("not a directory"));
   }
+  SECTION("a directory of the user's: refused, nothing in it deleted") {
+    o.dir = t.path + "/home";
+    REQUIRE(::mkdir(o.dir.c_str(), 0700) == 0);
+    REQUIRE(::mkdir((o.dir + "/tmp").c_str(), 0700) == 0);
+    REQUIRE(::mkdir((o.dir + "/units").c_str(), 0700) == 0);
+    std::ofstream(o.dir + "/tmp/work.c") << "precious";
+    std::ofstream(o.dir + "/units/thesis.tex") << "precious";
+    auto s = BlockStore::Open(o, nullptr);
+    REQUIRE_FALSE(s.has_value());
+    CHECK(s.error().code() == Code::kInvalidArgument);
+    CHECK_THAT(s.error().message(), Catch::Contains(o.dir) && Catch::Contains("did not write") &&
+                                        (Catch::Contains("'tmp'") || Catch::Contains("'units'")));
+    CHECK(std::filesystem::exists(o.dir + "/tmp/work.c"));
+    CHECK(std::filesystem::exists(o.dir + "/units/thesis.tex"));
+    CHECK_FALSE(std::filesystem::exists(o.dir + "/LOCK"));
+    CHECK_FALSE(std::filesystem::exists(o.dir + "/IGTCACHE"));
+  }
+  SECTION("an empty dir is claimed (IGTCACHE), and opens again; a cache dir from before the marker opens") {
+    o.dir = t.path + "/fresh";
+    REQUIRE(::mkdir(o.dir.c_str(), 0700) == 0);
+    REQUIRE(BlockStore::Open(o, nullptr).has_value());
+    CHECK(std::filesystem::is_regular_file(o.dir + "/IGTCACHE"));
+    std::ofstream(o.dir + "/notes.txt") << "the user's, beside the cache";
+    REQUIRE(BlockStore::Open(o, nullptr).has_value());
+    REQUIRE(std::filesystem::remove(o.dir + "/IGTCACHE"));
+    REQUIRE(BlockStore::Open(o, nullptr).has_value());  // index/CURRENT and LOCK: an older version's
+    CHECK(std::filesystem::exists(o.dir + "/notes.txt"));
+  }
   SECTION("owned by another user") {
     o.dir = t.path + "/other";
     REQUIRE(::mkdir(o.dir.c_str(), 0700) == 0);

@@ -121,6 +121,56 @@ Result<int> LockCacheDir(const std::string& dir) {
   return fd;
 }
 
+Status ClaimCacheDir(const std::string& dir) {
+  const std::string marker = dir + "/" + kMarkerName;
+  struct stat st {};
+  if (::lstat(marker.c_str(), &st) == 0) {
+    if (!S_ISREG(st.st_mode))
+      return Status::InvalidArgument(fmt::format("{} is not a regular file; is {} a cache dir?", marker, dir));
+    return Status::Ok();
+  }
+  if (errno != ENOENT) return Status::IoError(fmt::format("cannot access {}: {}", marker, ErrnoText(errno)));
+  // A cache dir of a version before the marker: its RocksDB index and LOCK.
+  const bool legacy = ::lstat((dir + "/index/CURRENT").c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
+                      ::lstat((dir + "/LOCK").c_str(), &st) == 0 && S_ISREG(st.st_mode);
+  if (!legacy) {
+    // Else nothing but what a first start leaves (an empty tmp/ or units/,
+    // the lock, the log): the store deletes what it does not know in tmp/
+    // and units/, so a directory of the user's is never taken over.
+    std::error_code ec;
+    for (auto it = std::filesystem::directory_iterator(dir, ec); !ec && it != std::filesystem::directory_iterator();
+         it.increment(ec)) {
+      const std::string name = it->path().filename().string();
+      std::error_code sec;
+      const bool empty_dir = (name == "tmp" || name == "units") && !it->is_symlink(sec) &&
+                             it->is_directory(sec) && std::filesystem::is_empty(it->path(), sec) && !sec;
+      if (empty_dir || ((name == "LOCK" || name == "igtcache.log") && it->is_regular_file(sec) && !sec)) continue;
+      return Status::InvalidArgument(fmt::format(
+          "cache dir {} holds '{}', which igtcache did not write, and no {} file: refusing to use it (igtcache "
+          "deletes what it does not know in its cache dir); give an empty or new directory, e.g. {}/igtcache-cache",
+          dir, name, kMarkerName, dir));
+    }
+    if (ec) return Status::IoError(fmt::format("cannot list cache dir {}: {}", dir, ec.message()));
+  }
+  const int fd = ::open(marker.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, kFileMode);
+  if (fd < 0 && errno != EEXIST) {
+    const int err = errno;
+    return Status(err == ENOSPC ? Code::kNoSpace : err == EROFS ? Code::kReadOnly : Code::kIoError,
+                  fmt::format("cannot create {}: {}", marker, ErrnoText(err)));
+  }
+  if (fd >= 0) {
+    static constexpr char kText[] = "An igtcache cache dir: igtcache owns everything in it.\n";
+    const bool ok = ::write(fd, kText, sizeof kText - 1) == static_cast<ssize_t>(sizeof kText - 1);
+    const int err = errno;
+    ::close(fd);
+    if (!ok) {
+      ::unlink(marker.c_str());
+      return Status::IoError(fmt::format("cannot write {}: {}", marker, ErrnoText(err)));
+    }
+  }
+  return Status::Ok();
+}
+
 Status ClearDir(const std::string& dir) {
   std::error_code ec;
   for (auto it = std::filesystem::directory_iterator(dir, ec); !ec && it != std::filesystem::directory_iterator();

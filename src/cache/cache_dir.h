@@ -29,6 +29,17 @@ Status MakeDirIfMissing(const std::string& path);
 // belongs to the open file description -- holds it.
 Result<int> LockCacheDir(const std::string& dir);
 
+// The file that makes a directory an igtcache cache dir (ClaimCacheDir).
+inline constexpr const char* kMarkerName = "IGTCACHE";
+
+// Makes sure `dir` (checked by EnsureCacheDir) is igtcache's before anything
+// in it is deleted: it holds kMarkerName, or is a cache dir of a version
+// before the marker (index/CURRENT and LOCK), or holds nothing but an empty
+// tmp/ or units/, LOCK and igtcache.log. The marker is then written.
+// InvalidArgument naming an entry otherwise: a user's directory given as
+// the cache dir (the store clears tmp/ and deletes unknown files in units/).
+Status ClaimCacheDir(const std::string& dir);
+
 // Removes every entry directly in `dir` (files; subdirectories recursively).
 Status ClearDir(const std::string& dir);
 

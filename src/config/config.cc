@@ -73,7 +73,8 @@ const std::vector<Key>& Schema() {
       {"cache.dir", Type::kString, "",
        "Cache directory (unit files + RocksDB index). Empty: $XDG_CACHE_HOME/igtcache, else "
        "~/.cache/igtcache, else /var/cache/igtcache without $HOME. Created 0700; refused if group- or world-writable or owned by another user. "
-       "One daemon per directory (lock file).",
+       "One daemon per directory (lock file). igtcache owns what is in it (an IGTCACHE file marks it): an existing "
+       "directory holding anything else (a home directory, a project) is refused, nothing in it touched.",
        nullptr, SET_STR(cache.dir)},
       {"cache.max_bytes", Type::kSize, "10G",
        "Upper bound on the cache's disk use: the unit files, each counted in whole 4 KiB blocks "
