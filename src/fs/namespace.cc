@@ -616,7 +616,14 @@ Result<std::shared_ptr<const DirListing>> Namespace::Complete(const std::string&
     result = FetchListing(dir_key);
     fetched = static_cast<bool>(result);
   }
-  if (!result && BackendUnreachable(result.error().code())) {
+  // A listing answered NotFound: the bucket itself is gone (S3's
+  // NoSuchBucket; a missing prefix lists empty, in every backend). Deleted,
+  // recreated, or a store restarted empty: served as an outage is, not as
+  // an empty bucket. Before, once the listings' TTL ran out every file,
+  // cached ones too, was ENOENT, the mount's root included, with nothing
+  // logged (a black-box tester's finding).
+  const bool source_gone = !result && result.error().code() == Code::kNotFound;
+  if (!result && (BackendUnreachable(result.error().code()) || source_gone)) {
     // Bucket unreachable: a stale listing beats an error (cached data stays
     // readable during an outage).
     std::shared_ptr<const DirListing> old;
@@ -627,8 +634,8 @@ Result<std::shared_ptr<const DirListing>> Namespace::Complete(const std::string&
     if (!old && store_) old = LoadPersisted(dir_key);
     if (old) {
       if (!stopping_.load() && !serving_stale_.exchange(true))
-        spdlog::warn("source unreachable ({}); serving cached listings and data until it is back",
-                     result.error().ToString());
+        spdlog::warn("source {} ({}); serving cached listings and data until it is back",
+                     source_gone ? "gone" : "unreachable", result.error().ToString());
       result = old;
       stale = true;
     }
@@ -663,7 +670,8 @@ Result<std::shared_ptr<const DirListing>> Namespace::Complete(const std::string&
       retry_after_ms_.erase(dir_key);
     }
     else retry_after_ms_.erase(dir_key);
-    if (stale || (!result && BackendUnreachable(result.error().code()))) last_unreachable_ms_ = Now();
+    if (stale || (!result && (BackendUnreachable(result.error().code()) || source_gone)))
+      last_unreachable_ms_ = Now();
     // Fetched after the latest note of a change: up to date again. (A note
     // made during the fetch stays: the LIST may predate that change.)
     if (auto c = changed_.find(dir_key); fetched && c != changed_.end()) {

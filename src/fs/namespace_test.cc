@@ -587,6 +587,26 @@ TEST_CASE("a stale listing is served while the bucket is unreachable") {
   CHECK(fb.counts().lists == lists + 1);
 }
 
+TEST_CASE("a bucket that answers NoSuchBucket is served as in an outage, not emptied") {
+  // The S3 backend's NoSuchBucket is NotFound; a missing prefix lists empty.
+  auto mem = std::make_shared<MemoryBackend>();
+  mem->Put("a.bin", "1");
+  mem->Put("d/b.bin", "2");
+  FaultInjectingBackend fb(mem);
+  FakeClockMs clock;
+  Namespace ns(&fb, nullptr, nullptr,
+               Namespace::Options{.ttl_ms = 60000, .prefetch_dirs = 0, .stale_wait_ms = 60000, .clock_ms = clock.fn()});
+  auto d = ns.Lookup(Namespace::kRootIno, "d");
+  REQUIRE(d.has_value());
+  REQUIRE(ns.Lookup(d->ino, "b.bin").has_value());
+  clock.advance(60001);
+  fb.FailNext(100, Code::kNotFound, FaultInjectingBackend::kList);
+  auto a = ns.Lookup(Namespace::kRootIno, "a.bin");
+  REQUIRE(a.has_value());
+  CHECK(a->stale);
+  REQUIRE(ns.Lookup(d->ino, "b.bin").has_value());
+}
+
 TEST_CASE("listings served stale in an outage are trimmed again once the source answers") {
   // Directories served stale during an outage were never trimmed (kept past
   // max_listed_entries) until each was listed again: those not visited
