@@ -81,7 +81,8 @@ const std::vector<Key>& Schema() {
        "with its header, and the records of units kept inline (cache.inline_max_bytes); the rest "
        "of the index and the directories come on top (docs/ARCHITECTURE.md). Least "
        "valuable units are evicted beyond it. At most what the cache volume holds with "
-       "cache.min_free_ratio of it free: a larger value is lowered to that at start-up, with a warning.", nullptr,
+       "cache.min_free_ratio of it free, less 9.4 MiB for the index's log and tables (at most half the "
+       "volume): a larger value is lowered to that at start-up, with a warning.", nullptr,
        SET_SIZE(cache.max_bytes)},
       {"cache.min_free_ratio", Type::kRatio, "0.05",
        "Free space to keep on the cache volume, as a fraction of its size. Inserts evict (or "
