@@ -257,6 +257,11 @@ class DiskBlockStore final : public BlockStore {
     return true;
   }
   static constexpr uint64_t kResumeIntervalUs = 5'000'000;  // 5 s: a cheap probe, not a busy loop
+  // Why an insert met the volume's free-space floor.
+  std::string VolumeFloorText() const {
+    if (opts_.min_free_ratio <= 0) return "cache volume is full";
+    return fmt::format("cache volume has less than {:.3g}% free (cache.min_free_ratio)", opts_.min_free_ratio * 100);
+  }
 
   std::optional<size_t> Read(const UnitKey& key, uint64_t offset, size_t len, char* out,
                              bool hit = true) override;
@@ -1082,7 +1087,7 @@ Status DiskBlockStore::Put(const UnitKey& key, std::string_view data, bool prefe
       // everything for nothing. Only unit files count: evicting inline
       // units frees no volume space until RocksDB compacts (a volume filled
       // by others would otherwise drain them one insert at a time).
-      fail = Status::NoSpace(fmt::format("cache volume has less than {:.1f}% free", opts_.min_free_ratio * 100));
+      fail = Status::NoSpace(VolumeFloorText());
     } else if (reserved_bytes_ + disk > opts_.max_bytes) {
       // Nor when the inserts in flight hold so much that evicting every
       // cached unit would not make room.
@@ -1105,8 +1110,7 @@ Status DiskBlockStore::Put(const UnitKey& key, std::string_view data, bool prefe
         // room that only inline units (freeing nothing now) stand before.
         contended = need_free == 0 || freed >= need_free;  // not the volume's floor
         fail = contended ? Status::NoSpace("cache space is held by inserts in flight")
-                         : Status::NoSpace(fmt::format("cache volume has less than {:.1f}% free",
-                                                       opts_.min_free_ratio * 100));
+                         : Status::NoSpace(VolumeFloorText());
       } else {
         busy_[id] = Busy{};
         reserved_bytes_ += disk;

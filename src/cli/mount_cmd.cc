@@ -1,6 +1,7 @@
 #include "src/cli/mount_cmd.h"
 
 #include <fcntl.h>
+#include <malloc.h>
 #include <spdlog/pattern_formatter.h>
 #include <spdlog/sinks/base_sink.h>
 #include <spdlog/sinks/basic_file_sink.h>
@@ -807,6 +808,10 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
           if (!pf) live->NoteReloadFailure(rs.message());
           if (rs.ok()) spdlog::info("policy: reloaded '{}'", cfg.policy.file);
           else spdlog::error("policy: reload of '{}' failed, keeping the old policy: {}", cfg.policy.file, rs.ToString());
+          // The parse's nodes are freed: their heap goes back to the system.
+          // A rejected 6.7 MB file of 200,000 overrides kept the daemon at
+          // ~500 MB resident for good (a black-box tester's finding).
+          ::malloc_trim(0);
         }
       } catch (const std::exception& e) {
         spdlog::error("maintenance: {} (a SIGHUP reload under way is lost: send it again)", e.what());
