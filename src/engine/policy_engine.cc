@@ -727,7 +727,7 @@ void PolicyEngine::MakeJudge(Group* g) {
                                                               .piece_bytes = pieces ? opts_.sub_unit_bytes : 0,
                                                               .latency_us = opts_.miss_latency_us,
                                                               .bandwidth_bytes_per_s = opts_.bandwidth_bytes_per_s},
-                                           std::move(own));
+                                           std::move(own), judges_);
   g->judged_spec = spec;
 }
 
@@ -1283,10 +1283,12 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
   ++g->period_reads;
   g->idle = false;
   if (length > 0 && (fl == kRandom || fl == kSkewed || g->label == kSkewed) && Judged(g)) {
-    if (!g->judge) MakeJudge(g);
-    const bool lru_before = g->judge->PreferLru();
-    g->judge->OnRead(now_us_, f.rank, offset, length, file_size, g->bytes + FreeBytes());
-    if (g->judge->PreferLru() != lru_before) SetLabel(g, g->label);
+    if (!g->judge && *judges_ < kMaxJudges) MakeJudge(g);
+    if (g->judge) {
+      const bool lru_before = g->judge->PreferLru();
+      g->judge->OnRead(now_us_, f.rank, offset, length, file_size, g->bytes + FreeBytes());
+      if (g->judge->PreferLru() != lru_before) SetLabel(g, g->label);
+    }
   }
   if (length > 0) {
     // The bytes a miss would fetch: the units the read touches, or its

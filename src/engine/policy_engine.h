@@ -248,6 +248,10 @@ class PolicyEngine {
   void SetLabel(Group* g, int label, bool rebuild = false);
   void MakeJudge(Group* g);  // g->judge, for its label's module
   bool Judged(const Group* g) const;  // its label's module is one a judge checks
+  // Judges alive (Group::judge), at most kMaxJudges: the streams read first
+  // get one (~1.1 MiB each at most, StreamJudge::kMaxEntries).
+  std::shared_ptr<size_t> judges_ = std::make_shared<size_t>(0);
+  static constexpr size_t kMaxJudges = 32;
   const PathOverride* OverrideFor(std::string_view path) const;
   double Value(const Group* g) const;      // seconds saved / s / cached byte
   double ByteValue(const Group* g) const;  // byte hits / s / cached byte

@@ -56,6 +56,16 @@ class StreamJudge {
   // `own`: makes the stream's own eviction module for the ghosts (lfu);
   // empty: the stream's module is lru, and only the piece size is judged.
   StreamJudge(Model m, ModuleFn own);
+  // `live`, if given, counts the judges alive (the engine bounds them).
+  StreamJudge(Model m, ModuleFn own, std::shared_ptr<size_t> live) : StreamJudge(m, std::move(own)) {
+    live_ = std::move(live);
+    if (live_) ++*live_;
+  }
+  ~StreamJudge() {
+    if (live_) --*live_;
+  }
+  StreamJudge(const StreamJudge&) = delete;
+  StreamJudge& operator=(const StreamJudge&) = delete;
 
   // A read at `now_us` of [offset, offset + length) of the file of scan rank
   // `file` (its size `file_size`), with `share_bytes` of cache the stream
@@ -69,6 +79,7 @@ class StreamJudge {
   // Modeled miss cost so far (decayed), in microseconds; for tests.
   double cost_us(bool lru, bool whole) const { return ghosts_[Index(lru ? kLru : kOwn, whole ? kWhole : kPiece)].cost_us; }
 
+  // About 1.1 MiB a judge at most (its 4 ghosts full, measured).
   static constexpr uint64_t kMaxEntries = 8192;  // pieces' worth of bytes per ghost, at most (then sampled)
   static constexpr uint64_t kMinTouches = 32;  // sampled unit touches before a change
   static constexpr uint64_t kHalfLife = 256;   // sampled unit touches
@@ -93,6 +104,7 @@ class StreamJudge {
   bool own_;
   std::array<Ghost, 4> ghosts_;  // Index(module, size); the own ones unused without `own`
   uint64_t touches_ = 0, since_halving_ = 0;
+  std::shared_ptr<size_t> live_;
   size_t choice_;  // Index(module, size); at first the labels' choice: pieces, the stream's own module
 };
 
