@@ -327,6 +327,7 @@ TEST_CASE("unsafe or unusable cache dirs are refused with a clear error", "[bloc
   SECTION("an empty dir is claimed (IGTCACHE), and opens again; a cache dir from before the marker opens") {
     o.dir = t.path + "/fresh";
     REQUIRE(::mkdir(o.dir.c_str(), 0700) == 0);
+    REQUIRE(::mkdir((o.dir + "/lost+found").c_str(), 0700) == 0);  // the root of a volume of its own
     REQUIRE(BlockStore::Open(o, nullptr).has_value());
     CHECK(std::filesystem::is_regular_file(o.dir + "/IGTCACHE"));
     std::ofstream(o.dir + "/notes.txt") << "the user's, beside the cache";

@@ -144,6 +144,9 @@ Status ClaimCacheDir(const std::string& dir) {
       std::error_code sec;
       const bool empty_dir = (name == "tmp" || name == "units") && !it->is_symlink(sec) &&
                              it->is_directory(sec) && std::filesystem::is_empty(it->path(), sec) && !sec;
+      // A volume's own lost+found (the cache dir at the root of a volume of
+      // its own): never touched by the store.
+      if (name == "lost+found" && !it->is_symlink(sec) && it->is_directory(sec) && !sec) continue;
       if (empty_dir || ((name == "LOCK" || name == "igtcache.log") && it->is_regular_file(sec) && !sec)) continue;
       return Status::InvalidArgument(fmt::format(
           "cache dir {} holds '{}', which igtcache did not write, and no {} file: refusing to use it (igtcache "

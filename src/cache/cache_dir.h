@@ -35,7 +35,8 @@ inline constexpr const char* kMarkerName = "IGTCACHE";
 // Makes sure `dir` (checked by EnsureCacheDir) is igtcache's before anything
 // in it is deleted: it holds kMarkerName, or is a cache dir of a version
 // before the marker (index/CURRENT and LOCK), or holds nothing but an empty
-// tmp/ or units/, LOCK and igtcache.log. The marker is then written.
+// tmp/ or units/, LOCK, igtcache.log and lost+found (the root of a volume
+// of its own). The marker is then written.
 // InvalidArgument naming an entry otherwise: a user's directory given as
 // the cache dir (the store clears tmp/ and deletes unknown files in units/).
 Status ClaimCacheDir(const std::string& dir);

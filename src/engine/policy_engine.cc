@@ -2122,6 +2122,12 @@ void PolicyEngine::Allocate(uint64_t now_us) {
     g->rate = allocations_ == 0 ? inst : 0.5 * g->rate + 0.5 * inst;
     g->period_read_bytes = 0;
     if (g->period_reads == 0 && g->read_rate * dt >= kBusyReads) g->idle = true;
+    // An idle stream's judge goes (its slot is another's: kMaxJudges), and
+    // the label's own module comes back; a new judge starts at its next read.
+    if (g->idle && g->judge) {
+      g->judge.reset();
+      SetLabel(g.get(), g->label);
+    }
     const double inst_reads = double(g->period_reads) / dt;
     g->read_rate = allocations_ == 0 ? inst_reads : 0.5 * g->read_rate + 0.5 * inst_reads;
     g->period_reads = 0;

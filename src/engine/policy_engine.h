@@ -249,9 +249,10 @@ class PolicyEngine {
   void MakeJudge(Group* g);  // g->judge, for its label's module
   bool Judged(const Group* g) const;  // its label's module is one a judge checks
   // Judges alive (Group::judge), at most kMaxJudges: the streams read first
-  // get one (~1.1 MiB each at most, StreamJudge::kMaxEntries).
+  // get one, an idle stream's goes (up to ~3 MiB each, measured with its
+  // ghosts full: StreamJudge::kMaxEntries).
   std::shared_ptr<size_t> judges_ = std::make_shared<size_t>(0);
-  static constexpr size_t kMaxJudges = 32;
+  static constexpr size_t kMaxJudges = 16;
   const PathOverride* OverrideFor(std::string_view path) const;
   double Value(const Group* g) const;      // seconds saved / s / cached byte
   double ByteValue(const Group* g) const;  // byte hits / s / cached byte

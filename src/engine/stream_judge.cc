@@ -27,7 +27,9 @@ StreamJudge::StreamJudge(Model m, ModuleFn own) : m_(m), own_(static_cast<bool>(
     ghosts_[Index(kLru, size)].module = std::move(*MakeEvictionPolicy("lru"));
     if (own_) ghosts_[Index(kOwn, size)].module = own();
   }
-  choice_ = Index(own_ ? kOwn : kLru, m_.piece_bytes > 0 && m_.piece_bytes < m_.unit_bytes ? kPiece : kWhole);
+  const bool pieces = m_.piece_bytes > 0 && m_.piece_bytes < m_.unit_bytes;
+  choice_ = Index(own_ ? kOwn : kLru, pieces ? kPiece : kWhole);
+  entry_bytes_ = static_cast<double>(pieces ? m_.piece_bytes : m_.unit_bytes);
 }
 
 bool StreamJudge::Ghost::Touch(const std::string& id, uint64_t bytes, uint64_t now_us, double cap_bytes) {
@@ -38,7 +40,8 @@ bool StreamJudge::Ghost::Touch(const std::string& id, uint64_t bytes, uint64_t n
     held_bytes += bytes;
     module->OnInsertUnit(id, bytes, 0, UnitMeta{.now_us = now_us});
   }
-  while (ids.size() > 1 && static_cast<double>(held_bytes) > cap_bytes) {
+  // The share (sampled), and never more than kMaxGhostEntries ids.
+  while (ids.size() > 1 && (static_cast<double>(held_bytes) > cap_bytes || ids.size() > kMaxGhostEntries)) {
     auto victim = module->PickVictim();
     if (!victim) break;
     module->OnRemove(*victim);
@@ -58,9 +61,10 @@ void StreamJudge::OnRead(uint64_t now_us, uint64_t file, uint64_t offset, uint64
   const uint64_t P = pieces && file_size > U ? m_.piece_bytes : U;
   if (length == 0 || offset >= file_size) return;
   const uint64_t end = std::min(file_size, offset + length);
-  // Sampled: at most kMaxEntries pieces' worth of the share per ghost.
+  // Sampled: about kMaxEntries of the piece ghost's ids hold the share, at
+  // the size its ids have had (pieces, or files smaller than a piece).
   const double share = static_cast<double>(std::max(share_bytes, U));
-  const double rate = pieces ? std::min(1.0, static_cast<double>(kMaxEntries * m_.piece_bytes) / share) : 1.0;
+  const double rate = std::min(1.0, static_cast<double>(kMaxEntries) * entry_bytes_ / share);
   const double cap_bytes = share * rate;
   const double per_byte_us = 1e6 / m_.bandwidth_bytes_per_s;
   const int modules = own_ ? 2 : 1;
@@ -77,32 +81,54 @@ void StreamJudge::OnRead(uint64_t now_us, uint64_t file, uint64_t offset, uint64
       uint64_t missed = 0;  // one GET for the read's missing pieces in the unit
       for (uint64_t p = lo / P; p <= (hi - 1) / P; ++p) {
         const uint64_t bytes = std::min(uend, (p + 1) * P) - p * P;
-        if (!piece.Touch(GhostId(file, p), bytes, now_us, cap_bytes)) missed += bytes;
+        if (!piece.Touch(GhostId(file, p), bytes, now_us, cap_bytes)) {
+          missed += bytes;
+          if (mod == 0) entry_bytes_ += (static_cast<double>(bytes) - entry_bytes_) / 256;
+        }
       }
       if (missed > 0) piece.cost_us += m_.latency_us + static_cast<double>(missed) * per_byte_us;
     }
     ++touches_;
     if (++since_halving_ >= kHalfLife) {
       since_halving_ = 0;
+      Decide(pieces);
       for (auto& g : ghosts_) g.cost_us /= 2;
     }
   }
-  if (touches_ < kMinTouches) return;
+}
+
+void StreamJudge::Decide(bool pieces) {
   const auto cost = [&](int mod, int size) { return ghosts_[Index(mod, size)].cost_us; };
+  // `a` beats `b`: by a fraction, and by more misses than noise. Each
+  // change rebuilds the stream's module (lfu's counts start again): on a
+  // stable Zipf with the share near the file's size, a few misses either
+  // way flipped it 20 times (a review's sim, 529 -> 615 MiB).
+  const double noise = kNoiseMisses * m_.latency_us;
+  const auto beats = [&](double a, double b) { return a < kHysteresis * b && b - a > noise; };
   const int lru_size = pieces && cost(kLru, kPiece) <= cost(kLru, kWhole) ? kPiece : kWhole;
+  size_t want = choice_;
   if (own_) {
     // lru in place of the own module only when it beats the own module at
     // both piece sizes; the own module with pieces again when it beats lru.
     const double own = pieces ? std::min(cost(kOwn, kPiece), cost(kOwn, kWhole)) : cost(kOwn, kWhole);
-    if (choice_ / 2 == kOwn && cost(kLru, lru_size) < kHysteresis * own)
-      choice_ = Index(kLru, lru_size);
-    else if (choice_ / 2 == kLru && own < kHysteresis * cost(kLru, static_cast<int>(choice_ % 2)))
-      choice_ = Index(kOwn, pieces ? kPiece : kWhole);
+    if (want / 2 == kOwn && beats(cost(kLru, lru_size), own))
+      want = Index(kLru, lru_size);
+    else if (want / 2 == kLru && beats(own, cost(kLru, static_cast<int>(want % 2))))
+      want = Index(kOwn, pieces ? kPiece : kWhole);
   }
   // Under lru, the cheaper piece size.
-  if (pieces && choice_ / 2 == kLru) {
-    const int other = 1 - static_cast<int>(choice_ % 2);
-    if (cost(kLru, other) < kHysteresis * cost(kLru, static_cast<int>(choice_ % 2))) choice_ = Index(kLru, other);
+  if (pieces && want / 2 == kLru) {
+    const int other = 1 - static_cast<int>(want % 2);
+    if (beats(cost(kLru, other), cost(kLru, static_cast<int>(want % 2)))) want = Index(kLru, other);
+  }
+  // A change once two half-lives in a row want it.
+  if (want == choice_ || touches_ < kMinTouches) {
+    wanted_ = SIZE_MAX;
+  } else if (want != wanted_) {
+    wanted_ = want;
+  } else {
+    choice_ = want;
+    wanted_ = SIZE_MAX;
   }
 }
 

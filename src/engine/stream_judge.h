@@ -26,10 +26,15 @@
 //    skewed inference trace at 75% (scripts/eval.sh (d)), whole units
 //    looked 2x cheaper to the ghosts, but fetched 3,296 MiB against
 //    pieces' 1,739 in the simulator, 48.3 s against 38.1.
-// Past kMaxEntries pieces' worth of share, ghosts sample units by a hash
-// (spatial sampling, as SHARDS does), all of a sampled unit's pieces
-// together, their capacity shrunk by the rate. Costs halve every kHalfLife
-// sampled unit touches: the judge follows a stream whose reads change.
+// Past kMaxEntries ids' worth of share (at the size the piece ghost's ids
+// have had: pieces, or whole files smaller than one), ghosts sample units
+// by a hash (spatial sampling, as SHARDS does), all of a sampled unit's
+// pieces together, their capacity shrunk by the rate; no ghost holds more
+// than kMaxGhostEntries ids. Costs halve every kHalfLife sampled unit
+// touches: the judge follows a stream whose reads change. A choice is made
+// before each halving, and changes only when the other costs less than
+// kHysteresis times it, by kNoiseMisses misses or more, two halvings in a
+// row.
 // Thread-safety: none (the engine's lock).
 
 #include <array>
@@ -79,10 +84,16 @@ class StreamJudge {
   // Modeled miss cost so far (decayed), in microseconds; for tests.
   double cost_us(bool lru, bool whole) const { return ghosts_[Index(lru ? kLru : kOwn, whole ? kWhole : kPiece)].cost_us; }
 
-  // About 1.1 MiB a judge at most (its 4 ghosts full, measured).
-  static constexpr uint64_t kMaxEntries = 8192;  // pieces' worth of bytes per ghost, at most (then sampled)
+  // Ids a piece ghost holds for the share (beyond, units are sampled), and
+  // at most in any ghost: a judge takes up to ~3 MiB (measured, its ghosts
+  // full of pieces and small files).
+  static constexpr uint64_t kMaxEntries = 4096;
+  static constexpr size_t kMaxGhostEntries = 2 * kMaxEntries;
+  // Misses (at the model's latency) by which one choice must beat another,
+  // besides kHysteresis.
+  static constexpr double kNoiseMisses = 16;
   static constexpr uint64_t kMinTouches = 32;  // sampled unit touches before a change
-  static constexpr uint64_t kHalfLife = 256;   // sampled unit touches
+  static constexpr uint64_t kHalfLife = 128;   // sampled unit touches
   static constexpr double kHysteresis = 0.8;
 
  private:
@@ -104,7 +115,12 @@ class StreamJudge {
   bool own_;
   std::array<Ghost, 4> ghosts_;  // Index(module, size); the own ones unused without `own`
   uint64_t touches_ = 0, since_halving_ = 0;
+  // At each halving: the choice the costs want, taken when the one before
+  // wanted it too (wanted_: what that one wanted, SIZE_MAX: no change).
+  void Decide(bool pieces);
+  size_t wanted_ = SIZE_MAX;
   std::shared_ptr<size_t> live_;
+  double entry_bytes_;  // the piece ghost's ids' size, moving average (sampling)
   size_t choice_;  // Index(module, size); at first the labels' choice: pieces, the stream's own module
 };
 
