@@ -69,6 +69,9 @@ struct Progress {
   // A file failed with ENOTCONN / ECONNABORTED: the mount's daemon is gone,
   // and every file left would fail the same way.
   std::atomic<bool> mount_gone{false};
+  // The mount's cache took no write for a while and its writes failed:
+  // what is left would be read and not cached (stopped early).
+  std::atomic<bool> writes_failing{false};
 };
 
 // Returns strerror(e), noting in `p` an error that means the daemon is gone.
@@ -316,7 +319,7 @@ int RunWarm(const WarmArgs& a) {
         void* raw = nullptr;
         if (posix_memalign(&raw, kDirectAlign, kChunk) != 0) return;  // the others read its share
         std::unique_ptr<char, decltype(&std::free)> buf(static_cast<char*>(raw), &std::free);
-        for (size_t k; !prog.mount_gone && (k = next.fetch_add(1)) < pieces.size();) {
+        for (size_t k; !prog.mount_gone && !prog.writes_failing && (k = next.fetch_add(1)) < pieces.size();) {
           const auto [i, off] = pieces[k];
           // A piece of a file that failed already is not read (the error is told once).
           std::string e = file_failed[i] ? "" : WarmFile(todo[i], buf.get(), prog, off, off + kPieceBytes);
@@ -359,13 +362,33 @@ int RunWarm(const WarmArgs& a) {
       }
       std::fflush(stderr);
     };
-    if (a.progress) {
+    {
+      // Every second: a mount whose cache took no insert since the last
+      // look while its writes failed (kWritesFailing more since warm began:
+      // a full or read-only cache volume) stops the warm-up. Before, warm
+      // read all of it from the source for nothing (a tester's full volume:
+      // 36 MiB read, every insert failed).
+      constexpr uint64_t kWritesFailing = 16;
       auto next_show = std::chrono::steady_clock::now() + period;
+      auto next_look = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+      uint64_t inserts_seen = stats ? stats->value("cache_insert_units", uint64_t{0}) : 0;
       while (prog.files_done.load() < todo.size() && running.load() > 0) {
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
-        if (std::chrono::steady_clock::now() >= next_show) {
+        const auto now = std::chrono::steady_clock::now();
+        if (a.progress && now >= next_show) {
           show(false);
           next_show += period;
+        }
+        if (stats && now >= next_look) {
+          next_look = now + std::chrono::seconds(1);
+          if (auto st = ReadStats(mnt)) {
+            const uint64_t inserts = st->value("cache_insert_units", uint64_t{0});
+            const uint64_t failed = st->value("cache_write_errors", uint64_t{0}) -
+                                    std::min(st->value("cache_write_errors", uint64_t{0}),
+                                             stats->value("cache_write_errors", uint64_t{0}));
+            if (inserts == inserts_seen && failed >= kWritesFailing) prog.writes_failing = true;
+            inserts_seen = inserts;
+          }
         }
       }
     }
@@ -374,7 +397,12 @@ int RunWarm(const WarmArgs& a) {
     // failed before the daemon went while another was being read).
     size_t left = 0;
     for (size_t i = 0; i < todo.size(); ++i) left += pieces_left[i] > 0 && !file_failed[i];
-    if (left > 0) {
+    if (left > 0 && prog.writes_failing && !prog.mount_gone) {
+      prog.errors.fetch_add(left);
+      read_errors.push_back(fmt::format("stopped early, {} files not read: the mount's cache takes no writes (its "
+                                        "cache_write_errors grew and nothing was inserted for a second)",
+                                        left));
+    } else if (left > 0) {
       // The daemon is gone, or every worker failed to get its read buffer.
       prog.errors.fetch_add(left);
       read_errors.push_back(prog.mount_gone ? fmt::format("{} files not read: the mount's daemon is gone", left)
