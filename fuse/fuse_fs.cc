@@ -202,6 +202,7 @@ struct FuseFs::Impl {
         // Negative entry: the kernel remembers the absence for a while.
         e.ino = 0;
         e.entry_timeout = static_cast<double>(self->opts_.config.metadata.negative_ttl_ms) / 1000.0;
+        if (self->opts_.config.metadata.negative_ttl_ms > 0) self->NoteNegative(parent, name);
         fuse_reply_entry(req, &e);
         return;
       }
@@ -807,6 +808,49 @@ void FuseFs::NoteChanged(uint64_t ino, const std::string& key, const std::string
   // The reader's next open should find the entry gone: wait (bounded) for it.
   watch_cv_.wait_for(lk, std::chrono::seconds(1),
                      [&] { return urgent_sent_ >= mine || loop_done_ || session_ended_; });
+}
+
+namespace {
+std::string NegativeKey(uint64_t parent, std::string_view name) {
+  std::string k = std::to_string(parent);
+  k.push_back('\0');
+  k += name;
+  return k;
+}
+int64_t SteadyMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
+void FuseFs::NoteNegative(uint64_t parent, std::string_view name) {
+  const int64_t now = SteadyMs(), ttl = static_cast<int64_t>(opts_.config.metadata.negative_ttl_ms);
+  try {
+    std::lock_guard lk(neg_mu_);
+    if (negatives_.size() >= kMaxNegatives) {
+      std::erase_if(negatives_, [&](const auto& e) { return now - e.second > ttl; });
+      if (negatives_.size() >= kMaxNegatives) negatives_.clear();
+    }
+    negatives_[NegativeKey(parent, name)] = now;
+  } catch (const std::exception&) {
+    // No memory: this one waits out its negative TTL.
+  }
+}
+
+void FuseFs::DropNegatives(uint64_t parent, const std::vector<std::string>& names) {
+  const int64_t now = SteadyMs(), ttl = static_cast<int64_t>(opts_.config.metadata.negative_ttl_ms);
+  std::vector<std::pair<uint64_t, std::string>> drop;
+  {
+    std::lock_guard lk(neg_mu_);
+    if (negatives_.empty()) return;
+    for (const auto& n : names) {
+      auto it = negatives_.find(NegativeKey(parent, n));
+      if (it == negatives_.end()) continue;
+      if (now - it->second <= ttl) drop.emplace_back(parent, n);
+      negatives_.erase(it);
+    }
+  }
+  DropEntries(std::move(drop));
 }
 
 void FuseFs::DropEntries(std::vector<std::pair<uint64_t, std::string>> entries) {

@@ -116,6 +116,11 @@ class FuseFs {
   // of keeping them until memory pressure. Queued for the notifier thread
   // of Run(); returns at once. Safe from any thread.
   void DropEntries(std::vector<std::pair<uint64_t, std::string>> entries);
+  // Names a relisting found new in directory inode `parent`: the kernel's
+  // negative entries of those a lookup answered "no such file" to within
+  // metadata.negative_ttl_ms are dropped (DropEntries), so that `open` and
+  // `stat` agree with `readdir` at once. Safe from any thread.
+  void DropNegatives(uint64_t parent, const std::vector<std::string>& names);
 
   // Request handlers (called from the C trampolines in fuse_fs.cc).
   struct Impl;
@@ -163,6 +168,14 @@ class FuseFs {
   std::unordered_set<uint64_t> invalidated_;                    // inodes already queued (bounded)
   bool mounted_ = false;
   bool handlers_set_ = false;
+  // Negative entries given to the kernel: "parent ino \0 name" -> when
+  // (steady ms), those within negative_ttl_ms (DropNegatives). At most
+  // kMaxNegatives: past it the expired go, then all of them (a name among
+  // those then waits out its negative TTL, as before).
+  void NoteNegative(uint64_t parent, std::string_view name);
+  std::mutex neg_mu_;
+  std::unordered_map<std::string, int64_t> negatives_;  // guarded by neg_mu_
+  static constexpr size_t kMaxNegatives = 1 << 16;
 
   // The kernel keeps one page cache per inode, shared by every handle open
   // on it. `etag` is the version whose pages it may hold; `open` counts the

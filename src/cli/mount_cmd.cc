@@ -767,6 +767,17 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
       if (fuse_view->fuse) {
         fuse_view->fuse->DropEntries(ns.LiveEntries(dir_key, diff.gone));
         fuse_view->fuse->DropEntries(ns.LiveEntries(dir_key, diff.changed));
+        // New names a lookup was told do not exist: listed now, so no
+        // longer absent for open and stat either (a job polling for a
+        // marker file saw it in readdir and got ENOENT opening it for up to
+        // negative_ttl_ms more; a tester's finding).
+        if (!diff.added.empty())
+          if (auto parent = ns.DirIno(dir_key)) {
+            std::vector<std::string> names;
+            names.reserve(diff.added.size());
+            for (const DirEntry& e : diff.added) names.push_back(e.name);
+            fuse_view->fuse->DropNegatives(*parent, names);
+          }
       }
     }
     if (diff.gone.empty()) return;

@@ -855,6 +855,11 @@ Namespace::ListingDiff Namespace::DiffListings(const DirListing& old, const DirL
     else if (!e.is_dir && VersionOf(false, e.etag, e.size, e.mtime_ns) != VersionOf(false, n->etag, n->size, n->mtime_ns))
       d.changed.push_back(*n);
   }
+  auto o = old.entries.begin();
+  for (const DirEntry& e : now.entries) {
+    while (o != old.entries.end() && o->name < e.name) ++o;
+    if (o == old.entries.end() || o->name != e.name || o->is_dir != e.is_dir) d.added.push_back(e);
+  }
   return d;
 }
 
@@ -872,6 +877,14 @@ std::vector<std::pair<uint64_t, std::string>> Namespace::LiveEntries(const std::
     if (by_key_.contains(KeyRef{ChildKey(dir_key, e.name), e.is_dir})) live.emplace_back(parent, e.name);
   }
   return live;
+}
+
+std::optional<uint64_t> Namespace::DirIno(const std::string& dir_key) const {
+  if (dir_key.empty()) return kRootIno;
+  std::lock_guard lk(mu_);
+  auto d = by_key_.find(KeyRef{dir_key, true});
+  if (d == by_key_.end()) return std::nullopt;
+  return (*d)->ino;
 }
 
 std::optional<DirEntry> Namespace::CachedEntry(const std::string& key) {

@@ -212,7 +212,8 @@ class Namespace {
   struct ListingDiff {
     std::vector<DirEntry> gone;     // as the old listing had them
     std::vector<DirEntry> changed;  // as the new listing has them
-    bool empty() const { return gone.empty() && changed.empty(); }
+    std::vector<DirEntry> added;    // names the old listing did not have
+    bool empty() const { return gone.empty() && changed.empty() && added.empty(); }
   };
   static ListingDiff DiffListings(const DirListing& old, const DirListing& now);
   // Called after a fetched listing of `dir_key` replaced one in memory that
@@ -232,6 +233,9 @@ class Namespace {
   // inode for, as (parent inode, name): the kernel entries to drop.
   std::vector<std::pair<uint64_t, std::string>> LiveEntries(const std::string& dir_key,
                                                             const std::vector<DirEntry>& entries) const;
+  // The inode of directory `dir_key` if the namespace has one (the parent
+  // of the kernel's entries below it, negative ones included).
+  std::optional<uint64_t> DirIno(const std::string& dir_key) const;
 
   // The walk prefetch's descent: listings ahead of the walkers at most, and
   // how long one nobody reads counts.

@@ -199,6 +199,38 @@ def main():
         check(s.unmount(m) == 0, "daemon exited 0")
         change_found_by_a_read(s, srv)
         rolling_names(s, srv)
+        new_name_once_listed(s, srv)
+
+
+def new_name_once_listed(s, srv):
+    """A name a lookup was told does not exist opens once a relisting lists
+    it: the kernel's negative entry is dropped. Before (a tester's finding),
+    readdir listed it while open and stat said ENOENT until the negative
+    entry's TTL ran out (60 s here)."""
+    cfg = faultlib.config(s, name="igt-neg.yaml", metadata={"ttl_ms": 1000, "negative_ttl_ms": 60000})
+    m = s.mount(f"s3://{BUCKET}", args=["--config", str(cfg), "--endpoint", srv.endpoint,
+                                         "--region", "us-east-1"])
+    mnt = m.mountpoint
+    faultlib.put_objects(srv, BUCKET, {"neg/old.bin": content("neg-old", 100)})
+    check(os.listdir(mnt / "neg") == ["old.bin"], "neg/ lists old.bin")
+    check(not (mnt / "neg/marker.bin").exists(), "neg/marker.bin: absent (a negative entry for 60 s)")
+    data = content("neg-marker", 1234)
+    faultlib.put_objects(srv, BUCKET, {"neg/marker.bin": data})
+    # The relisting comes from a lookup of the other name once the TTL is
+    # past (a readdir could replace the kernel's entries itself, with
+    # readdirplus); the drop is sent by a notifier thread. Polled, for far
+    # less than the 60 s of the negative entry.
+    time.sleep(1.2)
+    deadline = time.monotonic() + 15
+    while True:
+        os.stat(mnt / "neg/old.bin")
+        got, e = try_read(mnt / "neg/marker.bin")
+        if got == data or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    check(got == data, f"neg/marker.bin: opens and reads once relisted ({errname(e) if got is None else 'read'})")
+    check("marker.bin" in os.listdir(mnt / "neg"), "neg/marker.bin: listed")
+    check(s.unmount(m) == 0, "daemon exited 0")
 
 
 def change_found_by_a_read(s, srv):
