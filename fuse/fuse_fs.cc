@@ -196,13 +196,17 @@ struct FuseFs::Impl {
       fuse_reply_err(req, ENAMETOOLONG);
       return;
     }
+    const uint64_t relist_gen = self->relist_gen_.load();
     auto a = self->ns_->Lookup(parent, name);
     if (!a) {
       if (a.error().code() == Code::kNotFound) {
         // Negative entry: the kernel remembers the absence for a while.
         e.ino = 0;
         e.entry_timeout = static_cast<double>(self->opts_.config.metadata.negative_ttl_ms) / 1000.0;
-        if (self->opts_.config.metadata.negative_ttl_ms > 0) self->NoteNegative(parent, name);
+        if (self->opts_.config.metadata.negative_ttl_ms > 0) {
+          self->NoteNegative(parent, name);
+          if (self->relist_gen_.load() != relist_gen) e.entry_timeout = 0;  // a relisting ran meanwhile
+        }
         fuse_reply_entry(req, &e);
         return;
       }
@@ -811,12 +815,6 @@ void FuseFs::NoteChanged(uint64_t ino, const std::string& key, const std::string
 }
 
 namespace {
-std::string NegativeKey(uint64_t parent, std::string_view name) {
-  std::string k = std::to_string(parent);
-  k.push_back('\0');
-  k += name;
-  return k;
-}
 int64_t SteadyMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
@@ -827,28 +825,54 @@ void FuseFs::NoteNegative(uint64_t parent, std::string_view name) {
   const int64_t now = SteadyMs(), ttl = static_cast<int64_t>(opts_.config.metadata.negative_ttl_ms);
   try {
     std::lock_guard lk(neg_mu_);
-    if (negatives_.size() >= kMaxNegatives) {
-      std::erase_if(negatives_, [&](const auto& e) { return now - e.second > ttl; });
-      if (negatives_.size() >= kMaxNegatives) negatives_.clear();
+    if (negatives_count_ >= kMaxNegatives) {
+      const size_t before = negatives_count_;
+      for (auto p = negatives_.begin(); p != negatives_.end();) {
+        negatives_count_ -= std::erase_if(p->second, [&](const auto& e) { return now - e.second > ttl; });
+        p = p->second.empty() ? negatives_.erase(p) : std::next(p);
+      }
+      if (negatives_count_ > before / 2) {  // not even half freed: all go, not a scan per lookup
+        negatives_.clear();
+        negatives_count_ = 0;
+      }
     }
-    negatives_[NegativeKey(parent, name)] = now;
+    auto [it, fresh] = negatives_[parent].insert_or_assign(std::string(name), now);
+    negatives_count_ += fresh;
   } catch (const std::exception&) {
     // No memory: this one waits out its negative TTL.
   }
 }
 
-void FuseFs::DropNegatives(uint64_t parent, const std::vector<std::string>& names) {
-  const int64_t now = SteadyMs(), ttl = static_cast<int64_t>(opts_.config.metadata.negative_ttl_ms);
+void FuseFs::DropNegatives(uint64_t parent, const std::vector<DirEntry>& added) {
+  relist_gen_.fetch_add(1);
+  // A second of slack: the kernel's TTL runs from its own receipt of the reply.
+  const int64_t now = SteadyMs(), ttl = static_cast<int64_t>(opts_.config.metadata.negative_ttl_ms) + 1000;
   std::vector<std::pair<uint64_t, std::string>> drop;
   {
     std::lock_guard lk(neg_mu_);
-    if (negatives_.empty()) return;
-    for (const auto& n : names) {
-      auto it = negatives_.find(NegativeKey(parent, n));
-      if (it == negatives_.end()) continue;
-      if (now - it->second <= ttl) drop.emplace_back(parent, n);
-      negatives_.erase(it);
+    auto p = negatives_.find(parent);
+    if (p == negatives_.end()) return;
+    auto& names = p->second;
+    // The parent's negative entries are walked, each looked up in `added`
+    // (sorted): a relisting adding 100,000 names to a directory with a few
+    // negative entries costs a few binary searches, not 100,000 lookups.
+    for (auto it = names.begin(); it != names.end();) {
+      const bool listed = std::binary_search(added.begin(), added.end(), it->first,
+                                             [](const auto& x, const auto& y) {
+                                               if constexpr (std::is_same_v<std::decay_t<decltype(x)>, DirEntry>)
+                                                 return x.name < y;
+                                               else
+                                                 return x < y.name;
+                                             });
+      if (!listed) {
+        ++it;
+        continue;
+      }
+      if (now - it->second <= ttl) drop.emplace_back(parent, it->first);
+      it = names.erase(it);
+      --negatives_count_;
     }
+    if (names.empty()) negatives_.erase(p);
   }
   DropEntries(std::move(drop));
 }

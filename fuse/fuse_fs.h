@@ -13,6 +13,7 @@
 // threads; FuseFs state is guarded as noted on each member.
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -120,7 +121,8 @@ class FuseFs {
   // negative entries of those a lookup answered "no such file" to within
   // metadata.negative_ttl_ms are dropped (DropEntries), so that `open` and
   // `stat` agree with `readdir` at once. Safe from any thread.
-  void DropNegatives(uint64_t parent, const std::vector<std::string>& names);
+  // `added` is sorted by name (a listing's order).
+  void DropNegatives(uint64_t parent, const std::vector<DirEntry>& added);
 
   // Request handlers (called from the C trampolines in fuse_fs.cc).
   struct Impl;
@@ -168,14 +170,21 @@ class FuseFs {
   std::unordered_set<uint64_t> invalidated_;                    // inodes already queued (bounded)
   bool mounted_ = false;
   bool handlers_set_ = false;
-  // Negative entries given to the kernel: "parent ino \0 name" -> when
+  // Negative entries given to the kernel: parent ino -> name -> when
   // (steady ms), those within negative_ttl_ms (DropNegatives). At most
-  // kMaxNegatives: past it the expired go, then all of them (a name among
-  // those then waits out its negative TTL, as before).
+  // kMaxNegatives: past it the expired go, and all of them unless that
+  // freed half (a name among those then waits out its negative TTL, as
+  // before).
   void NoteNegative(uint64_t parent, std::string_view name);
   std::mutex neg_mu_;
-  std::unordered_map<std::string, int64_t> negatives_;  // guarded by neg_mu_
+  std::unordered_map<uint64_t, std::unordered_map<std::string, int64_t>> negatives_;  // guarded by neg_mu_
+  size_t negatives_count_ = 0;                                                       // guarded by neg_mu_
   static constexpr size_t kMaxNegatives = 1 << 16;
+  // Bumped by every DropNegatives before it looks: a lookup that saw no
+  // such name, and finds it bumped once it noted its negative entry, gives
+  // the kernel none (the relisting may have listed the name meanwhile,
+  // after its drop had looked).
+  std::atomic<uint64_t> relist_gen_{0};
 
   // The kernel keeps one page cache per inode, shared by every handle open
   // on it. `etag` is the version whose pages it may hold; `open` counts the

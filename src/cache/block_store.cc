@@ -1586,12 +1586,16 @@ Result<std::unique_ptr<rocksdb::DB>> OpenIndex(const std::string& dir) {
       // Say whose files fill it: a small volume the cache itself filled
       // (its index, with many small files kept inline) has nothing else
       // the user could free.
+      // Blocks, not sizes: RocksDB preallocates its log and MANIFEST past
+      // their sizes. A directory it cannot enter (a root-owned lost+found)
+      // is passed over.
       uint64_t ours = 0;
       std::error_code ec;
-      for (auto it = std::filesystem::recursive_directory_iterator(dir, ec);
+      for (auto it = std::filesystem::recursive_directory_iterator(
+               dir, std::filesystem::directory_options::skip_permission_denied, ec);
            !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
-        std::error_code fec;
-        if (!it->is_symlink(fec) && it->is_regular_file(fec)) ours += it->file_size(fec);
+        struct stat fst {};
+        if (::lstat(it->path().c_str(), &fst) == 0 && S_ISREG(fst.st_mode)) ours += uint64_t(fst.st_blocks) * 512;
       }
       struct statvfs vs {};
       const uint64_t total = ::statvfs(dir.c_str(), &vs) == 0 ? uint64_t(vs.f_blocks) * vs.f_frsize : 0;

@@ -772,12 +772,7 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
         // marker file saw it in readdir and got ENOENT opening it for up to
         // negative_ttl_ms more; a tester's finding).
         if (!diff.added.empty())
-          if (auto parent = ns.DirIno(dir_key)) {
-            std::vector<std::string> names;
-            names.reserve(diff.added.size());
-            for (const DirEntry& e : diff.added) names.push_back(e.name);
-            fuse_view->fuse->DropNegatives(*parent, names);
-          }
+          if (auto parent = ns.DirIno(dir_key)) fuse_view->fuse->DropNegatives(*parent, diff.added);
       }
     }
     if (diff.gone.empty()) return;

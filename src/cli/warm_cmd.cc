@@ -363,15 +363,19 @@ int RunWarm(const WarmArgs& a) {
       std::fflush(stderr);
     };
     {
-      // Every second: a mount whose cache took no insert since the last
-      // look while its writes failed (kWritesFailing more since warm began:
-      // a full or read-only cache volume) stops the warm-up. Before, warm
-      // read all of it from the source for nothing (a tester's full volume:
-      // 36 MiB read, every insert failed).
-      constexpr uint64_t kWritesFailing = 16;
+      // Every second, the mount's counters: a second in which it fetched
+      // from the source and its cache writes failed while nothing was
+      // inserted, twice in a row, stops the warm-up (a full or read-only
+      // cache volume: the rest would be read for nothing). Before, warm read
+      // all of it from the source (a tester's full volume: 36 MiB read,
+      // every insert failed). A second of hits only, or of slow GETs, or
+      // of inserts the policy declined, is not one.
       auto next_show = std::chrono::steady_clock::now() + period;
       auto next_look = std::chrono::steady_clock::now() + std::chrono::seconds(1);
-      uint64_t inserts_seen = stats ? stats->value("cache_insert_units", uint64_t{0}) : 0;
+      auto counter = [](const nlohmann::json& j, const char* k) { return j.value(k, uint64_t{0}); };
+      std::optional<nlohmann::json> last;
+      if (stats) last = *stats;
+      int failing_looks = 0;
       while (prog.files_done.load() < todo.size() && running.load() > 0) {
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
         const auto now = std::chrono::steady_clock::now();
@@ -379,15 +383,15 @@ int RunWarm(const WarmArgs& a) {
           show(false);
           next_show += period;
         }
-        if (stats && now >= next_look) {
+        if (last && now >= next_look) {
           next_look = now + std::chrono::seconds(1);
           if (auto st = ReadStats(mnt)) {
-            const uint64_t inserts = st->value("cache_insert_units", uint64_t{0});
-            const uint64_t failed = st->value("cache_write_errors", uint64_t{0}) -
-                                    std::min(st->value("cache_write_errors", uint64_t{0}),
-                                             stats->value("cache_write_errors", uint64_t{0}));
-            if (inserts == inserts_seen && failed >= kWritesFailing) prog.writes_failing = true;
-            inserts_seen = inserts;
+            auto grew = [&](const char* k) { return counter(*st, k) > counter(*last, k); };
+            const bool failing = grew("backend_get_bytes") && grew("cache_write_errors") &&
+                                 !grew("cache_insert_units") && !grew("cache_insert_declined");
+            failing_looks = failing ? failing_looks + 1 : 0;
+            if (failing_looks >= 2) prog.writes_failing = true;
+            last = std::move(*st);
           }
         }
       }
@@ -399,8 +403,8 @@ int RunWarm(const WarmArgs& a) {
     for (size_t i = 0; i < todo.size(); ++i) left += pieces_left[i] > 0 && !file_failed[i];
     if (left > 0 && prog.writes_failing && !prog.mount_gone) {
       prog.errors.fetch_add(left);
-      read_errors.push_back(fmt::format("stopped early, {} files not read: the mount's cache takes no writes (its "
-                                        "cache_write_errors grew and nothing was inserted for a second)",
+      read_errors.push_back(fmt::format("stopped early, {} files not read: the mount's cache takes no writes (for "
+                                        "two seconds its cache_write_errors grew and nothing was inserted)",
                                         left));
     } else if (left > 0) {
       // The daemon is gone, or every worker failed to get its read buffer.

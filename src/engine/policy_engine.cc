@@ -284,6 +284,7 @@ struct PolicyEngine::Group {
   // it shadows).
   std::unique_ptr<StreamJudge> judge;
   ModuleSpec judged_spec;
+  uint64_t judge_fed_us = 0;  // its judge's latest read (a slot for another: PolicyEngine::kJudgeIdleUs)
   ModuleSpec module_spec;  // its module's: the label's, or lru standing in
   uint64_t module_us = 0;      // the latest clock the module was given (its weights' "now")
   // Known items (files) and their bytes: the stream's working set.
@@ -402,7 +403,7 @@ struct PolicyEngine::Group {
   uint64_t warm_judged_us = 0;  // when the last measure was taken (0: due at the next read)
   // The last measure's answer, and the stream's bytes then (UINT64_MAX:
   // none): while they stand and it did not fit, it is not taken again.
-  uint64_t warm_measured_need = 0, warm_measured_bytes = UINT64_MAX;
+  uint64_t warm_measured_need = 0, warm_measured_bytes = UINT64_MAX, warm_measured_us = 0;
   // Directories it has read files from: only their unread files are
   // proposed (a job may read a few classes of a data set), up to
   // kMaxReadDirs of them. Each with `visits` at the latest visit of one of
@@ -1287,7 +1288,9 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
   g->idle = false;
   if (length > 0 && (fl == kRandom || fl == kSkewed || g->label == kSkewed) && Judged(g)) {
     if (!g->judge && *judges_ < kMaxJudges) MakeJudge(g);
+    if (!g->judge) judge_wanted_ = true;  // Allocate may free one
     if (g->judge) {
+      g->judge_fed_us = now_us_;
       const bool lru_before = g->judge->PreferLru();
       g->judge->OnRead(now_us_, f.rank, offset, length, file_size, g->bytes + FreeBytes());
       if (g->judge->PreferLru() != lru_before) SetLabel(g, g->label);
@@ -1438,10 +1441,16 @@ void PolicyEngine::Warm(Group* g, std::vector<PrefetchRange>& plan) {
       // engine's lock. Every sibling of 1,000 class directories that did
       // not fit beside the others passed over its files each second: 16%
       // of the simulator's time over 200,000 reads of 1,000,000 files.
-      if (g->bytes == g->warm_measured_bytes && g->warm_measured_need > free_bytes) return;
+      // Measured again every kWarmRemeasureUs all the same: directories
+      // forgotten (ForgetStaleReadDirs), files gone, or files cached through
+      // another stream lower the need without changing the stream's bytes.
+      if (g->bytes == g->warm_measured_bytes && g->warm_measured_need > free_bytes &&
+          now_us_ < g->warm_measured_us + kWarmRemeasureUs)
+        return;
       need = UncachedWarmBytes(g);  // also what siblings are promised (WarmPromised)
       g->warm_measured_need = need;
       g->warm_measured_bytes = g->bytes;
+      g->warm_measured_us = now_us_;
     }
     if (need > free_bytes) return;
     g->warming = true;
@@ -2134,12 +2143,6 @@ void PolicyEngine::Allocate(uint64_t now_us) {
     g->rate = allocations_ == 0 ? inst : 0.5 * g->rate + 0.5 * inst;
     g->period_read_bytes = 0;
     if (g->period_reads == 0 && g->read_rate * dt >= kBusyReads) g->idle = true;
-    // An idle stream's judge goes (its slot is another's: kMaxJudges), and
-    // the label's own module comes back; a new judge starts at its next read.
-    if (g->idle && g->judge) {
-      g->judge.reset();
-      SetLabel(g.get(), g->label);
-    }
     const double inst_reads = double(g->period_reads) / dt;
     g->read_rate = allocations_ == 0 ? inst_reads : 0.5 * g->read_rate + 0.5 * inst_reads;
     g->period_reads = 0;
@@ -2148,6 +2151,22 @@ void PolicyEngine::Allocate(uint64_t now_us) {
     g->period_shadow = 0;
     SetInflight(g.get(), 0);
     g->value = Value(g.get());
+  }
+  // A stream wanted a judge and all are taken: the one read least recently
+  // goes if its stream has not been read for kJudgeIdleUs, and the label's
+  // own module comes back to it. Not on a short pause: each change of
+  // module replays the stream's units, and a new judge takes two halvings
+  // to choose again (a review's finding: freed at every idle period, a
+  // bursty stream would flip lfu and lru at every gap).
+  if (judge_wanted_) {
+    judge_wanted_ = false;
+    Group* oldest = nullptr;
+    for (auto& [k, g] : groups_)
+      if (g->judge && (!oldest || g->judge_fed_us < oldest->judge_fed_us)) oldest = g.get();
+    if (oldest && now_us_ >= oldest->judge_fed_us + kJudgeIdleUs) {
+      oldest->judge.reset();
+      SetLabel(oldest, oldest->label);
+    }
   }
   // Drop empty, idle unlabelled streams (their files re-home on next read),
   // and empty streams of files and directories the source no longer has.

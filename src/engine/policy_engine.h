@@ -249,10 +249,13 @@ class PolicyEngine {
   void MakeJudge(Group* g);  // g->judge, for its label's module
   bool Judged(const Group* g) const;  // its label's module is one a judge checks
   // Judges alive (Group::judge), at most kMaxJudges: the streams read first
-  // get one, an idle stream's goes (up to ~3 MiB each, measured with its
-  // ghosts full: StreamJudge::kMaxEntries).
+  // get one; when all are taken and another stream wants one, the judge of
+  // a stream not read for kJudgeIdleUs goes (Allocate). Up to ~3 MiB each,
+  // measured with its ghosts full (StreamJudge::kMaxEntries).
   std::shared_ptr<size_t> judges_ = std::make_shared<size_t>(0);
   static constexpr size_t kMaxJudges = 16;
+  static constexpr uint64_t kJudgeIdleUs = 30'000'000;
+  bool judge_wanted_ = false;  // a stream found no judge free since the last Allocate
   const PathOverride* OverrideFor(std::string_view path) const;
   double Value(const Group* g) const;      // seconds saved / s / cached byte
   double ByteValue(const Group* g) const;  // byte hits / s / cached byte
@@ -293,6 +296,7 @@ class PolicyEngine {
   // pass over its subtree).
   uint64_t UncachedWarmBytes(const Group* g) const;
   static constexpr uint64_t kWarmJudgeUs = 1'000'000;  // between two UncachedWarmBytes of a stream
+  static constexpr uint64_t kWarmRemeasureUs = 30'000'000;  // a measure that did not fit, repeated at least
   static constexpr size_t kWarmMeasureMaxFiles = 1 << 14;  // larger subtrees are not measured
   void StopWarm(Group* g);  // no longer holds space (done, idle or dropped)
   void NoteQuotas();        // has_quota_ and has_never_cache_ from the policy file

@@ -62,9 +62,12 @@ void StreamJudge::OnRead(uint64_t now_us, uint64_t file, uint64_t offset, uint64
   if (length == 0 || offset >= file_size) return;
   const uint64_t end = std::min(file_size, offset + length);
   // Sampled: about kMaxEntries of the piece ghost's ids hold the share, at
-  // the size its ids have had (pieces, or files smaller than a piece).
+  // the size of the ids it holds (pieces, or files smaller than a piece).
+  const Ghost& held = ghosts_[Index(kLru, pieces ? kPiece : kWhole)];
+  const double entry_bytes = held.ids.empty() ? entry_bytes_
+                                              : static_cast<double>(held.held_bytes) / static_cast<double>(held.ids.size());
   const double share = static_cast<double>(std::max(share_bytes, U));
-  const double rate = std::min(1.0, static_cast<double>(kMaxEntries) * entry_bytes_ / share);
+  const double rate = std::min(1.0, static_cast<double>(kMaxEntries) * entry_bytes / share);
   const double cap_bytes = share * rate;
   const double per_byte_us = 1e6 / m_.bandwidth_bytes_per_s;
   const int modules = own_ ? 2 : 1;
@@ -81,10 +84,7 @@ void StreamJudge::OnRead(uint64_t now_us, uint64_t file, uint64_t offset, uint64
       uint64_t missed = 0;  // one GET for the read's missing pieces in the unit
       for (uint64_t p = lo / P; p <= (hi - 1) / P; ++p) {
         const uint64_t bytes = std::min(uend, (p + 1) * P) - p * P;
-        if (!piece.Touch(GhostId(file, p), bytes, now_us, cap_bytes)) {
-          missed += bytes;
-          if (mod == 0) entry_bytes_ += (static_cast<double>(bytes) - entry_bytes_) / 256;
-        }
+        if (!piece.Touch(GhostId(file, p), bytes, now_us, cap_bytes)) missed += bytes;
       }
       if (missed > 0) piece.cost_us += m_.latency_us + static_cast<double>(missed) * per_byte_us;
     }
@@ -121,10 +121,14 @@ void StreamJudge::Decide(bool pieces) {
     const int other = 1 - static_cast<int>(want % 2);
     if (beats(cost(kLru, other), cost(kLru, static_cast<int>(want % 2)))) want = Index(kLru, other);
   }
-  // A change once two half-lives in a row want it.
+  // A change once two halvings in a row want it: the same module (its
+  // size is the one wanted now: lru's two sizes costing about the same must
+  // not hold the module back), or under lru the same size.
+  const bool module_change = want / 2 != choice_ / 2;
+  const bool again = wanted_ != SIZE_MAX && (module_change ? wanted_ / 2 == want / 2 : wanted_ == want);
   if (want == choice_ || touches_ < kMinTouches) {
     wanted_ = SIZE_MAX;
-  } else if (want != wanted_) {
+  } else if (!again) {
     wanted_ = want;
   } else {
     choice_ = want;

@@ -26,15 +26,15 @@
 //    skewed inference trace at 75% (scripts/eval.sh (d)), whole units
 //    looked 2x cheaper to the ghosts, but fetched 3,296 MiB against
 //    pieces' 1,739 in the simulator, 48.3 s against 38.1.
-// Past kMaxEntries ids' worth of share (at the size the piece ghost's ids
-// have had: pieces, or whole files smaller than one), ghosts sample units
+// Past kMaxEntries ids' worth of share (at the size of the ids the piece
+// ghost holds: pieces, or whole files smaller than one), ghosts sample units
 // by a hash (spatial sampling, as SHARDS does), all of a sampled unit's
 // pieces together, their capacity shrunk by the rate; no ghost holds more
 // than kMaxGhostEntries ids. Costs halve every kHalfLife sampled unit
 // touches: the judge follows a stream whose reads change. A choice is made
 // before each halving, and changes only when the other costs less than
 // kHysteresis times it, by kNoiseMisses misses or more, two halvings in a
-// row.
+// row (the same module; under lru, the same size).
 // Thread-safety: none (the engine's lock).
 
 #include <array>
@@ -120,7 +120,7 @@ class StreamJudge {
   void Decide(bool pieces);
   size_t wanted_ = SIZE_MAX;
   std::shared_ptr<size_t> live_;
-  double entry_bytes_;  // the piece ghost's ids' size, moving average (sampling)
+  double entry_bytes_;  // an id's size before the ghosts hold any (sampling)
   size_t choice_;  // Index(module, size); at first the labels' choice: pieces, the stream's own module
 };
 
