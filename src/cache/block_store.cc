@@ -1575,7 +1575,13 @@ Result<std::unique_ptr<rocksdb::DB>> OpenIndex(const std::string& dir) {
     }
   };
   auto [s, db] = open();
-  if (s.IsCorruption()) {
+  // A MANIFEST that CURRENT names and that is gone is a damaged index too:
+  // moved aside, as a corrupt one is. Before, it refused the mount ("removing
+  // the cache dir resets the cache"; a tester's finding: the other damaged
+  // index files were moved aside).
+  const bool manifest_gone = s.IsIOError() && s.ToString().find("No such file or directory") != std::string::npos &&
+                             s.ToString().find(path + "/MANIFEST-") != std::string::npos;
+  if (s.IsCorruption() || manifest_gone) {
     if (auto st = MoveIndexAside(dir, s.ToString()); !st.ok()) return Err(st);
     std::tie(s, db) = open();
   }

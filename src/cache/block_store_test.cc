@@ -1532,6 +1532,23 @@ TEST_CASE("a corrupt index is moved aside and the cache starts empty", "[block_s
   CHECK(s->Contains(Key(1)));
 }
 
+TEST_CASE("an index whose MANIFEST is gone is moved aside and the cache starts empty", "[block_store]") {
+  Fixture f;
+  {
+    auto s = f.Open();
+    REQUIRE(s->Put(Key(1), DataOf(Key(1), 1000)).ok());
+  }
+  int removed = 0;
+  for (auto& e : fs::directory_iterator(f.opts.dir + "/index"))
+    if (e.path().filename().string().starts_with("MANIFEST-")) removed += fs::remove(e.path());
+  REQUIRE(removed > 0);
+  auto s = f.Open();
+  CHECK(s->unit_count() == 0);
+  CHECK(fs::exists(f.opts.dir + "/index.corrupt"));
+  REQUIRE(s->Put(Key(1), DataOf(Key(1), 1000)).ok());
+  CHECK(ReadAll(*s, Key(1), 1000) == DataOf(Key(1), 1000));
+}
+
 TEST_CASE("an index whose table data is corrupt is moved aside at start-up too", "[block_store]") {
   // DB::Open reads no data blocks: the corruption shows only when start-up
   // scans the index. It must reset the cache, not refuse to mount.
