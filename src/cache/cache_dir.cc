@@ -81,6 +81,11 @@ Status EnsurePrivateSubdir(const std::string& path) {
   if (::lstat(path.c_str(), &st) != 0) {  // a symlink is not followed: not a directory of ours
     return Status::IoError(fmt::format("cannot access {}: {}", path, ErrnoText(errno)));
   }
+  if (S_ISLNK(st.st_mode))
+    return Status::InvalidArgument(fmt::format(
+        "{} is a symbolic link, not a directory: links in the cache dir are not followed (make the cache dir "
+        "itself the link, or point cache.dir at the target)",
+        path));
   if (!S_ISDIR(st.st_mode)) return Status::InvalidArgument(fmt::format("{} is not a directory", path));
   if ((st.st_mode & 07777) != kDirMode && ::chmod(path.c_str(), kDirMode) != 0) {
     return Status::PermissionDenied(fmt::format("cannot chmod {} to 0700: {}", path, ErrnoText(errno)));
