@@ -1586,13 +1586,10 @@ uint64_t PolicyEngine::CachedBytes(std::string_view path) const {
   return it == files_.end() ? 0 : it->second.cached_bytes;
 }
 
-bool PolicyEngine::SubUnitsPossible(const FileRec& f) const {
-  return mode_igt_ && opts_.sub_unit_bytes > 0 && opts_.sub_unit_bytes < opts_.unit_bytes &&
-         f.size > opts_.unit_bytes;
-}
-
 uint64_t PolicyEngine::SubUnitBytesOf(const FileRec& f) const {
-  if (!SubUnitsPossible(f) || (f.block_label != kRandom && f.block_label != kSkewed)) return 0;
+  if (!mode_igt_ || opts_.sub_unit_bytes == 0 || opts_.sub_unit_bytes >= opts_.unit_bytes) return 0;
+  if (f.size <= opts_.unit_bytes) return 0;
+  if (f.block_label != kRandom && f.block_label != kSkewed) return 0;
   // Whole units while its stream's reads come back to a unit's other
   // pieces soon enough that one GET costs less than a GET per piece.
   if (f.group && f.group->judge && f.group->judge->WholeUnits()) return 0;

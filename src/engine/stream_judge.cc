@@ -22,14 +22,15 @@ std::string GhostId(uint64_t file, uint64_t index) {
 
 }  // namespace
 
-StreamJudge::StreamJudge(Model m, ModuleFn own) : m_(m), own_(static_cast<bool>(own)) {
+StreamJudge::StreamJudge(Model m, ModuleFn own, std::shared_ptr<size_t> live)
+    : m_(m), own_(static_cast<bool>(own)), live_(std::move(live)) {
+  if (live_) ++*live_;
   for (int size : {kPiece, kWhole}) {
     ghosts_[Index(kLru, size)].module = std::move(*MakeEvictionPolicy("lru"));
     if (own_) ghosts_[Index(kOwn, size)].module = own();
   }
   const bool pieces = m_.piece_bytes > 0 && m_.piece_bytes < m_.unit_bytes;
   choice_ = Index(own_ ? kOwn : kLru, pieces ? kPiece : kWhole);
-  entry_bytes_ = static_cast<double>(pieces ? m_.piece_bytes : m_.unit_bytes);
 }
 
 bool StreamJudge::Ghost::Touch(const std::string& id, uint64_t bytes, uint64_t now_us, double cap_bytes) {
@@ -64,7 +65,7 @@ void StreamJudge::OnRead(uint64_t now_us, uint64_t file, uint64_t offset, uint64
   // Sampled: about kMaxEntries of the piece ghost's ids hold the share, at
   // the size of the ids it holds (pieces, or files smaller than a piece).
   const Ghost& held = ghosts_[Index(kLru, pieces ? kPiece : kWhole)];
-  const double entry_bytes = held.ids.empty() ? entry_bytes_
+  const double entry_bytes = held.ids.empty() ? static_cast<double>(pieces ? m_.piece_bytes : U)
                                               : static_cast<double>(held.held_bytes) / static_cast<double>(held.ids.size());
   const double share = static_cast<double>(std::max(share_bytes, U));
   const double rate = std::min(1.0, static_cast<double>(kMaxEntries) * entry_bytes / share);
@@ -88,7 +89,6 @@ void StreamJudge::OnRead(uint64_t now_us, uint64_t file, uint64_t offset, uint64
       }
       if (missed > 0) piece.cost_us += m_.latency_us + static_cast<double>(missed) * per_byte_us;
     }
-    ++touches_;
     if (++since_halving_ >= kHalfLife) {
       since_halving_ = 0;
       Decide(pieces);
@@ -126,7 +126,7 @@ void StreamJudge::Decide(bool pieces) {
   // not hold the module back), or under lru the same size.
   const bool module_change = want / 2 != choice_ / 2;
   const bool again = wanted_ != SIZE_MAX && (module_change ? wanted_ / 2 == want / 2 : wanted_ == want);
-  if (want == choice_ || touches_ < kMinTouches) {
+  if (want == choice_) {
     wanted_ = SIZE_MAX;
   } else if (!again) {
     wanted_ = want;

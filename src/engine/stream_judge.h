@@ -60,12 +60,8 @@ class StreamJudge {
   using ModuleFn = std::function<std::unique_ptr<EvictionPolicy>()>;
   // `own`: makes the stream's own eviction module for the ghosts (lfu);
   // empty: the stream's module is lru, and only the piece size is judged.
-  StreamJudge(Model m, ModuleFn own);
   // `live`, if given, counts the judges alive (the engine bounds them).
-  StreamJudge(Model m, ModuleFn own, std::shared_ptr<size_t> live) : StreamJudge(m, std::move(own)) {
-    live_ = std::move(live);
-    if (live_) ++*live_;
-  }
+  StreamJudge(Model m, ModuleFn own, std::shared_ptr<size_t> live = {});
   ~StreamJudge() {
     if (live_) --*live_;
   }
@@ -92,7 +88,6 @@ class StreamJudge {
   // Misses (at the model's latency) by which one choice must beat another,
   // besides kHysteresis.
   static constexpr double kNoiseMisses = 16;
-  static constexpr uint64_t kMinTouches = 32;  // sampled unit touches before a change
   static constexpr uint64_t kHalfLife = 128;   // sampled unit touches
   static constexpr double kHysteresis = 0.8;
 
@@ -114,13 +109,12 @@ class StreamJudge {
   Model m_;
   bool own_;
   std::array<Ghost, 4> ghosts_;  // Index(module, size); the own ones unused without `own`
-  uint64_t touches_ = 0, since_halving_ = 0;
+  uint64_t since_halving_ = 0;
   // At each halving: the choice the costs want, taken when the one before
   // wanted it too (wanted_: what that one wanted, SIZE_MAX: no change).
   void Decide(bool pieces);
   size_t wanted_ = SIZE_MAX;
   std::shared_ptr<size_t> live_;
-  double entry_bytes_;  // an id's size before the ghosts hold any (sampling)
   size_t choice_;  // Index(module, size); at first the labels' choice: pieces, the stream's own module
 };
 

@@ -867,21 +867,21 @@ std::vector<std::pair<uint64_t, std::string>> Namespace::LiveEntries(const std::
                                                                      const std::vector<DirEntry>& entries) const {
   std::vector<std::pair<uint64_t, std::string>> live;
   std::lock_guard lk(mu_);
-  uint64_t parent = kRootIno;
-  if (!dir_key.empty()) {
-    auto d = by_key_.find(KeyRef{dir_key, true});
-    if (d == by_key_.end()) return live;  // the kernel has no entry below a directory it does not know
-    parent = (*d)->ino;
-  }
+  const auto parent = DirInoLocked(dir_key);
+  if (!parent) return live;  // the kernel has no entry below a directory it does not know
   for (const DirEntry& e : entries) {
-    if (by_key_.contains(KeyRef{ChildKey(dir_key, e.name), e.is_dir})) live.emplace_back(parent, e.name);
+    if (by_key_.contains(KeyRef{ChildKey(dir_key, e.name), e.is_dir})) live.emplace_back(*parent, e.name);
   }
   return live;
 }
 
 std::optional<uint64_t> Namespace::DirIno(const std::string& dir_key) const {
-  if (dir_key.empty()) return kRootIno;
   std::lock_guard lk(mu_);
+  return DirInoLocked(dir_key);
+}
+
+std::optional<uint64_t> Namespace::DirInoLocked(const std::string& dir_key) const {
+  if (dir_key.empty()) return kRootIno;
   auto d = by_key_.find(KeyRef{dir_key, true});
   if (d == by_key_.end()) return std::nullopt;
   return (*d)->ino;

@@ -243,6 +243,7 @@ class Namespace {
   static constexpr int64_t kWalkAheadIdleMs = 30000;
 
  private:
+  std::optional<uint64_t> DirInoLocked(const std::string& dir_key) const;  // DirIno; mu_ held
   // One per name the kernel holds (a million for a data set of a million
   // files it looked up): no copy of what attr has (its name is the last
   // component of attr.key), and by_key_ points at it rather than holding

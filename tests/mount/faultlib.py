@@ -168,3 +168,23 @@ def rss_bytes(pid: int) -> int:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) * 1024
     return 0
+
+
+def fill(path: Path) -> int:
+    """Writes until ENOSPC; returns the bytes written."""
+    n = 0
+    with open(path, "wb", buffering=0) as f:
+        chunk = b"\0" * (1 << 20)
+        while True:
+            try:
+                n += f.write(chunk)
+            except OSError:
+                break
+        # Fill the last partial chunk too.
+        for size in (65536, 4096, 512):
+            while True:
+                try:
+                    n += f.write(b"\0" * size)
+                except OSError:
+                    break
+    return n

@@ -37,26 +37,6 @@ def sh(*argv):
         raise harness.TestFailure(f"{' '.join(argv)}: {r.stderr.strip()}")
 
 
-def fill(path: Path) -> int:
-    """Writes until ENOSPC; returns the bytes written."""
-    n = 0
-    with open(path, "wb", buffering=0) as f:
-        chunk = b"\0" * MiB
-        while True:
-            try:
-                n += f.write(chunk)
-            except OSError:
-                break
-        # Fill the last partial chunk too.
-        for size in (65536, 4096, 512):
-            while True:
-                try:
-                    n += f.write(b"\0" * size)
-                except OSError:
-                    break
-    return n
-
-
 def warnings(proc: harness.Proc) -> list[str]:
     return [ln for ln in proc.stderr_text().splitlines()
             if "[warning]" in ln and "cache" in ln.lower()]
@@ -109,7 +89,7 @@ def main():
             sh("rm", "-rf", str(vol / "cache" / "units"), str(vol / "cache" / "tmp"))
             sh("mkdir", "-m", "0700", str(vol / "cache" / "units"), str(vol / "cache" / "tmp"))
             m = s.mount(f"file://{src}", cache_dir=vol / "cache", args=["--config", str(cfg)])
-            n = fill(vol / "filler")
+            n = faultlib.fill(vol / "filler")
             log(f"  filled the cache volume with {n / 1e6:.1f} MB; free {os.statvfs(vol).f_bavail * 4096} B")
             before = s.stats(m)
             w0 = len(warnings(m.proc))
@@ -178,7 +158,7 @@ def main():
             # (or a mount), never an abort. RocksDB's own LOG file in the
             # index dir failed to write in DB::Open's recovery and its next
             # write hit an assertion (SIGABRT, "the mount daemon exited").
-            n = fill(vol / "filler")
+            n = faultlib.fill(vol / "filler")
             log(f"  filled the cache volume again ({n / 1e6:.1f} MB); free {os.statvfs(vol).f_bavail * 4096} B")
             try:
                 m = s.mount(f"file://{src}", cache_dir=vol / "cache", args=["--config", str(cfg)])

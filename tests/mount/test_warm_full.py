@@ -41,12 +41,7 @@ def main():
             cfg = faultlib.config(s, cache={"max_bytes": "80M", "min_free_ratio": 0.02})
             m = s.mount(f"s3://{BUCKET}", cache_dir=vol / "cache",
                         args=["--config", str(cfg), "--endpoint", proxy.endpoint, "--region", "us-east-1"])
-            with open(vol / "filler", "wb") as f:  # the volume full to the last byte
-                try:
-                    while True:
-                        f.write(b"\0" * 65536)
-                except OSError:
-                    pass
+            faultlib.fill(vol / "filler")  # the volume full to the last byte
             t0 = time.monotonic()
             r = subprocess.run([harness.igtcache_bin(), "warm", "-q", str(m.mountpoint / "data")],
                                capture_output=True, text=True, env=s.igt_env(), timeout=300)
