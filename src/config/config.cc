@@ -338,7 +338,14 @@ Status Walk(const YAML::Node& node, const std::string& prefix, Config& c, const 
     return Status::InvalidArgument(fmt::format(
         "{}: '{}' must be a mapping of keys", origin, prefix.empty() ? "(top level)" : prefix));
   for (const auto& kv : node) {
-    std::string name = kv.first.as<std::string>();
+    // An empty key (`: x`) or a list as a key: said with its line (it was
+    // "unknown config key 'null'", or yaml-cpp's "bad conversion").
+    if (!kv.first.IsScalar() || kv.first.IsNull())
+      return Status::InvalidArgument(fmt::format(
+          "{}: line {}: {} has {}", origin, kv.first.Mark().line + 1,
+          prefix.empty() ? std::string("the top level") : "'" + prefix + "'",
+          kv.first.IsNull() ? "an empty key" : "a key that is a list or a mapping, not a name"));
+    std::string name = kv.first.Scalar();
     std::string key = prefix.empty() ? name : prefix + "." + name;
     const YAML::Node& v = kv.second;
     bool is_section = false;

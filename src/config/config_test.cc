@@ -117,6 +117,16 @@ TEST_CASE("errors name the bad key") {
   // yaml-cpp's LoadAll looped for good on this (fuzz_config): read as
   // before this check was added (a plain scalar), at once.
   (void)ParseConfig(" ,-", "t.yaml");
+  // Keys that are not names: said so, with the line (an empty key was
+  // "unknown config key 'null'", a list one yaml-cpp's "bad conversion").
+  for (const auto& [text, want] : std::vector<std::pair<std::string, std::string>>{
+           {": :\n", "t.yaml: line 1: the top level has an empty key"},
+           {"cache:\n  max_bytes: 1G\n  : 5\n", "t.yaml: line 3: 'cache' has an empty key"},
+           {"[a, b]: 5\n", "t.yaml: line 1: the top level has a key that is a list or a mapping"}}) {
+    auto r = ParseConfig(text, "t.yaml");
+    REQUIRE_FALSE(r.has_value());
+    CHECK_THAT(r.error().message(), Catch::StartsWith(want));
+  }
   auto mode = ParseConfig("fuse:\n  file_mode: 0999\n", "t.yaml");
   REQUIRE_FALSE(mode.has_value());
   CHECK_THAT(mode.error().message(), Catch::Contains("fuse.file_mode"));

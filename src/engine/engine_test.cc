@@ -1819,6 +1819,13 @@ TEST_CASE("a policy file's errors name the line of the bad value", "[engine][yam
   CHECK_THAT(err("allocation:\n  hysteresis: 20\n"),
              Catch::StartsWith("p.yaml: line 2: allocation.hysteresis: must be in [0, 10)"));
   CHECK_THAT(err("profile: nonesuch\n"), Catch::StartsWith("p.yaml: line 1: profile: "));
+  // Keys that are not names: said so (an empty one read as 'null', a list one
+  // was yaml-cpp's "bad conversion" without a line).
+  CHECK_THAT(err("patterns:\n  : x\n"), Catch::StartsWith("p.yaml: line 2: patterns: has an empty key"));
+  CHECK_THAT(err("profile: training\n[a, b]: 1\n"),
+             Catch::StartsWith("p.yaml: line 2: (top level): has a key that is a list"));
+  CHECK_THAT(err("patterns:\n  skewed:\n    eviction: {name: lfu, params: {~: 1}}\n"),
+             Catch::StartsWith("p.yaml: line 3: patterns.skewed.eviction.params: has an empty key"));
 }
 
 TEST_CASE("an override prefix no key could start with is refused, naming why", "[engine][yaml]") {

@@ -127,11 +127,21 @@ Status Scalar(const Ctx& c, const YAML::Node& n, const std::string& where, std::
   return Status::Ok();
 }
 
+// A mapping's key that is empty (`: x`, `~: x`) or a list or mapping
+// (`[a, b]: x`): said as such (it was "unknown key 'null'", or yaml-cpp's
+// "bad conversion" without a line).
+Status KeyIsName(const Ctx& c, const YAML::Node& key, const std::string& where) {
+  if (key.IsScalar() && !key.IsNull()) return Status::Ok();
+  return c.Bad(key, where.empty() ? "(top level)" : where,
+               key.IsNull() || !key.IsDefined() ? "has an empty key" : "has a key that is a list or a mapping, not a name");
+}
+
 Status CheckKeys(const Ctx& c, const YAML::Node& n, const std::string& where,
                  std::initializer_list<const char*> allowed) {
   if (!n.IsMap()) return c.Bad(n, where.empty() ? "(top level)" : where, "must be a mapping");
   for (auto it = n.begin(); it != n.end(); ++it) {
-    const std::string k = it->first.as<std::string>();
+    if (auto s = KeyIsName(c, it->first, where); !s.ok()) return s;
+    const std::string k = it->first.Scalar();
     bool ok = false;
     std::string list;
     for (const char* a : allowed) {
@@ -174,7 +184,8 @@ Status ParseModule(const Ctx& c, const YAML::Node& n, const std::string& where, 
   if (auto p = n["params"]) {
     if (!p.IsMap()) return c.Bad(p, where + ".params", "must be a mapping of numbers");
     for (auto it = p.begin(); it != p.end(); ++it) {
-      const std::string k = it->first.as<std::string>();
+      if (auto s = KeyIsName(c, it->first, where + ".params"); !s.ok()) return s;
+      const std::string k = it->first.Scalar();
       try {
         out.params[k] = it->second.as<double>();
       } catch (const YAML::Exception&) {

@@ -405,8 +405,8 @@ Result<std::shared_ptr<const DirListing>> Namespace::FetchListing(const std::str
                   unsafe.n, unsafe.examples, unsafe.n > 3 ? ", ..." : "");
     if (shadowed.n)
       spdlog::log(level,
-                  "listing of {}: {} object(s) named as a directory too (keys 'x' and 'x/...') are hidden, the "
-                  "directory shown: {}{}",
+                  "listing of {}: {} object(s) hidden because a directory has the same name (a key K beside keys "
+                  "K/...: the directory is shown): {}{}",
                   where, shadowed.n, shadowed.examples, shadowed.n > 3 ? ", ..." : "");
   }
   listing->entries.reserve(merged.size());
