@@ -98,6 +98,7 @@ struct Entry {
   bool dir = false;
   struct stat st {};
   int64_t btime_ns = 0;  // files: birth time (BirthNs), for the ETag
+  std::string data_key;  // files reached through a link: the target's key (ObjectInfo::data_key)
 };
 
 class LocalBackend final : public Backend {
@@ -150,6 +151,7 @@ class LocalBackend final : public Backend {
         page.prefixes.push_back(std::move(e.key));
       } else {
         page.objects.push_back(Info(std::move(e.key), e.st, e.btime_ns));
+        page.objects.back().data_key = std::move(e.data_key);
       }
     }
     return page;
@@ -161,7 +163,9 @@ class LocalBackend final : public Backend {
     FdCloser closer{fd};
     struct stat st {};
     if (::fstat(fd, &st) != 0) return Err(ErrnoStatus(errno, "fstat '" + key + "'"));
-    return Info(key, st, BirthNs(fd, "", AT_EMPTY_PATH));
+    ObjectInfo info = Info(key, st, BirthNs(fd, "", AT_EMPTY_PATH));
+    if (auto real = Resolve(key)) info.data_key = DataKey(key, *real);
+    return info;
   }
 
   Result<size_t> Read(const std::string& key, uint64_t offset, size_t length, std::string_view etag,
@@ -225,6 +229,13 @@ class LocalBackend final : public Backend {
     if (root_ == "/") return true;
     return real == root_ || (real.size() > root_.size() && real.starts_with(root_) &&
                              real[root_.size()] == '/');
+  }
+
+  // The key of `real` (a realpath inside the root) when it is not `key`
+  // itself, else "" (ObjectInfo::data_key).
+  std::string DataKey(const std::string& key, const std::string& real) const {
+    std::string rel = root_ == "/" ? real.substr(1) : real.substr(std::min(real.size(), root_.size() + 1));
+    return rel == key ? std::string() : rel;
   }
 
   // Resolves root/rel following symlinks; NotFound if it leaves the root.
@@ -292,9 +303,10 @@ class LocalBackend final : public Backend {
   }
 
   // Classifies one entry of a directory on the path of the directories
-  // `path_dirs`; false if it is to be skipped.
+  // `path_dirs`, whose real path is `dir_real` if it is reached through a
+  // link ("" if not); false if it is to be skipped.
   bool Classify(int dirfd, const DirIds& path_dirs, const std::string& rel_key, const char* name,
-                Entry* e) const {
+                const std::string& dir_real, Entry* e) const {
     struct stat st {};
     if (::fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) return false;
     std::optional<int64_t> btime_ns;  // of the link's target
@@ -304,11 +316,15 @@ class LocalBackend final : public Backend {
       spdlog::debug("'{}' in the source is hidden: {}", rel_key, why);
       return false;
     };
+    std::string real_path;  // a file's realpath when reached through a link (data_key)
     if (S_ISLNK(st.st_mode)) {
       auto real = Resolve(rel_key);
       if (!real) return hidden("a symbolic link that dangles or leads outside the source");
       if (::stat(real->c_str(), &st) != 0) return hidden("a symbolic link whose target cannot be read");
-      if (S_ISREG(st.st_mode)) btime_ns = BirthNs(AT_FDCWD, real->c_str(), 0);
+      if (S_ISREG(st.st_mode)) {
+        btime_ns = BirthNs(AT_FDCWD, real->c_str(), 0);
+        real_path = std::move(*real);
+      }
       // A link to this directory or one above it on the listed path
       // ("loop -> .", "up -> ..", or a -> ../c beside c/d -> ../a) would
       // show an endless tree (loop/loop/...), each level with new inodes,
@@ -320,6 +336,13 @@ class LocalBackend final : public Backend {
       e->key = rel_key;
       e->dir = false;
       e->btime_ns = btime_ns ? *btime_ns : BirthNs(dirfd, name, AT_SYMLINK_NOFOLLOW);
+      // Its bytes are another key's when it is a link, or in a directory
+      // reached through one (dir_real is not the listed path): the names
+      // share one cached copy (a Hugging Face cache's snapshots/ links and
+      // its blobs/, read through both, were fetched and cached twice: a
+      // tester's finding).
+      if (real_path.empty() && !dir_real.empty()) real_path = (dir_real == "/" ? "" : dir_real) + "/" + name;
+      if (!real_path.empty()) e->data_key = DataKey(rel_key, real_path);
     } else if (S_ISDIR(st.st_mode)) {
       e->key = rel_key + "/";
       e->dir = true;
@@ -350,12 +373,16 @@ class LocalBackend final : public Backend {
     }
     std::unique_ptr<DIR, int (*)(DIR*)> guard(d, &::closedir);
     const DirIds path_dirs = PathDirs(dir, path);
+    // The directory's real path when it is reached through a link (its
+    // files' bytes are under that path: Entry::data_key), else "".
+    const std::string listed = dir.empty() ? root_ : (root_ == "/" ? "" : root_) + "/" + dir.substr(0, dir.size() - 1);
+    const std::string linked_dir = path == listed ? std::string() : path;
     while (dirent* de = ::readdir(d)) {
       const char* name = de->d_name;
       if (std::strcmp(name, ".") == 0 || std::strcmp(name, "..") == 0) continue;
       if (!std::string_view(name).starts_with(name_filter)) continue;
       Entry e;
-      if (Classify(::dirfd(d), path_dirs, dir + name, name, &e)) out.push_back(std::move(e));
+      if (Classify(::dirfd(d), path_dirs, dir + name, name, linked_dir, &e)) out.push_back(std::move(e));
     }
     std::sort(out.begin(), out.end(), [](const Entry& a, const Entry& b) { return a.key < b.key; });
     return out;

@@ -235,6 +235,18 @@ TEST_CASE("local: symlinks stay inside the root", "[local]") {
   REQUIRE(n);
   CHECK(std::string(buf, *n) == "data");
   CHECK((*b)->Read("dirlink/data.txt", 0, 16, "", buf).value() == 4);
+  // A file reached through a link names the key holding its bytes (one
+  // cached copy for all its names); a plain file names none.
+  for (const auto& o : p->objects) CHECK(o.data_key == "real/data.txt");
+  CHECK(in_real->objects.front().data_key.empty());
+  sub.prefix = "dirlink/";
+  auto in_link = (*b)->List(sub);
+  REQUIRE(in_link);
+  REQUIRE(Keys(*in_link) == std::vector<std::string>{"dirlink/data.txt"});
+  CHECK(in_link->objects.front().data_key == "real/data.txt");
+  CHECK((*b)->Stat("dirlink/data.txt")->data_key == "real/data.txt");
+  CHECK((*b)->Stat("real/data.txt")->data_key.empty());
+  CHECK((*b)->Stat("rel_inside")->etag == (*b)->Stat("real/data.txt")->etag);
   CHECK((*b)->Stat("escape").error().code() == Code::kNotFound);
   CHECK((*b)->Read("escape", 0, 16, "", buf).error().code() == Code::kNotFound);
   CHECK((*b)->Stat("escape_dir/secret.txt").error().code() == Code::kNotFound);

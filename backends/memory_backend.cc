@@ -82,7 +82,7 @@ Result<ListPage> MemoryBackend::List(const ListRequest& req) {
     if (is_prefix) {
       page.prefixes.push_back(entry_key);
     } else {
-      page.objects.push_back(ObjectInfo{key, it->second.bytes.size(), it->second.mtime_ns, it->second.etag});
+      page.objects.push_back(ObjectInfo{key, it->second.bytes.size(), it->second.mtime_ns, it->second.etag, {}});
     }
     last = entry_key;
     ++emitted;
@@ -94,7 +94,7 @@ Result<ObjectInfo> MemoryBackend::Stat(const std::string& key) {
   std::lock_guard lock(mu_);
   auto it = objects_.find(key);
   if (it == objects_.end()) return Err(Status::NotFound("no such key '" + key + "'"));
-  return ObjectInfo{key, it->second.bytes.size(), it->second.mtime_ns, it->second.etag};
+  return ObjectInfo{key, it->second.bytes.size(), it->second.mtime_ns, it->second.etag, {}};
 }
 
 Result<size_t> MemoryBackend::Read(const std::string& key, uint64_t offset, size_t length,

@@ -14,6 +14,11 @@ struct ObjectInfo {
   uint64_t size = 0;      // bytes
   int64_t mtime_ns = 0;   // last modified, ns since the epoch
   std::string etag;       // opaque version id; changes whenever the bytes change
+  // The key whose bytes these are, when another key holds them (a file://
+  // source's symbolic link, or a file under a linked directory: the
+  // target's path in the source); empty: `key` itself. Names of one object
+  // share one cached copy and one fetch (docs/SEMANTICS.md, "Names").
+  std::string data_key;
 };
 
 struct ListPage {

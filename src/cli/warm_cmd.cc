@@ -287,7 +287,11 @@ int RunWarm(const WarmArgs& a) {
     }
     const uint64_t evictable = used - std::min(used, pinned_bytes);  // pinned bytes stay
     if (a.progress && evictable > budget)
-      std::printf("warm: note: up to %s of older cached data may be evicted to make room\n",
+      // An upper bound: files of the plan already cached need no room, and
+      // which they are is not known here (a tester's second warm of a cached
+      // file read this note, then "0 B fetched").
+      std::printf("warm: note: up to %s of older cached data may be evicted to make room (less if some of these "
+                  "files are cached already)\n",
                   FormatSize(evictable - budget).c_str());
     std::fflush(stdout);
 

@@ -30,7 +30,10 @@ std::string EncodeListing(const DirListing& l) {
   j["t"] = l.fetched_ms;
   if (l.list_ms > 0) j["d"] = l.list_ms;  // optional: records before it read as 0
   auto& e = j["e"] = nlohmann::json::array();
-  for (const auto& d : l.entries) e.push_back({d.name, d.is_dir, d.size, d.mtime_ns, d.etag});
+  for (const auto& d : l.entries) {
+    e.push_back({d.name, d.is_dir, d.size, d.mtime_ns, d.etag});
+    if (!d.data_key.empty()) e.back().push_back(d.data_key);  // optional: records before it have 5
+  }
   auto bytes = nlohmann::json::to_cbor(j);
   return std::string(bytes.begin(), bytes.end());
 }
@@ -44,7 +47,8 @@ std::shared_ptr<DirListing> DecodeListing(const std::string& s) {
     l->list_ms = j.value("d", int64_t{0});
     for (const auto& e : j.at("e")) {
       DirEntry d{e.at(0).get<std::string>(), e.at(1).get<bool>(), e.at(2).get<uint64_t>(),
-                 e.at(3).get<int64_t>(), e.at(4).get<std::string>()};
+                 e.at(3).get<int64_t>(), e.at(4).get<std::string>(),
+                 e.size() > 5 ? e.at(5).get<std::string>() : std::string()};
       if (!Namespace::SafeName(d.name)) return nullptr;
       l->entries.push_back(std::move(d));
     }
@@ -111,7 +115,7 @@ struct Namespace::Fetch {
 
 Namespace::Namespace(Backend* backend, BlockStore* store, Metrics* metrics, Options opts)
     : backend_(backend), store_(store), metrics_(metrics), opts_(opts) {
-  Inode root{kRootIno, kRootIno, InodeAttr{kRootIno, true, "", 0, 0, ""}, 0, 1};
+  Inode root{kRootIno, kRootIno, InodeAttr{kRootIno, true, "", 0, 0, "", {}}, 0, 1};
   dir_mtime_ns_ = Now() * 1000000;
   root.attr.mtime_ns = dir_mtime_ns_;
   OwnKey(&inodes_.emplace(kRootIno, root).first->second);
@@ -358,7 +362,7 @@ Result<std::shared_ptr<const DirListing>> Namespace::FetchListing(const std::str
         if (!name.empty()) unsafe.Add(o.key);
         continue;
       }
-      auto [at, added] = merged.try_emplace(std::string(name), DirEntry{std::string(name), false, o.size, o.mtime_ns, o.etag});
+      auto [at, added] = merged.try_emplace(std::string(name), DirEntry{std::string(name), false, o.size, o.mtime_ns, o.etag, o.data_key});
       if (!added && at->second.is_dir) shadowed.Add(o.key);
     }
     for (const auto& p : page->prefixes) {
@@ -370,7 +374,7 @@ Result<std::shared_ptr<const DirListing>> Namespace::FetchListing(const std::str
         continue;
       }
       if (auto at = merged.find(std::string(name)); at != merged.end() && !at->second.is_dir) shadowed.Add(req.prefix + at->first);
-      merged.insert_or_assign(std::string(name), DirEntry{std::string(name), true, 0, 0, ""});
+      merged.insert_or_assign(std::string(name), DirEntry{std::string(name), true, 0, 0, "", {}});
     }
     req.continuation_token = page->next_token;
   } while (!req.continuation_token.empty());
@@ -852,7 +856,8 @@ Namespace::ListingDiff Namespace::DiffListings(const DirListing& old, const DirL
   for (const DirEntry& e : old.entries) {
     while (n != now.entries.end() && n->name < e.name) ++n;
     if (n == now.entries.end() || n->name != e.name || n->is_dir != e.is_dir) d.gone.push_back(e);
-    else if (!e.is_dir && VersionOf(false, e.etag, e.size, e.mtime_ns) != VersionOf(false, n->etag, n->size, n->mtime_ns))
+    else if (!e.is_dir && (VersionOf(false, e.etag, e.size, e.mtime_ns) != VersionOf(false, n->etag, n->size, n->mtime_ns) ||
+                           e.data_key != n->data_key))
       d.changed.push_back(*n);
   }
   auto o = old.entries.begin();
@@ -916,11 +921,13 @@ InodeAttr Namespace::EntryAttr(const std::string& dir_key, const DirListing& l, 
   a.size = e.size;
   a.mtime_ns = e.is_dir ? dir_mtime_ns_ : e.mtime_ns;
   a.etag = e.etag;
+  a.data_key = e.data_key;
   a.listing_ms = l.fetched_ms;
   return a;
 }
 
 bool SameVersion(const InodeAttr& a, const InodeAttr& b) {
+  if (a.data_key != b.data_key) return false;  // a link turned to another file
   if (!a.etag.empty() || !b.etag.empty()) return a.etag == b.etag;
   return a.size == b.size && a.mtime_ns == b.mtime_ns;
 }
@@ -1095,6 +1102,7 @@ Result<InodeAttr> Namespace::GetAttr(uint64_t ino) {
   n.attr.size = child->size;
   n.attr.mtime_ns = child->mtime_ns;
   n.attr.etag = child->etag;
+  n.attr.data_key = child->data_key;
   n.attr.listing_ms = child->listing_ms;
   n.attr_ms = child->listing_ms;
   n.listing_seq = listing_seq;

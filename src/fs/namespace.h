@@ -70,6 +70,7 @@ struct DirEntry {
   uint64_t size = 0;
   int64_t mtime_ns = 0;
   std::string etag;
+  std::string data_key;  // ObjectInfo::data_key: "" unless another key holds its bytes
 };
 
 struct DirListing {
@@ -92,6 +93,10 @@ struct InodeAttr {
   uint64_t size = 0;
   int64_t mtime_ns = 0;
   std::string etag;
+  // A file whose bytes are another key's (DirEntry::data_key), else "": the
+  // key reads and the cache use (DataKey()).
+  std::string data_key;
+  const std::string& DataKey() const { return data_key.empty() ? key : data_key; }
   // Taken from a listing past its TTL (served while a refresh runs or the
   // bucket is down) or one a read found out of date. The kernel should keep
   // such an entry briefly, not for the TTL.

@@ -67,6 +67,7 @@ def main():
         harness.check(not mismatch, f"d_ino == st_ino for every entry (mismatches: {mismatch})")
         harness.check(s.unmount(m) == 0, "daemon exited 0")
         readdirplus(s)
+        linked_names(s)
 
         # Daemon mode: returns 0 once mounted; the daemon (pid from stats)
         # serves reads and exits by itself after fusermount3 -u.
@@ -132,6 +133,41 @@ def main():
             gone = not harness.is_mounted(m.mountpoint)
             m.unmounted = gone
             harness.check(rc == 0 and gone, f"{sig.name}: daemon exited 0 (rc={rc}) and removed its mount ({gone})")
+
+
+def linked_names(s):
+    """A Hugging Face cache in a file:// source: snapshots/ names are links
+    into blobs/, and a whole snapshot directory may be a link too. Each blob
+    is fetched and cached once, whichever name reads it (a tester saw a blob
+    warmed through blobs/ fetched again through its snapshot link), also
+    after a remount that serves the saved listings."""
+    src = s.mkdir("hf")
+    blobs = src / "models--x--y" / "blobs"
+    snap = src / "models--x--y" / "snapshots" / "abc"
+    blobs.mkdir(parents=True)
+    snap.mkdir(parents=True)
+    a, b = os.urandom(3 << 20), os.urandom(5 << 19)
+    (blobs / "5f3e").write_bytes(a)
+    (blobs / "9c1d").write_bytes(b)
+    (snap / "model.bin").symlink_to("../../blobs/5f3e")
+    (snap / "config.json").symlink_to("../../blobs/9c1d")
+    (src / "models--x--y" / "snapshots" / "main").symlink_to("abc")  # a linked directory
+    cache = s.mkdir("hf-cache")
+    names = ["models--x--y/snapshots/abc/model.bin", "models--x--y/snapshots/main/model.bin"]
+    for round_ in ("first mount", "remount"):
+        m = s.mount(f"file://{src}", cache_dir=cache, args=["--cache-size", "64M"])
+        st0 = s.stats(m)
+        harness.check((m.mountpoint / "models--x--y/blobs/5f3e").read_bytes() == a, f"{round_}: the blob reads")
+        for n in names:
+            harness.check((m.mountpoint / n).read_bytes() == a, f"{round_}: {n} reads as its target")
+        harness.check((m.mountpoint / "models--x--y/snapshots/main/config.json").read_bytes() == b,
+                      f"{round_}: a link in a linked directory reads as its target")
+        st1 = s.stats(m)
+        fetched = st1["backend_get_bytes"] - st0["backend_get_bytes"]
+        want = len(a) + len(b) if round_ == "first mount" else 0
+        harness.check(fetched == want, f"{round_}: each blob fetched once whatever its names: {fetched} B, want {want}")
+        harness.check(st1["cache_used_bytes"] < 2 * len(a), f"{round_}: cached once: {st1['cache_used_bytes']} B")
+        harness.check(s.unmount(m) == 0, "daemon exited 0")
 
 
 def readdirplus(s):
