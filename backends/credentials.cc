@@ -39,13 +39,42 @@ std::string Home() {
   return home;
 }
 
+// A file path from the environment with a leading `~` and `$NAME` or
+// `${NAME}` expanded, as the AWS CLI does (os.path.expanduser and
+// expandvars: an unset variable stays as written). A systemd Environment=
+// line or a container's env has no shell to expand them (a tester's
+// AWS_SHARED_CREDENTIALS_FILE=~/creds was read as ./~/creds).
+std::string ExpandPath(const std::string& p) {
+  std::string s = p;
+  if (s == "~" || s.starts_with("~/")) s = Home() + s.substr(1);
+  std::string out;
+  for (size_t i = 0; i < s.size();) {
+    if (s[i] == '$' && i + 1 < s.size()) {
+      const bool braced = s[i + 1] == '{';
+      size_t b = i + (braced ? 2 : 1), e = b;
+      while (e < s.size() && (std::isalnum(static_cast<unsigned char>(s[e])) || s[e] == '_')) ++e;
+      const bool closed = !braced || (e < s.size() && s[e] == '}');
+      if (e > b && closed) {
+        const std::string name = s.substr(b, e - b);
+        if (const char* v = std::getenv(name.c_str())) {
+          out += v;
+          i = e + (braced ? 1 : 0);
+          continue;
+        }
+      }
+    }
+    out.push_back(s[i++]);
+  }
+  return out;
+}
+
 std::string CredentialsPath() {
-  if (std::string p = Env("AWS_SHARED_CREDENTIALS_FILE"); !p.empty()) return p;
+  if (std::string p = Env("AWS_SHARED_CREDENTIALS_FILE"); !p.empty()) return ExpandPath(p);
   return Home() + "/.aws/credentials";
 }
 
 std::string ConfigPath() {
-  if (std::string p = Env("AWS_CONFIG_FILE"); !p.empty()) return p;
+  if (std::string p = Env("AWS_CONFIG_FILE"); !p.empty()) return ExpandPath(p);
   return Home() + "/.aws/config";
 }
 
@@ -172,8 +201,10 @@ Result<Credentials> ProfileCredentials(const ProfileFiles& f, const std::string&
       -> std::optional<Credentials> {
     const std::string id = key_of(sec, "aws_access_key_id"), secret = key_of(sec, "aws_secret_access_key");
     if (id.empty() || secret.empty()) return std::nullopt;
-    return Credentials{id, secret, key_of(sec, "aws_session_token"), 0,
-                       fmt::format("profile [{}] of {}", profile, where)};
+    // aws_security_token: the older name the AWS CLI still reads.
+    std::string token = key_of(sec, "aws_session_token");
+    if (token.empty()) token = key_of(sec, "aws_security_token");
+    return Credentials{id, secret, token, 0, fmt::format("profile [{}] of {}", profile, where)};
   };
   // One key of the pair without the other is a broken profile, not an
   // absent one: the chain does not go on to sign as another identity (the
@@ -297,6 +328,21 @@ Result<Credentials> CheckedCredentials(Credentials c) {
 namespace {
 Result<Credentials> ResolveChain(const std::string& profile_arg, const std::string& region);
 }  // namespace
+
+std::string ProfileConfigSetting(const std::string& profile_arg, const char* key, std::string* where) {
+  std::string profile = profile_arg;
+  if (profile.empty()) profile = Env("AWS_PROFILE");
+  if (profile.empty()) profile = "default";
+  const std::string path = ConfigPath();
+  auto text = ReadText(path);
+  if (!text) return {};
+  auto sec = IniSection(*text, profile);
+  if (!sec) return {};
+  auto it = sec->find(key);
+  if (it == sec->end() || it->second.empty()) return {};
+  if (where) *where = fmt::format("{} of profile [{}] in {}", key, profile, path);
+  return it->second;
+}
 
 Result<Credentials> ResolveCredentials(const std::string& profile_arg, const std::string& region) {
   auto c = ResolveChain(profile_arg, region);

@@ -213,6 +213,46 @@ TEST_CASE("RegionFromEnv: $AWS_REGION, else $AWS_DEFAULT_REGION, else us-east-1"
   CHECK(igt::RegionFromEnv() == "us-east-1");
 }
 
+TEST_CASE("the files' paths expand ~ and $NAME, the older aws_security_token is read, profile settings",
+          "[credentials]") {
+  // No shell expands a systemd Environment= line or a container's env: the
+  // AWS CLI expands them itself (a tester's ~/creds was read as ./~/creds).
+  char tmpl[] = "/tmp/igt-home-XXXXXX";
+  REQUIRE(::mkdtemp(tmpl) != nullptr);
+  const std::string home = tmpl;
+  std::ofstream(home + "/creds") << "[default]\naws_access_key_id = AKIDOLD\naws_secret_access_key = s\n"
+                                    "aws_security_token = oldname\n";
+  std::ofstream(home + "/cfg") << "[default]\nregion = eu-west-3\n[profile lab]\nendpoint_url = http://127.0.0.1:9000\n";
+  ScopedEnv h("HOME", home), sub("IGT_TEST_SUBDIR", std::string("."));
+  NoRemoteLinks no_remote;
+  ScopedEnv id("AWS_ACCESS_KEY_ID", std::nullopt), secret("AWS_SECRET_ACCESS_KEY", std::nullopt),
+      profile("AWS_PROFILE", std::nullopt);
+  for (const std::string& path : {std::string("~/creds"), std::string("$HOME/creds"),
+                                  std::string("${HOME}/${IGT_TEST_SUBDIR}/creds")}) {
+    ScopedEnv f("AWS_SHARED_CREDENTIALS_FILE", path);
+    auto c = igt::ResolveCredentials("");
+    REQUIRE(c);
+    CHECK(c->access_key == "AKIDOLD");
+    CHECK(c->session_token == "oldname");
+  }
+  ScopedEnv cfg("AWS_CONFIG_FILE", std::string("~/cfg"));
+  std::string where;
+  CHECK(igt::ProfileConfigSetting("", "region", &where) == "eu-west-3");
+  CHECK(where == "region of profile [default] in " + home + "/cfg");
+  CHECK(igt::ProfileConfigSetting("", "endpoint_url").empty());
+  CHECK(igt::ProfileConfigSetting("lab", "endpoint_url") == "http://127.0.0.1:9000");
+  {
+    ScopedEnv p("AWS_PROFILE", std::string("lab"));
+    CHECK(igt::ProfileConfigSetting("", "endpoint_url") == "http://127.0.0.1:9000");
+  }
+  CHECK(igt::ProfileConfigSetting("nope", "region").empty());
+  {
+    ScopedEnv unset("AWS_CONFIG_FILE", std::string("$IGT_NO_SUCH_VAR/cfg"));  // an unset variable stays as written
+    CHECK(igt::ProfileConfigSetting("", "region").empty());
+  }
+  std::system(("rm -rf " + home).c_str());
+}
+
 TEST_CASE("ParseIso8601 reads the expiry of temporary credentials", "[credentials]") {
   CHECK(*igt::ParseIso8601("1970-01-01T00:01:40Z") == 100);
   CHECK(*igt::ParseIso8601("2026-11-28T17:00:00Z") == 1795885200);

@@ -64,9 +64,12 @@ Result<SourceUrl> ParseSourceUrl(std::string_view url) {
     }
     std::string prefix;
     if (slash != std::string_view::npos) {
-      std::string_view p = rest.substr(slash + 1);
-      while (!p.empty() && p.front() == '/') p.remove_prefix(1);
-      prefix = std::string(p);
+      // As written, as the AWS CLI takes it: s3://b//data is the keys under
+      // "/data/" (S3 keys may start with '/'). It was "data/" before
+      // 2026-11-30, so keys under a leading '/' could never be mounted,
+      // while "x/../y" was kept as written (a tester's finding). A typo
+      // lists nothing, which the mount says.
+      prefix = std::string(rest.substr(slash + 1));
       if (!prefix.empty() && prefix.back() != '/') prefix.push_back('/');
     }
     out.kind = SourceUrl::Kind::kS3;

@@ -67,6 +67,10 @@ TEST_CASE("ParseSourceUrl: s3 URLs", "[url]") {
   CHECK(r->bucket == "my.bucket.1");
   CHECK(r->prefix == "imagenet/train/");
 
+  // The prefix as written: keys may start with '/' (it was stripped).
+  auto lead = ParseSourceUrl("s3://abc//data");
+  REQUIRE(lead);
+  CHECK(lead->prefix == "/data/");
   r = ParseSourceUrl("s3://abc/a/b/");
   REQUIRE(r);
   CHECK(r->prefix == "a/b/");

@@ -92,7 +92,14 @@ Result<std::unique_ptr<Backend>> MakeLocalBackend(const std::string& root_dir);
 Result<std::unique_ptr<Backend>> MakeS3Backend(const S3Options& opts);
 
 // The region to sign for when none is configured: $AWS_REGION, else
-// $AWS_DEFAULT_REGION, else "us-east-1" (the AWS CLI's order).
+// $AWS_DEFAULT_REGION, else "us-east-1" (the AWS CLI's order; the mount
+// takes the profile's `region` before the last: BuildBackend).
 std::string RegionFromEnv();
+
+// A setting (`region`, `endpoint_url`) of a profile's section in the AWS
+// config file ($AWS_CONFIG_FILE, else ~/.aws/config): the profile named,
+// else $AWS_PROFILE, else `default`. "" when unset or unreadable; `*where`
+// says where it was found (for messages).
+std::string ProfileConfigSetting(const std::string& profile, const char* key, std::string* where = nullptr);
 
 }  // namespace igt

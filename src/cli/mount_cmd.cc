@@ -235,19 +235,45 @@ Result<std::unique_ptr<Backend>> BuildBackend(const SourceUrl& url, const Config
   o.bucket = url.bucket;
   o.prefix = url.prefix;
   o.endpoint = c.backend.endpoint;
-  bool endpoint_from_env = false;
-  if (o.endpoint.empty())
-    if (const char* e = std::getenv("AWS_ENDPOINT_URL"); e && *e) {
-      o.endpoint = e;
-      endpoint_from_env = true;
+  // Where the endpoint and region came from, for messages: the config (or
+  // its command-line option), else the environment and the profile as the
+  // AWS CLI takes them: $AWS_ENDPOINT_URL_S3, $AWS_ENDPOINT_URL, the
+  // profile's endpoint_url (none of them with
+  // AWS_IGNORE_CONFIGURED_ENDPOINT_URLS=true); $AWS_REGION,
+  // $AWS_DEFAULT_REGION, the profile's region. Before 2026-11-30 only
+  // $AWS_ENDPOINT_URL was read: a tester's AWS_ENDPOINT_URL_S3 for a local
+  // store mounted a bucket of that name on AWS instead.
+  std::string endpoint_from = "backend.endpoint";
+  auto env = [](const char* name) {
+    const char* v = std::getenv(name);
+    return std::string(v ? v : "");
+  };
+  if (o.endpoint.empty()) {
+    std::string ignore = env("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS");
+    for (char& ch : ignore) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    if (ignore != "true") {
+      for (const char* name : {"AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"})
+        if (o.endpoint.empty() && !env(name).empty()) {
+          o.endpoint = env(name);
+          endpoint_from = fmt::format("${}", name);
+        }
+      if (o.endpoint.empty()) o.endpoint = ProfileConfigSetting(c.backend.profile, "endpoint_url", &endpoint_from);
     }
-  o.region = c.backend.region.empty() ? RegionFromEnv() : c.backend.region;
+  }
+  if (!o.endpoint.empty() && endpoint_from != "backend.endpoint")
+    spdlog::info("s3: endpoint {} (from {})", o.endpoint, endpoint_from);
+  std::string region_from = "backend.region";
+  o.region = c.backend.region;
+  if (o.region.empty()) {
+    region_from = "$AWS_REGION or $AWS_DEFAULT_REGION";
+    if (env("AWS_REGION").empty() && env("AWS_DEFAULT_REGION").empty())
+      o.region = ProfileConfigSetting(c.backend.profile, "region", &region_from);
+    if (o.region.empty()) o.region = RegionFromEnv();
+  }
   // Before any credential request signs with it (STS, SSO): the config's
-  // region was checked with the config, the environment's is checked here.
+  // region was checked with the config, the others are checked here.
   if (std::string why = RegionNameProblem(o.region); !why.empty())
-    return Err(Status::InvalidArgument(fmt::format("region '{}' {} (from {})", o.region, why,
-                                                   c.backend.region.empty() ? "$AWS_REGION or $AWS_DEFAULT_REGION"
-                                                                            : "backend.region")));
+    return Err(Status::InvalidArgument(fmt::format("region '{}' {} (from {})", o.region, why, region_from)));
   o.addressing = c.backend.addressing;
   o.no_sign_request = c.backend.no_sign_request;
   o.requester_pays = c.backend.requester_pays;
@@ -262,7 +288,10 @@ Result<std::unique_ptr<Backend>> BuildBackend(const SourceUrl& url, const Config
   o.retry_deadline_ms = static_cast<int>(c.backend.retry_deadline_ms);
   o.max_connections = static_cast<int>(c.backend.max_connections);
   o.metrics = m;
-  if (!o.no_sign_request) {
+  if (o.no_sign_request) {
+    *note = "s3: requests are not signed (backend.no_sign_request: a public bucket)";
+    spdlog::info("{}", *note);
+  } else {
     auto cred = ResolveCredentials(c.backend.profile, o.region);
     if (!cred)  // the message starts "no AWS credentials: ..."
       return Err(Status::PermissionDenied(
@@ -284,9 +313,9 @@ Result<std::unique_ptr<Backend>> BuildBackend(const SourceUrl& url, const Config
   }
   auto b = MakeS3Backend(o);
   // Named where the user set it.
-  if (!b && endpoint_from_env && b.error().code() == Code::kInvalidArgument &&
+  if (!b && endpoint_from != "backend.endpoint" && b.error().code() == Code::kInvalidArgument &&
       b.error().message().starts_with("endpoint '"))
-    return Err(Status::InvalidArgument("$AWS_ENDPOINT_URL: " + b.error().message()));
+    return Err(Status::InvalidArgument(endpoint_from + ": " + b.error().message()));
   return b;
 }
 

@@ -140,10 +140,12 @@ const std::vector<Key>& Schema() {
        "How long the kernel may remember that a name does not exist.", nullptr,
        SET_U64(metadata.negative_ttl_ms)},
       {"backend.endpoint", Type::kString, "",
-       "S3 endpoint URL (http://host:port). Empty: $AWS_ENDPOINT_URL, else AWS for the region.",
+       "S3 endpoint URL (http://host:port). Empty: $AWS_ENDPOINT_URL_S3, else $AWS_ENDPOINT_URL, else the AWS profile's "
+       "endpoint_url (none with AWS_IGNORE_CONFIGURED_ENDPOINT_URLS=true), else AWS for the region.",
        nullptr, SET_STR(backend.endpoint)},
       {"backend.region", Type::kString, "",
-       "S3 region used for signing. Empty: $AWS_REGION, else $AWS_DEFAULT_REGION, else us-east-1.", nullptr,
+       "S3 region used for signing. Empty: $AWS_REGION, else $AWS_DEFAULT_REGION, else the AWS profile's region, "
+       "else us-east-1.", nullptr,
        SET_STR(backend.region)},
       {"backend.addressing", Type::kEnum, "auto",
        "path: http://endpoint/bucket/key; virtual: http://bucket.endpoint/key; auto: path for "

@@ -490,7 +490,9 @@ class Session:
         env["AWS_SECRET_ACCESS_KEY"] = S3_SECRET_KEY
         env.pop("AWS_SESSION_TOKEN", None)
         env.pop("AWS_PROFILE", None)
-        env.pop("AWS_ENDPOINT_URL", None)
+        for k in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "AWS_REGION",
+                  "AWS_DEFAULT_REGION"):
+            env.pop(k, None)
         env["HOME"] = str(self.tmp)  # no ~/.aws of the host leaks in
         if extra:
             env.update(extra)

@@ -210,6 +210,35 @@ def main():
                           and "pod-secret-token" not in daemon_log,
                           "the daemon's log file names the source, not the token")
 
+            # -- 2a. the endpoint from $AWS_ENDPOINT_URL_S3 (over
+            # $AWS_ENDPOINT_URL), then from the profile's endpoint_url, as
+            # the AWS CLI takes them (only $AWS_ENDPOINT_URL was read: a
+            # tester's AWS_ENDPOINT_URL_S3 for a local store went to AWS);
+            # the credentials file named with a leading ~ and with $HOME
+            # (no shell expands a systemd Environment= line), its token under
+            # the older name aws_security_token.
+            home = s.mkdir("home-ep")
+            (home / "creds").write_text(f"[default]\naws_access_key_id = {harness.S3_ACCESS_KEY}\n"
+                                        f"aws_secret_access_key = {harness.S3_SECRET_KEY}\n"
+                                        "aws_security_token = legacy-token\n")
+            no_endpoint = ["--region", "us-east-1", "--log-level", "info"]
+            m = s.mount(f"s3://{BUCKET}", args=no_endpoint, env=bare_env(s, {
+                "HOME": str(home), "AWS_SHARED_CREDENTIALS_FILE": "~/creds",
+                "AWS_ENDPOINT_URL_S3": srv.endpoint, "AWS_ENDPOINT_URL": "http://127.0.0.1:9"}))
+            harness.check(m.path("a.bin").read_bytes() == b"a" * 300_000, "endpoint from $AWS_ENDPOINT_URL_S3: a.bin read")
+            s.unmount(m)
+            err = m.proc.stderr_text()
+            harness.check(f"endpoint {srv.endpoint} (from $AWS_ENDPOINT_URL_S3)" in err, "the log names the variable")
+            harness.check(f"credentials from profile [default] of {home}/creds" in err,
+                          "the credentials file ~/creds is read under $HOME")
+            config = s.write_config("aws-config-ep", f"[default]\nendpoint_url = {srv.endpoint}\nregion = us-east-1\n")
+            m = s.mount(f"s3://{BUCKET}", args=["--log-level", "info"], env=bare_env(s, {
+                "HOME": str(home), "AWS_SHARED_CREDENTIALS_FILE": "$HOME/creds", "AWS_CONFIG_FILE": str(config)}))
+            harness.check(m.path("b.bin").read_bytes() == b"b" * 200_000, "endpoint from the profile: b.bin read")
+            s.unmount(m)
+            harness.check(f"(from endpoint_url of profile [default] in {config})" in m.proc.stderr_text(),
+                          "the log names the profile's endpoint_url")
+
             # -- 2b. a credential_process in the config file (the bridge to SSO:
             # `aws configure export-credentials --format process`).
             helper = s.tmp / "helper.sh"
