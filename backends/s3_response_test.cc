@@ -81,6 +81,21 @@ TEST_CASE("CheckRangeReply: 200, 416 and others", "[range]") {
   CHECK(CheckRangeReply(Reply(204, nullptr, 0, 0), 0, 10).verdict == RangeVerdict::kMalformed);
 }
 
+TEST_CASE("XmlBodyComplete: a reply cut short by its Content-Length is told from a whole one", "[range]") {
+  using igt::s3::XmlBodyComplete;
+  const std::string list = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<ListBucketResult xmlns=\"x\">"
+                           "<Name>b</Name><KeyCount>0</KeyCount></ListBucketResult>\n";
+  CHECK(XmlBodyComplete(list));
+  for (size_t cut : {1, 2, 7, 19, 20, 40})  // 1: the newline only, still whole
+    CHECK(XmlBodyComplete(list.substr(0, list.size() - cut)) == (cut == 1));
+  CHECK(XmlBodyComplete(""));
+  CHECK(XmlBodyComplete("not xml"));
+  CHECK(XmlBodyComplete("<Error><Code>NoSuchKey</Code></Error>"));
+  CHECK_FALSE(XmlBodyComplete("<Error><Code>NoSuchKey</Code></Err"));
+  CHECK(XmlBodyComplete("<!-- c --><ListAllMyBucketsResult/>"));
+  CHECK_FALSE(XmlBodyComplete("<ListBucketResult><Contents><Key>a</Key></Contents>"));
+}
+
 TEST_CASE("ParseHttpDateNs", "[range]") {
   CHECK(ParseHttpDateNs("Thu, 01 Jan 1970 00:00:01 GMT").value() == 1000000000);
   CHECK(ParseHttpDateNs("Mon, 12 Oct 2009 17:50:00 GMT").value() == 1255369800LL * 1000000000LL);

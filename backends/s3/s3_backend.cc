@@ -163,6 +163,11 @@ bool RetryableCurl(int code) {
     case CURLE_HTTP2_STREAM:
     case CURLE_WEIRD_SERVER_REPLY:
     case CURLE_READ_ERROR:
+    // "Received HTTP/0.9 when not allowed": stray bytes of an earlier reply
+    // on a reused connection (closed after the error: the retry gets a
+    // fresh one). The endpoint's scheme was checked when the mount began,
+    // so this is not an unsupported protocol of the URL's.
+    case CURLE_UNSUPPORTED_PROTOCOL:
       return true;
     default:
       return false;
@@ -829,6 +834,14 @@ class S3Backend final : public Backend {
       const int quick = std::min(opts_.request_timeout_ms, Backend::kQuickProbeMs);
       req.request_timeout_ms = req.request_timeout_ms > 0 ? std::min(req.request_timeout_ms, quick) : quick;
     }
+    // A reply kept in memory (a listing, an error document) that ends
+    // before its XML does: its Content-Length was short and the rest of it
+    // is still on the connection, which is closed, not reused. Reused, the
+    // next request on it (the listing's retry, any GET) read those bytes as
+    // its reply and failed at once ("Received HTTP/0.9"): a tester's proxy
+    // that shortened one LIST reply's length made unrelated reads fail.
+    if (!req.sink && !req.keep_connection)
+      req.keep_connection = [](const HttpResponse& r) { return r.curl_code != 0 || XmlBodyComplete(r.body); };
     HttpResponse r = pool_.Perform(req);
     t_last_answered_ = r.curl_code == 0 && r.status != 0;
     return r;

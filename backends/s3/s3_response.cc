@@ -1,5 +1,6 @@
 #include "backends/s3/s3_response.h"
 
+#include <cctype>
 #include <charconv>
 #include <cstring>
 #include <ctime>
@@ -113,6 +114,30 @@ std::optional<int64_t> ParseHttpDateNs(std::string_view s) {
   while (!rest.empty() && rest.front() == ' ') rest.remove_prefix(1);
   if (rest != "GMT" && rest != "UTC" && rest != "+0000" && !rest.empty()) return std::nullopt;
   return static_cast<int64_t>(timegm(&tm)) * 1000000000LL;
+}
+
+bool XmlBodyComplete(std::string_view body) {
+  size_t i = 0;
+  while (true) {  // the root: the first element after <?xml ...?> and <!-- -->
+    i = body.find('<', i);
+    if (i == std::string_view::npos) return true;  // no element: not XML
+    if (i + 1 < body.size() && (body[i + 1] == '?' || body[i + 1] == '!')) {
+      ++i;
+      continue;
+    }
+    break;
+  }
+  size_t e = i + 1;
+  while (e < body.size() && body[e] != '>' && body[e] != '/' && !std::isspace(static_cast<unsigned char>(body[e]))) ++e;
+  const std::string_view name = body.substr(i + 1, e - i - 1);
+  if (name.empty()) return true;
+  std::string_view tail = body;
+  while (!tail.empty() && std::isspace(static_cast<unsigned char>(tail.back()))) tail.remove_suffix(1);
+  const size_t close = body.find('>', e);
+  if (close != std::string_view::npos && close > 0 && body[close - 1] == '/' && close + 1 >= tail.size())
+    return true;  // <Root/>
+  return tail.size() >= name.size() + 3 && tail.ends_with(">") &&
+         tail.substr(tail.size() - name.size() - 3) == std::string("</") + std::string(name) + ">";
 }
 
 }  // namespace igt::s3

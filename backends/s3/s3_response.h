@@ -61,4 +61,10 @@ std::optional<int64_t> ParseHttpDateNs(std::string_view s);
 // Decimal uint64 header value; nullopt if not a plain number.
 std::optional<uint64_t> ParseU64(std::string_view s);
 
+// Whether `body` is empty, not XML, or an XML document that ends with its
+// root element's end tag (or is that element, self-closed): a reply kept in
+// memory that ends before its XML does had a short Content-Length, and the
+// rest of it is still on the connection.
+bool XmlBodyComplete(std::string_view body);
+
 }  // namespace igt::s3

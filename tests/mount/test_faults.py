@@ -21,6 +21,7 @@ import sys
 sys.dont_write_bytecode = True  # keep tests/mount free of __pycache__
 
 import errno
+import os
 import random
 import subprocess
 import time
@@ -219,6 +220,38 @@ def main():
         check(got == objs[k], f"bucket stalled: {k} served from the cache ({errname(e) if e else 'ok'})")
         proxy.clear()
         check(s.unmount(m) == 0, "daemon exited 0")
+
+        # 5) A listing reply one byte longer than its Content-Length says (a
+        # proxy or server that miscounts): the listing is retried, and the
+        # byte left on the connection never reaches another request. Its
+        # connection was reused before 2026-11-30: the next request on it
+        # (the retry, or any GET) read that byte as its reply ("Received
+        # HTTP/0.9") and failed at once with EIO (a tester's finding).
+        short_ttl = faultlib.config(
+            s, "igt-short-ttl.yaml", backend={"max_retries": MAX_RETRIES, "retry_base_ms": 20, "retry_deadline_ms": 60000,
+                        "request_timeout_ms": REQUEST_TIMEOUT_MS, "connect_timeout_ms": 1000},
+            metadata={"ttl_ms": 1000})
+        short_args = ["--config", str(short_ttl), "--endpoint", proxy.endpoint, "--region", "us-east-1"]
+        for i in range(4):
+            m = s.mount(f"s3://{BUCKET}", cache_dir=s.mkdir(f"cache-list{i}"), args=short_args)
+            time.sleep(1.3)  # past the TTL: the next lookup refreshes the root's listing
+            proxy.faults({"kind": "bad_length", "length_delta": -1, "count": 1, "methods": ["GET"],
+                          "path_contains": "list-type"})
+            names, failed = set(), []
+            for d in ("cold", "persist_reset", "burst_slowdown"):  # `ls cold` first: a lookup in the root
+                try:
+                    names |= {f"{d}/{n}" for n in os.listdir(m.mountpoint / d)}
+                except OSError as e:
+                    failed.append(f"ls {d}: {errname(e.errno)}")
+            for k in ("cold/never_read.bin", "burst_slowdown/big.bin"):
+                got, e = try_read(m.mountpoint / k)
+                if got != objs[k]:
+                    failed.append(f"{k}: {errname(e) if e else 'wrong bytes'}")
+            fired = proxy.control("GET", "/faults")["rules"][0].get("fired", 0)
+            check(fired == 1 and not failed and cold in names,
+                  f"round {i}: a listing one byte short of its reply: listings and reads whole ({failed})")
+            proxy.clear()
+            check(s.unmount(m) == 0, "daemon exited 0")
 
 
 if __name__ == "__main__":
