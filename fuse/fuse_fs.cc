@@ -34,13 +34,11 @@ constexpr fuse_ino_t kStatsIno = Namespace::kInoLimit;
 // read never mixes versions), a directory snapshot, or the stats file.
 struct Handle {
   enum class Kind { kFile, kDir, kStats } kind;
-  FileVersion file;                            // kFile (its key: InodeAttr::DataKey)
+  FileVersion file;                            // kFile (key: InodeAttr::DataKey; fetch_key: a link's name)
   std::shared_ptr<const DirListing> listing;   // kDir
   std::string content;                         // kStats
   bool direct_io = false;                      // kFile: opened with fi->direct_io (not page-cached)
   bool listed = false;                         // kDir: a readdir from offset 0 was answered (Rewound)
-  std::string name_key;                        // kFile: its name's key when not file.key (a link's)
-  const std::string& NameKey() const { return name_key.empty() ? file.key : name_key; }
 };
 
 Handle* H(fuse_file_info* fi) { return reinterpret_cast<Handle*>(fi->fh); }
@@ -263,7 +261,7 @@ struct FuseFs::Impl {
       return;
     }
     if (ino == kStatsIno) {
-      auto h = std::make_unique<Handle>(Handle{Handle::Kind::kStats, {}, nullptr, self->stats_json_(), false, false, {}});
+      auto h = std::make_unique<Handle>(Handle{Handle::Kind::kStats, {}, nullptr, self->stats_json_(), false, false});
       fi->direct_io = 1;  // size is not known ahead; never page-cached
       fi->fh = reinterpret_cast<uint64_t>(h.get());
       KernelHandoff();
@@ -288,9 +286,8 @@ struct FuseFs::Impl {
     // readahead without a kernel interface for it). Two opens racing may
     // swap their values: a matter of speed only, never of data.
     if (self->readahead_hook_) self->SetReadahead(self->readahead_hook_(key, a->size));
-    auto h = std::make_unique<Handle>(Handle{Handle::Kind::kFile, FileVersion{key, a->etag, a->size}, nullptr, {},
-                                             fi->direct_io != 0, false,
-                                             a->data_key.empty() ? std::string() : a->key});
+    FileVersion fv{key, a->etag, a->size, a->data_key.empty() ? std::string() : a->key};
+    auto h = std::make_unique<Handle>(Handle{Handle::Kind::kFile, std::move(fv), nullptr, {}, fi->direct_io != 0});
     fi->fh = reinterpret_cast<uint64_t>(h.get());
     KernelHandoff();
     if (fuse_reply_open(req, fi) == 0) h.release();
@@ -373,7 +370,7 @@ struct FuseFs::Impl {
       // Before the reply: once it is sent the reader may close (h is freed)
       // and open again, which should then see the bucket as it is.
       const bool changed = n.error().code() == Code::kChanged || n.error().code() == Code::kNotFound;
-      if (changed) self->NoteChanged(ino, h->NameKey(), h->file.etag);
+      if (changed) self->NoteChanged(ino, h->file.FetchKey(), h->file.etag);
       KernelHandoff();
       Reply(req, changed ? Status::IoError("") : n.error());
       return;
@@ -414,7 +411,7 @@ struct FuseFs::Impl {
     if (!s.ok()) {
       if (WarnAllowed()) spdlog::warn("warm '{}' [{}, +{}): {}", h->file.key, r.offset, r.length, s.ToString());
       const bool changed = s.code() == Code::kChanged || s.code() == Code::kNotFound;
-      if (changed) self->NoteChanged(ino, h->NameKey(), h->file.etag);
+      if (changed) self->NoteChanged(ino, h->file.FetchKey(), h->file.etag);
       KernelHandoff();
       Reply(req, changed ? Status::IoError("") : s);
       return;
@@ -448,7 +445,7 @@ struct FuseFs::Impl {
         spdlog::warn("opendir inode {}: {}", ino, l.error().ToString());
       return Reply(req, l.error());
     }
-    auto h = std::make_unique<Handle>(Handle{Handle::Kind::kDir, {}, *l, {}, false, false, {}});
+    auto h = std::make_unique<Handle>(Handle{Handle::Kind::kDir, {}, *l, {}, false, false});
     fi->fh = reinterpret_cast<uint64_t>(h.get());
     // No kernel readdir cache: it is one per directory, shared by every
     // handle, while offsets here index this handle's own snapshot; a scan

@@ -724,7 +724,7 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
       if (plan.empty() || !pfr) return {};
       return [pfr, plan = std::move(plan), key = f.key, off] {
         for (const auto& p : plan) {
-          const FileVersion fv{p.key, p.etag, p.size};
+          const FileVersion fv{p.key, p.etag, p.size, {}};
           const size_t q = p.fill ? size_t(pfr->Fill(fv, p.fill_bytes))
                                   : pfr->Submit(fv, p.first_unit, p.last_unit,
                                                 p.background ? Prefetcher::Priority::kBackground

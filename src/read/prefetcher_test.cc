@@ -54,7 +54,7 @@ struct Fx {
     store.reset();
     std::filesystem::remove_all(dir);
   }
-  FileVersion Version() { return FileVersion{"a/big", mem->EtagOf("a/big"), 16 * kUnit}; }
+  FileVersion Version() { return FileVersion{"a/big", mem->EtagOf("a/big"), 16 * kUnit, {}}; }
   static inline int counter = 0;
 };
 
@@ -112,7 +112,7 @@ TEST_CASE("prefetcher: jobs of tiny files hold a floor of the budget, so their n
   size_t queued = 0;
   for (int i = 0; i < 400; ++i) {
     const std::string k = "tiny/" + std::to_string(i);
-    queued += p.Submit(FileVersion{k, fx.mem->EtagOf(k), 100}, 0, 0, Prefetcher::Priority::kReadahead);
+    queued += p.Submit(FileVersion{k, fx.mem->EtagOf(k), 100, {}}, 0, 0, Prefetcher::Priority::kReadahead);
   }
   CHECK(queued == (1 << 20) / Prefetcher::kMinJobHeldBytes);
   CHECK(p.stats().held_bytes == queued * Prefetcher::kMinJobHeldBytes);
@@ -149,7 +149,7 @@ TEST_CASE("prefetcher: budget bounds queued + running bytes, overflow is dropped
 TEST_CASE("prefetcher: a file's last close drops its queued readahead, not running jobs or background work", "[prefetch]") {
   Fx fx;
   fx.mem->Put("a/other", std::string(4 * kUnit, 'o'));
-  const FileVersion other{"a/other", fx.mem->EtagOf("a/other"), 4 * kUnit};
+  const FileVersion other{"a/other", fx.mem->EtagOf("a/other"), 4 * kUnit, {}};
   Gate gate;
   Prefetcher::Options o{1, 16 * kUnit, 2};
   std::atomic<int> started{0};

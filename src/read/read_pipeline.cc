@@ -268,7 +268,7 @@ Status ReadPipeline::FetchRuns(const FileVersion& file, std::vector<Need>& needs
     try {
       r.buf.reset(new char[r.len]);
       if (metrics_) Add(metrics_->backend_get_requests);
-      auto got = backend_->Read(file.key, r.off, r.len, file.etag, r.buf.get());
+      auto got = backend_->Read(file.FetchKey(), r.off, r.len, file.etag, r.buf.get());
       if (!got) {
         r.st = got.error();
         return;

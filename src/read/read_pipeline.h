@@ -53,9 +53,16 @@
 namespace igt {
 
 struct FileVersion {
-  std::string key;
+  std::string key;  // the object's key: its units in the cache, the engine's name for it
   std::string etag;
   uint64_t size = 0;
+  // The key its bytes are fetched by when not `key`: a file:// link's name
+  // (its target's key is `key`). Fetched by the name, a link turned to
+  // another file is seen as a change (another ETag) at the next fetch, as
+  // before 2026-11-30; fetched by the target, the old target's bytes were
+  // served until the listing's TTL (a review's finding).
+  std::string fetch_key;
+  const std::string& FetchKey() const { return fetch_key.empty() ? key : fetch_key; }
 };
 
 class ReadPipeline {

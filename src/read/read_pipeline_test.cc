@@ -56,7 +56,7 @@ struct Fixture {
     if (!dir.empty()) std::filesystem::remove_all(dir);
   }
   FileVersion Version(const std::string& key) {
-    return FileVersion{key, mem->EtagOf(key), mem->Get(key).size()};
+    return FileVersion{key, mem->EtagOf(key), mem->Get(key).size(), {}};
   }
   static inline int counter = 0;
 };
@@ -97,7 +97,7 @@ TEST_CASE("reads return exactly the object's bytes, at and past EOF") {
     REQUIRE(*n == expect);
     REQUIRE(std::equal(out.begin(), out.begin() + expect, data.begin() + std::min<size_t>(off, data.size())));
   }
-  FileVersion empty{"none", "x", 0};
+  FileVersion empty{"none", "x", 0, {}};
   CHECK(*f.pipe->Read(empty, 0, 10, out.data()) == 0);
 }
 

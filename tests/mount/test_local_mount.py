@@ -168,6 +168,23 @@ def linked_names(s):
         harness.check(fetched == want, f"{round_}: each blob fetched once whatever its names: {fetched} B, want {want}")
         harness.check(st1["cache_used_bytes"] < 2 * len(a), f"{round_}: cached once: {st1['cache_used_bytes']} B")
         harness.check(s.unmount(m) == 0, "daemon exited 0")
+    # A link turned to another file after it was listed, read before the
+    # listing's TTL: fetched by its name, the change is seen (its first read
+    # fails and its directory is listed again), and the next open reads the
+    # new target (fetched by the target, the old one's bytes were served).
+    (snap / "latest").symlink_to("../../blobs/5f3e")
+    m = s.mount(f"file://{src}", cache_dir=s.mkdir("hf-cache2"), args=["--cache-size", "64M"])
+    harness.check("latest" in os.listdir(m.mountpoint / "models--x--y/snapshots/abc"), "the link is listed")
+    (snap / "latest").unlink()
+    (snap / "latest").symlink_to("../../blobs/9c1d")
+    try:
+        first = (m.mountpoint / "models--x--y/snapshots/abc/latest").read_bytes()
+    except OSError:
+        first = None
+    harness.check(first != a, "a retargeted link: the old target's bytes are not served")
+    harness.check((m.mountpoint / "models--x--y/snapshots/abc/latest").read_bytes() == b,
+                  "a retargeted link: the next open reads the new target")
+    harness.check(s.unmount(m) == 0, "daemon exited 0")
 
 
 def readdirplus(s):

@@ -81,7 +81,7 @@ TEST_CASE("prefetcher: out of memory at any allocation of a worker fails that jo
   std::mt19937 rng(3);
   std::string data(4 * kUnit + 1000, '\0');  // 5 units, the last one short
   for (auto& c : data) c = static_cast<char>(rng());
-  auto version = [&](const std::string& key) { return FileVersion{key, mem->EtagOf(key), data.size()}; };
+  auto version = [&](const std::string& key) { return FileVersion{key, mem->EtagOf(key), data.size(), {}}; };
 
   Prefetcher::Options po;
   po.threads = 1;
