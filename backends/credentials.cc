@@ -39,42 +39,13 @@ std::string Home() {
   return home;
 }
 
-// A file path from the environment with a leading `~` and `$NAME` or
-// `${NAME}` expanded, as the AWS CLI does (os.path.expanduser and
-// expandvars: an unset variable stays as written). A systemd Environment=
-// line or a container's env has no shell to expand them (a tester's
-// AWS_SHARED_CREDENTIALS_FILE=~/creds was read as ./~/creds).
-std::string ExpandPath(const std::string& p) {
-  std::string s = p;
-  if (s == "~" || s.starts_with("~/")) s = Home() + s.substr(1);
-  std::string out;
-  for (size_t i = 0; i < s.size();) {
-    if (s[i] == '$' && i + 1 < s.size()) {
-      const bool braced = s[i + 1] == '{';
-      size_t b = i + (braced ? 2 : 1), e = b;
-      while (e < s.size() && (std::isalnum(static_cast<unsigned char>(s[e])) || s[e] == '_')) ++e;
-      const bool closed = !braced || (e < s.size() && s[e] == '}');
-      if (e > b && closed) {
-        const std::string name = s.substr(b, e - b);
-        if (const char* v = std::getenv(name.c_str())) {
-          out += v;
-          i = e + (braced ? 1 : 0);
-          continue;
-        }
-      }
-    }
-    out.push_back(s[i++]);
-  }
-  return out;
-}
-
 std::string CredentialsPath() {
-  if (std::string p = Env("AWS_SHARED_CREDENTIALS_FILE"); !p.empty()) return ExpandPath(p);
+  if (std::string p = Env("AWS_SHARED_CREDENTIALS_FILE"); !p.empty()) return ExpandAwsPath(p);
   return Home() + "/.aws/credentials";
 }
 
 std::string ConfigPath() {
-  if (std::string p = Env("AWS_CONFIG_FILE"); !p.empty()) return ExpandPath(p);
+  if (std::string p = Env("AWS_CONFIG_FILE"); !p.empty()) return ExpandAwsPath(p);
   return Home() + "/.aws/config";
 }
 
@@ -96,10 +67,17 @@ std::optional<std::string> ReadText(const std::string& path) {
 std::optional<std::map<std::string, std::string>> IniSection(std::string_view text, const std::string& profile) {
   std::map<std::string, std::string> keys;
   bool in_section = false, found = false;
+  // In a nested block: a key with no value, then indented `key = value`
+  // lines (`s3 =` then `  endpoint_url = ...`): the service's own settings,
+  // not the profile's (read as the profile's, a nested endpoint_url won over
+  // the profile's own: a review).
+  bool nested = false;
   size_t pos = 0;
   while (pos <= text.size()) {
     size_t nl = text.find('\n', pos);
-    std::string_view line = Trim(text.substr(pos, nl == std::string_view::npos ? text.npos : nl - pos));
+    const std::string_view raw = text.substr(pos, nl == std::string_view::npos ? text.npos : nl - pos);
+    std::string_view line = Trim(raw);
+    const bool indented = !raw.empty() && (raw.front() == ' ' || raw.front() == '\t');
     pos = nl == std::string_view::npos ? text.size() + 1 : nl + 1;
     if (line.empty() || line.front() == '#' || line.front() == ';') continue;
     if (line.front() == '[') {
@@ -111,13 +89,17 @@ std::optional<std::map<std::string, std::string>> IniSection(std::string_view te
       std::string_view name = Trim(line.substr(1, close - 1));
       if (name.starts_with("profile ")) name = Trim(name.substr(8));
       in_section = name == profile;
+      nested = false;
       found = found || in_section;
       continue;
     }
     if (!in_section) continue;
     auto eq = line.find('=');
     if (eq == std::string_view::npos) continue;
-    keys[Lower(Trim(line.substr(0, eq)))] = std::string(Trim(line.substr(eq + 1)));
+    if (nested && indented) continue;
+    const std::string_view value = Trim(line.substr(eq + 1));
+    nested = value.empty();
+    keys[Lower(Trim(line.substr(0, eq)))] = std::string(value);
   }
   if (!found) return std::nullopt;
   return keys;
@@ -328,6 +310,39 @@ Result<Credentials> CheckedCredentials(Credentials c) {
 namespace {
 Result<Credentials> ResolveChain(const std::string& profile_arg, const std::string& region);
 }  // namespace
+
+std::string ExpandAwsPath(const std::string& p) {
+  // $NAME and ${NAME} first, then a leading ~ or ~user (the AWS CLI's
+  // expandvars, then expanduser); an unset variable, or ~ without a home
+  // directory, stays as written.
+  std::string s;
+  for (size_t i = 0; i < p.size();) {
+    if (p[i] == '$' && i + 1 < p.size()) {
+      const bool braced = p[i + 1] == '{';
+      size_t b = i + (braced ? 2 : 1), e = b;
+      while (e < p.size() && (std::isalnum(static_cast<unsigned char>(p[e])) || p[e] == '_')) ++e;
+      if (e > b && (!braced || (e < p.size() && p[e] == '}'))) {
+        if (const char* v = std::getenv(p.substr(b, e - b).c_str())) {
+          s += v;
+          i = e + (braced ? 1 : 0);
+          continue;
+        }
+      }
+    }
+    s.push_back(p[i++]);
+  }
+  if (!s.starts_with("~")) return s;
+  const size_t slash = s.find('/');
+  const std::string user = s.substr(1, slash == std::string::npos ? std::string::npos : slash - 1);
+  std::string home;
+  if (user.empty()) {
+    home = Home();
+  } else if (passwd* pw = getpwnam(user.c_str()); pw && pw->pw_dir) {
+    home = pw->pw_dir;
+  }
+  if (home.empty()) return s;
+  return home + (slash == std::string::npos ? "" : s.substr(slash));
+}
 
 std::string ProfileConfigSetting(const std::string& profile_arg, const char* key, std::string* where) {
   std::string profile = profile_arg;

@@ -250,6 +250,20 @@ TEST_CASE("the files' paths expand ~ and $NAME, the older aws_security_token is 
     ScopedEnv unset("AWS_CONFIG_FILE", std::string("$IGT_NO_SUCH_VAR/cfg"));  // an unset variable stays as written
     CHECK(igt::ProfileConfigSetting("", "region").empty());
   }
+  // Variables first, then ~ (the AWS CLI's order); ~user; no home: as written.
+  {
+    ScopedEnv d("IGT_TEST_D", std::string("~/x"));
+    CHECK(igt::ExpandAwsPath("$IGT_TEST_D/cfg") == home + "/x/cfg");
+    CHECK(igt::ExpandAwsPath("~root/c") == "/root/c");
+    CHECK(igt::ExpandAwsPath("a$") == "a$");
+    CHECK(igt::ExpandAwsPath("${IGT_TEST_D") == "${IGT_TEST_D");
+  }
+  // A service's nested block is not the profile's own settings.
+  std::ofstream(home + "/cfg2") << "[default]\nendpoint_url = http://top:1\ns3 =\n  endpoint_url = http://nested:2\n"
+                                   "region = eu-north-1\n";
+  ScopedEnv cfg2("AWS_CONFIG_FILE", home + "/cfg2");
+  CHECK(igt::ProfileConfigSetting("", "endpoint_url") == "http://top:1");
+  CHECK(igt::ProfileConfigSetting("", "region") == "eu-north-1");
   std::system(("rm -rf " + home).c_str());
 }
 

@@ -264,6 +264,22 @@ TEST_CASE("S3 fake: 4xx are final, ETag mismatch is kChanged, oversize is an err
   CHECK(Head(s.requests().back(), "if-match").empty());
 }
 
+TEST_CASE("S3 fake: a prefix starting with '/' is listed as given", "[s3fake]") {
+  // s3://b//data: keys under "/data/" (it was stripped to "data/").
+  FakeServer s;
+  auto o = Opts(s, nullptr);
+  o.prefix = "/lead";
+  auto b = igt::MakeS3Backend(o);
+  REQUIRE(b);
+  s.Push(FakeServer::Reply(200, {}, "<ListBucketResult><Contents><Key>/lead/x</Key><Size>1</Size></Contents>"
+                                    "</ListBucketResult>"));
+  auto p = (*b)->List({});
+  REQUIRE(p);
+  REQUIRE(p->objects.size() == 1);
+  CHECK(p->objects[0].key == "x");
+  CHECK(s.requests()[0].find("prefix=%2Flead%2F") != std::string::npos);
+}
+
 TEST_CASE("S3 fake: Stat and List", "[s3fake]") {
   FakeServer s;
   auto b = igt::MakeS3Backend(Opts(s, nullptr));

@@ -94,6 +94,8 @@ TEST_CASE("XmlBodyComplete: a reply cut short by its Content-Length is told from
   CHECK_FALSE(XmlBodyComplete("<Error><Code>NoSuchKey</Code></Err"));
   CHECK(XmlBodyComplete("<!-- c --><ListAllMyBucketsResult/>"));
   CHECK_FALSE(XmlBodyComplete("<ListBucketResult><Contents><Key>a</Key></Contents>"));
+  CHECK(XmlBodyComplete("<!-- a < b --><Error><Code>X</Code></Error >\n"));
+  CHECK_FALSE(XmlBodyComplete("<!-- cut"));
 }
 
 TEST_CASE("ParseHttpDateNs", "[range]") {

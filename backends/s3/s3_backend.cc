@@ -163,11 +163,6 @@ bool RetryableCurl(int code) {
     case CURLE_HTTP2_STREAM:
     case CURLE_WEIRD_SERVER_REPLY:
     case CURLE_READ_ERROR:
-    // "Received HTTP/0.9 when not allowed": stray bytes of an earlier reply
-    // on a reused connection (closed after the error: the retry gets a
-    // fresh one). The endpoint's scheme was checked when the mount began,
-    // so this is not an unsupported protocol of the URL's.
-    case CURLE_UNSUPPORTED_PROTOCOL:
       return true;
     default:
       return false;
@@ -182,7 +177,12 @@ Outcome ClassifyFailure(const HttpResponse& r, const S3Endpoint& ep, std::string
   if (r.curl_code != 0) {
     return {Status::Unavailable("cannot reach S3 endpoint " + ep.endpoint + " (" + std::string(what) +
                                 "): " + r.curl_error),
-            RetryableCurl(r.curl_code)};
+            // "Received HTTP/0.9 when not allowed" on a reused connection:
+            // stray bytes of an earlier reply (the connection is closed
+            // after the error; the retry gets a fresh one). On a fresh one
+            // the endpoint does not speak HTTP there (an http:// URL of a
+            // TLS port): not retried.
+            RetryableCurl(r.curl_code) || (r.curl_code == CURLE_UNSUPPORTED_PROTOCOL && r.new_connections == 0)};
   }
   S3Error e = ParseErrorXml(r.body);
   std::string detail = e.code.empty() ? "HTTP " + std::to_string(r.status)
@@ -339,7 +339,11 @@ class S3Backend final : public Backend {
       HttpRequest req = Build("GET", full, {}, headers);
       req.sink = out;
       req.sink_capacity = length;
-      req.keep_connection = [](const HttpResponse& r) { return !MisframedBody(r); };
+      // An error document cut short by its length leaves the rest on the
+      // connection as a listing would (Send).
+      req.keep_connection = [](const HttpResponse& r) {
+        return !MisframedBody(r) && (r.curl_code != 0 || r.status == 200 || r.status == 206 || XmlBodyComplete(r.body));
+      };
       HttpResponse r = Send(req);
       if ((r.curl_code == 0 || r.overflow) && r.status == 200 && LooksLikeErrorDocument(r, out)) {
         // S3 documents 200 replies carrying an <Error> body (e.g. an internal
@@ -914,7 +918,7 @@ Result<std::unique_ptr<Backend>> MakeS3Backend(const S3Options& in) {
   if (opts.bucket.empty()) return Err(Status::InvalidArgument("S3 bucket name is empty"));
   // Buckets predating the naming rules (or on other stores) may break them;
   // the server is the judge here, ParseSourceUrl applies the strict rules.
-  while (!opts.prefix.empty() && opts.prefix.front() == '/') opts.prefix.erase(0, 1);
+  // As given: a leading '/' is part of the keys (s3://b//data: ParseSourceUrl).
   if (!opts.prefix.empty() && opts.prefix.back() != '/') opts.prefix += '/';
   if (opts.region.empty()) opts.region = "us-east-1";
   if (opts.max_retries < 0) opts.max_retries = 0;

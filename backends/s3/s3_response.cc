@@ -118,9 +118,15 @@ std::optional<int64_t> ParseHttpDateNs(std::string_view s) {
 
 bool XmlBodyComplete(std::string_view body) {
   size_t i = 0;
-  while (true) {  // the root: the first element after <?xml ...?> and <!-- -->
+  while (true) {  // the root: the first element after <?xml ...?>, <!-- --> and <!DOCTYPE>
     i = body.find('<', i);
     if (i == std::string_view::npos) return true;  // no element: not XML
+    if (body.substr(i, 4) == "<!--") {
+      const size_t end = body.find("-->", i + 4);
+      if (end == std::string_view::npos) return false;
+      i = end + 3;
+      continue;
+    }
     if (i + 1 < body.size() && (body[i + 1] == '?' || body[i + 1] == '!')) {
       ++i;
       continue;
@@ -131,13 +137,18 @@ bool XmlBodyComplete(std::string_view body) {
   while (e < body.size() && body[e] != '>' && body[e] != '/' && !std::isspace(static_cast<unsigned char>(body[e]))) ++e;
   const std::string_view name = body.substr(i + 1, e - i - 1);
   if (name.empty()) return true;
-  std::string_view tail = body;
-  while (!tail.empty() && std::isspace(static_cast<unsigned char>(tail.back()))) tail.remove_suffix(1);
+  auto rtrim = [](std::string_view v) {
+    while (!v.empty() && std::isspace(static_cast<unsigned char>(v.back()))) v.remove_suffix(1);
+    return v;
+  };
+  const std::string_view tail = rtrim(body);
   const size_t close = body.find('>', e);
   if (close != std::string_view::npos && close > 0 && body[close - 1] == '/' && close + 1 >= tail.size())
     return true;  // <Root/>
-  return tail.size() >= name.size() + 3 && tail.ends_with(">") &&
-         tail.substr(tail.size() - name.size() - 3) == std::string("</") + std::string(name) + ">";
+  if (!tail.ends_with('>')) return false;
+  const std::string_view before = rtrim(tail.substr(0, tail.size() - 1));  // `</Root >` too
+  return before.size() >= name.size() + 2 && before.ends_with(name) &&
+         before.substr(before.size() - name.size() - 2, 2) == "</";
 }
 
 }  // namespace igt::s3

@@ -102,4 +102,9 @@ std::string RegionFromEnv();
 // says where it was found (for messages).
 std::string ProfileConfigSetting(const std::string& profile, const char* key, std::string* where = nullptr);
 
+// A path from $AWS_SHARED_CREDENTIALS_FILE or $AWS_CONFIG_FILE as the AWS CLI
+// reads it: $NAME and ${NAME} expanded, then a leading ~ or ~user (no shell
+// expands a systemd Environment= line or a container's env).
+std::string ExpandAwsPath(const std::string& path);
+
 }  // namespace igt

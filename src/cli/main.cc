@@ -178,7 +178,7 @@ int main(int argc, char** argv) {
   mount->add_option("-o", m.fuse_opts, "Extra FUSE mount options (comma-separated)")->allow_extra_args(false);
   mount->add_option("--endpoint", m.endpoint, "S3 endpoint URL (backend.endpoint; default $AWS_ENDPOINT_URL_S3, $AWS_ENDPOINT_URL, the profile's endpoint_url)")->check(non_empty);
   mount->add_option("--region", m.region, "S3 region (backend.region)")->check(non_empty);
-  mount->add_option("--profile", m.profile, "Credentials profile in ~/.aws/credentials (backend.profile)")->check(non_empty);
+  mount->add_option("--profile", m.profile, "AWS profile: its credentials, region and endpoint_url (backend.profile)")->check(non_empty);
   mount->add_option("--addressing", m.addressing, "auto | path | virtual (backend.addressing)")->check(non_empty);
   mount->add_flag("--requester-pays", m.requester_pays,
                   "Read a Requester Pays bucket: this account pays for the requests (backend.requester_pays)");

@@ -257,11 +257,22 @@ Result<std::unique_ptr<Backend>> BuildBackend(const SourceUrl& url, const Config
           o.endpoint = env(name);
           endpoint_from = fmt::format("${}", name);
         }
-      if (o.endpoint.empty()) o.endpoint = ProfileConfigSetting(c.backend.profile, "endpoint_url", &endpoint_from);
+      if (o.endpoint.empty()) {
+        // A `services` section is not read: said, since the AWS CLI would
+        // take its s3 endpoint_url (before the profile's own).
+        std::string services_at;
+        if (const std::string sv = ProfileConfigSetting(c.backend.profile, "services", &services_at); !sv.empty())
+          spdlog::warn("s3: {} names services '{}', which igtcache does not read: its s3 endpoint_url is not used "
+                       "(set backend.endpoint, --endpoint or $AWS_ENDPOINT_URL_S3)",
+                       services_at.substr(services_at.find(" of ") + 4), sv);
+        o.endpoint = ProfileConfigSetting(c.backend.profile, "endpoint_url", &endpoint_from);
+      }
     }
   }
+  // Said in the daemon's log too (with the credentials' note).
+  std::string where_note;
   if (!o.endpoint.empty() && endpoint_from != "backend.endpoint")
-    spdlog::info("s3: endpoint {} (from {})", o.endpoint, endpoint_from);
+    where_note = fmt::format("s3: endpoint {} (from {})", o.endpoint, endpoint_from);
   std::string region_from = "backend.region";
   o.region = c.backend.region;
   if (o.region.empty()) {
@@ -269,7 +280,10 @@ Result<std::unique_ptr<Backend>> BuildBackend(const SourceUrl& url, const Config
     if (env("AWS_REGION").empty() && env("AWS_DEFAULT_REGION").empty())
       o.region = ProfileConfigSetting(c.backend.profile, "region", &region_from);
     if (o.region.empty()) o.region = RegionFromEnv();
+    if (region_from.starts_with("region of profile"))
+      where_note += fmt::format("{}s3: region {} (from {})", where_note.empty() ? "" : "; ", o.region, region_from);
   }
+  if (!where_note.empty()) spdlog::info("{}", where_note);
   // Before any credential request signs with it (STS, SSO): the config's
   // region was checked with the config, the others are checked here.
   if (std::string why = RegionNameProblem(o.region); !why.empty())
@@ -291,6 +305,7 @@ Result<std::unique_ptr<Backend>> BuildBackend(const SourceUrl& url, const Config
   if (o.no_sign_request) {
     *note = "s3: requests are not signed (backend.no_sign_request: a public bucket)";
     spdlog::info("{}", *note);
+    if (!where_note.empty()) *note = where_note + "; " + *note;
   } else {
     auto cred = ResolveCredentials(c.backend.profile, o.region);
     if (!cred)  // the message starts "no AWS credentials: ..."
@@ -306,6 +321,7 @@ Result<std::unique_ptr<Backend>> BuildBackend(const SourceUrl& url, const Config
                 : fmt::format("s3: credentials from {}, temporary, and they expired {} s ago: S3 may refuse them",
                               cred->source, now - cred->expires_unix_s);
     spdlog::info("{}", *note);
+    if (!where_note.empty()) *note = where_note + "; " + *note;
     o.credentials = *cred;
     o.refresh_credentials = [profile = c.backend.profile, region = o.region] {
       return ResolveCredentials(profile, region);
@@ -398,7 +414,7 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
                            "each '%' in it as '%25')", raw);
     }
     rep.Fail(msg);
-    // A bad endpoint or addressing setting (also from $AWS_ENDPOINT_URL) is
+    // A bad endpoint or addressing setting (also from the environment or the AWS profile) is
     // bad configuration.
     return backend.error().code() == Code::kInvalidArgument ? kExitUsage : kExitError;
   }
@@ -1125,8 +1141,17 @@ int RunMount(const MountArgs& a) {
     // are made absolute first.
     for (const char* var : {"AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE", "AWS_CA_BUNDLE", "AWS_WEB_IDENTITY_TOKEN_FILE",
                             "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE"}) {
-      const char* v = std::getenv(var);
-      if (!v || !*v || v[0] == '/') continue;
+      const char* raw = std::getenv(var);
+      if (!raw || !*raw) continue;
+      // ~ and $NAME first, as the credentials chain reads these two (made
+      // absolute first, a daemon read ~/creds as ./~/creds: a review).
+      const std::string v = std::string_view(var).starts_with("AWS_SHARED") || std::string_view(var) == "AWS_CONFIG_FILE"
+                                ? ExpandAwsPath(raw)
+                                : std::string(raw);
+      if (v[0] == '/') {
+        ::setenv(var, v.c_str(), 1);
+        continue;
+      }
       auto abs = fs::absolute(v, ec);
       if (ec) return fail(kExitUsage, fmt::format("${} '{}': {}", var, v, ec.message()));
       ::setenv(var, abs.c_str(), 1);

@@ -156,7 +156,8 @@ const std::vector<Key>& Schema() {
       {"backend.profile", Type::kString, "",
        "AWS profile (~/.aws/credentials and ~/.aws/config: keys, credential_process or a role to "
        "assume), used even when the AWS_* keys are set. Empty: the AWS CLI's chain: the AWS_* keys, a web identity, $AWS_PROFILE or "
-       "'default', the container endpoint, EC2 instance metadata (docs/CLI.md, CREDENTIALS).",
+       "'default', the container endpoint, EC2 instance metadata (docs/CLI.md, CREDENTIALS). The profile's region and "
+       "endpoint_url are used when backend.region / backend.endpoint and the environment set none.",
        nullptr, SET_STR(backend.profile)},
       {"backend.no_sign_request", Type::kBool, "false",
        "Send unsigned requests (public buckets); no credentials needed.", nullptr,
@@ -563,8 +564,8 @@ Status Validate(const Config& c) {
                fmt::format("must be at least twice backend.max_request_bytes ({} bytes): a background "
                            "prefetch job is one GET of up to that size and may take half the budget",
                            2 * c.backend.max_request_bytes));
-  // As the S3 backend checks them (which also takes $AWS_REGION and
-  // $AWS_ENDPOINT_URL): named here by key.
+  // As the S3 backend checks them (which also takes them from the
+  // environment and the AWS profile: BuildBackend): named here by key.
   if (std::string why = RegionNameProblem(c.backend.region); !why.empty())
     return bad("backend.region", "'" + c.backend.region + "' " + why);
   if (!c.backend.endpoint.empty())

@@ -232,6 +232,15 @@ def main():
             harness.check(f"credentials from profile [default] of {home}/creds" in err,
                           "the credentials file ~/creds is read under $HOME")
             config = s.write_config("aws-config-ep", f"[default]\nendpoint_url = {srv.endpoint}\nregion = us-east-1\n")
+            # A daemon (no -f) too: the paths were made absolute before they
+            # were expanded (./~/creds), and its log file says the endpoint.
+            m = s.mount(f"s3://{BUCKET}", args=["--log-level", "info"], foreground=False, env=bare_env(s, {
+                "HOME": str(home), "AWS_SHARED_CREDENTIALS_FILE": "~/creds", "AWS_CONFIG_FILE": str(config)}))
+            harness.check(m.path("a.bin").read_bytes() == b"a" * 300_000, "daemon: ~/creds and the profile's endpoint")
+            s.unmount(m)
+            daemon_log = (m.cache_dir / "igtcache.log").read_text()
+            harness.check(f"(from endpoint_url of profile [default] in {config})" in daemon_log,
+                          "the daemon's log file names the endpoint's source")
             m = s.mount(f"s3://{BUCKET}", args=["--log-level", "info"], env=bare_env(s, {
                 "HOME": str(home), "AWS_SHARED_CREDENTIALS_FILE": "$HOME/creds", "AWS_CONFIG_FILE": str(config)}))
             harness.check(m.path("b.bin").read_bytes() == b"b" * 200_000, "endpoint from the profile: b.bin read")
