@@ -111,8 +111,12 @@ namespace {
 // findings: an index moved aside, records dropped, unit files deleted): a
 // daemon's early logger prints only errors, so they are held here, told to
 // the user by the Reporter and written to the log file once it is open.
+// Made for the info level, it holds the start-up's info lines for the log
+// file only (the cache's load summary, the endpoint and credentials'
+// sources: a daemon's log had none of them but the credentials').
 class HeldWarnings final : public spdlog::sinks::base_sink<std::mutex> {
  public:
+  explicit HeldWarnings(spdlog::level::level_enum keep = spdlog::level::warn) : keep_(keep) {}
   // Those not returned by an earlier call.
   std::vector<std::string> Unreported() {
     std::lock_guard<std::mutex> l(mutex_);
@@ -127,16 +131,17 @@ class HeldWarnings final : public spdlog::sinks::base_sink<std::mutex> {
 
  protected:
   void sink_it_(const spdlog::details::log_msg& m) override {
-    if (m.level != spdlog::level::warn) return;  // errors: printed as they come (the stderr sink)
+    if (m.level != keep_) return;  // errors: printed as they come (the stderr sink)
     std::string_view text(m.payload.data(), m.payload.size());
     if (text.starts_with("igtcache: ")) text.remove_prefix(10);  // the Reporter says it
     if (held_.size() < kMaxHeld) held_.emplace_back(text);
-    else if (held_.size() == kMaxHeld) held_.emplace_back("... and more warnings, not kept");
+    else if (held_.size() == kMaxHeld) held_.emplace_back("... and more lines, not kept");
   }
   void flush_() override {}
 
  private:
   static constexpr size_t kMaxHeld = 100;
+  const spdlog::level::level_enum keep_;
   std::vector<std::string> held_;
   size_t reported_ = 0;
 };
@@ -226,10 +231,9 @@ Status SetUpLogging(const Config& c, bool foreground, const std::string& cache_d
   return Status::Ok();
 }
 
-// `*note`: where the S3 credentials came from, for the log (said again once
-// a daemon's log file is open: before that only a foreground mount's
-// stderr has it).
-Result<std::unique_ptr<Backend>> BuildBackend(const SourceUrl& url, const Config& c, Metrics* m, std::string* note) {
+// Where the S3 endpoint, region and credentials came from is logged at
+// info (held for a daemon's log file until it is open: HeldWarnings).
+Result<std::unique_ptr<Backend>> BuildBackend(const SourceUrl& url, const Config& c, Metrics* m) {
   if (url.kind == SourceUrl::Kind::kFile) return MakeLocalBackend(url.path);
   S3Options o;
   o.bucket = url.bucket;
@@ -269,7 +273,7 @@ Result<std::unique_ptr<Backend>> BuildBackend(const SourceUrl& url, const Config
       }
     }
   }
-  // Said in the daemon's log too (with the credentials' note).
+  // Said in the daemon's log too (held until it is open: HeldWarnings).
   std::string where_note;
   if (!o.endpoint.empty() && endpoint_from != "backend.endpoint")
     where_note = fmt::format("s3: endpoint {} (from {})", o.endpoint, endpoint_from);
@@ -303,9 +307,7 @@ Result<std::unique_ptr<Backend>> BuildBackend(const SourceUrl& url, const Config
   o.max_connections = static_cast<int>(c.backend.max_connections);
   o.metrics = m;
   if (o.no_sign_request) {
-    *note = "s3: requests are not signed (backend.no_sign_request: a public bucket)";
-    spdlog::info("{}", *note);
-    if (!where_note.empty()) *note = where_note + "; " + *note;
+    spdlog::info("s3: requests are not signed (backend.no_sign_request: a public bucket)");
   } else {
     auto cred = ResolveCredentials(c.backend.profile, o.region);
     if (!cred)  // the message starts "no AWS credentials: ..."
@@ -314,14 +316,13 @@ Result<std::unique_ptr<Backend>> BuildBackend(const SourceUrl& url, const Config
                       cred.error().message(), url.bucket, url.prefix)));
     const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
                             std::chrono::system_clock::now().time_since_epoch()).count();
-    *note = !cred->expires_unix_s ? fmt::format("s3: credentials from {}", cred->source)
+    const std::string note = !cred->expires_unix_s ? fmt::format("s3: credentials from {}", cred->source)
             : cred->expires_unix_s > now
                 ? fmt::format("s3: credentials from {}, temporary (expire in {} s): renewed before they expire",
                               cred->source, cred->expires_unix_s - now)
                 : fmt::format("s3: credentials from {}, temporary, and they expired {} s ago: S3 may refuse them",
                               cred->source, now - cred->expires_unix_s);
-    spdlog::info("{}", *note);
-    if (!where_note.empty()) *note = where_note + "; " + *note;
+    spdlog::info("{}", note);
     o.credentials = *cred;
     o.refresh_credentials = [profile = c.backend.profile, region = o.region] {
       return ResolveCredentials(profile, region);
@@ -382,25 +383,26 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
   // log file lives in the cache dir by default); errors reach the user
   // through `rep` anyway.
   auto held = std::make_shared<HeldWarnings>();
+  auto held_info = std::make_shared<HeldWarnings>(spdlog::level::info);
   // Kept alive until Serve returns: threads that logged through it (RocksDB's,
   // the credential renewal) may still hold it when the log file replaces it.
   std::shared_ptr<spdlog::logger> early;
   {
     auto err_sink = std::make_shared<spdlog::sinks::stderr_sink_mt>();
     held->set_level(spdlog::level::warn);
-    early = std::make_shared<spdlog::logger>("igtcache-early", spdlog::sinks_init_list{err_sink, held});
+    held_info->set_level(spdlog::level::info);
+    early = std::make_shared<spdlog::logger>("igtcache-early", spdlog::sinks_init_list{err_sink, held, held_info});
     EscapeControlCharacters(*early);
     // A daemon's stderr is the mount command's until it is ready: its
     // warnings go through the Reporter (held), once.
     err_sink->set_level(foreground ? spdlog::level::from_str(cfg.logging.level) : spdlog::level::err);
     if (!foreground) rep.Tell(held);
-    early->set_level(std::min(spdlog::level::warn, spdlog::level::from_str(cfg.logging.level)));
+    early->set_level(std::min(spdlog::level::info, spdlog::level::from_str(cfg.logging.level)));
     spdlog::set_default_logger(early);
   }
   RaiseFdLimit();
   Metrics metrics;
-  std::string credentials_note;
-  auto backend = BuildBackend(url, cfg, &metrics, &credentials_note);
+  auto backend = BuildBackend(url, cfg, &metrics);
   if (!backend) {
     std::string msg = backend.error().message();
     // A directory whose name has a '%' in it: the URL's escapes were decoded.
@@ -604,9 +606,9 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
   // the log file has them too (a daemon's, or one set with logging.file; not
   // stderr twice). So for the unused policy file below.
   if (!foreground || !cfg.logging.file.empty()) {
+    for (const auto& l : held_info->All()) spdlog::info("{}", l);
     for (const auto& w : held->All()) spdlog::warn("{}", w);
     for (const auto& w : startup_warnings) spdlog::warn("{}", w);
-    if (!credentials_note.empty()) spdlog::info("{}", credentials_note);
   }
   if (!UsesPolicyFile(cfg) && !cfg.policy.file.empty() && (!foreground || !cfg.logging.file.empty()))
     spdlog::warn("config key 'policy.file' ('{}') is not used: it applies to cache.eviction igt, not '{}' "
@@ -1086,13 +1088,18 @@ int RunMount(const MountArgs& a) {
       if (within(rabs, rcache) &&
           (rabs.parent_path() != rcache || name == "LOCK" || name.starts_with("index") || name.starts_with("units")))
         return fail(kExitUsage, fmt::format("{} '{}' would overwrite the cache's own files in cache dir '{}'; write "
-                                            "it elsewhere (beside them, e.g. {}/igtcache.log, is fine)",
+                                            "it elsewhere (beside them, e.g. {}/trace.csv, is fine)",
                                             what, path, cfg->cache.dir, cfg->cache.dir));
     }
-    // One file for both: the log's lines went into the trace.
-    if (!a.trace_out.empty() && !cfg->logging.file.empty()) {
+    // One file for both: the log's lines went into the trace. The log is
+    // logging.file, or a daemon's default <cache dir>/igtcache.log (which
+    // the message above named as a fine place for a trace before
+    // 2026-11-30: a tester's trace and log overwrote each other).
+    const std::string log_file =
+        !cfg->logging.file.empty() ? cfg->logging.file : a.foreground ? std::string() : cfg->cache.dir + "/igtcache.log";
+    if (!a.trace_out.empty() && !log_file.empty()) {
       std::error_code e1, e2;
-      const fs::path t = fs::absolute(a.trace_out, e1), l = fs::absolute(cfg->logging.file, e2);
+      const fs::path t = fs::absolute(a.trace_out, e1), l = fs::absolute(log_file, e2);
       if (!e1 && !e2 && real(t) == real(l))
         return fail(kExitUsage, fmt::format("--trace-out '{}' is the log file: the log would be written into the "
                                             "trace; give them two files",

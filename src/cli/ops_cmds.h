@@ -29,6 +29,8 @@ std::string NormalizeMountpoint(const std::string& path);
 bool IsIgtcacheMount(const std::string& mnt);
 // Whether /proc/self/mounts has a mount of `fstype` ("autofs", ...) at `mnt`.
 bool IsMountOfType(const std::string& mnt, std::string_view fstype);
+// The file system type of the topmost mount at `mnt` ("tmpfs"), if any.
+std::optional<std::string> MountTypeAt(const std::string& mnt);
 // The user the igtcache mount at `mnt` belongs to (its `user_id=` option in
 // /proc/self/mounts), if listed.
 std::optional<uid_t> IgtcacheMountOwner(const std::string& mnt);

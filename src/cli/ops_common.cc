@@ -49,20 +49,31 @@ std::string Unescape(const std::string& s) {
 }  // namespace
 
 namespace {
-// The options field of a mount of `fstype` at `mnt`: the last one listed
-// (the mount on top of any others of that type there).
-std::optional<std::string> MountOptions(const std::string& mnt, std::string_view fstype) {
+// The options field of a mount of `fstype` (any type if empty, its type
+// then in `*type_out`) at `mnt`: the last one listed (the mount on top of
+// any others of that type there).
+std::optional<std::string> MountOptions(const std::string& mnt, std::string_view fstype,
+                                        std::string* type_out = nullptr) {
   std::ifstream in("/proc/self/mounts");
   std::string line;
   std::optional<std::string> found;
   while (std::getline(in, line)) {
     std::istringstream ls(line);
     std::string dev, dir, type, opts;
-    if (ls >> dev >> dir >> type >> opts && type == fstype && Unescape(dir) == mnt) found = opts;
+    if (ls >> dev >> dir >> type >> opts && (fstype.empty() || type == fstype) && Unescape(dir) == mnt) {
+      found = opts;
+      if (type_out) *type_out = type;
+    }
   }
   return found;
 }
 }  // namespace
+
+std::optional<std::string> MountTypeAt(const std::string& mnt) {
+  std::string type;
+  if (!MountOptions(mnt, "", &type)) return std::nullopt;
+  return type;
+}
 
 bool IsMountOfType(const std::string& mnt, std::string_view fstype) { return MountOptions(mnt, fstype).has_value(); }
 

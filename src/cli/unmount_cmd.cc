@@ -144,6 +144,9 @@ int RunUnmount(const UnmountArgs& a) {
                    a.mountpoint.c_str(), outer->c_str());
     else if (::lstat(mnt.c_str(), &st) != 0 && errno == ENOENT)
       std::fprintf(stderr, "igtcache: error: '%s' does not exist\n", a.mountpoint.c_str());
+    else if (auto type = MountTypeAt(mnt))  // it said "not mounted" (a tester's tmpfs)
+      std::fprintf(stderr, "igtcache: error: '%s' is not an igtcache mount (it is a %s mount; unmount it with "
+                   "umount)\n", a.mountpoint.c_str(), type->c_str());
     else
       std::fprintf(stderr, "igtcache: error: '%s' is not mounted (no igtcache mount there)\n", a.mountpoint.c_str());
     return kExitError;

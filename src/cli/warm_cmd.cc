@@ -403,16 +403,16 @@ int RunWarm(const WarmArgs& a) {
     for (auto& t : workers) t.join();
     // Files not done and not counted already as failed (a piece of one
     // failed before the daemon went while another was being read).
+    // Counted apart from those that failed (all were "failed" in the
+    // summary: a tester's one EIO and two files never tried read "3 failed").
     size_t left = 0;
     for (size_t i = 0; i < todo.size(); ++i) left += pieces_left[i] > 0 && !file_failed[i];
     if (left > 0 && prog.writes_failing && !prog.mount_gone) {
-      prog.errors.fetch_add(left);
       read_errors.push_back(fmt::format("stopped early, {} files not read: the mount's cache takes no writes (for "
                                         "two seconds its cache_write_errors grew and nothing was inserted)",
                                         left));
     } else if (left > 0) {
       // The daemon is gone, or every worker failed to get its read buffer.
-      prog.errors.fetch_add(left);
       read_errors.push_back(prog.mount_gone ? fmt::format("{} files not read: the mount's daemon is gone", left)
                                             : fmt::format("{} files not read: no reader could allocate its {} buffer",
                                                           left, FormatSize(kChunk)));
@@ -452,10 +452,12 @@ int RunWarm(const WarmArgs& a) {
     // Other readers of the mount count in it as well.
     const std::string fetched =
         after ? fmt::format(", {} fetched from the source", FormatSize(grew("backend_get_bytes"))) : "";
+    const std::string failed_note = (prog.errors.load() ? fmt::format(", {} failed", prog.errors.load()) : "") +
+                                    (left ? fmt::format(", {} not read", left) : "");
     std::printf("warm: read %zu %s, %s in %.1f s (%s/s)%s%s; cache now %s of %s\n", read_ok, Files(read_ok),
                 FormatSize(prog.bytes_done.load()).c_str(), el,
                 FormatSize(el > 0 ? static_cast<uint64_t>(static_cast<double>(prog.bytes_done.load()) / el) : 0).c_str(),
-                fetched.c_str(), read_errors.empty() ? "" : fmt::format(", {} failed", prog.errors.load()).c_str(),
+                fetched.c_str(), failed_note.c_str(),
                 after ? FormatSize(after->value("cache_used_bytes", uint64_t{0})).c_str() : "?",
                 FormatSize(limit).c_str());
     if (!skipped.empty()) {

@@ -1,7 +1,10 @@
 #include "src/stream/trace.h"
 #include "igtcache/file_check.h"
 
+#include <fcntl.h>
 #include <stdio_ext.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -248,7 +251,33 @@ TraceWriter::TraceWriter(std::string path, std::FILE* f, Options opt)
     : path_(std::move(path)), opt_(opt), f_(f) {}
 
 Result<std::unique_ptr<TraceWriter>> TraceWriter::Open(const std::string& path, Options opt) {
-  std::FILE* f = std::fopen(path.c_str(), "wb");
+  // Opened without truncating, locked, then truncated: a file another
+  // writer holds (a second mount given the same --trace-out) is refused, not
+  // emptied under it (its rows went on at their old offset after a run of
+  // NUL bytes: a tester's finding). Devices (/dev/null) are not locked.
+  std::FILE* f = nullptr;
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  if (fd >= 0) {
+    struct stat st {};
+    if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+      if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        const int err = errno;
+        ::close(fd);
+        if (err == EWOULDBLOCK)
+          return Err(Status::InvalidArgument(fmt::format(
+              "trace '{}' is being written by another process (another mount's --trace-out?): give each its own file",
+              path)));
+        return Err(Status::IoError(fmt::format("cannot lock trace '{}': {}", path, std::strerror(err))));
+      }
+      if (::ftruncate(fd, 0) != 0) {
+        const int err = errno;
+        ::close(fd);
+        return Err(Status::IoError(fmt::format("cannot truncate trace '{}': {}", path, std::strerror(err))));
+      }
+    }
+    f = ::fdopen(fd, "wb");
+    if (!f) ::close(fd);
+  }
   if (!f) {
     // A path that cannot name a file of ours is the caller's mistake
     // (InvalidArgument); anything else (a full disk, I/O) is the machine's.

@@ -246,6 +246,44 @@ TEST_CASE("TraceWriter on a full disk is refused at open, with the reason", "[tr
   CHECK(w.error().code() == igt::Code::kNoSpace);  // the mount exits 1 (runtime), not 2 (usage)
 }
 
+// The rows of the trace at `p`.
+size_t RowsIn(const std::string& p) {
+  auto r = TraceReader::Open(p);
+  REQUIRE(r.has_value());
+  TraceRecord rec;
+  size_t n = 0;
+  while (true) {
+    auto more = (*r)->Next(rec);
+    REQUIRE(more.has_value());
+    if (!*more) return n;
+    ++n;
+  }
+}
+
+TEST_CASE("TraceWriter: a trace another writer holds is refused, not emptied under it", "[trace]") {
+  // Two mounts given one --trace-out: the second truncated the file and the
+  // first went on writing at its old offset after a run of NUL bytes.
+  char tmpl[] = "/tmp/igt-trace-lock-XXXXXX";
+  const int fd = ::mkstemp(tmpl);
+  REQUIRE(fd >= 0);
+  ::close(fd);
+  {
+    auto a = TraceWriter::Open(tmpl, {});
+    REQUIRE(a.has_value());
+    (*a)->Append(1, 7, "x/a.bin", 0, 10, 10);
+    auto b = TraceWriter::Open(tmpl, {});
+    REQUIRE_FALSE(b.has_value());
+    CHECK_THAT(b.error().message(), Catch::Contains("being written by another process"));
+    REQUIRE((*a)->Close().ok());
+  }
+  CHECK(RowsIn(tmpl) == 1);
+  auto again = TraceWriter::Open(tmpl, {});  // its writer gone: truncated and written anew
+  REQUIRE(again.has_value());
+  REQUIRE((*again)->Close().ok());
+  CHECK(RowsIn(tmpl) == 0);
+  ::unlink(tmpl);
+}
+
 TEST_CASE("TraceWriter: a write that fails later ends the trace at its last whole row", "[trace]") {
   // RLIMIT_FSIZE with SIGXFSZ ignored: a write past the limit fails with
   // EFBIG, as a disk filling up mid-trace does with ENOSPC. (ctest runs each

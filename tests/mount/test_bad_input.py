@@ -215,6 +215,10 @@ def main():
                                      ["--trace-out", str(same), "--log-file", str(same)], ["is the log file"], fg,
                                      want_rc=2)
                 cdir = s.mkdir(f"cache_traceout_{'fg' if fg else 'bg'}")
+                if not fg:  # a daemon's default log file (an error message named it as a fine place)
+                    problems += run_case(s, "--trace-out the daemon's default log", f"file://{src_dir}", mnt,
+                                         ["--cache-dir", str(cdir), "--trace-out", str(cdir / "igtcache.log")],
+                                         ["is the log file"], fg, want_rc=2)
                 problems += run_case(s, "--trace-out over the cache's index", f"file://{src_dir}", mnt,
                                      ["--cache-dir", str(cdir), "--trace-out", str(cdir / "index" / "CURRENT")],
                                      ["overwrite the cache's own files"], fg, want_rc=2)
