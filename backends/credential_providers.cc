@@ -178,10 +178,9 @@ Status CheckContainerUrl(const std::string& url, std::string* shown) {
 std::string ServiceEndpoint(const char* env, std::string_view host, const std::string& region, bool global) {
   // AWS_IGNORE_CONFIGURED_ENDPOINT_URLS=true drops every configured
   // endpoint, as for S3 (BuildBackend): credentials and requests from one place.
-  std::string ignore = Env("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS");
-  for (char& ch : ignore) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-  std::string endpoint = ignore == "true" ? std::string() : Env(env);
-  if (endpoint.empty() && global && ignore != "true") endpoint = Env("AWS_ENDPOINT_URL");
+  const bool ignore = IgnoreConfiguredEndpoints();
+  std::string endpoint = ignore ? std::string() : Env(env);
+  if (endpoint.empty() && global && !ignore) endpoint = Env("AWS_ENDPOINT_URL");
   if (endpoint.empty()) {
     const std::string r = region.empty() ? "us-east-1" : region;
     endpoint = fmt::format("https://{}.{}.amazonaws.com{}", host, r, r.starts_with("cn-") ? ".cn" : "");

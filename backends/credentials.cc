@@ -311,6 +311,8 @@ namespace {
 Result<Credentials> ResolveChain(const std::string& profile_arg, const std::string& region);
 }  // namespace
 
+bool IgnoreConfiguredEndpoints() { return Lower(Env("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS")) == "true"; }
+
 std::string ExpandAwsPath(const std::string& p) {
   // $NAME and ${NAME} first, then a leading ~ or ~user (the AWS CLI's
   // expandvars, then expanduser); an unset variable, or ~ without a home

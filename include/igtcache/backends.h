@@ -102,6 +102,10 @@ std::string RegionFromEnv();
 // says where it was found (for messages).
 std::string ProfileConfigSetting(const std::string& profile, const char* key, std::string* where = nullptr);
 
+// AWS_IGNORE_CONFIGURED_ENDPOINT_URLS is "true" (any case): no endpoint
+// from the environment or the config file, for S3, STS and SSO alike.
+bool IgnoreConfiguredEndpoints();
+
 // A path from $AWS_SHARED_CREDENTIALS_FILE or $AWS_CONFIG_FILE as the AWS CLI
 // reads it: $NAME and ${NAME} expanded, then a leading ~ or ~user (no shell
 // expands a systemd Environment= line or a container's env).

@@ -253,9 +253,7 @@ Result<std::unique_ptr<Backend>> BuildBackend(const SourceUrl& url, const Config
     return std::string(v ? v : "");
   };
   if (o.endpoint.empty()) {
-    std::string ignore = env("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS");
-    for (char& ch : ignore) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-    if (ignore != "true") {
+    if (!IgnoreConfiguredEndpoints()) {
       for (const char* name : {"AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"})
         if (o.endpoint.empty() && !env(name).empty()) {
           o.endpoint = env(name);

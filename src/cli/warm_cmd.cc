@@ -367,9 +367,9 @@ int RunWarm(const WarmArgs& a) {
       std::fflush(stderr);
     };
     {
-      // Every second, the mount's counters: a second in which it fetched
-      // from the source and its cache writes failed while nothing was
-      // inserted, twice in a row, stops the warm-up (a full or read-only
+      // Every second, the mount's counters: two seconds or more in which it
+      // fetched from the source and its cache writes failed while nothing
+      // was inserted stop the warm-up (a full or read-only
       // cache volume: the rest would be read for nothing). Before, warm read
       // all of it from the source (a tester's full volume: 36 MiB read,
       // every insert failed). A second of hits only, or of slow GETs, or
@@ -379,7 +379,12 @@ int RunWarm(const WarmArgs& a) {
       auto counter = [](const nlohmann::json& j, const char* k) { return j.value(k, uint64_t{0}); };
       std::optional<nlohmann::json> last;
       if (stats) last = *stats;
-      int failing_looks = 0;
+      // Since the mount last inserted or declined a unit (or warm began):
+      // when, and its counters then. Two looks in a row that each saw GETs
+      // end and writes fail missed a volume that was full all along when
+      // slow GETs ended every other second (a CI run read all 64 MiB).
+      auto quiet_since = std::chrono::steady_clock::now();
+      std::optional<nlohmann::json> at_quiet = last;
       while (prog.files_done.load() < todo.size() && running.load() > 0) {
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
         const auto now = std::chrono::steady_clock::now();
@@ -391,10 +396,14 @@ int RunWarm(const WarmArgs& a) {
           next_look = now + std::chrono::seconds(1);
           if (auto st = ReadStats(mnt)) {
             auto grew = [&](const char* k) { return counter(*st, k) > counter(*last, k); };
-            const bool failing = grew("backend_get_bytes") && grew("cache_write_errors") &&
-                                 !grew("cache_insert_units") && !grew("cache_insert_declined");
-            failing_looks = failing ? failing_looks + 1 : 0;
-            if (failing_looks >= 2) prog.writes_failing = true;
+            if (grew("cache_insert_units") || grew("cache_insert_declined")) {
+              quiet_since = now;
+              at_quiet = *st;
+            }
+            auto grew_quiet = [&](const char* k) { return counter(*st, k) > counter(*at_quiet, k); };
+            if (now - quiet_since >= std::chrono::seconds(2) && grew_quiet("backend_get_bytes") &&
+                grew_quiet("cache_write_errors"))
+              prog.writes_failing = true;
             last = std::move(*st);
           }
         }

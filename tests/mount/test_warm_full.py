@@ -3,8 +3,8 @@
 The cache dir is on a small tmpfs of our own (root), filled by another file,
 so every insert fails. The bucket is s3rver behind the project's cloud proxy
 at 512 KB/s per connection, so warming 64 MiB takes several seconds. warm looks at the mount's
-counters every second: no insert since its last look and 16 or more failed
-writes since it began stop it. It must exit 1 saying it stopped early, and
+counters every second: two seconds or more without an insert, in which GETs
+ended and writes failed, stop it. It must exit 1 saying it stopped early, and
 leave most of the data unread. Before (a black-box tester's finding), warm
 read everything from the source for nothing.
 """
