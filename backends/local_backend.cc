@@ -159,12 +159,13 @@ class LocalBackend final : public Backend {
 
   Result<ObjectInfo> Stat(const std::string& key) override {
     int fd = -1;
-    if (auto s = OpenKey(key, &fd); !s.ok()) return Err(s);
+    std::string real;
+    if (auto s = OpenKey(key, &fd, &real); !s.ok()) return Err(s);
     FdCloser closer{fd};
     struct stat st {};
     if (::fstat(fd, &st) != 0) return Err(ErrnoStatus(errno, "fstat '" + key + "'"));
     ObjectInfo info = Info(key, st, BirthNs(fd, "", AT_EMPTY_PATH));
-    if (auto real = Resolve(key)) info.data_key = DataKey(key, *real);
+    info.data_key = DataKey(key, real);  // realpath once (it was resolved again here)
     return info;
   }
 
@@ -265,7 +266,8 @@ class LocalBackend final : public Backend {
   }
   Status Gone() const { return Status::Unavailable("source directory " + root_ + " is gone (renamed or deleted?)"); }
 
-  Status OpenKey(const std::string& key, int* fd) const {
+  // `*real_out` (if given): the realpath opened, for Stat's data_key.
+  Status OpenKey(const std::string& key, int* fd, std::string* real_out = nullptr) const {
     if (auto s = ValidateKey(key); !s.ok()) return s;
     if (key.back() == '/') return Status::NotFound("'" + key + "' is a prefix, not an object");
     auto real = Resolve(key);
@@ -281,6 +283,7 @@ class LocalBackend final : public Backend {
       return Status::NotFound("'" + key + "' is not a regular file");
     }
     *fd = f;
+    if (real_out) *real_out = std::move(*real);
     return Status::Ok();
   }
 

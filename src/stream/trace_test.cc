@@ -156,6 +156,20 @@ TEST_CASE("ClassifyTrace with a listing: files nobody read count as children", "
   std::remove(lp.c_str());
 }
 
+// The rows of the trace at `p`, read back.
+std::vector<TraceRecord> RowsIn(const std::string& p) {
+  auto r = TraceReader::Open(p);
+  REQUIRE(r.has_value());
+  std::vector<TraceRecord> rows;
+  TraceRecord rec;
+  while (true) {
+    auto more = (*r)->Next(rec);
+    REQUIRE(more.has_value());
+    if (!*more) return rows;
+    rows.push_back(rec);
+  }
+}
+
 TEST_CASE("TraceWriter writes every appended row from many threads", "[trace]") {
   std::string p = TempPath("w.csv");
   TraceWriter::Options opt;
@@ -179,18 +193,9 @@ TEST_CASE("TraceWriter writes every appended row from many threads", "[trace]") 
   REQUIRE((*w)->Close().ok());
   CHECK((*w)->rows_written() == kThreads * kRows);
   CHECK((*w)->rows_dropped() == 0);
-  auto r = TraceReader::Open(p);
-  REQUIRE(r.has_value());
-  TraceRecord rec;
-  uint64_t n = 0;
-  while (true) {
-    auto more = (*r)->Next(rec);
-    REQUIRE(more.has_value());
-    if (!*more) break;
-    CHECK(rec.time_us == n);
-    ++n;
-  }
-  CHECK(n == kThreads * kRows);
+  const auto rows = RowsIn(p);
+  for (uint64_t n = 0; n < rows.size(); ++n) CHECK(rows[n].time_us == n);
+  CHECK(rows.size() == kThreads * kRows);
   std::remove(p.c_str());
 }
 
@@ -246,20 +251,6 @@ TEST_CASE("TraceWriter on a full disk is refused at open, with the reason", "[tr
   CHECK(w.error().code() == igt::Code::kNoSpace);  // the mount exits 1 (runtime), not 2 (usage)
 }
 
-// The rows of the trace at `p`.
-size_t RowsIn(const std::string& p) {
-  auto r = TraceReader::Open(p);
-  REQUIRE(r.has_value());
-  TraceRecord rec;
-  size_t n = 0;
-  while (true) {
-    auto more = (*r)->Next(rec);
-    REQUIRE(more.has_value());
-    if (!*more) return n;
-    ++n;
-  }
-}
-
 TEST_CASE("TraceWriter: a trace another writer holds is refused, not emptied under it", "[trace]") {
   // Two mounts given one --trace-out: the second truncated the file and the
   // first went on writing at its old offset after a run of NUL bytes.
@@ -276,11 +267,11 @@ TEST_CASE("TraceWriter: a trace another writer holds is refused, not emptied und
     CHECK_THAT(b.error().message(), Catch::Contains("being written by another process"));
     REQUIRE((*a)->Close().ok());
   }
-  CHECK(RowsIn(tmpl) == 1);
+  CHECK(RowsIn(tmpl).size() == 1);
   auto again = TraceWriter::Open(tmpl, {});  // its writer gone: truncated and written anew
   REQUIRE(again.has_value());
   REQUIRE((*again)->Close().ok());
-  CHECK(RowsIn(tmpl) == 0);
+  CHECK(RowsIn(tmpl).empty());
   ::unlink(tmpl);
 }
 
