@@ -74,11 +74,38 @@ void Guarded(const char* what, const std::string& key, F&& f) noexcept {
   try {
     f();
   } catch (const std::exception& e) {
-    if (WarnAllowed()) spdlog::error("{} failed on a read of '{}': {}", what, key, e.what());
+    if (WarnAllowed()) spdlog::error("{} failed on '{}': {}", what, key, e.what());
   } catch (...) {
-    if (WarnAllowed()) spdlog::error("{} failed on a read of '{}': unknown exception", what, key);
+    if (WarnAllowed()) spdlog::error("{} failed on '{}': unknown exception", what, key);
   }
 }
+
+// A request handler run so that an exception (std::bad_alloc, a bug)
+// fails that request, not the daemon: libfuse calls the handlers from C,
+// where an exception could not go, and one leaving a noexcept function
+// calls std::terminate (the mount then answers ENOTCONN). Each handler
+// replies as its last step, so an exception comes before any reply.
+// Not for forget, which is never replied to.
+template <auto Fn>
+struct Safe;
+template <class... A, void (*Fn)(fuse_req_t, A...)>
+struct Safe<Fn> {
+  static void Call(fuse_req_t req, A... a) noexcept {
+    int err = EIO;
+    try {
+      Fn(req, a...);
+      return;
+    } catch (const std::bad_alloc&) {
+      err = ENOMEM;
+      if (WarnAllowed()) spdlog::error("a FUSE request failed: out of memory");
+    } catch (const std::exception& e) {
+      if (WarnAllowed()) spdlog::error("a FUSE request failed: {}", e.what());
+    } catch (...) {
+      if (WarnAllowed()) spdlog::error("a FUSE request failed: unknown exception");
+    }
+    fuse_reply_err(req, err);
+  }
+};
 
 #if defined(__SANITIZE_THREAD__)
 std::atomic<uint64_t> g_handoff{0};
@@ -179,7 +206,7 @@ struct FuseFs::Impl {
                  conn->max_background, conn->proto_major, conn->proto_minor);
   }
 
-  static void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) noexcept {
+  static void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
     auto* self = Self(req);
     spdlog::trace("fuse: lookup '{}' in inode {}", name, parent);
     fuse_entry_param e{};
@@ -241,7 +268,7 @@ struct FuseFs::Impl {
     fuse_reply_none(req);
   }
 
-  static void GetAttr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) noexcept {
+  static void GetAttr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
     auto* self = Self(req);
     if (ino == kStatsIno) {
       auto st = StatsFileStat(self->attrs_);
@@ -254,7 +281,7 @@ struct FuseFs::Impl {
     fuse_reply_attr(req, &st, TimeoutSeconds(self->opts_.config, *a));
   }
 
-  static void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) noexcept {
+  static void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     auto* self = Self(req);
     if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) {
       fuse_reply_err(req, EROFS);
@@ -274,27 +301,32 @@ struct FuseFs::Impl {
       fuse_reply_err(req, EISDIR);
       return;
     }
-    self->OpenVersion(ino, a->etag, fi);
-    Add(self->metrics_->opens);
     // Reads, the cache and the engine go by the key holding the bytes: a
     // link's target's (docs/SEMANTICS.md, "Names").
     const std::string& key = a->DataKey();
-    spdlog::trace("fuse: open '{}' ({} bytes) by pid {}", a->key, a->size, fuse_req_ctx(req)->pid);
-    if (self->open_hook_) self->open_hook_(fuse_req_ctx(req)->pid, key, a->size);
-    // The kernel copies the mount's readahead into the file when the open
-    // returns, so setting it now gives this file its own (per-file
-    // readahead without a kernel interface for it). Two opens racing may
-    // swap their values: a matter of speed only, never of data.
-    if (self->readahead_hook_) self->SetReadahead(self->readahead_hook_(key, a->size));
     FileVersion fv{key, a->etag, a->size, a->data_key.empty() ? std::string() : a->key};
-    auto h = std::make_unique<Handle>(Handle{Handle::Kind::kFile, std::move(fv), nullptr, {}, fi->direct_io != 0});
+    auto h = std::make_unique<Handle>(Handle{Handle::Kind::kFile, std::move(fv), nullptr, {}, false});
+    // Nothing after OpenVersion may throw (Safe replies for an exception,
+    // and the version would stay counted open): the hooks only advise.
+    self->OpenVersion(ino, a->etag, fi);
+    h->direct_io = fi->direct_io != 0;
+    Add(self->metrics_->opens);
+    spdlog::trace("fuse: open '{}' ({} bytes) by pid {}", a->key, a->size, fuse_req_ctx(req)->pid);
+    Guarded("open hook", key, [&] {
+      if (self->open_hook_) self->open_hook_(fuse_req_ctx(req)->pid, key, a->size);
+      // The kernel copies the mount's readahead into the file when the open
+      // returns, so setting it now gives this file its own (per-file
+      // readahead without a kernel interface for it). Two opens racing may
+      // swap their values: a matter of speed only, never of data.
+      if (self->readahead_hook_) self->SetReadahead(self->readahead_hook_(key, a->size));
+    });
     fi->fh = reinterpret_cast<uint64_t>(h.get());
     KernelHandoff();
     if (fuse_reply_open(req, fi) == 0) h.release();
     else self->CloseVersion(ino, a->etag);  // interrupted: no handle
   }
 
-  static void Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) noexcept {
+  static void Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
     auto* self = Self(req);
     KernelHandoff();
     Handle* h = H(fi);
@@ -383,7 +415,7 @@ struct FuseFs::Impl {
   // `igtcache warm` (kWarmIoctl): fetch a range of an open file into the
   // cache. Other ioctls: ENOTTY.
   static void Ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void* arg, fuse_file_info* fi, unsigned flags,
-                    const void* in_buf, size_t in_bufsz, size_t out_bufsz) noexcept {
+                    const void* in_buf, size_t in_bufsz, size_t out_bufsz) {
     KernelHandoff();
     auto* self = Self(req);
     Handle* h = H(fi);
@@ -435,7 +467,7 @@ struct FuseFs::Impl {
     fuse_reply_err(req, 0);
   }
 
-  static void OpenDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) noexcept {
+  static void OpenDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     spdlog::trace("fuse: opendir inode {}", ino);
     auto l = Self(req)->ns_->ReadDir(ino);
     if (!l) {
@@ -501,7 +533,7 @@ struct FuseFs::Impl {
     h->listed = true;
   }
 
-  static void ReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) noexcept {
+  static void ReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
     auto* self = Self(req);
     KernelHandoff();
     Rewound(self, ino, off, H(fi));
@@ -525,7 +557,7 @@ struct FuseFs::Impl {
   // that do not fit, or a reply the kernel never took, give their
   // references back. `ls -l` of 50,000 files in one directory made 50,000
   // lookup round trips after its readdir.
-  static void ReadDirPlus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) noexcept {
+  static void ReadDirPlus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
     auto* self = Self(req);
     KernelHandoff();
     Rewound(self, ino, off, H(fi));
@@ -615,16 +647,16 @@ Status FuseFs::Mount() {
   static const fuse_lowlevel_ops ops = [] {
     fuse_lowlevel_ops o{};
     o.init = Impl::Init;
-    o.lookup = Impl::Lookup;
+    o.lookup = Safe<Impl::Lookup>::Call;
     o.forget = Impl::Forget;
     o.forget_multi = Impl::ForgetMulti;
-    o.getattr = Impl::GetAttr;
-    o.open = Impl::Open;
-    o.read = Impl::Read;
+    o.getattr = Safe<Impl::GetAttr>::Call;
+    o.open = Safe<Impl::Open>::Call;
+    o.read = Safe<Impl::Read>::Call;
     o.release = Impl::Release;
-    o.opendir = Impl::OpenDir;
-    o.readdir = Impl::ReadDir;
-    o.readdirplus = Impl::ReadDirPlus;
+    o.opendir = Safe<Impl::OpenDir>::Call;
+    o.readdir = Safe<Impl::ReadDir>::Call;
+    o.readdirplus = Safe<Impl::ReadDirPlus>::Call;
     o.releasedir = Impl::ReleaseDir;
     o.statfs = Impl::StatFs;
     o.mkdir = Impl::Mkdir;
@@ -634,7 +666,7 @@ Status FuseFs::Mount() {
     o.create = Impl::Create;
     o.setattr = Impl::SetAttr;
     o.write = Impl::Write;
-    o.ioctl = Impl::Ioctl;
+    o.ioctl = Safe<Impl::Ioctl>::Call;
     return o;
   }();
 
