@@ -980,6 +980,50 @@ TEST_CASE("an override prefix covers whole path components, with or without its 
   CHECK(all.Covers("anything/at/all"));
 }
 
+// The cached bytes Stats gives override `prefix`.
+uint64_t OverrideCachedBytes(Harness& h, const std::string& prefix) {
+  for (const auto& o : h.engine->Stats().overrides)
+    if (o.prefix == prefix) return o.cached_bytes;
+  FAIL("no override " << prefix);
+  return 0;
+}
+
+TEST_CASE("an override of a name like one of the engine's own streams gets a stream of its own", "[engine]") {
+  // Prefixes are literal, and "=", "?x/" and "(readahead)" are names a
+  // bucket may hold. Before, their streams were the engine's: the override
+  // of "" and a pin of the file "=" shared one stream (everything pinned),
+  // and a pin of "?x/" held the unlabelled reads of x/ (a tester's finding).
+  auto pf = ParsePolicyFile(R"y(
+profile: training
+overrides:
+  - {prefix: "", quota: 8M}
+  - {prefix: "=", pin: true}
+  - {prefix: "?x/", pin: true}
+  - {prefix: "(readahead)", pin: true}
+)y", "t.yaml");
+  REQUIRE(pf.has_value());
+  Harness h("igt", 50, *pf);
+  for (int i = 0; i < 4; ++i) h.Read("x/f" + std::to_string(i), 0, 1, false);
+  for (int i = 0; i < 2; ++i) h.Read("=", i, 2, false);
+  h.Read("?x/a", 0, 1, false);
+  h.Read("(readahead)", 0, 1, false);
+  CHECK(OverrideCachedBytes(h, "") == 4 * kUnit);
+  CHECK(OverrideCachedBytes(h, "=") == 2 * kUnit);
+  CHECK(OverrideCachedBytes(h, "?x/") == kUnit);
+  CHECK(OverrideCachedBytes(h, "(readahead)") == kUnit);
+  // A reload keeps each stream with its own override.
+  auto pf2 = ParsePolicyFile(R"(
+profile: training
+overrides:
+  - {prefix: "", quota: 8M}
+  - {prefix: "=", pin: true}
+)", "t.yaml");
+  REQUIRE(pf2.has_value());
+  REQUIRE(h.engine->SetPolicyFile(*pf2).ok());
+  CHECK(OverrideCachedBytes(h, "") == 6 * kUnit);  // ?x/a and (readahead) joined the "" override
+  CHECK(OverrideCachedBytes(h, "=") == 2 * kUnit);
+}
+
 // A stream's cached bytes or items; 0 when there is no such stream.
 uint64_t StreamCachedBytes(Harness& h, const std::string& key) {
   for (const auto& st : h.engine->Stats().streams)

@@ -86,13 +86,28 @@ constexpr uint64_t kMinRetentionChildren = 16;
 // most this often (GroupFor).
 constexpr uint64_t kPathRelabelReads = 16;
 constexpr uint64_t kPathRelabelUs = 10'000'000;
-// The stream that holds readahead units until they are read (not a path: no
-// key of the tree starts with '(').
-constexpr std::string_view kWindowStream = "(readahead)";
+// Stream keys: a directory's ("dir/"), an override's prefix, or the
+// engine's own, which start with '/' as no path and no override prefix
+// does (both are relative): before 2026-11-30 they were "(readahead)",
+// "?dir/", "=" and an override of a file or directory of that name (a
+// real name: prefixes are literal) shared the engine's stream, so a pin of
+// "?x/" held the unlabelled reads of "x/" (a tester's finding). Stats show
+// them without the '/' (DisplayKey).
+// The stream that holds readahead units until they are read.
+constexpr std::string_view kWindowStream = "/(readahead)";
 // Units fetched by `igtcache warm`, until read (PolicyEngine::NoteWarm).
-constexpr std::string_view kWarmStream = "(warm)";
+constexpr std::string_view kWarmStream = "/(warm)";
 // The stream of the files at the mount's root (GroupFor).
 constexpr std::string_view kRootStream = "/";
+// The one stream of the baseline policies (lru, lfu, ...).
+constexpr std::string_view kAllStream = "/*";
+// The stream of the files read in directory `dir` while nothing above
+// them is labelled ("/?" alone: the root's).
+std::string UnlabelledKey(std::string_view dir) { return "/?" + std::string(dir); }
+bool IsUnlabelledKey(std::string_view k) { return k.starts_with("/?"); }
+// The stream of override `o`'s prefix ("/=": the whole mount's, prefix "").
+std::string OverrideKey(const PathOverride& o) { return o.prefix.empty() ? std::string("/=") : o.prefix; }
+std::string_view DisplayKey(std::string_view k) { return k.size() > 1 && k[0] == '/' ? k.substr(1) : k; }
 // A file read at random (its block stream labelled random or skewed) of at
 // least this many units, whose missing units fit in the cache's free space,
 // is fetched whole in the background (a fill): free space and idle
@@ -576,11 +591,11 @@ Status PolicyEngine::Init() {
   auto m = MakeEvictionPolicy(module, params);
   if (!m) return m.error();
   auto g = std::make_unique<Group>();
-  g->key = "*";
+  g->key = kAllStream;
   g->module = std::move(*m);
   g->module_name = module;
   g->module_spec = {module, params};
-  groups_["*"] = std::move(g);
+  groups_[std::string(kAllStream)] = std::move(g);
   return Status::Ok();
 }
 
@@ -625,7 +640,7 @@ PolicyEngine::Group* PolicyEngine::GetGroup(const std::string& key, int label, c
   // A labelled directory: its files and those of its subdirectories (the
   // class directories of an image-folder data set) are the items of the
   // working set; deeper ones join as they are read.
-  if (listing_ && !key.empty() && key.back() == '/' && key.front() != '?') {
+  if (listing_ && !key.empty() && key.back() == '/' && !IsUnlabelledKey(key)) {
     // Files read while nothing above them was labelled sit in unlabelled
     // streams ("?dir/") with their units: they join this one now, units
     // and all. Before, a job's first files stayed in a stale LRU stream
@@ -641,7 +656,7 @@ PolicyEngine::Group* PolicyEngine::GetGroup(const std::string& key, int label, c
         fit->second.rank = files_seen_++;
       }
       Group* was = fit->second.group;
-      if (!was || (was != raw && !was->key.empty() && was->key.front() == '?')) {
+      if (!was || (was != raw && IsUnlabelledKey(was->key))) {
         FileRec& f = fit->second;
         if (f.size == 0) f.size = lf.size;
         const bool read = was && f.epoch_read != 0;
@@ -824,7 +839,7 @@ PolicyEngine::Group* PolicyEngine::GroupFor(std::string_view path, uint64_t now_
   }
   *prefetch_label = lowest;
   if (ov) {
-    const std::string key = ov->prefix.empty() ? std::string("=") : ov->prefix;
+    const std::string key = OverrideKey(*ov);
     int l = ov->pattern;
     if (ov->pattern >= 0) {
       // The file's own label too where the pattern is its (ForcedFileLabel):
@@ -876,7 +891,7 @@ PolicyEngine::Group* PolicyEngine::GroupFor(std::string_view path, uint64_t now_
     const int rl = labelled("/");
     if (rl != kUnknown && n_children >= kMinRetentionChildren) return GetGroup(std::string(kRootStream), rl, nullptr);
   }
-  if (top_key.empty()) return GetGroup("?" + ParentDir(path), kUnknown, nullptr);
+  if (top_key.empty()) return GetGroup(UnlabelledKey(ParentDir(path)), kUnknown, nullptr);
   return GetGroup(top_key, top_label, nullptr);
 }
 
@@ -938,10 +953,10 @@ void PolicyEngine::NoteGone(const std::vector<std::string>& paths) {
   gone_files_ += gone.size();
   // Streams of the files and directories gone go once empty (Allocate),
   // the unlabelled one of a gone directory ("?dir/") too; not the engine's
-  // own ("(readahead)", "*", the root's).
+  // own ("/(readahead)", "/*", the root's).
   for (auto& [k, g] : groups_) {
-    if (k.empty() || k[0] == '(' || k == "*" || k == kRootStream) continue;
-    const std::string_view path = k[0] == '?' ? std::string_view(k).substr(1) : std::string_view(k);
+    if (k.empty() || (k[0] == '/' && !IsUnlabelledKey(k))) continue;
+    const std::string_view path = IsUnlabelledKey(k) ? std::string_view(k).substr(2) : std::string_view(k);
     if (gone_files.contains(path) || UnderDirs(path, gone_dirs)) g->gone = true;
   }
   if (gone.empty()) return;
@@ -1245,7 +1260,7 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
   std::vector<PrefetchRange> plan;
 
   if (!mode_igt_) {
-    Group* g = groups_["*"].get();
+    Group* g = groups_[std::string(kAllStream)].get();
     g->read_bytes += length;
     g->period_read_bytes += length;
     if (baseline_prefetch_) baseline_prefetch_->Plan(ctx, plan);
@@ -1681,7 +1696,7 @@ void PolicyEngine::OnInsert(const std::string& id, std::string_view path, uint64
   // one, may be idle or give space first, and it was not read yet.
   const bool user_warm = mode_igt_ && prefetched && f.user_warm;
   if (!mode_igt_) {
-    g = groups_["*"].get();
+    g = groups_[std::string(kAllStream)].get();
   } else if (user_warm) {
     g = WarmGroup();
   } else if (f.group) {
@@ -1944,7 +1959,7 @@ void PolicyEngine::OnRemove(const std::string& id) {
 // follows (SetLabel, SetPolicyFile); Allocate checks the invariant.
 bool PolicyEngine::SiblingUniform(const Group* g) {
   return g->label == kRandom && !g->ov && !g->window && !g->user_warm && !g->key.empty() && g->key.back() == '/' &&
-         g->key.front() != '?' && g->key != kRootStream;
+         g->key.front() != '/';
 }
 
 void PolicyEngine::SetReadCached(Group* g, uint64_t v) {
@@ -2174,7 +2189,7 @@ void PolicyEngine::Allocate(uint64_t now_us) {
     // a second: 20 periods) moved scripts/eval.sh's mix at 10% from 0.934 to
     // 0.931 by bytes: files re-homed lose their stream's state. The streams
     // of directories gone go without waiting (NoteGone).
-    const bool unlabelled_idle = g->rate == 0 && g->key.size() > 0 && g->key[0] == '?';
+    const bool unlabelled_idle = g->rate == 0 && IsUnlabelledKey(g->key);
     if (g->units == 0 && (unlabelled_idle || g->gone) && g != victim_group_) {
       for (const std::string* k : g->items) {
         if (!k) continue;
@@ -2326,7 +2341,7 @@ bool PolicyEngine::PartReadActive(const FileRec& f) const {
 
 std::optional<std::string> PolicyEngine::PickVictim(uint64_t now_us) {
   now_us_ = std::max(now_us_, now_us);
-  if (!mode_igt_) return groups_["*"]->module->PickVictim();
+  if (!mode_igt_) return groups_[std::string(kAllStream)]->module->PickVictim();
   MaybeAllocate(now_us_);
   if (const std::string* dead = FrontOldUnit()) {
     last_victim_.clear();  // no ghost: a dead version is not read again
@@ -2383,7 +2398,7 @@ bool PolicyEngine::AdmitInsert(std::string_view path, bool prefetched, uint64_t 
   // them (and their waste is counted when they leave).
   if (prefetched) return true;
   now_us_ = std::max(now_us_, now_us);
-  if (!mode_igt_) return !groups_["*"]->module->InsertIsFirstVictim(UnitMeta{.prefetched = false, .now_us = now_us_});
+  if (!mode_igt_) return !groups_[std::string(kAllStream)]->module->InsertIsFirstVictim(UnitMeta{.prefetched = false, .now_us = now_us_});
   MaybeAllocate(now_us_);
   // A dead version would go first (PickVictim), not this unit.
   if (FrontOldUnit()) return true;
@@ -2438,7 +2453,7 @@ Status PolicyEngine::SetPolicyFile(PolicyFile pf) {
     // no longer overridden becomes an ordinary stream until re-read).
     g->ov = nullptr;
     for (const auto& o : opts_.policy_file.overrides)
-      if (o.prefix == key || (o.prefix.empty() && key == "=")) g->ov = &o;
+      if (OverrideKey(o) == key) g->ov = &o;
     g->forced = g->ov && g->ov->pattern >= 0;
     SyncPool(g.get());
     const int label = g->forced ? g->ov->pattern : g->label;
@@ -2469,7 +2484,7 @@ Status PolicyEngine::SetPolicyFile(PolicyFile pf) {
     ov_groups.emplace(ov, nullptr);
   }
   for (auto& [ov, g] : ov_groups) {
-    const std::string key = ov->prefix.empty() ? std::string("=") : ov->prefix;
+    const std::string key = OverrideKey(*ov);
     auto it = groups_.find(key);
     g = it != groups_.end() ? it->second.get() : GetGroup(key, ov->pattern >= 0 ? ov->pattern : kUnknown, ov);
   }
@@ -2572,7 +2587,7 @@ EngineStats PolicyEngine::Stats() const {
   s.gone_files = gone_files_;
   for (const auto& [k, g] : groups_) {
     StreamStats st;
-    st.key = g->key;
+    st.key = DisplayKey(g->key);
     st.label = kPatternNames[g->label];
     st.eviction = g->module_name;
     st.cached_bytes = g->bytes;
