@@ -63,14 +63,14 @@ std::string UnknownCommandError(CLI::App& app, const std::string& word) {
 int RunSimCmd(igt::sim::SimOptions o, const std::string& cache_size, const std::string& unit_size) {
   auto cs = igt::ParseSize(cache_size);
   if (!cs) {
-    std::fprintf(stderr, "igtcache: error: --cache-size: %s\n", cs.error().message().c_str());
+    std::fprintf(stderr, "igtcache: error: --cache-size: %s\n", igt::Escaped(cs.error().message()).c_str());
     return igt::kExitUsage;
   }
   o.cache_bytes = *cs;
   if (!unit_size.empty()) {
     auto us = igt::ParseSize(unit_size);
     if (!us) {
-      std::fprintf(stderr, "igtcache: error: --unit-size: %s\n", us.error().message().c_str());
+      std::fprintf(stderr, "igtcache: error: --unit-size: %s\n", igt::Escaped(us.error().message()).c_str());
       return igt::kExitUsage;
     }
     o.unit_bytes = *us;
@@ -102,17 +102,17 @@ int RunSimCmd(igt::sim::SimOptions o, const std::string& cache_size, const std::
 int RunClassify(const std::string& trace, const std::string& listing, const std::string& config_path) {
   auto cfg = igt::LoadConfig(config_path);
   if (!cfg) {
-    std::fprintf(stderr, "igtcache: error: %s\n", cfg.error().message().c_str());
+    std::fprintf(stderr, "igtcache: error: %s\n", igt::Escaped(cfg.error().message()).c_str());
     return igt::kExitUsage;
   }
   auto scfg = igt::StreamConfigFrom(*cfg);
   if (!scfg) {
-    std::fprintf(stderr, "igtcache: error: %s\n", scfg.error().message().c_str());
+    std::fprintf(stderr, "igtcache: error: %s\n", igt::Escaped(scfg.error().message()).c_str());
     return igt::kExitUsage;
   }
   auto j = igt::stream::ClassifyTrace(trace, *scfg, listing);
   if (!j) {
-    std::fprintf(stderr, "igtcache: error: %s\n", j.error().message().c_str());
+    std::fprintf(stderr, "igtcache: error: %s\n", igt::Escaped(j.error().message()).c_str());
     // A missing or bad --trace, --listing or --config is the command line's.
     const auto code = j.error().code();
     return code == igt::Code::kInvalidArgument || code == igt::Code::kNotFound ? igt::kExitUsage : igt::kExitError;
@@ -127,10 +127,10 @@ int main(int argc, char** argv) {
   // mount(8) / fstab entry point: `mount.fuse.igtcache SOURCE DIR -o OPTS`.
   if (auto helper = igt::ParseMountHelper(std::vector<std::string>(argv, argv + argc))) {
     if (!*helper) {
-      std::fprintf(stderr, "igtcache: error: %s\n", helper->error().message().c_str());
+      std::fprintf(stderr, "igtcache: error: %s\n", igt::Escaped(helper->error().message()).c_str());
       return igt::kExitUsage;
     }
-    for (const auto& w : (*helper)->warnings) std::fprintf(stderr, "igtcache: warning: %s\n", w.c_str());
+    for (const auto& w : (*helper)->warnings) std::fprintf(stderr, "igtcache: warning: %s\n", igt::Escaped(w).c_str());
     return (*helper)->fake ? igt::kExitOk : igt::RunMount((*helper)->mount);
   }
   CLI::App app{"igtcache: mount a cloud bucket with an adaptive SSD cache for AI workloads", "igtcache"};
@@ -312,7 +312,7 @@ int main(int argc, char** argv) {
   if (*config && !config_check.empty()) {
     auto c = igt::LoadConfig(config_check);
     if (!c) {
-      std::fprintf(stderr, "igtcache: error: %s\n", c.error().message().c_str());
+      std::fprintf(stderr, "igtcache: error: %s\n", igt::Escaped(c.error().message()).c_str());
       return igt::kExitUsage;
     }
     // The metrics address as the mount checks it (an IPv6 one needs a
@@ -329,11 +329,11 @@ int main(int argc, char** argv) {
       auto pf = igt::engine::LoadPolicyFile(c->policy.file, igt::engine::PolicyFileUse::kOnce);
       if (!pf) {
         std::fprintf(stderr, "igtcache: error: %s: config key 'policy.file': %s\n", config_check.c_str(),
-                     pf.error().message().c_str());
+                     igt::Escaped(pf.error().message()).c_str());
         return igt::kExitUsage;
       }
       for (const auto& w : igt::engine::PolicyWarnings(*pf, c->policy.file, c->cache.max_bytes))
-        std::fprintf(stderr, "igtcache: warning: %s\n", w.c_str());
+        std::fprintf(stderr, "igtcache: warning: %s\n", igt::Escaped(w).c_str());
     } else if (!c->policy.file.empty()) {
       std::fprintf(stderr, "igtcache: warning: %s: config key 'policy.file' is not used: it applies to "
                    "cache.eviction igt, not '%s'\n", config_check.c_str(), c->cache.eviction.c_str());

@@ -79,34 +79,6 @@ std::string DefaultCacheDir() {
   return "/var/cache/igtcache";
 }
 
-// Text for a log line or the user's terminal with its control characters
-// and backslashes escaped (\xNN): an object key, or an S3 server's error
-// message, may hold a newline or an escape sequence, and must not forge a log
-// line or drive the terminal showing it.
-template <class Out>
-void AppendEscaped(std::string_view text, Out& out) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  for (const char c : text) {
-    const auto u = static_cast<unsigned char>(c);
-    if (u >= 0x20 && u != 0x7f && c != '\\') {  // a backslash too: told apart from an escape
-      out.push_back(c);
-      continue;
-    }
-    const char esc[4] = {'\\', 'x', kHex[u >> 4], kHex[u & 15]};
-    out.append(esc, esc + 4);
-  }
-}
-
-}  // namespace
-
-std::string Escaped(std::string_view text) {
-  std::string out;
-  AppendEscaped(text, out);
-  return out;
-}
-
-namespace {
-
 // Warnings logged before the mount's log is set up (the cache's start-up
 // findings: an index moved aside, records dropped, unit files deleted): a
 // daemon's early logger prints only errors, so they are held here, told to

@@ -25,8 +25,24 @@ struct MountArgs {
 // Returns the process exit code. Errors are printed as one line on stderr.
 int RunMount(const MountArgs& a);
 
-// `text` with control characters and backslashes as \xNN: for the terminal
-// or a log line (an object key or a trace's path may hold an escape sequence).
+// Text for a log line or the user's terminal with its control characters
+// and backslashes escaped (\xNN): an object key, a trace's path or an S3
+// server's error message may hold a newline or an escape sequence, and must
+// not forge a log line or drive the terminal showing it.
+template <class Out>
+void AppendEscaped(std::string_view text, Out& out) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  for (const char c : text) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u >= 0x20 && u != 0x7f && c != '\\') {  // a backslash too: told apart from an escape
+      out.push_back(c);
+      continue;
+    }
+    const char esc[4] = {'\\', 'x', kHex[u >> 4], kHex[u & 15]};
+    out.append(esc, esc + 4);
+  }
+}
+// `text` escaped as AppendEscaped does (ops_common.cc).
 std::string Escaped(std::string_view text);
 
 // Exit codes, documented in docs/CLI.md.

@@ -22,6 +22,12 @@
 
 namespace igt {
 
+std::string Escaped(std::string_view text) {
+  std::string out;
+  AppendEscaped(text, out);
+  return out;
+}
+
 namespace fs = std::filesystem;
 
 std::string NormalizeMountpoint(const std::string& path) {

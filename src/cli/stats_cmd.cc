@@ -178,7 +178,7 @@ int PrintOnce(const std::string& mnt, bool json) {
   }
   auto j = ReadStats(mnt);
   if (!j) {
-    std::fprintf(stderr, "igtcache: error: %s\n", j.error().message().c_str());
+    std::fprintf(stderr, "igtcache: error: %s\n", igt::Escaped(j.error().message()).c_str());
     return kExitError;
   }
   std::cout << StatsTable(*j, nullptr, 0);  // whole: the terminal scrolls back
@@ -190,9 +190,12 @@ int PrintOnce(const std::string& mnt, bool json) {
 std::string StatsTable(const nlohmann::json& j, const nlohmann::json* prev, double dt, size_t max_stream_rows,
                        size_t max_cols) {
   std::string o;
-  auto line = [&o](const std::string& k, const std::string& v) { o += fmt::format("{:<10} {}\n", k, v); };
+  // Values may hold names from the bucket or the policy file: control
+  // characters are escaped (a key's newline or escape sequence must not
+  // forge a line or drive the terminal).
+  auto line = [&o](const std::string& k, const std::string& v) { o += fmt::format("{:<10} {}\n", k, Escaped(v)); };
   o += fmt::format("igtcache {}  {}  pid {}  up {}\n\n", j.value("version", std::string("?")),
-                   j.value("source", std::string("?")), U(j, "pid"), Dur(U(j, "uptime_s")));
+                   Escaped(j.value("source", std::string("?"))), U(j, "pid"), Dur(U(j, "uptime_s")));
   const uint64_t used = U(j, "cache_used_bytes"), limit = U(j, "cache_limit_bytes");
   const uint64_t inline_units = U(j, "cache_inline_units");
   line("cache", fmt::format("{} of {} ({}), {} units{}", FormatSize(used), FormatSize(limit),
@@ -319,7 +322,7 @@ std::string StatsTable(const nlohmann::json& j, const nlohmann::json* prev, doub
   constexpr size_t kOtherCols = 52, kMaxPath = 60, kMinPath = 10;
   const size_t max_path = max_cols > kOtherCols + kMinPath ? std::min(kMaxPath, max_cols - kOtherCols) : kMinPath;
   size_t w = 6;
-  for (const auto& r : rows) w = std::max(w, std::min<size_t>(r.path.size(), max_path));
+  for (const auto& r : rows) w = std::max(w, std::min<size_t>(Escaped(r.path).size(), max_path));
   o += fmt::format("{:<{}}  {:<10}  {:<5}  {:>8}  {:>10}  {:>9}\n", "STREAM", w, "LABEL", "GRAN", "SAMPLES",
                    "CACHED", "HIT RATIO");
   if (rows.empty() && more == 0)
@@ -327,7 +330,7 @@ std::string StatsTable(const nlohmann::json& j, const nlohmann::json* prev, doub
                      "form streams)\n"
                    : "(none detected yet: a stream needs a few dozen reads)\n";
   for (const auto& r : rows) {
-    std::string p = r.path;
+    std::string p = Escaped(r.path);
     if (p.size() > max_path) {  // its start cut off, at a UTF-8 character's start
       size_t from = p.size() - (max_path - 3);
       while (from < p.size() && Utf8Continuation(p[from])) ++from;
@@ -350,7 +353,7 @@ int RunStats(const StatsArgs& a) {
   while (true) {
     auto j = ReadStats(a.mountpoint);
     if (!j) {
-      std::fprintf(stderr, "igtcache: error: %s\n", j.error().message().c_str());
+      std::fprintf(stderr, "igtcache: error: %s\n", igt::Escaped(j.error().message()).c_str());
       return kExitError;
     }
     auto now = std::chrono::steady_clock::now();

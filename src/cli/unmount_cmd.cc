@@ -141,14 +141,14 @@ int RunUnmount(const UnmountArgs& a) {
     // would wait for that mount's daemon).
     if (auto outer = FindIgtcacheMount(mnt))
       std::fprintf(stderr, "igtcache: error: '%s' is not a mount point; it is inside the igtcache mount '%s'\n",
-                   a.mountpoint.c_str(), outer->c_str());
+                   igt::Escaped(a.mountpoint).c_str(), outer->c_str());
     else if (::lstat(mnt.c_str(), &st) != 0 && errno == ENOENT)
-      std::fprintf(stderr, "igtcache: error: '%s' does not exist\n", a.mountpoint.c_str());
+      std::fprintf(stderr, "igtcache: error: '%s' does not exist\n", igt::Escaped(a.mountpoint).c_str());
     else if (auto type = MountTypeAt(mnt))  // it said "not mounted" (a tester's tmpfs)
       std::fprintf(stderr, "igtcache: error: '%s' is not an igtcache mount (it is a %s mount; unmount it with "
-                   "umount)\n", a.mountpoint.c_str(), type->c_str());
+                   "umount)\n", igt::Escaped(a.mountpoint).c_str(), type->c_str());
     else
-      std::fprintf(stderr, "igtcache: error: '%s' is not mounted (no igtcache mount there)\n", a.mountpoint.c_str());
+      std::fprintf(stderr, "igtcache: error: '%s' is not mounted (no igtcache mount there)\n", igt::Escaped(a.mountpoint).c_str());
     return kExitError;
   }
   // A daemon that died (killed, crashed) leaves its mount answering ENOTCONN:
@@ -161,7 +161,7 @@ int RunUnmount(const UnmountArgs& a) {
   const std::string& no_pid = probe.no_pid;
   if (!probe.answered)
     std::fprintf(stderr, "igtcache: warning: the daemon of '%s' does not answer (stopped or hung?); unmounting anyway\n",
-                 a.mountpoint.c_str());
+                 igt::Escaped(a.mountpoint).c_str());
   // "Busy" a moment after the last file on the mount was closed (this
   // command's own stats file among them) can pass: asked again for up to
   // 2 s (within --timeout) before it is an error. A file really held open
@@ -184,7 +184,7 @@ int RunUnmount(const UnmountArgs& a) {
       why = fmt::format("it is a mount of another user ({}): only that user or root can unmount it", UserName(*owner));
     if (err.find("busy") != std::string::npos)
       why += " (files open or a process has its working directory there; close them, or use --lazy)";
-    std::fprintf(stderr, "igtcache: error: cannot unmount '%s': %s\n", a.mountpoint.c_str(), why.c_str());
+    std::fprintf(stderr, "igtcache: error: cannot unmount '%s': %s\n", igt::Escaped(a.mountpoint).c_str(), why.c_str());
     return kExitError;
   }
   if (a.timeout_s <= 0) return kExitOk;  // --timeout 0: unmounted, the daemon's exit not waited for
@@ -195,7 +195,7 @@ int RunUnmount(const UnmountArgs& a) {
     std::fprintf(stderr,
                  "igtcache: warning: unmounted '%s', but cannot wait for its daemon to exit (%s); its cache dir "
                  "stays locked until it does\n",
-                 a.mountpoint.c_str(), no_pid.c_str());
+                 igt::Escaped(a.mountpoint).c_str(), no_pid.c_str());
     return kExitError;
   }
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(a.timeout_s);
@@ -203,7 +203,7 @@ int RunUnmount(const UnmountArgs& a) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   if (Alive(pid)) {
     std::fprintf(stderr, "igtcache: warning: unmounted '%s', but daemon pid %d is still running after %.0f s%s\n",
-                 a.mountpoint.c_str(), static_cast<int>(pid), a.timeout_s,
+                 igt::Escaped(a.mountpoint).c_str(), static_cast<int>(pid), a.timeout_s,
                  a.lazy ? " (after a lazy unmount it serves the files still open until they are closed; "
                           "kill -TERM it to end it now)"
                         : "");

@@ -57,9 +57,20 @@ struct Item {
   uint64_t size = 0;
 };
 
+// A name from the bucket as printed: control characters escaped (\xNN: a
+// key holding a newline or an escape sequence must not forge a line or
+// drive the terminal), quoted when it holds a space or a quote.
+std::string Shown(std::string_view path) {
+  std::string e = Escaped(path);
+  if (e.find_first_of(" '") == std::string::npos) return e;
+  std::string q = "'";
+  for (char c : e) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
 // " a b c ... and 7 more" and the end of the line: the first names of a list.
 void PrintFirstNames(const std::vector<Item>& items) {
-  for (size_t i = 0; i < items.size() && i < kListNotFit; ++i) std::printf(" %s", items[i].path.c_str());
+  for (size_t i = 0; i < items.size() && i < kListNotFit; ++i) std::printf(" %s", Shown(items[i].path).c_str());
   if (items.size() > kListNotFit) std::printf(" ... and %zu more", items.size() - kListNotFit);
   std::printf("\n");
 }
@@ -171,7 +182,7 @@ void Collect(const fs::path& p, std::vector<Item>& out, std::vector<std::string>
 
 int RunWarm(const WarmArgs& a) {
   auto fail = [](int code, const std::string& m) {
-    std::fprintf(stderr, "igtcache: error: %s\n", m.c_str());
+    std::fprintf(stderr, "igtcache: error: %s\n", igt::Escaped(m).c_str());
     return code;
   };
   if (a.paths.empty()) return fail(kExitUsage, "warm: no paths given");
@@ -213,7 +224,7 @@ int RunWarm(const WarmArgs& a) {
       all.erase(std::remove_if(all.begin(), all.end(), [&](const Item& it) { return !seen.insert(it.path).second; }),
                 all.end());
     }
-    for (const auto& e : errors) std::fprintf(stderr, "igtcache: warm: %s\n", e.c_str());
+    for (const auto& e : errors) std::fprintf(stderr, "igtcache: warm: %s\n", igt::Escaped(e).c_str());
     if (!errors.empty()) rc = kExitError;
 
     // Files under a never_cache prefix of the mount's policy (the longest
@@ -273,7 +284,7 @@ int RunWarm(const WarmArgs& a) {
       }
     }
     const auto& given = by_mount[mnt];
-    const std::string what = given.size() == 1 ? given[0] : fmt::format("{} paths in {}", given.size(), mnt);
+    const std::string what = given.size() == 1 ? Shown(given[0]) : fmt::format("{} paths in {}", given.size(), Shown(mnt));
     const std::string pin_note = pinned_bytes ? fmt::format(", {} of it pinned", FormatSize(pinned_bytes)) : "";
     if (a.progress)  // -q: the summary only
       std::printf("warm: %s: %zu %s, %s to read (cache %s used of %s%s)\n", what.c_str(), todo.size(),
@@ -429,7 +440,7 @@ int RunWarm(const WarmArgs& a) {
     if (a.progress && tty) show(true);
     const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
-    for (const auto& e : read_errors) std::fprintf(stderr, "igtcache: warm: %s\n", e.c_str());
+    for (const auto& e : read_errors) std::fprintf(stderr, "igtcache: warm: %s\n", igt::Escaped(e).c_str());
     if (!read_errors.empty()) rc = kExitError;
     auto after = ReadStats(mnt);
     // How much a counter of the mount grew while warm ran (0 without stats).

@@ -337,6 +337,15 @@ def main():
                   for o in outs),
               f"a bad policy file: config --check and sim name the config file, the key and the value "
               f"({[(o.returncode, o.stderr.strip()[:100]) for o in outs]})")
+        # A trace's bad row names its path with control characters escaped
+        # (a path's escape sequence reached the terminal, a newline split
+        # the error: a docs walker's finding).
+        esc = s.write_config("esc.csv", 'time_us,pid,path,offset,length,file_size\n0,1,"/x\x1b[31mred\nz",0,1,1\n')
+        for cmd in (["classify", "--trace", str(esc)], ["sim", "--trace", str(esc), "--cache-size", "64M"]):
+            r = subprocess.run([harness.igtcache_bin(), *cmd], capture_output=True, text=True)
+            err = r.stderr.strip()
+            check(r.returncode == 2 and "\x1b" not in err and "\n" not in err and "\\x1b[31mred\\x0az" in err,
+                  f"{cmd[0]}: a bad path's control characters escaped in the error ({r.returncode}, {err[:120]!r})")
         v6 = s.write_config("v6.yaml", 'metrics:\n  addr: "[::1]:0"\n')
         r = subprocess.run([harness.igtcache_bin(), "config", "--check", str(v6)], capture_output=True, text=True)
         check(r.returncode == 0 or (r.returncode == 2 and "IPv6" in r.stderr and "metrics.addr" in r.stderr),

@@ -43,7 +43,10 @@ def main():
         rnd = random.Random(11)
         for i in range(5):
             (src / "big").mkdir(exist_ok=True)
-            (src / "big" / f"b{i}.bin").write_bytes(rnd.randbytes(BIG))
+            # The last one's name holds an escape sequence, a newline and a
+            # space: warm names it escaped and quoted (it printed it raw).
+            name = "b4\x1b[31m\nx y.bin" if i == 4 else f"b{i}.bin"
+            (src / "big" / name).write_bytes(rnd.randbytes(BIG))
         for i in range(6):
             (src / "small").mkdir(exist_ok=True)
             (src / "small" / f"s{i}.bin").write_bytes(rnd.randbytes(SMALL))
@@ -59,6 +62,8 @@ def main():
         check(": 8 files," in r.stdout, "8 files to read: a file named twice counts once")
         check("did not fit: 3 files" in r.stdout, "reports the 3 big files that do not fit in 2 MiB")
         check(str(mnt / "big" / "b2.bin") in r.stdout, "names a file that did not fit")
+        check("\x1b" not in r.stdout and f"'{mnt}/big/b4\\x1b[31m\\x0ax y.bin'" in r.stdout,
+              "a name's control characters escaped, the name quoted")
         st = s.stats(m)
         warmed = 2 * BIG + 6 * SMALL
         check(st["backend_get_bytes"] == warmed, f"backend fetched exactly what fits ({st['backend_get_bytes']} == {warmed})")

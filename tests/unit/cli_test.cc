@@ -143,6 +143,21 @@ TEST_CASE("stats table: the policy file's overrides are shown as in effect", "[c
   CHECK(Count(t, "logs/: quota 1.0 GiB, forced sequential (0 B cached)") == 1);
 }
 
+TEST_CASE("stats table: control characters of names are escaped", "[cli]") {
+  // A key holding a newline or an escape sequence must not forge a row or
+  // drive the terminal (a tester's finding: rows were split, escapes passed).
+  auto j = Stats(0, 0);
+  const std::string bad = "s\x1b[7mINV\nline2/";
+  j["streams"].push_back({{"path", bad}, {"label", "sequential"}, {"granularity", "file"}, {"samples", 40}});
+  j["engine"]["overrides"] = nlohmann::json::array(
+      {{{"prefix", "a\rb/"}, {"pin", true}, {"never_cache", false}, {"quota_bytes", 0}, {"cached_bytes", 0}}});
+  const auto t = StatsTable(j, nullptr, 0);
+  CHECK(t.find('\x1b') == std::string::npos);
+  CHECK(t.find('\r') == std::string::npos);
+  CHECK(Count(t, "s\\x1b[7mINV\\x0aline2/") == 1);
+  CHECK(Count(t, "a\\x0db/: pinned") == 1);
+}
+
 TEST_CASE("stats table: a failed policy reload is said, until one succeeds", "[cli]") {
   auto j = Stats(1, 0);
   j["engine"]["policy_reload_failures"] = 2;
