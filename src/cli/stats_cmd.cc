@@ -179,7 +179,8 @@ int PrintOnce(const std::string& mnt, bool json) {
   auto j = ReadStats(mnt);
   if (!j) {
     std::fprintf(stderr, "igtcache: error: %s\n", igt::Escaped(j.error().message()).c_str());
-    return kExitError;
+    // A path that is no mount is the command line's (as warm's).
+    return j.error().code() == Code::kNotFound ? kExitUsage : kExitError;
   }
   std::cout << StatsTable(*j, nullptr, 0);  // whole: the terminal scrolls back
   return kExitOk;
@@ -354,7 +355,9 @@ int RunStats(const StatsArgs& a) {
     auto j = ReadStats(a.mountpoint);
     if (!j) {
       std::fprintf(stderr, "igtcache: error: %s\n", igt::Escaped(j.error().message()).c_str());
-      return kExitError;
+      // A path that is no mount is the command line's; a mount gone while
+      // watched is not.
+      return !prev && j.error().code() == Code::kNotFound ? kExitUsage : kExitError;
     }
     auto now = std::chrono::steady_clock::now();
     const double elapsed = std::chrono::duration<double>(now - last).count();

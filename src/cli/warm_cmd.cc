@@ -226,6 +226,7 @@ int RunWarm(const WarmArgs& a) {
     }
     for (const auto& e : errors) std::fprintf(stderr, "igtcache: warm: %s\n", igt::Escaped(e).c_str());
     if (!errors.empty()) rc = kExitError;
+    if (all.empty() && !errors.empty()) continue;  // no plan of nothing after the errors
 
     // Files under a never_cache prefix of the mount's policy (the longest
     // prefix covering a file decides, as in the engine) are not read: the

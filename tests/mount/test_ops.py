@@ -124,7 +124,7 @@ def main():
         check(len(lines) == 2 and all(l and isinstance(json.loads(l), dict) for l in lines),
               f"stats --watch piped: one JSON object per line ({len(lines)} lines in 30 s)")
         r = igt("stats", str(src), env=s.igt_env())
-        check(r.returncode == 1 and "not an igtcache mount point" in r.stderr, "stats of a plain dir: clear error")
+        check(r.returncode == 2 and "not an igtcache mount point" in r.stderr, "stats of a plain dir: clear error, exit 2")
 
         # --- unmount
         pid = m.pid
@@ -165,7 +165,7 @@ def main():
         r = igt("--bogus")
         check(r.returncode == 2 and "unknown option '--bogus'" in r.stderr, f"igtcache --bogus ({r.stderr.strip()!r})")
         r = igt("stats", str(s.tmp / "no_such_dir"))
-        check(r.returncode == 1 and "does not exist" in r.stderr, f"stats of a missing path ({r.stderr.strip()!r})")
+        check(r.returncode == 2 and "does not exist" in r.stderr, f"stats of a missing path ({r.stderr.strip()!r})")
 
 
 def unmount_hung_daemon(s, src):
