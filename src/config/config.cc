@@ -410,6 +410,10 @@ Result<uint64_t> ParseSize(const std::string& in) {
     if (r.ec != std::errc() || v > UINT64_MAX / mult) return Err(Status::InvalidArgument("'" + in + "' is too large"));
     return v * mult;
   }
+  // A fraction of a byte: "quota: 1.5" meant 1 byte (a tester's finding).
+  if (mult == 1)
+    return Err(Status::InvalidArgument("'" + in + "' is a fraction of a byte: give a whole number of bytes or a "
+                                       "suffix (1.5G)"));
   double v = std::strtod(num.c_str(), nullptr);
   double bytes = v * static_cast<double>(mult);
   if (bytes > 1.8e19) return Err(Status::InvalidArgument("'" + in + "' is too large"));

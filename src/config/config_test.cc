@@ -15,6 +15,8 @@ TEST_CASE("sizes parse with binary suffixes") {
   CHECK(*ParseSize("512M") == 512ull << 20);
   CHECK(*ParseSize("4KiB") == 4096);
   CHECK(*ParseSize("1.5G") == 3ull << 29);
+  CHECK_FALSE(ParseSize("1.5").has_value());  // a fraction of a byte, not 1 byte
+  CHECK_FALSE(ParseSize("0.5B").has_value());
   CHECK(*ParseSize("123") == 123);
   CHECK_FALSE(ParseSize("ten").has_value());
   CHECK_FALSE(ParseSize("10X").has_value());

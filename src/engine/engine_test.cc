@@ -1660,6 +1660,8 @@ TEST_CASE("policy YAML: every profile parses, errors name the key", "[engine][ya
       {"overrides: [{prefix: a/, quota: 0}]\n", "overrides[0].quota: must be more than 0"},
       {"overrides: [{prefix: a/, pin: maybe}]\n", "overrides[0].pin"},
       {"overrides: [{prefix: a/, pin: true, never_cache: true}]\n", "overrides[0].never_cache"},
+      {"overrides: [{prefix: a/, never_cache: true, quota: 1G}]\n", "overrides[0].quota: cannot be combined"},
+      {"overrides: [{prefix: a/, quota: 1.5}]\n", "overrides[0].quota: '1.5' is a fraction of a byte"},
       {"overrides: [{prefix: a/, colour: red}]\n", "overrides[0].colour"},
       {"overrides: [{prefix: a/, pin: true}, {prefix: b/}, {prefix: /a/, quota: 1G}]\n", "overrides[2].prefix"},
       {"overrides: [{prefix: a/, pin: true}, {prefix: a, quota: 1G}]\n", "overrides[1].prefix"},
@@ -1678,6 +1680,8 @@ TEST_CASE("policy YAML: every profile parses, errors name the key", "[engine][ya
     CHECK(f.error().code() == Code::kInvalidArgument);
     CHECK(f.error().message().find(c.key) != std::string::npos);
     CHECK(f.error().message().find("x.yaml") != std::string::npos);
+    // Every case is on line 1: the line is named (period_ms: 0 was not).
+    CHECK(f.error().message().find("line 1") != std::string::npos);
   }
   // A quota the cache cannot exceed is accepted with a warning.
   auto big = ParsePolicyFile("overrides: [{prefix: a/, quota: 10T}, {prefix: b/, quota: 1M}]\n", "x.yaml");

@@ -257,7 +257,7 @@ Result<PolicyFile> ParseImpl(const Ctx& c, const YAML::Node& root) {
       if (auto s = Scalar(c, pm, "allocation.period_ms", v); !s.ok()) return Err(s);
       const bool digits = !v.empty() && v.size() <= 10 && v.find_first_not_of("0123456789") == std::string::npos &&
                           (v.size() == 1 || v[0] != '0');
-      if (!digits || std::stoull(v) > kMaxAllocationPeriodMs)
+      if (!digits || std::stoull(v) == 0 || std::stoull(v) > kMaxAllocationPeriodMs)
         return Err(c.Bad(pm, "allocation.period_ms", "'" + v + "' must be a whole number of ms from 1 to " +
                                                      std::to_string(kMaxAllocationPeriodMs)));
       f.allocation_period_ms = std::stoull(v);
@@ -312,6 +312,8 @@ Result<PolicyFile> ParseImpl(const Ctx& c, const YAML::Node& root) {
       }
       if (ov.pin && ov.never_cache)
         return Err(c.Bad(n["never_cache"], where + ".never_cache", "cannot be combined with pin"));
+      if (ov.quota_bytes && ov.never_cache)
+        return Err(c.Bad(n["quota"], where + ".quota", "cannot be combined with never_cache (nothing is cached there)"));
       // Two entries for one prefix: which one applies would be arbitrary.
       for (size_t k = 0; k < f.overrides.size(); ++k)
         if (strip_slash(f.overrides[k].prefix) == strip_slash(ov.prefix))
