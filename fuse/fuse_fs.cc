@@ -3,6 +3,7 @@
 
 #include <fuse3/fuse_lowlevel.h>
 #include <spdlog/spdlog.h>
+#include <poll.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -767,6 +768,7 @@ Status FuseFs::Run() {
     std::lock_guard lk(watch_mu_);
     loop_done_ = session_ended_ = false;
   }
+  notifier_done_ = false;
   std::thread watcher([this] { WatchSession(); });
   std::thread notifier([this] { SendInvalidations(); });
   int rc = fuse_session_loop_mt(se_, cfg);
@@ -776,6 +778,7 @@ Status FuseFs::Run() {
   }
   watch_cv_.notify_all();
   watcher.join();
+  DrainWhileNotifying();
   notifier.join();
   fuse_loop_cfg_destroy(cfg);
   if (handlers_set_) {
@@ -809,11 +812,50 @@ void FuseFs::WatchSession() {
   }
 }
 
+// The notifier may be blocked in the kernel on a directory's lock that a
+// lookup there holds while it waits for its reply, and the loop's workers,
+// gone, will never read that lookup: joined as it was, the daemon hung on
+// SIGTERM with the mount up (a reviewer's finding; the window is the up to
+// 100 ms before WatchSession marks the session ended). Requests are read
+// and answered here until the notifier is back (the session has ended:
+// they fail fast, the backend's requests cancelled). An unmount or a
+// connection abort ends the notify (and the reads) by itself.
+void FuseFs::DrainWhileNotifying() {
+  if (notifier_done_.load()) return;
+  fuse_buf buf{};
+  const int fd = fuse_session_fd(se_);
+  // libfuse drops a request it read once the session is marked exited (its
+  // receive returns 0): unmarked while draining (the loop is over anyway).
+  fuse_session_reset(se_);
+  while (!notifier_done_.load()) {
+    pollfd p{fd, POLLIN, 0};
+    const int r = ::poll(&p, 1, 50);
+    if (r < 0 && errno != EINTR) break;
+    if (r <= 0 || !(p.revents & POLLIN)) {
+      if (r > 0 && (p.revents & (POLLERR | POLLHUP | POLLNVAL))) break;  // the connection is gone
+      continue;
+    }
+    const int n = fuse_session_receive_buf(se_, &buf);
+    if (n == -EINTR || n == -EAGAIN) continue;
+    if (n == 0) {  // marked exited again (another signal), or unmounted: poll says which
+      fuse_session_reset(se_);
+      continue;
+    }
+    if (n < 0) break;
+    fuse_session_process_buf(se_, &buf);
+  }
+  std::free(buf.mem);
+}
+
 // Sends the entry invalidations NoteChanged and DropEntries queue (NoteChanged's
 // first: a reader waits for each), on a thread of its own:
 // one can block in the kernel on its directory's lock (a lookup there
 // waiting for a FUSE thread), which must not delay the end of the session.
 void FuseFs::SendInvalidations() {
+  struct Done {
+    std::atomic<bool>& done;
+    ~Done() { done.store(true); }
+  } done{notifier_done_};
   std::unique_lock lk(watch_mu_);
   while (true) {
     watch_cv_.wait(lk, [&] { return loop_done_ || !urgent_entries_.empty() || !inval_entries_.empty(); });

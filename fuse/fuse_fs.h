@@ -159,6 +159,8 @@ class FuseFs {
   std::string ra_path_;
   uint64_t ra_kb_ = 0;
   fuse_session* se_ = nullptr;
+  // Answers requests after the loop ended until the notifier is back.
+  void DrainWhileNotifying();
   std::mutex watch_mu_;  // guards the five below
   std::condition_variable watch_cv_;
   bool loop_done_ = false, session_ended_ = false;
@@ -185,6 +187,8 @@ class FuseFs {
   // the kernel none (the relisting may have listed the name meanwhile,
   // after its drop had looked).
   std::atomic<uint64_t> relist_gen_{0};
+  // SendInvalidations has returned (DrainWhileNotifying).
+  std::atomic<bool> notifier_done_{false};
 
   // The kernel keeps one page cache per inode, shared by every handle open
   // on it. `etag` is the version whose pages it may hold; `open` counts the
