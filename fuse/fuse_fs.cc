@@ -108,6 +108,45 @@ struct Safe<Fn> {
   }
 };
 
+// Reply buffers of reads, reused: not thread_local, whose first use on
+// each of libfuse's worker threads (started and ended as load comes and
+// goes) registers a TLS destructor, and glibc aborts the process when it
+// cannot allocate for that (a tester's run under `ulimit -v`: SIGABRT,
+// "failed to register TLS destructor"). A failed allocation here is a
+// bad_alloc, which fails the one read.
+class ReadBuffers {
+ public:
+  struct Buf {
+    std::unique_ptr<char[]> data;
+    size_t size = 0;
+  };
+  Buf Take(size_t size) {
+    {
+      std::lock_guard lk(mu_);
+      for (size_t i = free_.size(); i-- > 0;)
+        if (free_[i].size >= size) {
+          Buf b = std::move(free_[i]);
+          free_.erase(free_.begin() + static_cast<std::ptrdiff_t>(i));
+          return b;
+        }
+    }
+    return Buf{std::unique_ptr<char[]>(new char[size]), size};
+  }
+  void Give(Buf b) noexcept {
+    std::lock_guard lk(mu_);
+    if (free_.size() < kKeep) try {
+        free_.push_back(std::move(b));
+      } catch (...) {
+      }
+  }
+
+ private:
+  static constexpr size_t kKeep = 64;  // beyond the FUSE threads reading at once: freed
+  std::mutex mu_;
+  std::vector<Buf> free_;
+};
+ReadBuffers g_read_buffers;
+
 #if defined(__SANITIZE_THREAD__)
 std::atomic<uint64_t> g_handoff{0};
 inline void KernelHandoff() { g_handoff.fetch_add(1, std::memory_order_acq_rel); }
@@ -335,10 +374,9 @@ struct FuseFs::Impl {
       // Copy out of the handle first: once the reply is written the reader
       // may close and a Release on another thread free the handle while
       // fuse_reply_buf is still returning (found by ASan).
-      thread_local std::string out;
       const auto& c = h->content;
       size_t from = std::min<size_t>(static_cast<size_t>(off), c.size());
-      out.assign(c, from, std::min(size, c.size() - from));
+      const std::string out(c, from, std::min(size, c.size() - from));
       KernelHandoff();
       fuse_reply_buf(req, out.data(), out.size());
       return;
@@ -382,12 +420,18 @@ struct FuseFs::Impl {
     });
     std::function<void()> run_plan;
     if (plan) run_plan = [&] { Guarded("prefetch plan", h->file.key, plan); };
-    thread_local std::vector<char> buf;
+    ReadBuffers::Buf buf;
+    struct GiveBack {
+      ReadBuffers::Buf& b;
+      ~GiveBack() {
+        if (b.data) g_read_buffers.Give(std::move(b));
+      }
+    } give_back{buf};
     Result<size_t> n = Err(Status::Internal("read failed"));
     try {
-      if (buf.size() < size) buf.resize(size);
+      buf = g_read_buffers.Take(std::max<size_t>(size, 1));
       // The reader is named only where the kernel retries (the failure memo).
-      n = self->pipeline_->Read(h->file, o, size, buf.data(), run_plan, page_cached ? pid : 0);
+      n = self->pipeline_->Read(h->file, o, size, buf.data.get(), run_plan, page_cached ? pid : 0);
     } catch (const std::exception& e) {
       n = Err(Status::Internal(e.what()));
     } catch (...) {
@@ -410,7 +454,7 @@ struct FuseFs::Impl {
     }
     Add(self->metrics_->read_bytes, *n);
     KernelHandoff();
-    fuse_reply_buf(req, buf.data(), *n);
+    fuse_reply_buf(req, buf.data.get(), *n);
   }
 
   // `igtcache warm` (kWarmIoctl): fetch a range of an open file into the
@@ -770,7 +814,19 @@ Status FuseFs::Run() {
   }
   notifier_done_ = false;
   std::thread watcher([this] { WatchSession(); });
-  std::thread notifier([this] { SendInvalidations(); });
+  std::thread notifier;
+  try {
+    notifier = std::thread([this] { SendInvalidations(); });
+  } catch (...) {  // a thread limit: the watcher must not be left joinable (std::terminate)
+    {
+      std::lock_guard lk(watch_mu_);
+      loop_done_ = true;
+    }
+    watch_cv_.notify_all();
+    watcher.join();
+    fuse_loop_cfg_destroy(cfg);
+    throw;
+  }
   int rc = fuse_session_loop_mt(se_, cfg);
   {
     std::lock_guard lk(watch_mu_);

@@ -28,6 +28,8 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+
+#include <cmath>
 #include <unistd.h>
 
 #include <algorithm>
@@ -165,7 +167,8 @@ Result<VolumeSpace> StatVolume(const std::string& dir) {
   if (::statvfs(dir.c_str(), &v) != 0) {
     return Err(Status::IoError(fmt::format("statvfs {}: {}", dir, ErrnoText(errno))));
   }
-  return VolumeSpace{uint64_t(v.f_bavail) * v.f_frsize, uint64_t(v.f_blocks) * v.f_frsize};
+  return VolumeSpace{uint64_t(v.f_bavail) * v.f_frsize, uint64_t(v.f_blocks) * v.f_frsize, uint64_t(v.f_favail),
+                     uint64_t(v.f_files)};
 }
 
 Code CodeForErrno(int err) {
@@ -258,9 +261,11 @@ class DiskBlockStore final : public BlockStore {
   }
   static constexpr uint64_t kResumeIntervalUs = 5'000'000;  // 5 s: a cheap probe, not a busy loop
   // Why an insert met the volume's free-space floor.
-  std::string VolumeFloorText() const {
-    if (opts_.min_free_ratio <= 0) return "cache volume is full";
-    return fmt::format("cache volume has less than {:.3g}% free (cache.min_free_ratio)", opts_.min_free_ratio * 100);
+  // `inodes`: of its inodes (df -i), not of its space.
+  std::string VolumeFloorText(bool inodes = false) const {
+    if (opts_.min_free_ratio <= 0) return inodes ? "cache volume has no free inodes" : "cache volume is full";
+    return fmt::format("cache volume has less than {:.3g}% {} (cache.min_free_ratio)", opts_.min_free_ratio * 100,
+                       inodes ? "of its inodes free" : "free");
   }
 
   std::optional<size_t> Read(const UnitKey& key, uint64_t offset, size_t len, char* out,
@@ -1082,18 +1087,30 @@ Status DiskBlockStore::Put(const UnitKey& key, std::string_view data, bool prefe
       const double want = opts_.min_free_ratio * double(space->total_bytes) + double(disk + reserved_bytes_);
       if (want > double(space->avail_bytes)) need_free = uint64_t(want - double(space->avail_bytes)) + 1;
     }
+    // Unit files to delete so that the volume keeps min_free_ratio of its
+    // inodes free too, with one for this unit's file and one for its
+    // directory: a volume of many small files ran out of inodes with space
+    // to spare, and every insert failed with nothing evicted (a tester's
+    // tmpfs with nr_inodes=200: 2,478 write errors, 0 evictions).
+    uint64_t need_files = 0;
+    if (space && space->total_inodes > 0 && !is_inline) {
+      const double want = opts_.min_free_ratio * double(space->total_inodes) + 2;
+      if (want > double(space->avail_inodes)) need_files = uint64_t(std::ceil(want - double(space->avail_inodes)));
+    }
     if (need_free > used_bytes_ - inline_bytes_) {
       // Even an empty cache would not leave enough free space: do not evict
       // everything for nothing. Only unit files count: evicting inline
       // units frees no volume space until RocksDB compacts (a volume filled
       // by others would otherwise drain them one insert at a time).
       fail = Status::NoSpace(VolumeFloorText());
+    } else if (need_files > index_.size() - inline_units_) {
+      fail = Status::NoSpace(VolumeFloorText(/*inodes=*/true));
     } else if (reserved_bytes_ + disk > opts_.max_bytes) {
       // Nor when the inserts in flight hold so much that evicting every
       // cached unit would not make room.
       fail = Status::NoSpace("cache space is held by inserts in flight");
       contended = true;
-    } else if (used_bytes_ + reserved_bytes_ + disk > opts_.max_bytes && need_free == 0 &&
+    } else if (used_bytes_ + reserved_bytes_ + disk > opts_.max_bytes && need_free == 0 && need_files == 0 &&
                !policy_->AdmitUnit(id, n,
                                    UnitMeta{.prefetched = prefetched, .now_us = hooks_.now_us(), .object = key.object,
                                             .unit_index = key.index, .disk_bytes = disk, .etag = key.etag})) {
@@ -1103,14 +1120,22 @@ Status DiskBlockStore::Put(const UnitKey& key, std::string_view data, bool prefe
       declined = true;
     } else {
       auto within_limit = [&] { return used_bytes_ + reserved_bytes_ + disk <= opts_.max_bytes; };
-      const uint64_t freed =
-          EvictLocked([&](uint64_t freed) { return within_limit() && freed >= need_free; }, victims, within_limit);
-      if (!within_limit() || freed < need_free) {
+      size_t files_freed = 0, files_seen = 0;  // unit files among the victims (each an inode)
+      auto enough_files = [&] {
+        for (; files_freed < need_files && files_seen < victims.size(); ++files_seen)
+          if (!victims[files_seen].is_inline) ++files_freed;
+        return files_freed >= need_files;
+      };
+      const uint64_t freed = EvictLocked(
+          [&](uint64_t freed) { return within_limit() && freed >= need_free && enough_files(); }, victims,
+          within_limit);
+      if (!within_limit() || freed < need_free || !enough_files()) {
         // Other Puts in flight hold the space, or the volume's floor needs
-        // room that only inline units (freeing nothing now) stand before.
-        contended = need_free == 0 || freed >= need_free;  // not the volume's floor
+        // room (or inodes) that only inline units (freeing nothing now)
+        // stand before.
+        contended = freed >= need_free && enough_files();  // not the volume's floor
         fail = contended ? Status::NoSpace("cache space is held by inserts in flight")
-                         : Status::NoSpace(VolumeFloorText());
+                         : Status::NoSpace(VolumeFloorText(!enough_files()));
       } else {
         busy_[id] = Busy{};
         reserved_bytes_ += disk;
@@ -1604,7 +1629,16 @@ Result<std::unique_ptr<rocksdb::DB>> OpenIndex(const std::string& dir) {
         if (::lstat(it->path().c_str(), &fst) == 0 && S_ISREG(fst.st_mode)) ours += uint64_t(fst.st_blocks) * 512;
       }
       struct statvfs vs {};
-      const uint64_t total = ::statvfs(dir.c_str(), &vs) == 0 ? uint64_t(vs.f_blocks) * vs.f_frsize : 0;
+      const bool have_vs = ::statvfs(dir.c_str(), &vs) == 0;
+      const uint64_t total = have_vs ? uint64_t(vs.f_blocks) * vs.f_frsize : 0;
+      // Out of inodes with space to spare (a small tmpfs's nr_inodes): "free
+      // some space" sent a tester after space that was not the problem.
+      if (have_vs && vs.f_files > 0 && vs.f_favail == 0 && vs.f_bavail > vs.f_blocks / 20)
+        return Err(Status::NoSpace(fmt::format(
+            "cannot open cache index {}: the cache volume has no free inodes ({}; df -i shows them): remove files "
+            "from it (the cache dir {} is a copy of the source: removing it empties the cache) or give it a volume "
+            "with more inodes",
+            path, text, dir)));
       const std::string whose =
           total > 0 && ours >= total / 2
               ? fmt::format("the cache's own files take {} of its {} MiB: remove the cache dir {} (a copy of the "
@@ -1624,6 +1658,13 @@ Result<std::unique_ptr<rocksdb::DB>> OpenIndex(const std::string& dir) {
           text.find("Permission denied") != std::string::npos)))
       return Err(Status::Busy(fmt::format(
           "cache dir {} is in use by another process: its index {} is locked ({})", dir, path, text)));
+    // Out of threads or memory (a pids limit: EAGAIN): nothing wrong with
+    // the cache, which removing would lose (a tester's finding).
+    if (text.find("Resource temporarily unavailable") != std::string::npos ||
+        text.find("Cannot allocate memory") != std::string::npos)
+      return Err(FromRocks(s, fmt::format("cannot open cache index {} (a limit on threads, processes or memory? the "
+                                          "cache itself may be fine)",
+                                          path)));
     return Err(FromRocks(s, fmt::format("cannot open cache index {} (removing the cache dir {} resets the cache)",
                                         path, dir)));
   }

@@ -1069,6 +1069,40 @@ TEST_CASE("min_free_ratio keeps free space on the volume", "[block_store]") {
     CHECK(f.metrics.evictions > 0);
     CHECK(f.metrics.cache_insert_declined == 0);
   }
+  SECTION("fake volume: evicts to keep free inodes too") {
+    // Space to spare, 200 inodes, 20 of them used by others; keep 10% free:
+    // each unit file takes one. Before, inserts failed (ENOSPC) and nothing
+    // was evicted once the inodes ran out.
+    f.opts.min_free_ratio = 0.1;
+    auto hooks = f.Hooks();
+    BlockStore* store = nullptr;
+    hooks.volume_space = [&store](const std::string&) -> Result<VolumeSpace> {
+      const uint64_t files = store ? store->unit_count() : 0;
+      return VolumeSpace{uint64_t(1) << 30, uint64_t(1) << 31, 200 - 20 - files, 200};
+    };
+    auto s = f.Open(hooks);
+    store = s.get();
+    for (int i = 0; i < 300; ++i) {
+      REQUIRE(s->Put(Key(i), DataOf(Key(i), 1000)).ok());
+      CHECK(200 - 20 - s->unit_count() >= 20);
+    }
+    CHECK(s->unit_count() >= 150);
+    CHECK(f.metrics.evictions == 300 - s->unit_count());
+    CHECK(s->Contains(Key(299)));
+    CHECK(f.metrics.cache_write_errors == 0);
+  }
+  SECTION("fake volume: inodes no cache could free refuse inserts, naming inodes") {
+    f.opts.min_free_ratio = 0.1;
+    auto hooks = f.Hooks();
+    hooks.volume_space = [](const std::string&) -> Result<VolumeSpace> {
+      return VolumeSpace{uint64_t(1) << 30, uint64_t(1) << 31, 5, 200};
+    };
+    auto s = f.Open(hooks);
+    auto st = s->Put(Key(1), DataOf(Key(1), 1000));
+    CHECK(st.code() == Code::kNoSpace);
+    CHECK(st.message().find("inodes") != std::string::npos);
+    CHECK(s->unit_count() == 0);
+  }
   SECTION("a ratio no cache could meet refuses inserts and evicts nothing") {
     f.opts.min_free_ratio = 0.999;
     auto s = f.Open();

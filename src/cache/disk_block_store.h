@@ -29,6 +29,10 @@ namespace igt::cache {
 struct VolumeSpace {
   uint64_t avail_bytes = 0;  // free to an unprivileged user (statvfs f_bavail)
   uint64_t total_bytes = 0;
+  // Inodes (statvfs f_favail, f_files): a unit file takes one. 0 total: not
+  // known (btrfs reports none), not checked.
+  uint64_t avail_inodes = 0;
+  uint64_t total_inodes = 0;
 };
 
 struct BlockStoreHooks {

@@ -17,6 +17,7 @@
 #include <csignal>
 #include <chrono>
 #include <condition_variable>
+#include <system_error>
 #include <thread>
 #include <cstdio>
 #include <cstdlib>
@@ -349,6 +350,11 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
   // and left its mount answering ENOTCONN (a stray `kill -USR1`).
   std::signal(SIGUSR1, SIG_IGN);
   std::signal(SIGUSR2, SIG_IGN);
+  // A file size limit (ulimit -f) below a unit file: a write beyond it fails
+  // with EFBIG, a failed insert as any other (served from the source,
+  // counted in cache_write_errors), instead of SIGXFSZ killing the daemon
+  // with nothing logged (a tester's finding).
+  std::signal(SIGXFSZ, SIG_IGN);
   // Until the cache dir is known to be usable, log to stderr (a daemon's
   // log file lives in the cache dir by default); errors reach the user
   // through `rep` anyway.
@@ -371,6 +377,18 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
     spdlog::set_default_logger(early);
   }
   RaiseFdLimit();
+  // A hard limit too low for the connections: a socket() failing with
+  // EMFILE reads as the source being unreachable (a tester's run at 48 fds
+  // went into outage mode with nothing said of the limit). The cache takes
+  // at most a quarter of the limit for its open unit files.
+  if (rlimit r{}; url.kind == SourceUrl::Kind::kS3 && getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur != RLIM_INFINITY) {
+    const uint64_t want = 4 * cfg.backend.max_connections + 64;
+    if (r.rlim_cur < want)
+      rep.Warn(fmt::format("the open file limit is {} (ulimit -n; its hard limit is {}): below {} for "
+                           "backend.max_connections {}, connections to the source may fail for want of file "
+                           "descriptors, which looks like an outage; raise it or lower backend.max_connections",
+                           r.rlim_cur, r.rlim_max, want, cfg.backend.max_connections));
+  }
   Metrics metrics;
   auto backend = BuildBackend(url, cfg, &metrics);
   if (!backend) {
@@ -1135,9 +1153,25 @@ int RunMount(const MountArgs& a) {
     }
   }
 
+  // Serve, with an exception out of it (a thread that could not be started
+  // under a pids or thread limit: std::system_error) said, not std::terminate.
+  auto serve = [&](Reporter& rep, bool foreground) {
+    try {
+      return Serve(args, *cfg, *url, rep, foreground);
+    } catch (const std::system_error& e) {
+      const std::string m = fmt::format("cannot start: {} (a limit on threads or processes: pids.max, ulimit -u?)",
+                                        e.what());
+      spdlog::error("{}", m);
+      rep.Fail(m);
+    } catch (const std::exception& e) {
+      spdlog::error("cannot start: {}", e.what());
+      rep.Fail(std::string("cannot start: ") + e.what());
+    }
+    return kExitError;
+  };
   if (a.foreground) {
     Reporter rep(-1);
-    return Serve(args, *cfg, *url, rep, true);
+    return serve(rep, true);
   }
   // Daemon: the child does all the work and tells the parent how the mount
   // went through a pipe, so errors still reach the terminal and the exit
@@ -1161,7 +1195,7 @@ int RunMount(const MountArgs& a) {
       rep.Fail(std::string("chdir /: ") + std::strerror(errno));
       _exit(kExitError);
     }
-    int rc = Serve(args, *cfg, *url, rep, false);
+    int rc = serve(rep, false);
     if (auto l = spdlog::default_logger()) l->flush();  // _exit skips the logger's teardown
     _exit(rc);
   }

@@ -85,8 +85,8 @@ const std::vector<Key>& Schema() {
        "volume): a larger value is lowered to that at start-up, with a warning.", nullptr,
        SET_SIZE(cache.max_bytes)},
       {"cache.min_free_ratio", Type::kRatio, "0.05",
-       "Free space to keep on the cache volume, as a fraction of its size. Inserts evict (or "
-       "are skipped) to keep it.",
+       "Free space to keep on the cache volume, as a fraction of its size, and free inodes, as a fraction "
+       "of its inodes (a unit file takes one). Inserts evict (or are skipped) to keep them.",
        nullptr, SET_RATIO(cache.min_free_ratio)},
       {"cache.unit_size_bytes", Type::kSize, "1M",
        "Cache unit: large objects are cached in blocks of this size; smaller objects whole. A multiple of "

@@ -256,7 +256,11 @@ void Namespace::WalkWorker() {
       auto [key, fetch] = std::move(refresh_queue_.front());
       refresh_queue_.pop_front();
       lk.unlock();
-      Complete(key, fetch);
+      try {
+        Complete(key, fetch);  // (an exception ends the fetch, failed)
+      } catch (const std::exception& e) {  // out of memory: not out of the thread (std::terminate)
+        spdlog::debug("refresh of '{}/': {}", key, e.what());
+      }
       lk.lock();
       --walk_busy_;
       continue;
@@ -269,12 +273,16 @@ void Namespace::WalkWorker() {
     // way, and the entry left here dropped it.
     walk_queued_.erase(key);
     lk.unlock();
-    auto r = Listing(key, /*background=*/true);  // single-flight with the walker's own ReadDir
-    if (!r) spdlog::debug("walk prefetch of '{}/': {}", key, r.error().ToString());
-    // Depth first, as the walker: this directory's subdirectories come next
-    // (not below a stale listing: the bucket did not answer).
-    if (r && item.descend && Fresh(**r))
-      QueueBackground(UnlistedSubdirs(key, **r, 0, kWalkAhead), /*descend=*/true, /*front=*/true);
+    try {
+      auto r = Listing(key, /*background=*/true);  // single-flight with the walker's own ReadDir
+      if (!r) spdlog::debug("walk prefetch of '{}/': {}", key, r.error().ToString());
+      // Depth first, as the walker: this directory's subdirectories come next
+      // (not below a stale listing: the bucket did not answer).
+      if (r && item.descend && Fresh(**r))
+        QueueBackground(UnlistedSubdirs(key, **r, 0, kWalkAhead), /*descend=*/true, /*front=*/true);
+    } catch (const std::exception& e) {  // out of memory: not out of the thread (std::terminate)
+      spdlog::debug("walk prefetch of '{}/': {}", key, e.what());
+    }
     lk.lock();
     --walk_busy_;
   }
@@ -575,7 +583,14 @@ Result<std::shared_ptr<const DirListing>> Namespace::Listing(const std::string& 
   // whole retry budget, and the unmount with it).
   // Not with ttl_ms 0 (no stale listing wanted), nor for a listing a read
   // found out of date.
-  if (stale_listing && !background && !changed && opts_.ttl_ms > 0 && QueueRefresh(dir_key, fetch, bucket_slow)) {
+  bool queued = false;
+  try {
+    queued = stale_listing && !background && !changed && opts_.ttl_ms > 0 && QueueRefresh(dir_key, fetch, bucket_slow);
+  } catch (...) {
+    AbandonFetch(dir_key, fetch);
+    throw;
+  }
+  if (queued) {
     std::unique_lock lk(fetch->mu);
     if (fetch->cv.wait_for(lk, std::chrono::milliseconds(opts_.stale_wait_ms), [&] { return fetch->done; }))
       return fetch->result;
@@ -586,6 +601,37 @@ Result<std::shared_ptr<const DirListing>> Namespace::Listing(const std::string& 
 
 Result<std::shared_ptr<const DirListing>> Namespace::Complete(const std::string& dir_key,
                                                               const std::shared_ptr<Fetch>& fetch) {
+  try {
+    return CompleteFetch(dir_key, fetch);
+  } catch (...) {
+    AbandonFetch(dir_key, fetch);
+    throw;
+  }
+}
+
+// (Out of memory.) The fetch ends, failed: its waiters, and every later
+// lookup in the directory, waited on it for good (a tester's run under
+// `ulimit -v`: a directory's lookups hung, readers in D state).
+void Namespace::AbandonFetch(const std::string& dir_key, const std::shared_ptr<Fetch>& fetch) noexcept {
+  {
+    std::lock_guard lk(listings_mu_);
+    if (auto it = fetches_.find(dir_key); it != fetches_.end() && it->second == fetch) fetches_.erase(it);
+  }
+  {
+    std::lock_guard lk(fetch->mu);
+    if (!fetch->done) {
+      try {
+        fetch->result = Err(Status::IoError("listing " + dir_key + " failed: out of memory?"));
+      } catch (...) {  // keeps its "pending" error
+      }
+      fetch->done = true;
+    }
+  }
+  fetch->cv.notify_all();
+}
+
+Result<std::shared_ptr<const DirListing>> Namespace::CompleteFetch(const std::string& dir_key,
+                                                                   const std::shared_ptr<Fetch>& fetch) {
   Result<std::shared_ptr<const DirListing>> result = Err(Status::Internal("unset"));
   // A persisted listing from an earlier mount, if still fresh. Not once this
   // mount has its own (then the persisted one is the same or older, e.g. a

@@ -271,9 +271,13 @@ class Namespace {
   Result<std::shared_ptr<const DirListing>> Listing(const std::string& dir_key, bool background = false);
   Result<std::shared_ptr<const DirListing>> FetchListing(const std::string& dir_key);
   // The work of the leader of `fetch`: fetch (or fall back to the stale
-  // listing), publish, wake the waiters.
+  // listing), publish, wake the waiters (CompleteFetch); an exception ends
+  // the fetch, failed, and goes on.
   Result<std::shared_ptr<const DirListing>> Complete(const std::string& dir_key,
                                                      const std::shared_ptr<Fetch>& fetch);
+  Result<std::shared_ptr<const DirListing>> CompleteFetch(const std::string& dir_key,
+                                                          const std::shared_ptr<Fetch>& fetch);
+  void AbandonFetch(const std::string& dir_key, const std::shared_ptr<Fetch>& fetch) noexcept;
   bool Fresh(int64_t fetched_ms) const;
   // A listing is fresh for the TTL, or for twice its LIST's time if that
   // is longer: a directory whose LIST outlasts the TTL was stale the moment

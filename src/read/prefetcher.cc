@@ -45,10 +45,21 @@ Prefetcher::Job Prefetcher::MakeJob(const FileVersion& file, uint64_t first, uin
 
 Prefetcher::Prefetcher(ReadPipeline* pipeline, BlockStore* store, Options opts, Hook begin, Hook end)
     : pipeline_(pipeline), store_(store), opts_(opts), begin_(std::move(begin)), end_(std::move(end)) {
-  for (size_t i = 0; i < std::max<size_t>(1, opts_.threads); ++i) threads_.emplace_back([this] { Worker(); });
+  // A thread that cannot be started (a pids or thread limit: EAGAIN) ends
+  // the construction with its std::system_error, after the threads started
+  // are stopped: left joinable, they made std::terminate abort the daemon
+  // with nothing said (a tester's finding).
+  try {
+    for (size_t i = 0; i < std::max<size_t>(1, opts_.threads); ++i) threads_.emplace_back([this] { Worker(); });
+  } catch (...) {
+    Stop();
+    throw;
+  }
 }
 
-Prefetcher::~Prefetcher() {
+Prefetcher::~Prefetcher() { Stop(); }
+
+void Prefetcher::Stop() noexcept {
   {
     std::lock_guard lk(mu_);
     stop_ = true;
@@ -57,7 +68,8 @@ Prefetcher::~Prefetcher() {
     fills_.clear();
   }
   cv_.notify_all();
-  for (auto& t : threads_) t.join();
+  for (auto& t : threads_)
+    if (t.joinable()) t.join();
 }
 
 size_t Prefetcher::Submit(const FileVersion& file, uint64_t first, uint64_t last, Priority prio) {

@@ -106,6 +106,8 @@ class Prefetcher {
   Stats stats() const;
 
  private:
+  // Stops and joins the workers (the destructor; a constructor that failed).
+  void Stop() noexcept;
   // A unit (key, etag, index) or a file version (index kFileTag): XXH3-128,
   // a value, so that looking one up or erasing it never allocates (the
   // bookkeeping after a job must not throw: it gives the budget back).

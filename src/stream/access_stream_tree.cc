@@ -763,7 +763,7 @@ void AccessStreamTree::PushSampleLocked(Node* n, uint32_t child, uint32_t pid, u
 
 void AccessStreamTree::RunTestLocked(Node* n, uint64_t now_us) {
   StreamState& s = *n->stream;
-  thread_local std::vector<uint32_t> children, pids;
+  std::vector<uint32_t> children, pids;  // not thread_local: see detector.h
   const size_t sz = s.count;
   children.resize(sz);
   pids.resize(sz);
@@ -808,7 +808,7 @@ void AccessStreamTree::RunTestLocked(Node* n, uint64_t now_us) {
   // samples, and the scan was relabelled random (a black-box test: 5.4x
   // lru's bytes). Cuts to a scan, or between other labels, are as before.
   auto few_readers = [&] {
-    thread_local std::vector<uint32_t> p;
+    std::vector<uint32_t> p;
     p.assign(pids.end() - static_cast<std::ptrdiff_t>(recent), pids.end());
     std::sort(p.begin(), p.end());
     return static_cast<size_t>(std::unique(p.begin(), p.end()) - p.begin()) <= recent / 4;

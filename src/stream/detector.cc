@@ -144,12 +144,12 @@ DetectResult Detect(const DetectInput& in, const StreamConfig& cfg) {
   const double alpha_each = cfg.alpha / 2;  // Bonferroni over the two tests
 
   // --- Uniformity statistics (also gives D for N). ---
-  thread_local std::vector<uint32_t> sorted;
+  std::vector<uint32_t> sorted;
   sorted.assign(in.children.begin(), in.children.end());
   std::sort(sorted.begin(), sorted.end());
   uint64_t distinct = 0;
   double pairs = 0;  // sum c(c-1): ordered pairs of samples on the same child
-  thread_local std::vector<uint32_t> counts;
+  std::vector<uint32_t> counts;
   counts.clear();
   for (size_t i = 0; i < n;) {
     size_t j = i;
@@ -169,7 +169,7 @@ DetectResult Detect(const DetectInput& in, const StreamConfig& cfg) {
     // Readers with one sample in the window (a process per file): the
     // window's pids sorted once, and only when a new reader asks (long-lived
     // readers ask a handful of times per window).
-    thread_local std::vector<uint32_t> by_pid;
+    std::vector<uint32_t> by_pid;
     bool sorted_pids = false;
     auto once = [&](uint32_t p) {
       if (!sorted_pids) {

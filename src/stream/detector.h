@@ -19,7 +19,11 @@
 //      with a Zipf exponent fitted by matching the observed collision rate.
 //   3. unknown: too few samples, too few children, or "next" steps that beat
 //      chance but are below the floor (a mix of scan and something else).
-// Thread-safety: pure functions; scratch buffers are thread_local.
+// Thread-safety: pure functions. Their scratch buffers are locals, not
+// thread_local: they run on FUSE worker threads, which come and go, and a
+// thread_local with a destructor makes glibc abort the process when it
+// cannot allocate to register that destructor (`ulimit -v`); a local's
+// failed allocation is a bad_alloc the caller's guard takes.
 
 #include <cstdint>
 #include <span>
