@@ -845,6 +845,11 @@ Status FuseFs::Run() {
     fuse_session_unmount(se_);
     mounted_ = false;
   }
+  // libfuse ends the loop when a worker cannot allocate its request buffer
+  // (a tester's run under ulimit -v): named, not a bare -12.
+  if (rc == -ENOMEM)
+    return Status::IoError("FUSE loop ended: out of memory (libfuse could not allocate a request buffer; a memory "
+                           "or address-space limit such as ulimit -v?)");
   if (rc != 0 && rc != SIGINT && rc != SIGTERM && rc != SIGHUP)
     return Status::IoError(fmt::format("FUSE loop ended with {}", rc));
   return Status::Ok();
