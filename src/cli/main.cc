@@ -84,7 +84,7 @@ int RunSimCmd(igt::sim::SimOptions o, const std::string& cache_size, const std::
   o.warn = [](const std::string& w) { std::fprintf(stderr, "igtcache: warning: %s\n", igt::Escaped(w).c_str()); };
   auto j = igt::sim::RunSim(o);
   if (!j) {
-    std::fprintf(stderr, "igtcache: error: %s\n", igt::Escaped(j.error().message()).c_str());
+    igt::PrintError(j.error().message());
     // A missing or bad --trace, --listing or --config is the command line's.
     const auto code = j.error().code();
     return code == igt::Code::kInvalidArgument || code == igt::Code::kNotFound ? igt::kExitUsage : igt::kExitError;
@@ -102,17 +102,17 @@ int RunSimCmd(igt::sim::SimOptions o, const std::string& cache_size, const std::
 int RunClassify(const std::string& trace, const std::string& listing, const std::string& config_path) {
   auto cfg = igt::LoadConfig(config_path);
   if (!cfg) {
-    std::fprintf(stderr, "igtcache: error: %s\n", igt::Escaped(cfg.error().message()).c_str());
+    igt::PrintError(cfg.error().message());
     return igt::kExitUsage;
   }
   auto scfg = igt::StreamConfigFrom(*cfg);
   if (!scfg) {
-    std::fprintf(stderr, "igtcache: error: %s\n", igt::Escaped(scfg.error().message()).c_str());
+    igt::PrintError(scfg.error().message());
     return igt::kExitUsage;
   }
   auto j = igt::stream::ClassifyTrace(trace, *scfg, listing);
   if (!j) {
-    std::fprintf(stderr, "igtcache: error: %s\n", igt::Escaped(j.error().message()).c_str());
+    igt::PrintError(j.error().message());
     // A missing or bad --trace, --listing or --config is the command line's.
     const auto code = j.error().code();
     return code == igt::Code::kInvalidArgument || code == igt::Code::kNotFound ? igt::kExitUsage : igt::kExitError;
@@ -127,7 +127,7 @@ int main(int argc, char** argv) {
   // mount(8) / fstab entry point: `mount.fuse.igtcache SOURCE DIR -o OPTS`.
   if (auto helper = igt::ParseMountHelper(std::vector<std::string>(argv, argv + argc))) {
     if (!*helper) {
-      std::fprintf(stderr, "igtcache: error: %s\n", igt::Escaped(helper->error().message()).c_str());
+      igt::PrintError(helper->error().message());
       return igt::kExitUsage;
     }
     for (const auto& w : (*helper)->warnings) std::fprintf(stderr, "igtcache: warning: %s\n", igt::Escaped(w).c_str());
@@ -312,7 +312,7 @@ int main(int argc, char** argv) {
   if (*config && !config_check.empty()) {
     auto c = igt::LoadConfig(config_check);
     if (!c) {
-      std::fprintf(stderr, "igtcache: error: %s\n", igt::Escaped(c.error().message()).c_str());
+      igt::PrintError(c.error().message());
       return igt::kExitUsage;
     }
     // The metrics address as the mount checks it (an IPv6 one needs a

@@ -921,7 +921,7 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
 
 int RunMount(const MountArgs& a) {
   auto fail = [](int code, const std::string& m) {
-    std::fprintf(stderr, "igtcache: error: %s\n", Escaped(m).c_str());
+    PrintError(m);
     return code;
   };
   auto cfg = LoadConfig(a.config_path);

@@ -44,6 +44,8 @@ void AppendEscaped(std::string_view text, Out& out) {
 }
 // `text` escaped as AppendEscaped does (ops_common.cc).
 std::string Escaped(std::string_view text);
+// Prints "igtcache: error: <message>\n" to stderr, the message escaped.
+void PrintError(std::string_view message);
 
 // Exit codes, documented in docs/CLI.md.
 inline constexpr int kExitOk = 0;

@@ -10,6 +10,7 @@
 #include <functional>
 #include <thread>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -26,6 +27,10 @@ std::string Escaped(std::string_view text) {
   std::string out;
   AppendEscaped(text, out);
   return out;
+}
+
+void PrintError(std::string_view message) {
+  std::fprintf(stderr, "igtcache: error: %s\n", Escaped(message).c_str());
 }
 
 namespace fs = std::filesystem;

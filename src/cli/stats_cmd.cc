@@ -178,7 +178,7 @@ int PrintOnce(const std::string& mnt, bool json) {
   }
   auto j = ReadStats(mnt);
   if (!j) {
-    std::fprintf(stderr, "igtcache: error: %s\n", igt::Escaped(j.error().message()).c_str());
+    igt::PrintError(j.error().message());
     // A path that is no mount is the command line's (as warm's).
     return j.error().code() == Code::kNotFound ? kExitUsage : kExitError;
   }
@@ -354,7 +354,7 @@ int RunStats(const StatsArgs& a) {
   while (true) {
     auto j = ReadStats(a.mountpoint);
     if (!j) {
-      std::fprintf(stderr, "igtcache: error: %s\n", igt::Escaped(j.error().message()).c_str());
+      igt::PrintError(j.error().message());
       // A path that is no mount is the command line's; a mount gone while
       // watched is not.
       return !prev && j.error().code() == Code::kNotFound ? kExitUsage : kExitError;

@@ -182,7 +182,7 @@ void Collect(const fs::path& p, std::vector<Item>& out, std::vector<std::string>
 
 int RunWarm(const WarmArgs& a) {
   auto fail = [](int code, const std::string& m) {
-    std::fprintf(stderr, "igtcache: error: %s\n", igt::Escaped(m).c_str());
+    igt::PrintError(m);
     return code;
   };
   if (a.paths.empty()) return fail(kExitUsage, "warm: no paths given");
