@@ -3,6 +3,7 @@
 
 #include <fuse3/fuse_lowlevel.h>
 #include <spdlog/spdlog.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -609,7 +610,20 @@ struct FuseFs::Impl {
     const DirListing& listing = *H(fi)->listing;
     std::vector<char> buf(size);
     size_t used = 0;
-    std::vector<uint64_t> counted;  // inodes given a lookup reference in this reply
+    // Inodes given a lookup reference in this reply: given back unless the
+    // kernel took the reply, also when something throws on the way (Safe
+    // then replies ENOMEM or EIO and the kernel never sees them). Reserved
+    // for every entry that can fit, so that recording one cannot throw.
+    struct Counted {
+      Namespace& ns;
+      std::vector<uint64_t> inos;
+      bool taken = false;
+      ~Counted() {
+        if (!taken)
+          for (uint64_t n : inos) ns.Forget(n, 1);
+      }
+    } counted{*self->ns_, {}};
+    counted.inos.reserve(size / fuse_add_direntry_plus(req, nullptr, 0, "", nullptr, 0) + 1);
     const uint64_t unit = self->pipeline_->unit_size();
     ForEachDirent(self, ino, listing, off, [&](off_t i, const char* name, const struct stat& st, const DirEntry* de) {
       // Its size first: a lookup the kernel would never see has effects (a
@@ -623,20 +637,18 @@ struct FuseFs::Impl {
       // and finds it gone).
       if (de)
         if (auto a = self->ns_->LookupListed(ino, listing, *de)) {
+          counted.inos.push_back(a->ino);
           e.ino = a->ino;
           e.attr = ToStat(*a, unit, self->attrs_);
           e.attr_timeout = e.entry_timeout = TimeoutSeconds(self->opts_.config, *a);
         }
       used += fuse_add_direntry_plus(req, buf.data() + used, size - used, name, &e, i + 1);  // fits (sized above)
-      if (e.ino) counted.push_back(e.ino);
       return true;
     });
     KernelHandoff();
-    if (fuse_reply_buf(req, buf.data(), used) != 0) {  // interrupted: the kernel saw none of them
-      for (uint64_t n : counted) self->ns_->Forget(n, 1);
-    } else if (self->metrics_) {
-      Add(self->metrics_->readdirplus_entries, counted.size());
-    }
+    // Not taken if interrupted: the kernel saw none of them.
+    counted.taken = fuse_reply_buf(req, buf.data(), used) == 0;
+    if (counted.taken && self->metrics_) Add(self->metrics_->readdirplus_entries, counted.inos.size());
   }
 
   static void ReleaseDir(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) noexcept {
@@ -883,29 +895,39 @@ void FuseFs::WatchSession() {
 // connection abort ends the notify (and the reads) by itself.
 void FuseFs::DrainWhileNotifying() {
   if (notifier_done_.load()) return;
-  fuse_buf buf{};
+  // Read here, not by fuse_session_receive_buf: libfuse drops a request it
+  // has read once the session is marked exited (its receive returns 0), and
+  // a second SIGINT or SIGTERM marks it again at any moment, so the lookup
+  // that holds the lock could be the one dropped (a review's finding).
+  // Non-blocking: a request poll saw can be gone by the read (its sender
+  // killed), and a blocking read would then wait for the next one.
   const int fd = fuse_session_fd(se_);
-  // libfuse drops a request it read once the session is marked exited (its
-  // receive returns 0): unmarked while draining (the loop is over anyway).
-  fuse_session_reset(se_);
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags >= 0) ::fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+  // libfuse 3.14's own buffer size (fuse_i.h: FUSE_MAX_MAX_PAGES pages and
+  // a header): the largest request the kernel sends.
+  constexpr size_t kMaxPages = 256, kHeaderBytes = 0x1000;
+  std::vector<char> mem(kMaxPages * static_cast<size_t>(::getpagesize()) + kHeaderBytes);
   while (!notifier_done_.load()) {
     pollfd p{fd, POLLIN, 0};
     const int r = ::poll(&p, 1, 50);
     if (r < 0 && errno != EINTR) break;
-    if (r <= 0 || !(p.revents & POLLIN)) {
-      if (r > 0 && (p.revents & (POLLERR | POLLHUP | POLLNVAL))) break;  // the connection is gone
+    if (r <= 0) continue;
+    if (!(p.revents & POLLIN)) {
+      if (p.revents & (POLLERR | POLLHUP | POLLNVAL)) break;  // the connection is gone
       continue;
     }
-    const int n = fuse_session_receive_buf(se_, &buf);
-    if (n == -EINTR || n == -EAGAIN) continue;
-    if (n == 0) {  // marked exited again (another signal), or unmounted: poll says which
-      fuse_session_reset(se_);
-      continue;
+    const ssize_t n = ::read(fd, mem.data(), mem.size());
+    if (n < 0) {
+      // ENOENT: the request was interrupted before it was read.
+      if (errno == EINTR || errno == EAGAIN || errno == ENOENT) continue;
+      break;  // ENODEV: unmounted
     }
-    if (n < 0) break;
+    fuse_buf buf{};
+    buf.size = static_cast<size_t>(n);
+    buf.mem = mem.data();
     fuse_session_process_buf(se_, &buf);
   }
-  std::free(buf.mem);
 }
 
 // Sends the entry invalidations NoteChanged and DropEntries queue (NoteChanged's

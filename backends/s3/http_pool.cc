@@ -2,7 +2,10 @@
 
 #include <curl/curl.h>
 
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <chrono>
 #include <climits>
 #include <array>
 #include <cctype>
@@ -23,6 +26,14 @@ struct TransferCtx {
   HttpResponse* resp = nullptr;
   bool decided = false;  // whether this response's body goes to the sink
   bool to_sink = false;
+  // The stall check (OnProgress).
+  const HttpPool* pool = nullptr;
+  std::chrono::milliseconds stall_limit{0};
+  std::chrono::steady_clock::time_point last_byte{};     // when the bytes moved last grew
+  std::chrono::steady_clock::time_point window_start{};  // the current check window's
+  curl_off_t moved = 0;                                   // bytes down and up so far
+  curl_off_t window_bytes = 0;                            // `moved` at window_start
+  bool stalled = false;
 };
 
 size_t OnHeader(char* data, size_t size, size_t n, void* user) {
@@ -76,8 +87,29 @@ size_t OnBody(char* data, size_t size, size_t n, void* user) {
 }
 
 // Non-zero aborts the transfer (CURLE_ABORTED_BY_CALLBACK).
-int OnProgress(void* pool, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
-  return static_cast<const HttpPool*>(pool)->cancelled() ? 1 : 0;
+// Aborts a cancelled transfer, and a stalled one: no byte moved for the
+// stall limit, or under kStallBytesPerS on average over a window of it.
+// libcurl's own low-speed check (kept as a backstop) averages over its last
+// few seconds, so a transfer that stopped dead after a fast start was
+// aborted up to 6 s past the limit (a tester: 8.5-9 s with 2 s).
+int OnProgress(void* user, curl_off_t, curl_off_t dlnow, curl_off_t, curl_off_t ulnow) {
+  auto* ctx = static_cast<TransferCtx*>(user);
+  if (ctx->pool->cancelled()) return 1;
+  const auto now = std::chrono::steady_clock::now();
+  if (dlnow + ulnow > ctx->moved) {
+    ctx->moved = dlnow + ulnow;
+    ctx->last_byte = now;
+  }
+  bool stalled = now - ctx->last_byte >= ctx->stall_limit;
+  if (!stalled && now - ctx->window_start >= ctx->stall_limit) {
+    const auto window_ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - ctx->window_start).count();
+    stalled = ctx->moved - ctx->window_bytes < kStallBytesPerS * window_ms / 1000;
+    ctx->window_start = now;
+    ctx->window_bytes = ctx->moved;
+  }
+  if (!stalled) return 0;
+  ctx->stalled = true;
+  return 1;
 }
 
 }  // namespace
@@ -162,6 +194,8 @@ HttpResponse HttpPool::Perform(const HttpRequest& req) {
   curl_easy_reset(h);  // keeps live connections, DNS and TLS session caches
   char errbuf[CURL_ERROR_SIZE] = {0};
   TransferCtx ctx{h, &req, &resp};
+  ctx.pool = this;
+  ctx.last_byte = ctx.window_start = std::chrono::steady_clock::now();
 
   curl_slist* hdrs = nullptr;
   for (const auto& [name, value] : req.headers) {
@@ -171,6 +205,7 @@ HttpResponse HttpPool::Perform(const HttpRequest& req) {
 
   const int timeout_ms = req.request_timeout_ms > 0 ? req.request_timeout_ms : opts_.request_timeout_ms;
   long stall_s = std::max(1, (timeout_ms + 999) / 1000);
+  ctx.stall_limit = std::chrono::milliseconds(std::max(1, timeout_ms));
   curl_easy_setopt(h, CURLOPT_URL, req.url.c_str());
   // The path goes out as signed: curl would otherwise squash "/./" and
   // "/../" segments of a key, and request (or sign) another one.
@@ -200,7 +235,7 @@ HttpResponse HttpPool::Perform(const HttpRequest& req) {
   curl_easy_setopt(h, CURLOPT_WRITEDATA, &ctx);
   curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
   curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, &OnProgress);
-  curl_easy_setopt(h, CURLOPT_XFERINFODATA, this);
+  curl_easy_setopt(h, CURLOPT_XFERINFODATA, &ctx);
   if (req.method == "HEAD") {
     curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
   } else if (req.method == "PUT") {
@@ -215,6 +250,11 @@ HttpResponse HttpPool::Perform(const HttpRequest& req) {
   resp.curl_code = static_cast<int>(rc);
   if (rc == CURLE_ABORTED_BY_CALLBACK && cancelled()) {
     resp.curl_error = kCancelledMessage;
+  } else if (rc == CURLE_ABORTED_BY_CALLBACK && ctx.stalled) {
+    // A timeout, as libcurl's own low-speed abort is (retried as one).
+    resp.curl_code = static_cast<int>(CURLE_OPERATION_TIMEDOUT);
+    resp.curl_error = fmt::format("stalled: less than {} bytes/s for {} ms (request_timeout_ms), {} bytes moved",
+                                  kStallBytesPerS, timeout_ms, static_cast<long long>(ctx.moved));
   } else if (rc != CURLE_OK) {
     resp.curl_error = errbuf[0] ? errbuf : curl_easy_strerror(rc);
     while (!resp.curl_error.empty() && resp.curl_error.back() == '\n') resp.curl_error.pop_back();

@@ -61,8 +61,8 @@ struct HttpResponse {
 struct HttpPoolOptions {
   int max_connections = 32;
   int connect_timeout_ms = 3000;
-  // The stall limit: a transfer that moves less than kStallBytesPerS for this
-  // long (rounded up to seconds) is aborted. A whole transfer may take this
+  // The stall limit: a transfer that moves no byte for this long, or less
+  // than kStallBytesPerS on average over a window this long, is aborted. A whole transfer may take this
   // plus its expected bytes at kMinAvgBytesPerS.
   int request_timeout_ms = 30000;
   std::string ca_bundle;  // CURLOPT_CAINFO when non-empty ($AWS_CA_BUNDLE)

@@ -631,6 +631,7 @@ class DiskBlockStore final : public BlockStore {
   IdSet dirty_;                                       // guarded by mu_
   uint64_t used_bytes_ = 0;                           // guarded by mu_
   uint64_t reserved_bytes_ = 0;                       // guarded by mu_
+  uint64_t reserved_files_ = 0;                       // unit files of Puts in flight; mu_
   uint64_t inline_units_ = 0;                         // entries of index_ with is_inline; mu_
   uint64_t inline_bytes_ = 0;                         // their part of used_bytes_; mu_
   uint64_t next_gen_ = 1;                             // guarded by mu_
@@ -1060,6 +1061,7 @@ Status DiskBlockStore::Put(const UnitKey& key, std::string_view data, bool prefe
       }
       std::lock_guard lk(store->mu_);
       store->reserved_bytes_ -= disk;
+      if (!is_inline) --store->reserved_files_;
       store->busy_.erase(id);
     }
   } reservation{this, id, unit_path, disk, is_inline};
@@ -1093,7 +1095,9 @@ Status DiskBlockStore::Put(const UnitKey& key, std::string_view data, bool prefe
     // tmpfs with nr_inodes=200: 2,478 write errors, 0 evictions).
     uint64_t need_files = 0;
     if (space && space->total_inodes > 0 && !is_inline) {
-      const double want = opts_.min_free_ratio * double(space->total_inodes) + 2;
+      // The inserts in flight count as they do for space: without them,
+      // concurrent Puts all saw the same free count and went past the floor.
+      const double want = opts_.min_free_ratio * double(space->total_inodes) + 2 + double(reserved_files_);
       if (want > double(space->avail_inodes)) need_files = uint64_t(std::ceil(want - double(space->avail_inodes)));
     }
     if (need_free > used_bytes_ - inline_bytes_) {
@@ -1138,6 +1142,7 @@ Status DiskBlockStore::Put(const UnitKey& key, std::string_view data, bool prefe
       } else {
         busy_[id] = Busy{};
         reserved_bytes_ += disk;
+        if (!is_inline) ++reserved_files_;
         reservation.held = true;
       }
     }
@@ -1225,6 +1230,7 @@ Status DiskBlockStore::Put(const UnitKey& key, std::string_view data, bool prefe
       b->second.deleting = true;
     }
     reserved_bytes_ -= disk;
+    if (!is_inline) --reserved_files_;
     reservation.held = false;
   }
   if (!s.ok()) return WriteError(s);

@@ -1725,6 +1725,57 @@ TEST_CASE("inserts skipped because others in flight hold the room are not write 
 }
 
 
+TEST_CASE("the free-inode floor counts the unit files of inserts in flight", "[block_store]") {
+  // Two concurrent Puts both saw the same free-inode count: each found room
+  // for its own file, and together they went past the floor (a review's
+  // finding). 200 inodes, keep 10% free (+2 for a unit's file and its
+  // directory): with 20 units cached, 22 are free, room for one more file.
+  Fixture f;
+  f.opts.min_free_ratio = 0.1;
+  auto hooks = f.Hooks();
+  BlockStore* store = nullptr;
+  hooks.volume_space = [&store](const std::string&) -> Result<VolumeSpace> {
+    const uint64_t files = store ? store->unit_count() : 0;
+    return VolumeSpace{uint64_t(1) << 30, uint64_t(1) << 31, 42 - files, 200};
+  };
+  std::mutex mu;
+  std::condition_variable cv;
+  bool held = false, release = false;
+  hooks.reserved = [&](const UnitKey& k) {  // holds this unit's insert in flight, before its file is written
+    if (k.object != "obj/100") return;
+    std::unique_lock lk(mu);
+    held = true;
+    cv.notify_all();
+    cv.wait(lk, [&] { return release; });
+  };
+  auto s = f.Open(hooks);
+  store = s.get();
+  for (int i = 0; i < 20; ++i) REQUIRE(s->Put(Key(i), DataOf(Key(i), 1000)).ok());
+  REQUIRE(f.metrics.evictions == 0);
+  std::thread first([&] { CHECK(s->Put(Key(100), DataOf(Key(100), 1000)).ok()); });
+  {
+    std::unique_lock lk(mu);
+    const bool reached = cv.wait_for(lk, std::chrono::seconds(30), [&] { return held; });
+    if (!reached) {
+      release = true;
+      lk.unlock();
+      first.join();
+      FAIL("the first insert never reached its reservation");
+    }
+  }
+  CHECK(s->Put(Key(101), DataOf(Key(101), 1000)).ok());
+  CHECK(f.metrics.evictions == 1);  // room for the file in flight and this one
+  {
+    std::lock_guard lk(mu);
+    release = true;
+  }
+  cv.notify_all();
+  first.join();
+  CHECK(s->unit_count() == 21);
+  CHECK(42 - s->unit_count() >= 20);
+  CHECK(f.metrics.cache_write_errors == 0);
+}
+
 // The index record of an inline unit, read with a handle of our own (the
 // store closed): its key "u/<id>" and its value.
 std::optional<std::string> RawRecord(const std::string& dir, const UnitKey& k) {

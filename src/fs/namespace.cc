@@ -1029,9 +1029,9 @@ InodeAttr Namespace::AddLookup(uint64_t parent, const InodeAttr& child, uint64_t
         n.listing_seq = listing_seq;
         n.superseded = false;  // its version is the name's again
       }
-      ++n.nlookup;
-      InodeAttr out = n.attr;
+      InodeAttr out = n.attr;  // before the count: a copy that throws counts no reference
       out.stale = child.stale || older;
+      ++n.nlookup;
       return out;
     }
     // Another version of the object: a new inode. The old one keeps the

@@ -13,6 +13,7 @@ import sys
 sys.dont_write_bytecode = True  # keep tests/mount free of __pycache__
 
 import os
+import re
 import subprocess
 import time
 
@@ -51,6 +52,13 @@ def main():
             fetched = st["backend_get_bytes"]
             check(r.returncode == 1 and "stopped early" in r.stderr,
                   f"warm onto a full cache volume exits 1 saying it stopped early (exit {r.returncode})")
+            # The summary counts each file once: read, failed or not read
+            # (before, files not read were counted as read too).
+            summary = re.search(r"warm: read (\d+) files?,.*?(?:, (\d+) failed)?(?:, (\d+) not read)?;", r.stdout)
+            check(summary is not None, f"warm prints its summary ({r.stdout.strip()[-300:]!r})")
+            counts = [int(g or 0) for g in summary.groups()]
+            check(sum(counts) == 64 and counts[2] > 0,
+                  f"the summary's read, failed and not-read files add up to the 64 files ({r.stdout.strip()!r})")
             check(fetched < 48 * MiB, f"much of the 64 MiB was not read for nothing ({fetched / MiB:.1f} MiB fetched)")
             check(st["cache_insert_units"] == 0, "nothing was cached (the volume is full)")
         finally:
