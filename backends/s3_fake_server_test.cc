@@ -740,6 +740,17 @@ TEST_CASE("S3 fake: a mount on a source that did not answer starts in outage mod
   // Cut off after kQuickProbeMs without progress, not request_timeout_ms
   // (a bound far above the 5 s, not a timing measurement).
   CHECK(waited < std::chrono::seconds(60));
+  // A listing stalled in outage mode is cut off too, as a stall (before, it
+  // waited out request_timeout_ms: 30 s per lookup of a directory never
+  // listed, a tester's finding).
+  s.Push("STALL:HTTP/1.1 200 OK\r\nContent-Type: application/xml\r\nContent-Length: 4000\r\n\r\n<?xml");
+  const auto t1 = std::chrono::steady_clock::now();
+  auto l = (*b)->List({});
+  const auto list_waited = std::chrono::steady_clock::now() - t1;
+  REQUIRE(!l);
+  CHECK(l.error().code() == Code::kUnavailable);
+  CHECK_THAT(l.error().message(), Catch::Contains("stalled"));
+  CHECK(list_waited < std::chrono::seconds(60));
   // The full Probe (a mount with nothing saved) keeps the whole budget.
   for (int i = 0; i < 4; ++i) s.Push("");
   CHECK(!(*b)->Probe().ok());

@@ -205,7 +205,7 @@ HttpResponse HttpPool::Perform(const HttpRequest& req) {
 
   const int timeout_ms = req.request_timeout_ms > 0 ? req.request_timeout_ms : opts_.request_timeout_ms;
   long stall_s = std::max(1, (timeout_ms + 999) / 1000);
-  ctx.stall_limit = std::chrono::milliseconds(std::max(1, timeout_ms));
+  ctx.stall_limit = std::chrono::milliseconds(std::max(1, req.stall_ms > 0 ? std::min(req.stall_ms, timeout_ms) : timeout_ms));
   curl_easy_setopt(h, CURLOPT_URL, req.url.c_str());
   // The path goes out as signed: curl would otherwise squash "/./" and
   // "/../" segments of a key, and request (or sign) another one.
@@ -253,8 +253,8 @@ HttpResponse HttpPool::Perform(const HttpRequest& req) {
   } else if (rc == CURLE_ABORTED_BY_CALLBACK && ctx.stalled) {
     // A timeout, as libcurl's own low-speed abort is (retried as one).
     resp.curl_code = static_cast<int>(CURLE_OPERATION_TIMEDOUT);
-    resp.curl_error = fmt::format("stalled: less than {} bytes/s for {} ms (request_timeout_ms), {} bytes moved",
-                                  kStallBytesPerS, timeout_ms, static_cast<long long>(ctx.moved));
+    resp.curl_error = fmt::format("stalled: less than {} bytes/s for {} ms, {} bytes moved", kStallBytesPerS,
+                                  ctx.stall_limit.count(), static_cast<long long>(ctx.moved));
   } else if (rc != CURLE_OK) {
     resp.curl_error = errbuf[0] ? errbuf : curl_easy_strerror(rc);
     while (!resp.curl_error.empty() && resp.curl_error.back() == '\n') resp.curl_error.pop_back();

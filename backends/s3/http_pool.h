@@ -40,6 +40,9 @@ struct HttpRequest {
   std::function<bool(const HttpResponse&)> keep_connection;
   // > 0: this request's stall limit instead of the pool's request_timeout_ms.
   int request_timeout_ms = 0;
+  // > 0 and shorter: the stall limit alone, the whole-transfer cap kept (a
+  // listing in outage mode: cut off when it stalls, not when it is slow).
+  int stall_ms = 0;
 };
 
 struct HttpResponse {

@@ -832,11 +832,17 @@ class S3Backend final : public Backend {
   static thread_local uint64_t t_signed_gen_;  // the credentials generation this thread's last Build signed with
 
   HttpResponse Send(HttpRequest& req) {
-    // GETs only: without a sink (LIST, HEAD) the timeout caps the whole
-    // request, and a slow listing must still be able to end outage mode.
-    if (t_short_attempt_ && req.sink) {
+    // Without a sink (LIST, HEAD) the timeout caps the whole request, and a
+    // slow listing must still be able to end outage mode: only its stall
+    // limit is shortened. Before, each lookup of a directory never listed
+    // took a whole request_timeout_ms in an outage of a stalled source (a
+    // tester: 30 s each).
+    if (t_short_attempt_) {
       const int quick = std::min(opts_.request_timeout_ms, Backend::kQuickProbeMs);
-      req.request_timeout_ms = req.request_timeout_ms > 0 ? std::min(req.request_timeout_ms, quick) : quick;
+      if (req.sink)
+        req.request_timeout_ms = req.request_timeout_ms > 0 ? std::min(req.request_timeout_ms, quick) : quick;
+      else
+        req.stall_ms = quick;
     }
     // A reply kept in memory (a listing, an error document) that ends
     // before its XML does: its Content-Length was short and the rest of it
@@ -865,7 +871,7 @@ class S3Backend final : public Backend {
       logged_outages_ = outages_;
     }
     spdlog::warn("s3: {} did not answer for a whole retry budget ({}); until it answers again, each request gets "
-                 "one attempt, a read's cut off after {} ms without data (reads of uncached data fail fast with "
+                 "one attempt, a read or listing cut off after {} ms without data (reads of uncached data fail fast with "
                  "EIO){}",
                  ep_.endpoint, why.message(), std::min(opts_.request_timeout_ms, Backend::kQuickProbeMs),
                  quiet ? fmt::format(" [{} more outages since the last such line]", quiet) : "");

@@ -324,6 +324,42 @@ TEST_CASE("unsafe or unusable cache dirs are refused with a clear error", "[bloc
     CHECK_FALSE(std::filesystem::exists(o.dir + "/LOCK"));
     CHECK_FALSE(std::filesystem::exists(o.dir + "/IGTCACHE"));
   }
+  SECTION("a cache dir deleted while mounted, with unit files rm could not remove, is claimed again") {
+    // rm -rf raced the daemon's move of a unit into units/xx/: the marker and
+    // the index went, units/xx/<unit> stayed. Before, the next mount refused
+    // the dir as "not written by igtcache".
+    o.dir = t.path + "/deleted";
+    {
+      auto s = BlockStore::Open(o, nullptr);
+      REQUIRE(s.has_value());
+      REQUIRE((*s)->Put(Key(1), DataOf(Key(1), 100000)).ok());
+    }
+    std::string unit;
+    for (const auto& e : std::filesystem::recursive_directory_iterator(o.dir + "/units"))
+      if (e.is_regular_file()) unit = e.path().string();
+    REQUIRE(!unit.empty());
+    const std::string kept = t.path + "/kept-unit";
+    std::filesystem::copy_file(unit, kept);
+    std::filesystem::remove_all(o.dir);
+    std::filesystem::create_directories(std::filesystem::path(unit).parent_path());
+    std::filesystem::copy_file(kept, unit);
+    REQUIRE(::chmod(o.dir.c_str(), 0700) == 0);
+    auto s = BlockStore::Open(o, nullptr);
+    REQUIRE(s.has_value());
+    CHECK(std::filesystem::is_regular_file(o.dir + "/IGTCACHE"));
+    CHECK_FALSE(std::filesystem::exists(unit));  // not in the new index: deleted
+    CHECK((*s)->unit_count() == 0);
+  }
+  SECTION("units/xx/ holding a file that is not a unit: refused, kept") {
+    o.dir = t.path + "/notunits";
+    std::filesystem::create_directories(o.dir + "/units/ab");
+    REQUIRE(::chmod(o.dir.c_str(), 0700) == 0);
+    std::ofstream(o.dir + "/units/ab/notes.txt") << "IGT, but not a unit";
+    auto s = BlockStore::Open(o, nullptr);
+    REQUIRE_FALSE(s.has_value());
+    CHECK_THAT(s.error().message(), Catch::Contains("did not write") && Catch::Contains("'units'"));
+    CHECK(std::filesystem::exists(o.dir + "/units/ab/notes.txt"));
+  }
   SECTION("an empty dir is claimed (IGTCACHE), and opens again; a cache dir from before the marker opens") {
     o.dir = t.path + "/fresh";
     REQUIRE(::mkdir(o.dir.c_str(), 0700) == 0);

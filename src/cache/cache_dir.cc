@@ -6,10 +6,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <system_error>
+
+#include "src/cache/unit_file.h"
 
 namespace igt::cache {
 
@@ -126,6 +129,52 @@ Result<int> LockCacheDir(const std::string& dir) {
   return fd;
 }
 
+namespace {
+
+// Whether `path` is a regular file (not a link) that starts as a unit file
+// does (kUnitMagic).
+bool IsUnitFile(const std::filesystem::directory_entry& e) {
+  std::error_code ec;
+  if (e.is_symlink(ec) || !e.is_regular_file(ec) || ec) return false;
+  const int fd = ::open(e.path().c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return false;
+  char magic[sizeof kUnitMagic] = {};
+  const bool ok = ::pread(fd, magic, sizeof magic, 0) == static_cast<ssize_t>(sizeof magic) &&
+                  std::memcmp(magic, kUnitMagic, sizeof magic) == 0;
+  ::close(fd);
+  return ok;
+}
+
+// Whether `path` (tmp/ or units/) holds nothing but igtcache's unit files:
+// in tmp/ directly, in units/ in fan-out directories named by a hex pair. A
+// cache dir deleted with `rm -rf` while mounted can keep a few: the daemon
+// moved a unit into units/xx/ while rm was emptying it, so rm could not
+// remove it, and the next mount refused the dir as not igtcache's (a
+// tester's finding). At most kMaxFiles are looked at.
+bool OnlyUnitFiles(const std::filesystem::path& path, bool fanout) {
+  constexpr size_t kMaxFiles = 10000;
+  size_t seen = 0;
+  std::error_code ec;
+  auto only_units = [&](const std::filesystem::path& d) {
+    for (auto it = std::filesystem::directory_iterator(d, ec); !ec && it != std::filesystem::directory_iterator();
+         it.increment(ec))
+      if (++seen > kMaxFiles || !IsUnitFile(*it)) return false;
+    return !ec;
+  };
+  if (!fanout) return only_units(path);
+  for (auto it = std::filesystem::directory_iterator(path, ec); !ec && it != std::filesystem::directory_iterator();
+       it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    std::error_code sec;
+    const bool hex_pair = name.size() == 2 && std::isxdigit(static_cast<unsigned char>(name[0])) &&
+                          std::isxdigit(static_cast<unsigned char>(name[1]));
+    if (!hex_pair || it->is_symlink(sec) || !it->is_directory(sec) || sec || !only_units(it->path())) return false;
+  }
+  return !ec;
+}
+
+}  // namespace
+
 Status ClaimCacheDir(const std::string& dir) {
   const std::string marker = dir + "/" + kMarkerName;
   struct stat st {};
@@ -140,19 +189,20 @@ Status ClaimCacheDir(const std::string& dir) {
                       ::lstat((dir + "/LOCK").c_str(), &st) == 0 && S_ISREG(st.st_mode);
   if (!legacy) {
     // Else nothing but what a first start leaves (an empty tmp/ or units/,
-    // the lock, the log): the store deletes what it does not know in tmp/
+    // or ones holding only unit files, the lock, the log): the store deletes what it does not know in tmp/
     // and units/, so a directory of the user's is never taken over.
     std::error_code ec;
     for (auto it = std::filesystem::directory_iterator(dir, ec); !ec && it != std::filesystem::directory_iterator();
          it.increment(ec)) {
       const std::string name = it->path().filename().string();
       std::error_code sec;
-      const bool empty_dir = (name == "tmp" || name == "units") && !it->is_symlink(sec) &&
-                             it->is_directory(sec) && std::filesystem::is_empty(it->path(), sec) && !sec;
+      // tmp/ or units/, empty or holding only unit files (OnlyUnitFiles).
+      const bool unit_dir = (name == "tmp" || name == "units") && !it->is_symlink(sec) &&
+                             it->is_directory(sec) && !sec && OnlyUnitFiles(it->path(), name == "units");
       // A volume's own lost+found (the cache dir at the root of a volume of
       // its own): never touched by the store.
       if (name == "lost+found" && !it->is_symlink(sec) && it->is_directory(sec) && !sec) continue;
-      if (empty_dir || ((name == "LOCK" || name == "igtcache.log") && it->is_regular_file(sec) && !sec)) continue;
+      if (unit_dir || ((name == "LOCK" || name == "igtcache.log") && it->is_regular_file(sec) && !sec)) continue;
       return Status::InvalidArgument(fmt::format(
           "cache dir {} holds '{}', which igtcache did not write, and no {} file: refusing to use it (igtcache "
           "deletes what it does not know in its cache dir); give an empty or new directory, e.g. {}/igtcache-cache",

@@ -690,6 +690,13 @@ Result<std::shared_ptr<const DirListing>> Namespace::CompleteFetch(const std::st
       stale = true;
     }
   }
+  // Gone with no listing kept: an outage too (EIO), not "no such
+  // directory": a directory the parent's listing names could not be opened
+  // with ENOENT, which a dataset scanner takes for a missing directory (a
+  // tester's finding; the proxy down gave EIO).
+  if (!result && source_gone)
+    result = Err(Status::Unavailable(result.error().message() + " (the source is gone: the bucket or source "
+                                                                "directory no longer exists)"));
   std::shared_ptr<const DirListing> replaced;  // the listing a fetched one replaces (Relisted)
   bool relist_again = false;
   {

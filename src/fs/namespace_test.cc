@@ -536,16 +536,19 @@ TEST_CASE("failed reads of a version the store lists but does not serve renew th
   REQUIRE(d.has_value());
   auto v1 = ns.Lookup(d->ino, "a.bin");
   REQUIRE(v1.has_value());
-  std::atomic<bool> failing{true};
-  lag.during = [&](const std::string& prefix) {
-    if (prefix != "d/" || !failing) return;
+  // Held by the hook itself: the namespace's background thread may call it
+  // while this scope's locals are destroyed (ThreadSanitizer saw v1's etag
+  // read there as the test ended).
+  auto failing = std::make_shared<std::atomic<bool>>(true);
+  lag.during = [&ns, &clock, failing, etag = v1->etag](const std::string& prefix) {
+    if (prefix != "d/" || !*failing) return;
     clock.advance(10);
-    ns.NoteChanged("d/a.bin", v1->etag);
+    ns.NoteChanged("d/a.bin", etag);
   };
   clock.advance(10);
   ns.NoteChanged("d/a.bin", v1->etag);
   std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the background relists run
-  failing = false;
+  *failing = false;
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   CHECK(lag.lists() <= 5);  // the root, d, the relist, one renewal's (and a race's)
 }
@@ -592,6 +595,7 @@ TEST_CASE("a bucket that answers NoSuchBucket is served as in an outage, not emp
   auto mem = std::make_shared<MemoryBackend>();
   mem->Put("a.bin", "1");
   mem->Put("d/b.bin", "2");
+  mem->Put("e/c.bin", "3");
   FaultInjectingBackend fb(mem);
   FakeClockMs clock;
   Namespace ns(&fb, nullptr, nullptr,
@@ -605,6 +609,14 @@ TEST_CASE("a bucket that answers NoSuchBucket is served as in an outage, not emp
   REQUIRE(a.has_value());
   CHECK(a->stale);
   REQUIRE(ns.Lookup(d->ino, "b.bin").has_value());
+  // A directory the kept root listing names, never listed itself: an
+  // outage's error (EIO), not ENOENT (a scanner would take it for missing).
+  auto e = ns.Lookup(Namespace::kRootIno, "e");
+  REQUIRE(e.has_value());
+  auto c = ns.Lookup(e->ino, "c.bin");
+  REQUIRE_FALSE(c.has_value());
+  CHECK(c.error().code() == Code::kUnavailable);
+  CHECK_THAT(c.error().message(), Catch::Contains("source is gone"));
 }
 
 TEST_CASE("listings served stale in an outage are trimmed again once the source answers") {
