@@ -817,7 +817,18 @@ void FuseFs::SetReadahead(uint64_t bytes) {
 }
 
 Status FuseFs::Run() {
-  fuse_loop_config* cfg = fuse_loop_cfg_create();
+  // The drain's buffer (DrainWhileNotifying), taken before any thread
+  // starts: after a loop that ended for want of memory it may not be had,
+  // and a bad_alloc then would leave the notifier joinable (std::terminate
+  // with the mount up; a review's finding). libfuse 3.14's own size
+  // (fuse_i.h: FUSE_MAX_MAX_PAGES pages and a header): the largest request
+  // the kernel sends.
+  constexpr size_t kMaxPages = 256, kHeaderBytes = 0x1000;
+  std::vector<char> drain_buf(kMaxPages * static_cast<size_t>(::getpagesize()) + kHeaderBytes);
+  std::unique_ptr<fuse_loop_config, decltype(&fuse_loop_cfg_destroy)> cfg_owner(fuse_loop_cfg_create(),
+                                                                                &fuse_loop_cfg_destroy);
+  fuse_loop_config* cfg = cfg_owner.get();
+  if (!cfg) throw std::bad_alloc();
   fuse_loop_cfg_set_max_threads(cfg, static_cast<unsigned>(opts_.config.fuse.threads));
   fuse_loop_cfg_set_idle_threads(cfg, static_cast<unsigned>(std::max<uint64_t>(1, opts_.config.fuse.threads / 2)));
   {
@@ -836,7 +847,6 @@ Status FuseFs::Run() {
     }
     watch_cv_.notify_all();
     watcher.join();
-    fuse_loop_cfg_destroy(cfg);
     throw;
   }
   int rc = fuse_session_loop_mt(se_, cfg);
@@ -846,9 +856,9 @@ Status FuseFs::Run() {
   }
   watch_cv_.notify_all();
   watcher.join();
-  DrainWhileNotifying();
+  DrainWhileNotifying(drain_buf);
   notifier.join();
-  fuse_loop_cfg_destroy(cfg);
+  cfg_owner.reset();
   if (handlers_set_) {
     fuse_remove_signal_handlers(se_);
     handlers_set_ = false;
@@ -893,7 +903,7 @@ void FuseFs::WatchSession() {
 // and answered here until the notifier is back (the session has ended:
 // they fail fast, the backend's requests cancelled). An unmount or a
 // connection abort ends the notify (and the reads) by itself.
-void FuseFs::DrainWhileNotifying() {
+void FuseFs::DrainWhileNotifying(std::vector<char>& mem) {
   if (notifier_done_.load()) return;
   // Read here, not by fuse_session_receive_buf: libfuse drops a request it
   // has read once the session is marked exited (its receive returns 0), and
@@ -904,10 +914,6 @@ void FuseFs::DrainWhileNotifying() {
   const int fd = fuse_session_fd(se_);
   const int flags = ::fcntl(fd, F_GETFL);
   if (flags >= 0) ::fcntl(fd, F_SETFL, flags | O_NONBLOCK);
-  // libfuse 3.14's own buffer size (fuse_i.h: FUSE_MAX_MAX_PAGES pages and
-  // a header): the largest request the kernel sends.
-  constexpr size_t kMaxPages = 256, kHeaderBytes = 0x1000;
-  std::vector<char> mem(kMaxPages * static_cast<size_t>(::getpagesize()) + kHeaderBytes);
   while (!notifier_done_.load()) {
     pollfd p{fd, POLLIN, 0};
     const int r = ::poll(&p, 1, 50);

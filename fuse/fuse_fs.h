@@ -159,8 +159,9 @@ class FuseFs {
   std::string ra_path_;
   uint64_t ra_kb_ = 0;
   fuse_session* se_ = nullptr;
-  // Answers requests after the loop ended until the notifier is back.
-  void DrainWhileNotifying();
+  // Answers requests after the loop ended until the notifier is back,
+  // reading them into `buf` (as large as libfuse's request buffer).
+  void DrainWhileNotifying(std::vector<char>& buf);
   std::mutex watch_mu_;  // guards the five below
   std::condition_variable watch_cv_;
   bool loop_done_ = false, session_ended_ = false;

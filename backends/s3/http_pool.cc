@@ -97,11 +97,15 @@ int OnProgress(void* user, curl_off_t, curl_off_t dlnow, curl_off_t, curl_off_t 
   if (ctx->pool->cancelled()) return 1;
   const auto now = std::chrono::steady_clock::now();
   if (dlnow + ulnow > ctx->moved) {
+    // The average's windows start at the first byte: connect and time to
+    // first byte are the "no byte" rule's (else a small reply whose bytes
+    // began late was failed as slow, a review's finding).
+    if (ctx->moved == 0) ctx->window_start = now;
     ctx->moved = dlnow + ulnow;
     ctx->last_byte = now;
   }
   bool stalled = now - ctx->last_byte >= ctx->stall_limit;
-  if (!stalled && now - ctx->window_start >= ctx->stall_limit) {
+  if (!stalled && ctx->moved > 0 && now - ctx->window_start >= ctx->stall_limit) {
     const auto window_ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - ctx->window_start).count();
     stalled = ctx->moved - ctx->window_bytes < kStallBytesPerS * window_ms / 1000;
     ctx->window_start = now;
