@@ -9,7 +9,7 @@ What it adds to every request (DESIGN.md sec. 8):
     tail (--ttfb-sigma), counted from the moment the request is fully
     received; LIST requests may have their own (--list-ttfb-ms);
   * a per-connection bandwidth cap on response bodies (default 90 MB/s),
-    paced in 128 KiB steps.
+    paced in steps of 128 KiB or ~50 ms of the rate, whichever is smaller.
 Bodies are streamed in large chunks (no buffering of whole objects, no
 sendfile), one thread per client connection with its own kept-alive upstream
 connection, so a handful of clients at 90 MB/s each is cheap.
@@ -226,9 +226,16 @@ def relay_exact(src, dst_sock, n: int, pacer=None, stop_after: int | None = None
         if stop_after is not None and sent + got > stop_after:
             piece = mv[:stop_after - sent]
         if dst_sock is not None and len(piece):
-            dst_sock.sendall(piece)
-            if pacer:
-                pacer(len(piece))
+            # Paced in steps of at most ~50 ms of the rate: a slow link
+            # trickles, as TCP does, rather than sending a whole chunk and
+            # going silent for seconds (at 20 KB/s a 128 KiB step was 6.4 s
+            # of silence, which a client's stall check rightly aborts).
+            step = getattr(pacer, "step", len(piece)) if pacer else len(piece)
+            for off in range(0, len(piece), step):
+                part = piece[off:off + step]
+                dst_sock.sendall(part)
+                if pacer:
+                    pacer(len(part))
         sent += len(piece)
     return sent
 
@@ -464,7 +471,7 @@ class Connection(threading.Thread):
             else:  # until upstream EOF
                 sent = 0
                 while True:
-                    b = self.up.rfile.read1(CHUNK)
+                    b = self.up.rfile.read1(getattr(pacer, "step", CHUNK))
                     if not b:
                         break
                     self.sock.sendall(b)
@@ -497,6 +504,7 @@ class Connection(threading.Thread):
             ahead = t0 + sent[0] / rate - time.monotonic()
             if ahead > 0.0005:
                 time.sleep(ahead)
+        pace.step = int(max(4096, min(CHUNK, rate / 20)))
         return pace
 
     def reply_simple(self, status: int, code: str, msg: str, target: str, keep: bool = False) -> bool:

@@ -1488,7 +1488,7 @@ Status DiskBlockStore::Reconcile() {
   // cut short): the user is told.
   if (strays > kStrayWarnFiles)
     spdlog::warn("igtcache: deleted {} unit files in {} that its index has no record of (the index was lost or cut "
-                 "short?): they are fetched again when read", strays.load(), opts_.dir);
+                 "short, or the cache dir deleted while mounted?): they are fetched again when read", strays.load(), opts_.dir);
   else if (strays > 0)
     spdlog::info("igtcache: deleted {} unindexed unit files in {}", strays.load(), opts_.dir);
 

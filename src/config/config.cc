@@ -174,7 +174,8 @@ const std::vector<Key>& Schema() {
       {"backend.connect_timeout_ms", Type::kInt, "3000", "TCP/TLS connect timeout per attempt.",
        nullptr, SET_U64(backend.connect_timeout_ms)},
       {"backend.request_timeout_ms", Type::kInt, "30000",
-       "A request that moves less than 1 KiB/s for this long is aborted and retried; a ranged GET may take "
+       "A request that moves no byte, or less than 1 KiB/s on average, for this long is aborted and retried; "
+       "a ranged GET may take "
        "this long plus its bytes at 32 KiB/s in all (a large GET on a slow link is not cut off while it "
        "makes progress).", nullptr,
        SET_U64(backend.request_timeout_ms)},
