@@ -1176,6 +1176,39 @@ TEST_CASE("igtcache warm: its units are held until read, then join the reader's 
   CHECK(StreamCachedBytes(h, "(warm)") == 0);
 }
 
+TEST_CASE("readahead beside units held by a warm-up or a pin plans within the space left", "[engine]") {
+  // Its share was of the whole cache: in a cache mostly held, a scan's
+  // window planned more than the space left and its units were evicted
+  // unread (a tester: 272 MB of readahead wasted after a warm-up).
+  const bool pin = GENERATE(false, true);
+  INFO((pin ? "pinned" : "warmed"));
+  auto pf = pin ? ParsePolicyFile("profile: training\noverrides:\n  - {prefix: \"next/\", pin: true}\n", "t.yaml")
+                : PolicyProfile("training");
+  REQUIRE(pf.has_value());
+  Harness h("igt", 128, *pf);
+  h.order = Harness::Order::kEvictFirst;  // as the BlockStore
+  h.run_prefetch = true;
+  h.prefetch_delay = 4;  // fetches land reads later, as live
+  for (int i = 0; i < 124; ++i) {
+    const std::string f = fmt::format("next/f{:03}", i);
+    if (pin) {
+      h.Read(f, 0, 1, false);
+    } else {
+      h.engine->NoteWarm(f, h.now_us);
+      h.Insert(f, 0, true);
+    }
+  }
+  for (uint64_t u = 0; u < 200; ++u) h.Read("big.bin", u, 200, false);
+  const auto st = h.engine->Stats();
+  INFO("prefetched " << st.prefetch_bytes / kUnit << " units, wasted " << st.prefetch_wasted_bytes / kUnit);
+  // Before: 118 and 242 units prefetched, 114 of them wasted each time;
+  // now 5 and 129, 2 wasted.
+  CHECK(st.prefetch_wasted_bytes <= 4 * kUnit);
+  int held = 0;
+  for (int i = 0; i < 124; ++i) held += h.engine->Contains(fmt::format("next/f{:03}", i) + "#0");
+  CHECK(held == 124);
+}
+
 TEST_CASE("units cached before a reload made their prefix never_cache are the first victims", "[engine][reload]") {
   const bool quota = GENERATE(false, true);
   INFO("with a quota on train/: " << quota);

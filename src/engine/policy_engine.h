@@ -299,7 +299,7 @@ class PolicyEngine {
   static constexpr uint64_t kWarmRemeasureUs = 30'000'000;  // a measure that did not fit, repeated at least
   static constexpr size_t kWarmMeasureMaxFiles = 1 << 14;  // larger subtrees are not measured
   void StopWarm(Group* g);  // no longer holds space (done, idle or dropped)
-  void NoteQuotas();        // has_quota_ and has_never_cache_ from the policy file
+  void NoteQuotas();        // has_quota_, has_pin_ and has_never_cache_ from the policy file
   // The stream the next victim comes from (quota, then lowest value with
   // hysteresis), not made the current one.
   // The stream to give space next; `skip`: streams not to ask (their
@@ -442,6 +442,7 @@ class PolicyEngine {
   bool WasGone(std::string_view path) const { return !gone_names_.empty() && gone_names_.contains(std::string(path)); }
   Group* victim_group_ = nullptr;  // current giver of space (hysteresis)
   bool has_quota_ = false;  // an override sets a quota (NoteQuotas, at Init and reload)
+  bool has_pin_ = false;    // an override pins (NoteQuotas)
   bool has_never_cache_ = false;  // an override is never_cache (NoteQuotas)
   uint64_t last_user_warm_us_ = 0;  // the latest NoteWarm
   std::vector<const Group*> idle_groups_;  // Idle at the last Allocate (IdleBytes)
