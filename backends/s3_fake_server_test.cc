@@ -347,21 +347,30 @@ TEST_CASE("S3 fake: Stat and List", "[s3fake]") {
   CHECK_THAT(p.error().message(), Catch::Contains("does not exist"));
 }
 
-TEST_CASE("S3 fake: a stalled transfer fails instead of hanging", "[s3fake]") {
+// A read of `n` bytes from a server that sends `sent` (the head and the
+// start of the body), then nothing: request_timeout_ms 1 s, no retry.
+struct StalledRead {
   FakeServer s;
   igt::Metrics m;
-  auto o = Opts(s, &m);
-  o.request_timeout_ms = 1000;
-  o.max_retries = 0;
-  auto b = igt::MakeS3Backend(o);
-  REQUIRE(b);
-  s.Push("STALL:HTTP/1.1 206 X\r\nContent-Range: bytes 0-9/10\r\nContent-Length: 10\r\n\r\n01234");
-  char buf[10];
-  auto n = (*b)->Read("k", 0, 10, "", buf);
-  REQUIRE(!n);
-  CHECK(n.error().code() == Code::kUnavailable);
-  CHECK_THAT(n.error().message(), Catch::Contains(s.endpoint()));
-  CHECK(m.backend_errors == 1);
+  igt::Result<size_t> got = 0;
+  StalledRead(const std::string& sent, size_t n) {
+    auto o = Opts(s, &m);
+    o.request_timeout_ms = 1000;
+    o.max_retries = 0;
+    auto b = igt::MakeS3Backend(o);
+    REQUIRE(b);
+    s.Push("STALL:" + sent);
+    std::vector<char> buf(n);
+    got = (*b)->Read("k", 0, n, "", buf.data());
+  }
+};
+
+TEST_CASE("S3 fake: a stalled transfer fails instead of hanging", "[s3fake]") {
+  StalledRead r("HTTP/1.1 206 X\r\nContent-Range: bytes 0-9/10\r\nContent-Length: 10\r\n\r\n01234", 10);
+  REQUIRE(!r.got);
+  CHECK(r.got.error().code() == Code::kUnavailable);
+  CHECK_THAT(r.got.error().message(), Catch::Contains(r.s.endpoint()));
+  CHECK(r.m.backend_errors == 1);
 }
 
 TEST_CASE("S3 fake: a transfer that stops dead after a fast start is aborted as stalled", "[s3fake]") {
@@ -369,22 +378,14 @@ TEST_CASE("S3 fake: a transfer that stops dead after a fast start is aborted as 
   // once kept that average above 1 KiB/s for seconds after the body stopped
   // (a tester: 8.5-9 s to abort with request_timeout_ms 2000). The abort is
   // now igtcache's own check, which names the stall.
-  FakeServer s;
-  igt::Metrics m;
-  auto o = Opts(s, &m);
-  o.request_timeout_ms = 1000;
-  o.max_retries = 0;
-  auto b = igt::MakeS3Backend(o);
-  REQUIRE(b);
   const size_t n = 1 << 20, sent = 256 << 10;
-  s.Push("STALL:HTTP/1.1 206 X\r\nContent-Range: bytes 0-" + std::to_string(n - 1) + "/" + std::to_string(n) +
-         "\r\nContent-Length: " + std::to_string(n) + "\r\n\r\n" + std::string(sent, 'x'));
-  std::vector<char> buf(n);
-  auto got = (*b)->Read("k", 0, n, "", buf.data());
-  REQUIRE(!got);
-  CHECK(got.error().code() == Code::kUnavailable);
-  CHECK_THAT(got.error().message(), Catch::Contains("stalled"));
-  CHECK(m.backend_errors == 1);
+  StalledRead r("HTTP/1.1 206 X\r\nContent-Range: bytes 0-" + std::to_string(n - 1) + "/" + std::to_string(n) +
+                    "\r\nContent-Length: " + std::to_string(n) + "\r\n\r\n" + std::string(sent, 'x'),
+                n);
+  REQUIRE(!r.got);
+  CHECK(r.got.error().code() == Code::kUnavailable);
+  CHECK_THAT(r.got.error().message(), Catch::Contains("stalled"));
+  CHECK(r.m.backend_errors == 1);
 }
 
 TEST_CASE("S3 fake: Cancel ends a stalled transfer and the wait between retries", "[s3fake]") {

@@ -583,20 +583,19 @@ Result<std::shared_ptr<const DirListing>> Namespace::Listing(const std::string& 
   // whole retry budget, and the unmount with it).
   // Not with ttl_ms 0 (no stale listing wanted), nor for a listing a read
   // found out of date.
-  bool queued = false;
+  // This thread owns the fetch until a refresh is queued: an exception
+  // before then ends it, failed (AbandonFetch).
   try {
-    queued = stale_listing && !background && !changed && opts_.ttl_ms > 0 && QueueRefresh(dir_key, fetch, bucket_slow);
+    if (!(stale_listing && !background && !changed && opts_.ttl_ms > 0 && QueueRefresh(dir_key, fetch, bucket_slow)))
+      return CompleteFetch(dir_key, fetch);
   } catch (...) {
     AbandonFetch(dir_key, fetch);
     throw;
   }
-  if (queued) {
-    std::unique_lock lk(fetch->mu);
-    if (fetch->cv.wait_for(lk, std::chrono::milliseconds(opts_.stale_wait_ms), [&] { return fetch->done; }))
-      return fetch->result;
-    return stale_listing;
-  }
-  return Complete(dir_key, fetch);
+  std::unique_lock lk(fetch->mu);
+  if (fetch->cv.wait_for(lk, std::chrono::milliseconds(opts_.stale_wait_ms), [&] { return fetch->done; }))
+    return fetch->result;
+  return stale_listing;
 }
 
 Result<std::shared_ptr<const DirListing>> Namespace::Complete(const std::string& dir_key,
