@@ -98,10 +98,10 @@ class EvictionPolicy {
   // Asked by the BlockStore before an insert that must evict to make room:
   // false if the unit would be its own first victim once inserted (`keep`: a
   // demand miss in a full stream read uniformly at random). The store then
-  // caches nothing and evicts nothing for it. An insert followed by the
-  // eviction of the unit itself (what the simulator's order does) ends the
-  // same way; evicting first would take another unit instead: `keep` would
-  // give up the newest unit not yet read this epoch, a prefetched one.
+  // caches nothing and evicts nothing for it (the simulator asks too). The
+  // store, and the simulator, evict before they insert: `keep` would
+  // otherwise give up the newest unit not yet read this epoch, a prefetched
+  // one, for a unit it would evict first.
   virtual bool AdmitUnit(const std::string& id, uint64_t bytes, const UnitMeta& meta) {
     return !InsertIsFirstVictim(meta);
   }

@@ -313,6 +313,26 @@ TEST_CASE("sim: zip-format items read tail first are random items, not skewed", 
   CHECK(double(a["backend_bytes"].get<uint64_t>()) <= 1.05 * double(lru["backend_bytes"].get<uint64_t>()));
 }
 
+TEST_CASE("sim: lfu evicts the least used cached unit for a new one as the store does", "[sim]") {
+  // Four 1 MiB files read three times fill a 4 MiB cache; then a 2 MiB file
+  // is read twice in 128 KiB pieces. Inserted before the simulator made
+  // room, each new unit (a count of 1 among counts of 3) was its own victim:
+  // every piece a miss, 36 MiB fetched (a reviewer's trace).
+  std::string body;
+  uint64_t t = 0;
+  for (int pass = 0; pass < 3; ++pass)
+    for (int f = 0; f < 4; ++f) body += fmt::format("{},1,old{},0,{},{}\n", t += 1000, f, kMiB, kMiB);
+  for (int pass = 0; pass < 2; ++pass)
+    for (uint64_t off = 0; off < 2 * kMiB; off += 128 << 10)
+      body += fmt::format("{},1,new,{},{},{}\n", t += 1000, off, 128 << 10, 2 * kMiB);
+  TempTrace tr(body);
+  for (const char* p : {"lfu", "lru"}) {
+    const auto r = Run(tr.path, 4 * kMiB, p);
+    INFO(p << " " << r.dump());
+    CHECK(r["backend_bytes"].get<uint64_t>() == 6 * kMiB);  // each unit fetched once
+  }
+}
+
 TEST_CASE("sim: random reads in a region moving along a file are served like lru serves them", "[sim]") {
   // Random 64 KiB reads, 3,000 per 64 MiB region, the region moving along a
   // 512 MiB file, a 128 MiB cache. Labelled skewed: lfu kept the regions
@@ -333,9 +353,13 @@ TEST_CASE("sim: random reads in a region moving along a file are served like lru
   INFO(a.dump() << " lru " << lru.dump());
   CHECK(a["details"]["engine"]["streams"][0]["pattern"] == "skewed");
   CHECK(a["details"]["engine"]["streams"][0]["eviction"] == "lru");
-  // Within 15% (the judge takes two half-lives to be sure): 547 MiB, 34.5 s.
+  // Within 15% by bytes, 25% by time (the judge takes two half-lives to be
+  // sure): 545 MiB, 36.6 s (lru 512 MiB, 30.4 s). It was 547 MiB and 34.5 s
+  // while the simulator inserted before it evicted, so that lfu dropped
+  // each new piece at once; the store evicts first, and so does the
+  // simulator since 2026-11-30 (716 -> 801 GETs).
   CHECK(double(a["backend_bytes"].get<uint64_t>()) <= 1.15 * double(lru["backend_bytes"].get<uint64_t>()));
-  CHECK(a["modeled_time_s"].get<double>() <= 1.15 * lru["modeled_time_s"].get<double>());
+  CHECK(a["modeled_time_s"].get<double>() <= 1.25 * lru["modeled_time_s"].get<double>());
 }
 
 TEST_CASE("sim: loader workers streaming shards keep their readahead windows past the share", "[sim]") {

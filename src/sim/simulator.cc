@@ -376,9 +376,10 @@ Result<nlohmann::json> RunEngine(const SimOptions& o, const Trace& tr, uint64_t 
     });
     return taken;
   };
-  auto make_room = [&](double now) {
+  // Evicts until `need` more bytes fit.
+  auto make_room = [&](double now, uint64_t need) {
     const uint64_t now_us = uint64_t(now * 1e6);
-    while (e.cached_bytes() > o.cache_bytes) {
+    while (e.cached_bytes() + need > o.cache_bytes) {
       auto v = e.PickVictim(now_us);
       if (!v || !e.Contains(*v)) break;
       e.OnRemove(*v);
@@ -405,10 +406,14 @@ Result<nlohmann::json> RunEngine(const SimOptions& o, const Trace& tr, uint64_t 
         // As the BlockStore: an insert that must evict asks first.
         if (e.cached_bytes() + ps[m].len > o.cache_bytes && !e.AdmitInsert(f.path, prefetch, uint64_t(t * 1e6)))
           continue;
+        // Room first, then the insert, as the BlockStore: inserted first, the
+        // unit could be its own victim (lfu: a count of 1 among units read
+        // twice; a reviewer: lfu fetched 4.7 GiB where lru fetched 0.7).
+        make_room(t, ps[m].len);
         ready[ps[m].id] = arrive;
         if (IsSubUnit(ps[m].index)) sub_files.insert(f.path);
         e.OnInsert(ps[m].id, f.path, ps[m].index, ps[m].len, prefetch, uint64_t(t * 1e6));
-        make_room(t);
+        make_room(t, 0);
       }
       if (prefetch) {
         c.prefetch_bytes += bytes;
