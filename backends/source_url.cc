@@ -17,8 +17,11 @@ Result<SourceUrl> ParseSourceUrl(std::string_view url) {
                                             url.find('/') > colon)
       return Err(Status::InvalidArgument("source '" + std::string(url) + "' needs '://' after its scheme '" +
                                          std::string(url.substr(0, colon)) + "'; " + std::string(kSupported)));
+    // A path: the local directory's URL is file:// and the absolute path.
+    std::string hint;
+    if (url.starts_with('/')) hint = " (a local directory: file://" + std::string(url) + ")";
     return Err(Status::InvalidArgument("source '" + std::string(url) + "' has no scheme; " +
-                                       std::string(kSupported)));
+                                       std::string(kSupported) + hint));
   }
   std::string scheme(url.substr(0, sep));
   for (char& c : scheme) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));

@@ -49,6 +49,7 @@ TEST_CASE("ParseSourceUrl: file URLs", "[url]") {
   CHECK_THAT(one_slash.error().message(), Catch::Contains("needs '://' after its scheme 's3'"));
   CHECK_THAT(ParseSourceUrl("just-a-name").error().message(), Catch::Contains("has no scheme"));
   CHECK_THAT(ParseSourceUrl("/data/set").error().message(), Catch::Contains("has no scheme"));
+  CHECK_THAT(ParseSourceUrl("/data/set").error().message(), Catch::Contains("file:///data/set"));
 }
 
 TEST_CASE("ParseSourceUrl: s3 URLs", "[url]") {

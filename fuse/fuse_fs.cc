@@ -557,7 +557,13 @@ struct FuseFs::Impl {
         e = &entries[static_cast<size_t>(i - 2)];
         // An object of that name at the root is shadowed by the stats file
         // (a lookup gives the stats): not listed either.
-        if (ino == Namespace::kRootIno && e->name == kStatsFileName) continue;
+        if (ino == Namespace::kRootIno && e->name == kStatsFileName) {
+          if (!self->stats_name_warned_.exchange(true))
+            spdlog::warn("the source's object '{}' at the top of the mount is hidden: the name is igtcache's "
+                         "stats file (docs/METRICS.md)",
+                         kStatsFileName);
+          continue;
+        }
         name = e->name.c_str();
         st.st_ino = self->ns_->EntryIno(ino, *e);  // what a lookup of it gives (d_ino == st_ino)
         st.st_mode = e->is_dir ? S_IFDIR : S_IFREG;

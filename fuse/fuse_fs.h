@@ -190,6 +190,7 @@ class FuseFs {
   std::atomic<uint64_t> relist_gen_{0};
   // SendInvalidations has returned (DrainWhileNotifying).
   std::atomic<bool> notifier_done_{false};
+  std::atomic<bool> stats_name_warned_{false};  // an object named as the stats file was seen
 
   // The kernel keeps one page cache per inode, shared by every handle open
   // on it. `etag` is the version whose pages it may hold; `open` counts the

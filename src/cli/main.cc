@@ -246,7 +246,8 @@ int main(int argc, char** argv) {
 
   bool markdown = false, example = false;
   auto* config = app.add_subcommand(
-      "config", "Print the configuration reference: an example YAML file with every key (the default), or --markdown");
+      "config", "Print the configuration reference: an example YAML file with every key (the default), or --markdown; "
+      "--check FILE validates a config file");
   auto* md_flag = config->add_flag("--markdown", markdown, "docs/CONFIGURATION.md");
   auto* ex_flag =
       config->add_flag("--example", example, "examples/igtcache.yaml (every key with its default)")->excludes(md_flag);
@@ -297,6 +298,22 @@ int main(int argc, char** argv) {
                        "policy file policy.file: put them in a file given with --config (igtcache config --example "
                        "lists every key)\n");
           break;
+        }
+    // `--cache_dir` (an fstab option's spelling): CLI11 said only "arguments
+    // were not expected", naming them in reverse order (a tester).
+    for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; }))
+      if (rc != 0 && argc > 1 && sub->get_name() == argv[1])
+        for (int i = 2; i < argc; ++i) {
+          std::string flag(argv[i]);
+          if (!flag.starts_with("--") || flag.find('_') == std::string::npos) continue;
+          flag = flag.substr(0, flag.find('='));
+          std::string dashed = flag;
+          std::replace(dashed.begin(), dashed.end(), '_', '-');
+          bool known = false;
+          for (const CLI::Option* o : sub->get_options())
+            known = known || o->check_lname(dashed.substr(2));
+          if (known)
+            std::fprintf(stderr, "igtcache: hint: %s is spelt %s (with '-')\n", flag.c_str(), dashed.c_str());
         }
     return rc == 0 ? 0 : igt::kExitUsage;
   }

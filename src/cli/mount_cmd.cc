@@ -953,6 +953,8 @@ int RunMount(const MountArgs& a) {
         // /proc/mounts say rw (writes still failed, EROFS).
         if (o == "rw")
           std::fprintf(stderr, "igtcache: warning: -o rw ignored: the mount is read-only\n");
+      } else if (MountBookkeepingOption(o)) {
+        // Copied from an fstab line: libfuse said "unknown option(s)".
       } else if (!o.empty()) {
         rest += (rest.empty() ? "" : ",") + o;
       }

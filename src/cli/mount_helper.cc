@@ -17,14 +17,18 @@ namespace {
 
 bool LooksLikeSource(const std::string& s) { return s.find("://") != std::string::npos; }
 
+}  // namespace
+
 // Generic mount(8)/systemd options that mean nothing to igtcache or FUSE.
-bool Dropped(const std::string& o) {
+bool MountBookkeepingOption(const std::string& o) {
   static const char* kDrop[] = {"defaults", "auto", "noauto", "user", "users", "nouser", "owner",
                                 "group", "nofail", "_netdev", "rw", "ro", "sync", "async"};
   for (const char* d : kDrop)
     if (o == d) return true;
   return o.rfind("x-", 0) == 0 || o.rfind("comment=", 0) == 0 || o.rfind("helper=", 0) == 0;
 }
+
+namespace {
 
 // The helper's own options (the rest go to FUSE), each a flag of `igtcache
 // mount` of the same name with '-' for '_'.
@@ -58,7 +62,7 @@ Status ApplyOption(const std::string& opt, MountArgs& m, std::vector<std::string
     m.*(it->second) = v;
     return Status::Ok();
   }
-  if (opt.empty() || Dropped(opt)) return Status::Ok();
+  if (opt.empty() || MountBookkeepingOption(opt)) return Status::Ok();
   m.fuse_opts.push_back(opt);  // allow_other, nodev, nosuid, noatime, ...
   return Status::Ok();
 }

@@ -110,5 +110,8 @@ std::vector<std::string> SplitComma(const std::string& s);
 // `igtcache mount` flag that does the same (--cache-size); nullopt for
 // others (FUSE's).
 std::optional<std::string> HelperOptionFlag(std::string_view opt);
+// fstab's and systemd's own options (nofail, _netdev, noauto, x-*, ...):
+// nothing to igtcache or FUSE; the helper and `igtcache mount -o` drop them.
+bool MountBookkeepingOption(const std::string& o);
 
 }  // namespace igt

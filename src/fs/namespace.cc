@@ -357,7 +357,7 @@ Result<std::shared_ptr<const DirListing>> Namespace::FetchListing(const std::str
       // (escaped here too, a NUL was logged as "\x5cx00").
       examples += fmt::format("'{}'", key);
     }
-  } unsafe, shadowed;
+  } unsafe, shadowed, outside;
   do {
     if (stopping_.load()) return Err(Status::Unavailable("unmounting"));
     if (metrics_) Add(metrics_->backend_list_requests);
@@ -365,9 +365,20 @@ Result<std::shared_ptr<const DirListing>> Namespace::FetchListing(const std::str
     if (!page) return Err(page.error());
     for (const auto& o : page->objects) {
       std::string_view name(o.key);
-      name.remove_prefix(std::min(name.size(), req.prefix.size()));
-      if (!SafeName(name)) {  // "dir/" markers, "a/../b", over-long names
-        if (!name.empty()) unsafe.Add(o.key);
+      // Keys not under the prefix asked for (a server or proxy that does
+      // not follow the S3 API): cut at the prefix's length, "outside" was
+      // listed as "tside" (a tester's fake server).
+      if (!name.starts_with(req.prefix)) {
+        outside.Add(o.key);
+        continue;
+      }
+      name.remove_prefix(req.prefix.size());
+      if (name.empty()) {  // the directory's own marker ("dir/")
+        if (o.size > 0) shadowed.Add(o.key);  // its bytes cannot be read
+        continue;
+      }
+      if (!SafeName(name)) {  // "a/../b", over-long names
+        unsafe.Add(o.key);
         continue;
       }
       auto [at, added] = merged.try_emplace(std::string(name), DirEntry{std::string(name), false, o.size, o.mtime_ns, o.etag, o.data_key});
@@ -375,7 +386,11 @@ Result<std::shared_ptr<const DirListing>> Namespace::FetchListing(const std::str
     }
     for (const auto& p : page->prefixes) {
       std::string_view name(p);
-      name.remove_prefix(std::min(name.size(), req.prefix.size()));
+      if (!name.starts_with(req.prefix)) {
+        outside.Add(p);
+        continue;
+      }
+      name.remove_prefix(req.prefix.size());
       if (!name.empty() && name.back() == '/') name.remove_suffix(1);
       if (!SafeName(name)) {
         unsafe.Add(p);
@@ -400,8 +415,8 @@ Result<std::shared_ptr<const DirListing>> Namespace::FetchListing(const std::str
                 dir_key.empty() ? std::string("the top directory") : "'" + dir_key + "/'", listing->list_ms / 1e3,
                 opts_.ttl_ms / 1e3, 2 * listing->list_ms / 1e3);
   }
-  NoteHidden(dir_key, unsafe.n + shadowed.n);
-  if (unsafe.n + shadowed.n) {
+  NoteHidden(dir_key, unsafe.n + shadowed.n + outside.n);
+  if (unsafe.n + shadowed.n + outside.n) {
     // Once per directory and mount, then at debug level: a directory
     // relisted every TTL repeated it.
     bool first = false;
@@ -418,8 +433,13 @@ Result<std::shared_ptr<const DirListing>> Namespace::FetchListing(const std::str
     if (shadowed.n)
       spdlog::log(level,
                   "listing of {}: {} object(s) hidden because a directory has the same name (a key K beside keys "
-                  "K/...: the directory is shown): {}{}",
+                  "K/..., or a directory marker K/ with content: the directory is shown): {}{}",
                   where, shadowed.n, shadowed.examples, shadowed.n > 3 ? ", ..." : "");
+    if (outside.n)
+      spdlog::log(level,
+                  "listing of {}: the source returned {} key(s) outside the prefix '{}' it was asked for, ignored "
+                  "(a server or proxy that does not follow the S3 API?): {}{}",
+                  where, outside.n, req.prefix, outside.examples, outside.n > 3 ? ", ..." : "");
   }
   listing->entries.reserve(merged.size());
   for (auto& [_, e] : merged) listing->entries.push_back(std::move(e));

@@ -153,6 +153,49 @@ TEST_CASE("hidden keys are counted by each directory's latest listing") {
   CHECK(ns.hidden_names() == 0);
 }
 
+TEST_CASE("keys outside the prefix asked for and directory markers with content are hidden and counted") {
+  // A server that does not follow the S3 API answers a listing of d/ with
+  // keys outside d/: they were cut at the prefix's length ("outside" listed
+  // as "tside", "e/secret" as "secret"; a tester's fake server).
+  struct Sloppy : MemoryBackend {
+    Result<ListPage> List(const ListRequest& req) override {
+      auto page = MemoryBackend::List(req);
+      if (page && req.prefix == "d/") {
+        ObjectInfo o;
+        o.key = "outside";
+        o.size = 1;
+        page->objects.push_back(o);
+        page->prefixes.push_back("e/");
+      }
+      return page;
+    }
+  };
+  auto mem = std::make_shared<Sloppy>();
+  mem->Put("d/ok", "1");
+  mem->Put("e/secret", "2");
+  mem->Put("m/", "marker bytes");  // a directory marker with content
+  mem->Put("m/x", "3");
+  mem->Put("n/", "");  // an empty marker: a directory, nothing hidden
+  Namespace ns(mem.get(), nullptr, nullptr, Namespace::Options{});
+  auto d = ns.Lookup(Namespace::kRootIno, "d");
+  REQUIRE(d.has_value());
+  auto listed = ns.ReadDir(d->ino);
+  REQUIRE(listed.has_value());
+  std::vector<std::string> names;
+  for (const auto& e : (*listed)->entries) names.push_back(e.name);
+  CHECK(names == std::vector<std::string>{"ok"});
+  CHECK_FALSE(ns.Lookup(d->ino, "tside").has_value());
+  CHECK(ns.hidden_names() == 2);
+  auto m = ns.Lookup(Namespace::kRootIno, "m");
+  REQUIRE(m.has_value());
+  CHECK(m->is_dir);
+  REQUIRE(ns.ReadDir(m->ino).has_value());
+  auto n = ns.Lookup(Namespace::kRootIno, "n");
+  REQUIRE(n.has_value());
+  REQUIRE(ns.ReadDir(n->ino).has_value());
+  CHECK(ns.hidden_names() == 3);
+}
+
 TEST_CASE("lookup counts: forget erases, underflow is a bug") {
   auto mem = std::make_shared<MemoryBackend>();
   mem->Put("a", "1");

@@ -112,6 +112,10 @@ def main():
         cases = [
             ("unknown scheme", "gs://x", [], ["gs://", "scheme", "gs"]),
             ("no scheme", "just-a-name", [], ["just-a-name", "scheme", "source"]),
+            # A path: the file:// URL is suggested.
+            ("a path for a source", str(src_dir), [], [f"file://{src_dir}"]),
+            # fstab's spelling of a flag: CLI11 said only "not expected".
+            ("--cache_dir", f"file://{src_dir}", ["--cache_dir", str(s.tmp / "c")], ["--cache-dir"]),
             ("missing local dir", f"file://{s.tmp}/does-not-exist", [], ["does-not-exist"]),
             ("missing bucket", "s3://no-such-bucket-igt", s3args, ["no-such-bucket-igt", "NoSuchBucket"]),
             ("wrong endpoint", f"s3://{BUCKET}",
