@@ -291,21 +291,17 @@ struct FuseFs::Impl {
     if (fuse_reply_entry(req, &e) != 0) self->ns_->Forget(a->ino, 1);  // request was interrupted
   }
 
-  // The kernel forgets an inode when it drops it, page cache included.
+  // The kernel forgets an inode when it drops it, page cache included; a
+  // forget of part of its count (a revalidate that found another inode, a
+  // readdirplus entry it dropped) leaves it, pages and all.
   static void Forget(fuse_req_t req, fuse_ino_t ino, uint64_t n) noexcept {
-    if (ino != kStatsIno) {
-      Self(req)->ns_->Forget(ino, n);
-      Self(req)->ForgetVersion(ino);
-    }
+    if (ino != kStatsIno && Self(req)->ns_->Forget(ino, n)) Self(req)->ForgetVersion(ino);
     fuse_reply_none(req);
   }
 
   static void ForgetMulti(fuse_req_t req, size_t count, fuse_forget_data* f) noexcept {
     for (size_t i = 0; i < count; ++i)
-      if (f[i].ino != kStatsIno) {
-        Self(req)->ns_->Forget(f[i].ino, f[i].nlookup);
-        Self(req)->ForgetVersion(f[i].ino);
-      }
+      if (f[i].ino != kStatsIno && Self(req)->ns_->Forget(f[i].ino, f[i].nlookup)) Self(req)->ForgetVersion(f[i].ino);
     fuse_reply_none(req);
   }
 
@@ -959,7 +955,10 @@ void FuseFs::SendInvalidations() {
     auto& q = urgent ? urgent_entries_ : inval_entries_;
     auto [parent, name] = std::move(q.front());
     q.pop_front();
-    if (session_ended_) continue;
+    if (session_ended_) {
+      if (urgent) ++urgent_sent_;
+      continue;
+    }
     lk.unlock();
     // ENOENT: the kernel no longer has the entry, nothing to drop.
     int e = fuse_lowlevel_notify_inval_entry(se_, parent, name.c_str(), name.size());
@@ -976,11 +975,21 @@ void FuseFs::NoteChanged(uint64_t ino, const std::string& key, const std::string
   if (!entry) return;
   std::unique_lock lk(watch_mu_);
   if (loop_done_ || session_ended_) return;
-  if (!invalidated_.insert(ino).second) return;  // once per inode (one version)
-  if (invalidated_.size() > 65536) invalidated_ = {ino};
-  urgent_entries_.push_back(std::move(*entry));
-  const uint64_t mine = urgent_sent_ + urgent_entries_.size();
-  watch_cv_.notify_all();
+  // Once per inode (one version); a second reader of it waits for the same
+  // invalidation (it returned at once: its reopen found the old entry).
+  // The number is the count of urgent entries ever queued, not the sent
+  // ones plus the queue: one being sent is in neither, and a reader waited
+  // for the one before its own.
+  uint64_t mine = 0;
+  if (auto it = invalidated_.find(ino); it != invalidated_.end()) {
+    mine = it->second;
+  } else {
+    if (invalidated_.size() >= 65536) invalidated_.clear();
+    urgent_entries_.push_back(std::move(*entry));
+    mine = ++urgent_queued_;
+    invalidated_.emplace(ino, mine);
+    watch_cv_.notify_all();
+  }
   // The reader's next open should find the entry gone: wait (bounded) for it.
   watch_cv_.wait_for(lk, std::chrono::seconds(1),
                      [&] { return urgent_sent_ >= mine || loop_done_ || session_ended_; });
@@ -1072,6 +1081,7 @@ void FuseFs::OpenVersion(uint64_t ino, const std::string& etag, fuse_file_info* 
   const uint64_t v = VersionHash(etag);
   std::lock_guard lk(etag_mu_);
   auto& pc = page_cache_[ino];
+  pc.forgotten = false;
   if (pc.version != v && pc.OpenOn(pc.version) != pc.open.end()) {  // counts of 0 are erased
     fi->direct_io = 1;
     fi->keep_cache = 0;
@@ -1092,15 +1102,18 @@ bool FuseFs::CloseVersion(uint64_t ino, const std::string& etag) {
   auto o = it->second.OpenOn(v);
   if (o == open.end() || --o->second > 0) return false;
   open.erase(o);
-  if (open.empty()) open = {};  // its memory too: most inodes are not open
+  if (open.empty() && it->second.forgotten) page_cache_.erase(it);
+  else if (open.empty()) open = {};  // its memory too: most inodes are not open
   return true;
 }
 
 void FuseFs::ForgetVersion(uint64_t ino) {
   {
     std::lock_guard lk(etag_mu_);
-    auto it = page_cache_.find(ino);
-    if (it != page_cache_.end() && it->second.open.empty()) page_cache_.erase(it);
+    if (auto it = page_cache_.find(ino); it != page_cache_.end()) {
+      if (it->second.open.empty()) page_cache_.erase(it);
+      else it->second.forgotten = true;
+    }
   }
   // An inode number comes back for the same key and version (Namespace::
   // InoOf): once the kernel forgot it, its next change must be invalidated

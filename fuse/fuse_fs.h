@@ -169,8 +169,12 @@ class FuseFs {
   // each), then DropEntries' (a relisting's, maybe thousands).
   std::deque<std::pair<uint64_t, std::string>> urgent_entries_;
   std::deque<std::pair<uint64_t, std::string>> inval_entries_;
-  uint64_t urgent_sent_ = 0;  // of urgent_entries_, sent so far
-  std::unordered_set<uint64_t> invalidated_;                    // inodes already queued (bounded)
+  // Of urgent_entries_: queued and sent (or dropped at the session's end)
+  // so far; the n-th queued is sent once urgent_sent_ >= n (FIFO).
+  uint64_t urgent_queued_ = 0, urgent_sent_ = 0;
+  // Inodes already queued (bounded), each with its number in that count:
+  // a second reader of the inode waits for the same one.
+  std::unordered_map<uint64_t, uint64_t> invalidated_;
   bool mounted_ = false;
   bool handlers_set_ = false;
   // Negative entries given to the kernel: parent ino -> name -> when
@@ -208,6 +212,10 @@ class FuseFs {
     uint64_t version = 0;  // VersionHash of the ETag whose pages the kernel may hold
     // Handles open, per version hash; freed when the last one closes.
     std::vector<std::pair<uint64_t, uint32_t>> open;
+    // The kernel forgot the inode while handles were open (it sends
+    // RELEASE in the background, so a FORGET can come first): the last
+    // close erases the record (it stayed for the mount's life).
+    bool forgotten = false;
     auto OpenOn(uint64_t v) {
       return std::find_if(open.begin(), open.end(), [v](const auto& o) { return o.first == v; });
     }

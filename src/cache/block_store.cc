@@ -542,6 +542,39 @@ class DiskBlockStore final : public BlockStore {
                  "be failing; not writing unit files for {} s (reads go to the backend)",
                  kReadErrorsFailing, opts_.dir, kReadFailingPauseUs / 1'000'000);
   }
+  // A unit file write refused for space that the free-space check did not
+  // foresee (a disk quota: statvfs does not count it; btrfs out of metadata
+  // space): the cache keeps within what it holds now for kFullCeilingUs,
+  // then tries to grow again. Without it no insert evicted (the volume
+  // looked free, the cache under max_bytes), every one failed, and nothing
+  // was cached again (a reviewer's finding). Requires mu_.
+  void NoteVolumeFullLocked(uint64_t avail_bytes) {
+    auto Mib = [](uint64_t b) {
+      return b < (1 << 20) ? fmt::format("{} bytes", b) : fmt::format("{:.1f} MiB", double(b) / double(1 << 20));
+    };
+    const uint64_t held = used_bytes_ + reserved_bytes_;
+    if (held == 0) return;  // nothing to give back: the volume is full of others' files
+    full_ceiling_bytes_ = std::min(held, opts_.max_bytes);
+    full_ceiling_until_ = std::chrono::steady_clock::now() + kFullCeilingFor;
+    WarnOnce("full-ceiling",
+             fmt::format("igtcache: the volume of {} refused a unit file with {} free by statvfs (a disk quota?): the "
+                         "cache keeps within {} for {} s at a time, evicting as it would at its limit",
+                         opts_.dir, Mib(avail_bytes), Mib(full_ceiling_bytes_),
+                         std::chrono::duration_cast<std::chrono::seconds>(kFullCeilingFor).count()));
+  }
+  // The cache's limit now: max_bytes, or less after NoteVolumeFullLocked.
+  // Requires mu_.
+  uint64_t LimitLocked() {
+    if (full_ceiling_bytes_ == 0) return opts_.max_bytes;
+    if (std::chrono::steady_clock::now() >= full_ceiling_until_) {
+      full_ceiling_bytes_ = 0;
+      return opts_.max_bytes;
+    }
+    return full_ceiling_bytes_;
+  }
+  static constexpr std::chrono::minutes kFullCeilingFor{5};
+  uint64_t full_ceiling_bytes_ = 0;  // 0: none (guarded by mu_)
+  std::chrono::steady_clock::time_point full_ceiling_until_{};
   Status WriteError(Status s) {
     inserts_failing_.store(true, std::memory_order_relaxed);
     Add(metrics_->cache_write_errors);
@@ -847,7 +880,14 @@ std::optional<size_t> DiskBlockStore::Read(const UnitKey& key, uint64_t offset, 
   const bool new_file = !file;
   if (new_file) {
     const int f = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (f >= 0) file = std::make_shared<OpenUnitFile>(f);
+    if (f >= 0) {
+      try {
+        file = std::make_shared<OpenUnitFile>(f);
+      } catch (...) {  // out of memory: the descriptor must not leak
+        ::close(f);
+        throw;
+      }
+    }
   }
   const int fd = file ? file->fd : -1;
   if (fd < 0) {
@@ -918,6 +958,9 @@ Result<std::shared_ptr<OpenUnitFile>> DiskBlockStore::WriteUnit(const std::strin
   // chunk checksums and is dropped (at start-up or on first read), and the
   // index record is only written after the rename. Syncing every unit would
   // cost far more than refetching the few units a crash can lose.
+  if (hooks_.unit_write_full && hooks_.unit_write_full())
+    return Err(Status(CodeForErrno(EDQUOT), fmt::format("cannot write a unit file in {}/tmp: {}", opts_.dir,
+                                                        ErrnoText(EDQUOT))));
   std::string tmp;
   int fd = -1;
   for (int attempt = 0; attempt < 4 && fd < 0; ++attempt) {
@@ -1080,6 +1123,7 @@ Status DiskBlockStore::Put(const UnitKey& key, std::string_view data, bool prefe
       return Status::Ok();
     }
     if (busy_.contains(id)) return Status::Ok();  // another thread is writing (or deleting) it
+    const uint64_t limit = LimitLocked();
 
     // Bytes that must be freed so that, after this write and the writes in
     // flight, the volume keeps min_free_ratio of its size free.
@@ -1108,12 +1152,12 @@ Status DiskBlockStore::Put(const UnitKey& key, std::string_view data, bool prefe
       fail = Status::NoSpace(VolumeFloorText());
     } else if (need_files > index_.size() - inline_units_) {
       fail = Status::NoSpace(VolumeFloorText(/*inodes=*/true));
-    } else if (reserved_bytes_ + disk > opts_.max_bytes) {
+    } else if (reserved_bytes_ + disk > limit) {
       // Nor when the inserts in flight hold so much that evicting every
       // cached unit would not make room.
       fail = Status::NoSpace("cache space is held by inserts in flight");
       contended = true;
-    } else if (used_bytes_ + reserved_bytes_ + disk > opts_.max_bytes && need_free == 0 && need_files == 0 &&
+    } else if (used_bytes_ + reserved_bytes_ + disk > limit && need_free == 0 && need_files == 0 &&
                !policy_->AdmitUnit(id, n,
                                    UnitMeta{.prefetched = prefetched, .now_us = hooks_.now_us(), .object = key.object,
                                             .unit_index = key.index, .disk_bytes = disk, .etag = key.etag})) {
@@ -1122,7 +1166,7 @@ Status DiskBlockStore::Put(const UnitKey& key, std::string_view data, bool prefe
       // free-space floor needs room: that is given back whatever the policy.
       declined = true;
     } else {
-      auto within_limit = [&] { return used_bytes_ + reserved_bytes_ + disk <= opts_.max_bytes; };
+      auto within_limit = [&] { return used_bytes_ + reserved_bytes_ + disk <= limit; };
       size_t files_freed = 0, files_seen = 0;  // unit files among the victims (each an inode)
       auto enough_files = [&] {
         for (; files_freed < need_files && files_seen < victims.size(); ++files_seen)
@@ -1232,6 +1276,7 @@ Status DiskBlockStore::Put(const UnitKey& key, std::string_view data, bool prefe
     reserved_bytes_ -= disk;
     if (!is_inline) --reserved_files_;
     reservation.held = false;
+    if (s.code() == Code::kNoSpace && !is_inline) NoteVolumeFullLocked(space ? space->avail_bytes : 0);
   }
   if (!s.ok()) return WriteError(s);
   if (cancelled) {
@@ -1424,7 +1469,11 @@ Status DiskBlockStore::Reconcile() {
   if (drop.Count() > 0) {
     // Not fatal (a full volume): the records stay stale on disk, are not
     // loaded, and the next start-up drops them again.
-    if (auto s = FromRocks(db_->Write(rocksdb::WriteOptions(), &drop), "cache index: drop"); !s.ok())
+    // Through DbWrite: a failed write marks the index broken, so that later
+    // writes and the close leave it alone (RocksDB aborts on a write after a
+    // failed WAL write: docs/RELIABILITY.md).
+    if (auto s = FromRocks(DbWrite([&] { return db_->Write(rocksdb::WriteOptions(), &drop); }), "cache index: drop");
+        !s.ok())
       spdlog::warn("igtcache: cache index {}/index: cannot delete the dropped entries: {}", opts_.dir, s.ToString());
   }
 

@@ -1152,6 +1152,26 @@ TEST_CASE("min_free_ratio keeps free space on the volume", "[block_store]") {
     // Nothing left behind in tmp/.
     CHECK(fs::is_empty(f.opts.dir + "/tmp"));
   }
+  SECTION("a write refused for space statvfs did not show (a quota): the cache keeps within what it holds") {
+    // statvfs says plenty free, max_bytes is large, but unit files are
+    // refused (EDQUOT) once the cache holds 10. Before, no insert evicted
+    // (nothing said the cache was full) and every later one failed.
+    auto hooks = f.Hooks();
+    BlockStore* store = nullptr;
+    hooks.unit_write_full = [&store] { return store && store->unit_count() >= 10; };
+    auto s = f.Open(hooks);
+    store = s.get();
+    for (int i = 0; i < 10; ++i) REQUIRE(s->Put(Key(i), DataOf(Key(i), 1000)).ok());
+    CHECK(s->Put(Key(10), DataOf(Key(10), 1000)).code() == Code::kNoSpace);
+    CHECK(f.metrics.cache_write_errors == 1);
+    for (int i = 11; i < 40; ++i) {
+      CHECK(s->Put(Key(i), DataOf(Key(i), 1000)).ok());
+      CHECK(s->Contains(Key(i)));
+      CHECK(s->unit_count() <= 10);
+    }
+    CHECK(f.metrics.cache_write_errors == 1);
+    CHECK(f.metrics.evictions >= 29);
+  }
   SECTION("space returns: caching resumes") {
     f.opts.min_free_ratio = 0.5;
     auto avail = std::make_shared<std::atomic<uint64_t>>(1000);

@@ -53,6 +53,10 @@ struct BlockStoreHooks {
   // on a Read and at start-up); true makes the read fail with EIO (tests:
   // a failing disk). Default: none.
   std::function<bool(const std::string& path)> unit_read_error;
+  // Called before a unit file is written; true makes the write fail as a
+  // full disk quota does (EDQUOT; tests: a limit statvfs does not show).
+  // Default: none.
+  std::function<bool()> unit_write_full;
 };
 
 Result<std::unique_ptr<BlockStore>> OpenDiskBlockStore(const BlockStoreOptions& opts, Metrics* metrics,

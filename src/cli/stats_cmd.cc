@@ -323,7 +323,10 @@ std::string StatsTable(const nlohmann::json& j, const nlohmann::json* prev, doub
   constexpr size_t kOtherCols = 52, kMaxPath = 60, kMinPath = 10;
   const size_t max_path = max_cols > kOtherCols + kMinPath ? std::min(kMaxPath, max_cols - kOtherCols) : kMinPath;
   size_t w = 6;
-  for (const auto& r : rows) w = std::max(w, std::min<size_t>(Escaped(r.path).size(), max_path));
+  for (auto& r : rows) {
+    r.path = Escaped(r.path);  // as shown
+    w = std::max(w, std::min<size_t>(r.path.size(), max_path));
+  }
   o += fmt::format("{:<{}}  {:<10}  {:<5}  {:>8}  {:>10}  {:>9}\n", "STREAM", w, "LABEL", "GRAN", "SAMPLES",
                    "CACHED", "HIT RATIO");
   if (rows.empty() && more == 0)
@@ -331,7 +334,7 @@ std::string StatsTable(const nlohmann::json& j, const nlohmann::json* prev, doub
                      "form streams)\n"
                    : "(none detected yet: a stream needs a few dozen reads)\n";
   for (const auto& r : rows) {
-    std::string p = Escaped(r.path);
+    std::string p = r.path;
     if (p.size() > max_path) {  // its start cut off, at a UTF-8 character's start
       size_t from = p.size() - (max_path - 3);
       while (from < p.size() && Utf8Continuation(p[from])) ++from;

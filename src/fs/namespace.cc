@@ -1070,9 +1070,16 @@ InodeAttr Namespace::AddLookup(uint64_t parent, const InodeAttr& child, uint64_t
   InodeAttr a = child;
   a.ino = ino;
   a.stale = false;
-  OwnKey(&inodes_.emplace(ino, Inode{ino, parent, a, child.listing_ms, 1, listing_seq}).first->second);
-  a.stale = child.stale;
-  return a;
+  auto at = inodes_.emplace(ino, Inode{ino, parent, a, child.listing_ms, 1, listing_seq}).first;
+  try {
+    OwnKey(&at->second);
+    a.stale = child.stale;
+    return a;  // (the copy may throw too)
+  } catch (...) {  // out of memory: the kernel never sees the inode, which must not stay counted
+    if (auto k = by_key_.find(KeyOf(&at->second)); k != by_key_.end() && *k == &at->second) by_key_.erase(k);
+    inodes_.erase(at);
+    throw;
+  }
 }
 
 size_t Namespace::ByKeyHash::operator()(KeyRef r) const noexcept {
@@ -1113,11 +1120,11 @@ uint64_t Namespace::ParentOf(uint64_t ino) const {
   return it == inodes_.end() ? kRootIno : it->second.parent;
 }
 
-void Namespace::Forget(uint64_t ino, uint64_t nlookup) {
-  if (ino == kRootIno) return;
+bool Namespace::Forget(uint64_t ino, uint64_t nlookup) {
+  if (ino == kRootIno) return false;
   std::lock_guard lk(mu_);
   auto it = inodes_.find(ino);  // looked up again under the lock before erasing
-  if (it == inodes_.end()) return;
+  if (it == inodes_.end()) return true;
   if (it->second.nlookup < nlookup) {
     spdlog::critical("lookup count underflow on inode {} ({} < {})", ino, it->second.nlookup, nlookup);
     std::abort();
@@ -1128,7 +1135,9 @@ void Namespace::Forget(uint64_t ino, uint64_t nlookup) {
     auto k = by_key_.find(KeyOf(&it->second));
     if (k != by_key_.end() && *k == &it->second) by_key_.erase(k);
     inodes_.erase(it);
+    return true;
   }
+  return false;
 }
 
 Result<InodeAttr> Namespace::GetAttr(uint64_t ino) {

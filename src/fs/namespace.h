@@ -155,7 +155,9 @@ class Namespace {
   // listing again. The handle's listing may be older than the namespace's:
   // it then never moves the name back to an older version (as Lookup).
   Result<InodeAttr> LookupListed(uint64_t parent, const DirListing& l, const DirEntry& e);
-  void Forget(uint64_t ino, uint64_t nlookup);
+  // True once the inode's count reached 0 (or it was not known): the
+  // kernel has dropped it.
+  bool Forget(uint64_t ino, uint64_t nlookup);
   // Current attributes; refreshed from the parent's listing once stale.
   Result<InodeAttr> GetAttr(uint64_t ino);
   // The listing of a directory inode (fresh within the TTL).
