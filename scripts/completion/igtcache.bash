@@ -16,7 +16,7 @@ _igtcache() {
   done
 
   if [[ -z "$sub" ]]; then
-    COMPREPLY=($(compgen -W "mount unmount stats warm config classify sim --help --version" -- "$cur"))
+    COMPREPLY=($(compgen -W "mount unmount stats warm config classify sim help --help --version" -- "$cur"))
     return
   fi
 
@@ -63,6 +63,7 @@ _igtcache() {
       fi ;;
     config) COMPREPLY=($(compgen -W "--markdown --example --check --help" -- "$cur")) ;;
     classify) COMPREPLY=($(compgen -W "--trace --listing --config --help" -- "$cur")) ;;
+    help) COMPREPLY=($(compgen -W "mount unmount stats warm config classify sim" -- "$cur")) ;;
     sim) COMPREPLY=($(compgen -W "--trace --cache-size --listing --policy --config --unit-size --latency-ms
           --bandwidth --connections --help" -- "$cur")) ;;
   esac

@@ -134,6 +134,7 @@ int main(int argc, char** argv) {
     return (*helper)->fake ? igt::kExitOk : igt::RunMount((*helper)->mount);
   }
   CLI::App app{"igtcache: mount a cloud bucket with an adaptive SSD cache for AI workloads", "igtcache"};
+  app.footer("igtcache help COMMAND (or igtcache COMMAND --help) shows a command's options.");
   app.set_version_flag("--version", std::string("igtcache ") + igt::kVersion);
   app.require_subcommand(1);
   // Parse errors read like every other error of the command.
