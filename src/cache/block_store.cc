@@ -203,6 +203,7 @@ class DiskBlockStore final : public BlockStore {
         db_(std::move(db)),
         policy_(std::move(policy)) {
     last_flush_us_ = hooks_.now_us();
+    limit_now_.store(opts_.max_bytes, std::memory_order_relaxed);
     rlimit nofile{};
     if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur != RLIM_INFINITY)
       max_open_files_ = std::min<size_t>(max_open_files_, nofile.rlim_cur / 4);
@@ -281,7 +282,8 @@ class DiskBlockStore final : public BlockStore {
     std::lock_guard lk(mu_);
     return used_bytes_;
   }
-  uint64_t limit_bytes() const override { return opts_.max_bytes; }
+  // max_bytes, or less while a volume refuses writes (NoteVolumeFullLocked).
+  uint64_t limit_bytes() const override { return limit_now_.load(std::memory_order_relaxed); }
   uint64_t unit_count() const override {
     std::lock_guard lk(mu_);
     return index_.size();
@@ -548,33 +550,35 @@ class DiskBlockStore final : public BlockStore {
   // then tries to grow again. Without it no insert evicted (the volume
   // looked free, the cache under max_bytes), every one failed, and nothing
   // was cached again (a reviewer's finding). Requires mu_.
-  void NoteVolumeFullLocked(uint64_t avail_bytes) {
+  void NoteVolumeFullLocked(uint64_t avail_bytes, uint64_t now_us) {
     auto Mib = [](uint64_t b) {
       return b < (1 << 20) ? fmt::format("{} bytes", b) : fmt::format("{:.1f} MiB", double(b) / double(1 << 20));
     };
     const uint64_t held = used_bytes_ + reserved_bytes_;
     if (held == 0) return;  // nothing to give back: the volume is full of others' files
     full_ceiling_bytes_ = std::min(held, opts_.max_bytes);
-    full_ceiling_until_ = std::chrono::steady_clock::now() + kFullCeilingFor;
+    full_ceiling_until_us_ = now_us + kFullCeilingUs;
+    limit_now_.store(full_ceiling_bytes_, std::memory_order_relaxed);
     WarnOnce("full-ceiling",
              fmt::format("igtcache: the volume of {} refused a unit file with {} free by statvfs (a disk quota?): the "
                          "cache keeps within {} for {} s at a time, evicting as it would at its limit",
-                         opts_.dir, Mib(avail_bytes), Mib(full_ceiling_bytes_),
-                         std::chrono::duration_cast<std::chrono::seconds>(kFullCeilingFor).count()));
+                         opts_.dir, Mib(avail_bytes), Mib(full_ceiling_bytes_), kFullCeilingUs / 1'000'000));
   }
   // The cache's limit now: max_bytes, or less after NoteVolumeFullLocked.
   // Requires mu_.
   uint64_t LimitLocked() {
     if (full_ceiling_bytes_ == 0) return opts_.max_bytes;
-    if (std::chrono::steady_clock::now() >= full_ceiling_until_) {
+    if (hooks_.now_us() >= full_ceiling_until_us_) {
       full_ceiling_bytes_ = 0;
+      limit_now_.store(opts_.max_bytes, std::memory_order_relaxed);
       return opts_.max_bytes;
     }
     return full_ceiling_bytes_;
   }
-  static constexpr std::chrono::minutes kFullCeilingFor{5};
+  static constexpr uint64_t kFullCeilingUs = 300'000'000;  // 5 minutes
   uint64_t full_ceiling_bytes_ = 0;  // 0: none (guarded by mu_)
-  std::chrono::steady_clock::time_point full_ceiling_until_{};
+  uint64_t full_ceiling_until_us_ = 0;
+  std::atomic<uint64_t> limit_now_{0};  // limit_bytes(): set in the constructor
   Status WriteError(Status s) {
     inserts_failing_.store(true, std::memory_order_relaxed);
     Add(metrics_->cache_write_errors);
@@ -1276,7 +1280,13 @@ Status DiskBlockStore::Put(const UnitKey& key, std::string_view data, bool prefe
     reserved_bytes_ -= disk;
     if (!is_inline) --reserved_files_;
     reservation.held = false;
-    if (s.code() == Code::kNoSpace && !is_inline) NoteVolumeFullLocked(space ? space->avail_bytes : 0);
+    // Refused for space while the volume still shows room past its floor:
+    // a limit statvfs does not show (if it shows the volume full, others
+    // filled it meanwhile, and the floor makes room at the next insert).
+    if (s.code() == Code::kNoSpace && !is_inline)
+      if (auto now = hooks_.volume_space(opts_.dir);
+          now && double(now->avail_bytes) > opts_.min_free_ratio * double(now->total_bytes) + double(disk))
+        NoteVolumeFullLocked(now->avail_bytes, hooks_.now_us());
   }
   if (!s.ok()) return WriteError(s);
   if (cancelled) {

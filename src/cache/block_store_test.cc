@@ -1171,6 +1171,13 @@ TEST_CASE("min_free_ratio keeps free space on the volume", "[block_store]") {
     }
     CHECK(f.metrics.cache_write_errors == 1);
     CHECK(f.metrics.evictions >= 29);
+    CHECK(s->limit_bytes() == 10 * s->used_bytes() / s->unit_count());  // what it held
+    // Five minutes on, the cache tries to grow again: the quota was raised.
+    store = nullptr;
+    f.clock.t->fetch_add(300'000'000);
+    for (int i = 40; i < 60; ++i) REQUIRE(s->Put(Key(i), DataOf(Key(i), 1000)).ok());
+    CHECK(s->unit_count() == 30);
+    CHECK(s->limit_bytes() == f.opts.max_bytes);
   }
   SECTION("space returns: caching resumes") {
     f.opts.min_free_ratio = 0.5;

@@ -306,8 +306,8 @@ int main(int argc, char** argv) {
       if (rc != 0 && argc > 1 && sub->get_name() == argv[1])
         for (int i = 2; i < argc; ++i) {
           std::string flag(argv[i]);
+          flag = flag.substr(0, flag.find('='));  // (a value may hold '_': --cache-dir=/var/my_cache)
           if (!flag.starts_with("--") || flag.find('_') == std::string::npos) continue;
-          flag = flag.substr(0, flag.find('='));
           std::string dashed = flag;
           std::replace(dashed.begin(), dashed.end(), '_', '-');
           bool known = false;

@@ -824,6 +824,7 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
   bool maint_stop = false;  // guarded by maint_mu
   std::thread maintenance([&] {
     std::unique_lock lk(maint_mu);
+    uint64_t engine_limit = (*store)->limit_bytes();  // what the engine plans against
     while (!maint_cv.wait_for(lk, std::chrono::seconds(1), [&] { return maint_stop; })) {
       // An exception (out of memory) skips this round; escaping the thread
       // it would end the daemon.
@@ -833,6 +834,13 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
         // hit too (the unit files it still held open kept their space); the
         // access state saved off the read path.
         (*store)->Maintain();
+        // The store's limit drops while a volume refuses writes it did not
+        // foresee (a quota): the engine's free space and readahead share
+        // follow it.
+        if (const uint64_t l = (*store)->limit_bytes(); live && l != engine_limit) {
+          live->SetCapacity(l);
+          engine_limit = l;
+        }
         if (!g_reload_policy.exchange(false)) continue;
         if (!live || !UsesPolicyFile(cfg)) {
           spdlog::warn("policy: SIGHUP ignored: cache.eviction '{}' uses no policy file", cfg.cache.eviction);

@@ -220,7 +220,7 @@ std::string StatsTable(const nlohmann::json& j, const nlohmann::json* prev, doub
                               U(j, "backend_list_requests"), U(j, "backend_head_requests"),
                               U(j, "backend_retries")));
   if (const uint64_t hidden = U(j, "hidden_names"); hidden != 0)
-    line("names", fmt::format("{} hidden: names unsafe for a file system or taken by a directory (the log names them)", hidden));
+    line("names", fmt::format("{} hidden: names unsafe for a file system, taken by a directory, or listed outside their directory (the log names them)", hidden));
   if (U(j, "cache_dir_gone") != 0)
     line("cache", "DIR DELETED under the mount: nothing is cached; reads go to the source. Unmount and mount again");
   const uint64_t expiry = U(j, "credentials_expiry_unix_s"), failed = U(j, "credentials_renew_failures");

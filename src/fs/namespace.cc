@@ -1087,7 +1087,14 @@ size_t Namespace::ByKeyHash::operator()(KeyRef r) const noexcept {
 }
 
 void Namespace::OwnKey(Inode* n) {
-  if (auto o = by_key_.find(KeyOf(n)); o != by_key_.end()) by_key_.erase(o);
+  // The previous owner's node is reused: nothing allocated, nothing to undo
+  // (AddLookup), when there is one.
+  if (auto o = by_key_.find(KeyOf(n)); o != by_key_.end()) {
+    auto node = by_key_.extract(o);
+    node.value() = n;
+    by_key_.insert(std::move(node));
+    return;
+  }
   by_key_.insert(n);
 }
 

@@ -128,7 +128,7 @@ const std::map<std::string, std::string>& Help() {
       {"igtcache_prefetch_hit_bytes_total", "Prefetched bytes that were later read."},
       {"igtcache_prefetch_wasted_bytes_total", "Prefetched bytes evicted before any read (prefetch waste)."},
       {"igtcache_cache_used_bytes", "Disk use of the SSD cache: unit files (header and data in whole 4 KiB blocks) and the index records of units kept inline, what cache.max_bytes bounds."},
-      {"igtcache_cache_limit_bytes", "Cache size limit (cache.max_bytes)."},
+      {"igtcache_cache_limit_bytes", "Cache size limit (cache.max_bytes, less while the volume cannot hold it)."},
       {"igtcache_cache_units", "Units in the SSD cache."},
       {"igtcache_cache_inline_units", "Units in the SSD cache kept inline in its index (small objects, no unit file)."},
       {"igtcache_open_unit_files", "Unit files kept open for later reads (at most 4096)."},

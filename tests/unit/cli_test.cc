@@ -179,7 +179,7 @@ TEST_CASE("stats table: hidden keys are said", "[cli]") {
   auto j = Stats(1, 0);
   CHECK(Count(StatsTable(j, nullptr, 0), "hidden") == 0);
   j["hidden_names"] = 3;
-  CHECK(Count(StatsTable(j, nullptr, 0), "3 hidden: names unsafe for a file system or taken by a directory") == 1);
+  CHECK(Count(StatsTable(j, nullptr, 0), "3 hidden: names unsafe for a file system, taken by a directory, or listed outside their directory") == 1);
 }
 
 TEST_CASE("stats table: prefetched bytes neither read nor evicted are said", "[cli]") {
