@@ -534,8 +534,12 @@ class DiskBlockStore final : public BlockStore {
   // stops; small units kept in the index go on), then tried again.
   bool ReadFailing() const {
     const uint64_t until = read_failing_until_us_.load(std::memory_order_relaxed);
-    return until != 0 && hooks_.now_us() < until;
+    return until != 0 && InWindow(hooks_.now_us(), until, kReadFailingPauseUs);
   }
+  // now < until, and no further from it than the window is long: a wall
+  // clock stepped back would otherwise stretch a pause by the step (a
+  // reviewer: an hour back, an hour without unit files written).
+  static bool InWindow(uint64_t now, uint64_t until, uint64_t window) { return now < until && until - now <= window; }
   void NoteReadError() {
     if (read_errors_in_row_.fetch_add(1, std::memory_order_relaxed) + 1 < kReadErrorsFailing) return;
     read_errors_in_row_.store(0, std::memory_order_relaxed);
@@ -568,7 +572,7 @@ class DiskBlockStore final : public BlockStore {
   // Requires mu_.
   uint64_t LimitLocked() {
     if (full_ceiling_bytes_ == 0) return opts_.max_bytes;
-    if (hooks_.now_us() >= full_ceiling_until_us_) {
+    if (!InWindow(hooks_.now_us(), full_ceiling_until_us_, kFullCeilingUs)) {
       full_ceiling_bytes_ = 0;
       limit_now_.store(opts_.max_bytes, std::memory_order_relaxed);
       return opts_.max_bytes;

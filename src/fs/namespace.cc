@@ -1074,7 +1074,7 @@ InodeAttr Namespace::AddLookup(uint64_t parent, const InodeAttr& child, uint64_t
   try {
     OwnKey(&at->second);
     a.stale = child.stale;
-    return a;  // (the copy may throw too)
+    return a;
   } catch (...) {  // out of memory: the kernel never sees the inode, which must not stay counted
     if (auto k = by_key_.find(KeyOf(&at->second)); k != by_key_.end() && *k == &at->second) by_key_.erase(k);
     inodes_.erase(at);
