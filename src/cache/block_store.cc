@@ -254,7 +254,17 @@ class DiskBlockStore final : public BlockStore {
     uint64_t last = last_resume_us_.load();
     if (!force && now - last < kResumeIntervalUs) return false;
     if (!last_resume_us_.compare_exchange_strong(last, now) && !force) return false;
-    if (!db_->Resume().ok()) return false;
+    if (auto s = db_->Resume(); !s.ok()) {
+      // Said once: "caching paused until the index recovers" read as if it
+      // would, and a tester's index (a WAL write refused by a quota) never
+      // did while mounted.
+      WarnOnce("index-no-resume",
+               fmt::format("igtcache: cache index {}/index: cannot recover from the failed write yet ({}); tried "
+                           "again every {} s; if it stays so, remounting recovers it (unit files cached so far are "
+                           "still served)",
+                           opts_.dir, s.ToString(), kResumeIntervalUs / 1'000'000));
+      return false;
+    }
     db_broken_.store(false);
     spdlog::info("igtcache: cache index {}/index writable again", opts_.dir);
     return true;
@@ -560,7 +570,14 @@ class DiskBlockStore final : public BlockStore {
     };
     const uint64_t held = used_bytes_ + reserved_bytes_;
     if (held == 0) return;  // nothing to give back: the volume is full of others' files
-    full_ceiling_bytes_ = std::min(held, opts_.max_bytes);
+    // Less some room for the index (its log and tables are written in the
+    // same directory, under the same quota) and for space freed but not yet
+    // credited back (btrfs qgroups: at the next commit): kept at exactly what
+    // it held, a tester's btrfs qgroup refused the index's log a second
+    // later, and the index stopped taking writes for the mount's life.
+    const uint64_t room = std::min(held / 4, kIndexRoomBytes);
+    full_ceiling_bytes_ = std::min(held - room, opts_.max_bytes);
+    if (full_ceiling_bytes_ == 0) return;
     full_ceiling_until_us_ = now_us + kFullCeilingUs;
     limit_now_.store(full_ceiling_bytes_, std::memory_order_relaxed);
     WarnOnce("full-ceiling",
@@ -580,6 +597,7 @@ class DiskBlockStore final : public BlockStore {
     return full_ceiling_bytes_;
   }
   static constexpr uint64_t kFullCeilingUs = 300'000'000;  // 5 minutes
+  static constexpr uint64_t kIndexRoomBytes = 16 << 20;      // NoteVolumeFullLocked
   uint64_t full_ceiling_bytes_ = 0;  // 0: none (guarded by mu_)
   uint64_t full_ceiling_until_us_ = 0;
   std::atomic<uint64_t> limit_now_{0};  // limit_bytes(): set in the constructor
