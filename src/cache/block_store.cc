@@ -244,6 +244,7 @@ class DiskBlockStore final : public BlockStore {
     if (db_broken_.load() && !TryResume(false))
       return rocksdb::Status::IOError("cache index not writable since an earlier error");
     auto s = write();
+    if (!s.ok() && !db_broken_.load()) broken_since_us_.store(hooks_.now_us());
     if (!s.ok() && !db_broken_.exchange(true))
       WarnOnce("index-broken", fmt::format("igtcache: cache index {}/index: write failed ({}); caching paused "
                                            "until the index recovers", opts_.dir, s.ToString()));
@@ -255,10 +256,11 @@ class DiskBlockStore final : public BlockStore {
     if (!force && now - last < kResumeIntervalUs) return false;
     if (!last_resume_us_.compare_exchange_strong(last, now) && !force) return false;
     if (auto s = db_->Resume(); !s.ok()) {
-      // Said once: "caching paused until the index recovers" read as if it
-      // would, and a tester's index (a WAL write refused by a quota) never
-      // did while mounted.
-      WarnOnce("index-no-resume",
+      // Said once, after a minute of tries: "caching paused until the index
+      // recovers" read as if it would, and a tester's index (a WAL write
+      // refused by a quota) never did while mounted.
+      if (now - broken_since_us_.load() >= kResumeWarnAfterUs)
+        WarnOnce("index-no-resume",
                fmt::format("igtcache: cache index {}/index: cannot recover from the failed write yet ({}); tried "
                            "again every {} s; if it stays so, remounting recovers it (unit files cached so far are "
                            "still served)",
@@ -270,6 +272,8 @@ class DiskBlockStore final : public BlockStore {
     return true;
   }
   static constexpr uint64_t kResumeIntervalUs = 5'000'000;  // 5 s: a cheap probe, not a busy loop
+  static constexpr uint64_t kResumeWarnAfterUs = 60'000'000;
+  std::atomic<uint64_t> broken_since_us_{0};  // when db_broken_ was last set
   // Why an insert met the volume's free-space floor.
   // `inodes`: of its inodes (df -i), not of its space.
   std::string VolumeFloorText(bool inodes = false) const {
