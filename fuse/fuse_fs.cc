@@ -294,14 +294,16 @@ struct FuseFs::Impl {
   // The kernel forgets an inode when it drops it, page cache included; a
   // forget of part of its count (a revalidate that found another inode, a
   // readdirplus entry it dropped) leaves it, pages and all.
+  static void ForgetOne(FuseFs* self, fuse_ino_t ino, uint64_t n) {
+    if (ino != kStatsIno && self->ns_->Forget(ino, n)) self->ForgetVersion(ino);
+  }
   static void Forget(fuse_req_t req, fuse_ino_t ino, uint64_t n) noexcept {
-    if (ino != kStatsIno && Self(req)->ns_->Forget(ino, n)) Self(req)->ForgetVersion(ino);
+    ForgetOne(Self(req), ino, n);
     fuse_reply_none(req);
   }
 
   static void ForgetMulti(fuse_req_t req, size_t count, fuse_forget_data* f) noexcept {
-    for (size_t i = 0; i < count; ++i)
-      if (f[i].ino != kStatsIno && Self(req)->ns_->Forget(f[i].ino, f[i].nlookup)) Self(req)->ForgetVersion(f[i].ino);
+    for (size_t i = 0; i < count; ++i) ForgetOne(Self(req), f[i].ino, f[i].nlookup);
     fuse_reply_none(req);
   }
 

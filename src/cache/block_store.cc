@@ -244,10 +244,11 @@ class DiskBlockStore final : public BlockStore {
     if (db_broken_.load() && !TryResume(false))
       return rocksdb::Status::IOError("cache index not writable since an earlier error");
     auto s = write();
-    if (!s.ok() && !db_broken_.load()) broken_since_us_.store(hooks_.now_us());
-    if (!s.ok() && !db_broken_.exchange(true))
+    if (!s.ok() && !db_broken_.exchange(true)) {
+      broken_since_us_.store(hooks_.now_us());
       WarnOnce("index-broken", fmt::format("igtcache: cache index {}/index: write failed ({}); caching paused "
                                            "until the index recovers", opts_.dir, s.ToString()));
+    }
     return s;
   }
   bool TryResume(bool force) {
@@ -579,32 +580,32 @@ class DiskBlockStore final : public BlockStore {
     // credited back (btrfs qgroups: at the next commit): kept at exactly what
     // it held, a tester's btrfs qgroup refused the index's log a second
     // later, and the index stopped taking writes for the mount's life.
-    const uint64_t room = std::min(held / 4, kIndexRoomBytes);
-    full_ceiling_bytes_ = std::min(held - room, opts_.max_bytes);
-    if (full_ceiling_bytes_ == 0) return;
+    const uint64_t room = std::min(held / 4, kIndexRoomBytes);  // < held: the ceiling is at least 1
+    const uint64_t ceiling = std::min(held - room, opts_.max_bytes);
     full_ceiling_until_us_ = now_us + kFullCeilingUs;
-    limit_now_.store(full_ceiling_bytes_, std::memory_order_relaxed);
+    limit_now_.store(ceiling, std::memory_order_relaxed);
     WarnOnce("full-ceiling",
              fmt::format("igtcache: the volume of {} refused a unit file with {} free by statvfs (a disk quota?): the "
                          "cache keeps within {} for {} s at a time, evicting as it would at its limit",
-                         opts_.dir, Mib(avail_bytes), Mib(full_ceiling_bytes_), kFullCeilingUs / 1'000'000));
+                         opts_.dir, Mib(avail_bytes), Mib(ceiling), kFullCeilingUs / 1'000'000));
   }
   // The cache's limit now: max_bytes, or less after NoteVolumeFullLocked.
   // Requires mu_.
   uint64_t LimitLocked() {
-    if (full_ceiling_bytes_ == 0) return opts_.max_bytes;
+    if (full_ceiling_until_us_ == 0) return opts_.max_bytes;
     if (!InWindow(hooks_.now_us(), full_ceiling_until_us_, kFullCeilingUs)) {
-      full_ceiling_bytes_ = 0;
+      full_ceiling_until_us_ = 0;
       limit_now_.store(opts_.max_bytes, std::memory_order_relaxed);
       return opts_.max_bytes;
     }
-    return full_ceiling_bytes_;
+    return limit_now_.load(std::memory_order_relaxed);
   }
   static constexpr uint64_t kFullCeilingUs = 300'000'000;  // 5 minutes
   static constexpr uint64_t kIndexRoomBytes = 16 << 20;      // NoteVolumeFullLocked
-  uint64_t full_ceiling_bytes_ = 0;  // 0: none (guarded by mu_)
-  uint64_t full_ceiling_until_us_ = 0;
-  std::atomic<uint64_t> limit_now_{0};  // limit_bytes(): set in the constructor
+  uint64_t full_ceiling_until_us_ = 0;  // 0: no ceiling (guarded by mu_)
+  // limit_bytes(): max_bytes (set in the constructor), or the ceiling while
+  // there is one; written under mu_.
+  std::atomic<uint64_t> limit_now_{0};
   Status WriteError(Status s) {
     inserts_failing_.store(true, std::memory_order_relaxed);
     Add(metrics_->cache_write_errors);

@@ -203,8 +203,8 @@ class PolicyEngine {
   std::optional<std::string> PickVictim(uint64_t now_us);
   // Before an insert that must evict: false if a unit of `path` just read
   // by a miss (not `prefetched`) would be the first victim once inserted,
-  // so caching it would only churn (EvictionPolicy::AdmitUnit). The
-  // simulator inserts, then evicts, which ends the same way.
+  // so caching it would only churn (EvictionPolicy::AdmitUnit). The store
+  // and the simulator both ask it, then evict, then insert.
   bool AdmitInsert(std::string_view path, bool prefetched, uint64_t now_us);
   // `igtcache warm` is about to fetch units of `path`: its units cached
   // already, and prefetched units of it inserted before its next read, wait
