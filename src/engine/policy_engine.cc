@@ -32,6 +32,21 @@ constexpr uint64_t kReaderIdleUs = 600'000'000;
 // A read starting within this many units of where the reader's last read
 // ended still continues it (reordered readahead requests).
 constexpr uint64_t kReorderUnits = 4;
+// One file scanned by one reader while others read it at random (a
+// scanner looping over an embedding table that inference threads look up;
+// docs/POLICIES.md, "One file scanned and read at random at once"): the
+// scanner's units go to the (scan) stream, evicted behind it as a
+// sequential stream's, and the others' stay in the file's stream. A reader
+// scans once its run of continuing reads spans kScanRunUnits units; others
+// read at random beside it while the file's jumps (reads that continue
+// nothing) by readers other than it, counted with a half-life of
+// kJumpHalfLifeUs, come to kScanBesideJumps. A unit is the scanner's if it
+// is within kReorderUnits units behind its latest read, or in it, and that
+// read is at most kScanFreshUs old.
+constexpr uint64_t kScanRunUnits = 8;
+constexpr uint64_t kJumpHalfLifeUs = 1'000'000;
+constexpr double kScanBesideJumps = 3;
+constexpr uint64_t kScanFreshUs = 2'000'000;
 // A repeated visit starts a new epoch once at least this fraction of the
 // stream's known items were read in the current one; fewer repeats mean
 // sampling with replacement (not epochs).
@@ -71,6 +86,9 @@ constexpr uint64_t kWarmStallUs = 10'000'000;
 // "Protected" value of a sequential stream holding only its readahead
 // window (prefetched, unread units): it gives space only when nothing else can.
 constexpr double kWindowValue = 1e30;
+// The (scan) stream's value (ByteValue): below every stream read, even idle
+// (0), above never_cache (-1) and stale windows (-0.5).
+constexpr double kScanValue = -0.25;
 // A readahead unit nobody has read this long after its insert belongs to a
 // reader that stopped or jumped: the (readahead) stream gives space while
 // its oldest unit is that stale (a live black-box test: a scan stopped after
@@ -97,6 +115,9 @@ constexpr uint64_t kPathRelabelUs = 10'000'000;
 constexpr std::string_view kWindowStream = "/(readahead)";
 // Units fetched by `igtcache warm`, until read (PolicyEngine::NoteWarm).
 constexpr std::string_view kWarmStream = "/(warm)";
+// The units a file's scanning reader read while others read the file at
+// random (kScanRunUnits above).
+constexpr std::string_view kScanStream = "/(scan)";
 // The stream of the files at the mount's root (GroupFor).
 constexpr std::string_view kRootStream = "/";
 // The one stream of the baseline policies (lru, lfu, ...).
@@ -200,12 +221,20 @@ struct PolicyEngine::FileRec {
   // 0.4 GiB in 0.7 s (a fresh cache: 0.32 GiB, 0.4 s).
   uint64_t ra_first = 1, ra_last = 0;
   uint32_t cached_units = 0;  // units and sub-units
+  // Its recent jumps (reads that continue nothing: kScanRunUnits), a count
+  // halving every kJumpHalfLifeUs, as of jump_us; and the latest jumper.
+  float jump_score = 0;
+  uint64_t jump_us = 0;
   // 1 + the unit its last read stopped part-way through, in a file not read
   // at random, before its end (the reader reads the rest next); 0: none.
   // Kept per file, not per engine: live, a miss is inserted after its GET,
   // and other reads come in between.
   uint64_t part_unit = 0;
   uint32_t part_pid = 0;  // the reader of that read (PartReadActive)
+  uint32_t jump_pid = 0;
+  // The reader scanning it while others read it at random (its units go to
+  // the (scan) stream: ScannerAt), or 0.
+  uint32_t scan_pid = 0;
   int block_label = 0;        // the file's own (block stream) label at its last read
   // Proposed by epoch prefetching: its units are certain to be read this
   // epoch and take only space freed by items already read, so they do not
@@ -274,6 +303,7 @@ struct PolicyEngine::Group {
   bool forced = false;
   bool window = false;  // the (readahead) stream
   bool user_warm = false;  // the (warm) stream
+  bool scan = false;       // the (scan) stream (ScanGroup)
   const PathOverride* ov = nullptr;
   std::unique_ptr<EvictionPolicy> module;
   std::string module_name;
@@ -1236,6 +1266,9 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
   ReaderEnd& re = rit->second;
   const bool continues = !rfresh && offset != 0 && offset + slack >= re.end && offset <= re.end + slack;
   re.end = continues ? std::max(re.end, offset + length) : offset + length;
+  if (!continues) re.run_start = offset;
+  re.last_off = offset;
+  const bool long_run = continues && re.end - re.run_start >= kScanRunUnits * opts_.unit_bytes;
   // The reader's visit of the file begins here unless its previous read
   // was in this file too (a parquet reader's column chunks after the
   // footer are the visit the footer began).
@@ -1290,19 +1323,37 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
   const bool same_file = ReaderIn(pid, f);  // the reader's previous read was in this file
   reader_file_[pid] = {&f, f.rank};
   JoinGroup(f, fkey, g);
+  // A scan beside random readers (kScanRunUnits): its reads are the (scan)
+  // stream's, as its units are (ScannerAt).
+  if (length > 0 && !continues) {
+    const double since = double(now_us_ - std::min(now_us_, f.jump_us));
+    f.jump_score = float(f.jump_score * std::exp2(-since / double(kJumpHalfLifeUs)) + 1);
+    f.jump_us = now_us_;
+    f.jump_pid = pid;
+  }
+  const bool beside = f.jump_pid != pid && f.jump_score * std::exp2(-double(now_us_ - std::min(now_us_, f.jump_us)) /
+                                                                     double(kJumpHalfLifeUs)) >= kScanBesideJumps;
+  Group* rg = g;  // the stream the read counts in
+  if (long_run && length > 0 && beside && g->label != kSequential && !g->ov) {
+    f.scan_pid = pid;
+    rg = ScanGroup();
+    rg->ws_bytes = file_size;  // a sequential stream's working set: its file
+  } else if (f.scan_pid == pid) {
+    f.scan_pid = 0;
+  }
   // The reader, by name (evict-behind keeps the unit it is at).
   if (length > 0)
-    g->module->OnReaderAt(ReaderRead{.reader = pid,
-                                     .first = ScanPosition(f.rank, offset / opts_.unit_bytes),
-                                     .last = ScanPosition(f.rank, (end - 1) / opts_.unit_bytes),
-                                     .first_part = offset % opts_.unit_bytes != 0,
-                                     .last_part = ends_inside});
-  g->read_bytes += length;
-  g->period_read_bytes += length;
-  ++g->reads;
-  ++g->period_reads;
-  g->idle = false;
-  if (length > 0 && (fl == kRandom || fl == kSkewed || g->label == kSkewed) && Judged(g)) {
+    rg->module->OnReaderAt(ReaderRead{.reader = pid,
+                                      .first = ScanPosition(f.rank, offset / opts_.unit_bytes),
+                                      .last = ScanPosition(f.rank, (end - 1) / opts_.unit_bytes),
+                                      .first_part = offset % opts_.unit_bytes != 0,
+                                      .last_part = ends_inside});
+  rg->read_bytes += length;
+  rg->period_read_bytes += length;
+  ++rg->reads;
+  ++rg->period_reads;
+  rg->idle = false;
+  if (rg == g && length > 0 && (fl == kRandom || fl == kSkewed || g->label == kSkewed) && Judged(g)) {
     if (!g->judge && *judges_ < kMaxJudges) MakeJudge(g);
     if (!g->judge) judge_wanted_ = true;  // Allocate may free one
     if (g->judge) {
@@ -1318,7 +1369,7 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
     const uint64_t sub = SubUnitBytesOf(f);
     const uint64_t piece = sub ? sub : opts_.unit_bytes;
     const uint64_t first = offset / piece, last = (offset + length - 1) / piece;
-    g->touched_bytes += std::min<uint64_t>((last - first + 1) * piece, std::max(file_size, length));
+    rg->touched_bytes += std::min<uint64_t>((last - first + 1) * piece, std::max(file_size, length));
   }
   if (!continues) {
     // A directory read for the first time: its files, passed over until
@@ -1722,6 +1773,8 @@ void PolicyEngine::OnInsert(const std::string& id, std::string_view path, uint64
     // made (or left empty) just for it goes once empty.
     else if (g->units == 0 && g->live_items() == 0) g->gone = true;
   }
+  // A miss of a scanner beside random readers (kScanRunUnits).
+  if (!prefetched && !restored && g == f.group && ScannerAt(f, *fkey, unit_index, kReorderUnits)) g = ScanGroup();
   if (auto gh = g->ghost_set.find(id); gh != g->ghost_set.end()) {
     g->repeats = true;  // fetched again after eviction
     // A demand miss on a recent victim: a hit with a little more space.
@@ -1818,8 +1871,14 @@ void PolicyEngine::OnHit(const std::string& id, uint64_t bytes, uint64_t now_us,
   // kept apart from read_bytes (they serve no read themselves: the unit
   // moves to its file's stream, which counts the read and the hit).
   if (u.g->window && u.prefetched_unread) u.g->period_read_bytes += u.bytes;
-  if (fit != files_.end() && fit->second.group && fit->second.group != u.g)
-    MoveUnit(it->first, u, fit->second);  // the key in units_: Unit::id holds its address
+  // A unit a scanner beside random readers reads first (its readahead, a
+  // fill's unit) goes to the (scan) stream, and from there to its file's
+  // stream once another reader reads it (kScanRunUnits).
+  if (fit != files_.end() && fit->second.group) {
+    Group* to = fit->second.group;
+    if ((u.g->scan || !u.consumed) && ScannerAt(fit->second, fit->first, u.index, kReorderUnits)) to = ScanGroup();
+    if (to != u.g) MoveUnit(it->first, u, fit->second, to);  // the key in units_: Unit::id holds its address
+  }
   Group* g = u.g;
   if (bytes == 0) bytes = u.bytes;  // the whole unit
   // At most the stream's read bytes: a read counted in the stream its file
@@ -2075,6 +2134,29 @@ void PolicyEngine::NoteWarm(std::string_view path, uint64_t now_us) {
 
 PolicyEngine::Group* PolicyEngine::WindowGroup() { return HoldingGroup(kWindowStream, kSequential, &Group::window); }
 
+PolicyEngine::Group* PolicyEngine::ScanGroup() {
+  auto& slot = groups_[std::string(kScanStream)];
+  if (!slot) {
+    slot = std::make_unique<Group>();
+    slot->key = std::string(kScanStream);
+    slot->scan = true;
+    SetLabel(slot.get(), kSequential, /*rebuild=*/true);  // the policy file's sequential module
+  }
+  return slot.get();
+}
+
+bool PolicyEngine::ScannerAt(const FileRec& f, std::string_view path, uint64_t index, uint64_t behind) const {
+  if (!mode_igt_ || f.scan_pid == 0 || !f.group || f.group->ov || f.group->label == kSequential) return false;
+  std::string rkey = std::to_string(f.scan_pid);
+  rkey += '\0';
+  rkey += path;
+  auto it = reader_end_.find(rkey);
+  if (it == reader_end_.end() || it->second.end == 0 || it->second.last_us + kScanFreshUs < now_us_) return false;
+  const uint64_t last = (it->second.end - 1) / opts_.unit_bytes;
+  if (behind == 0) return index == last && it->second.end % opts_.unit_bytes != 0;
+  return index + behind >= it->second.last_off / opts_.unit_bytes && index <= last;
+}
+
 bool PolicyEngine::WindowStale(const Group* g) const {
   // fifo: its victim is the oldest insert (units only leave the window).
   auto v = g->module->PickVictim();
@@ -2102,6 +2184,13 @@ double PolicyEngine::ByteValue(const Group* g) const {
                                    1.0 / opts_.bandwidth_bytes_per_s;
     return g->rate / std::max(1.0, double(g->bytes)) * miss_s_per_byte;
   }
+  // A scan beside random readers: what it passed is not read again before
+  // its next pass, and the file's readers keep what they read again in the
+  // file's stream. It was valued as a sequential stream's, which keeps a
+  // prefix of a repeated scan (rate / file size): above the random
+  // readers' unlabelled stream, valued as if uniform over the same file, so
+  // their hot rows gave way to the prefix (bench_scan_beside_random.sh).
+  if (g->scan) return kScanValue;
   if (g->user_warm)  // held for the job to come, for a while after the last warm-up
     return now_us_ < last_user_warm_us_ + kUserWarmHoldUs ? kWindowValue : 0.0;
   if (Idle(g)) return 0;
@@ -2335,7 +2424,10 @@ bool PolicyEngine::PartRead(const std::string& id) const {
   auto it = units_.find(id);
   if (it == units_.end()) return false;
   auto f = files_.find(*it->second.path);
-  return f != files_.end() && PartReadActive(f->second) && f->second.part_unit == it->second.index + 1;
+  if (f == files_.end()) return false;
+  if (PartReadActive(f->second) && f->second.part_unit == it->second.index + 1) return true;
+  // The unit a scanner beside random readers is at (its stream gives first).
+  return it->second.g->scan && ScannerAt(f->second, f->first, it->second.index, /*behind=*/0);
 }
 
 bool PolicyEngine::ReaderIn(uint32_t pid, const FileRec& f) const {

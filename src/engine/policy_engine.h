@@ -344,6 +344,15 @@ class PolicyEngine {
   // must not take every unit read in an earlier epoch for a first victim).
   bool NotReadYet(const Unit& u, const Group* g) const;
   Group* WindowGroup();  // the stream of readahead units not read yet
+  // The stream of units scanned by a reader while others read their file at
+  // random (kScanRunUnits in policy_engine.cc): a sequential stream of its
+  // own, made on first use.
+  Group* ScanGroup();
+  // Whether unit `index` of file `f` (key `path`) is where f's scanner
+  // (FileRec::scan_pid) is reading now: in its latest read or up to
+  // `behind` units before it; with `behind` 0, the unit its latest read
+  // ended part-way through.
+  bool ScannerAt(const FileRec& f, std::string_view path, uint64_t index, uint64_t behind) const;
   // Whether the window stream's oldest unit has waited kWindowStaleUs unread.
   bool WindowStale(const Group* g) const;
   // Units of an item an epoch plan proposes: as deep as the stream's reads
@@ -385,6 +394,8 @@ class PolicyEngine {
   struct ReaderEnd {
     uint64_t end = 0, last_us = 0;
     uint64_t visit_start = 0;  // where its visit of the file began (PolicyEngine::OnRead)
+    uint64_t run_start = 0;    // where its run of continuing reads began
+    uint64_t last_off = 0;     // where its latest read began
   };
   std::unordered_map<std::string, ReaderEnd> reader_end_;
   // At kMaxReaders: the older half of reader_end_ goes (by last read).
