@@ -1331,8 +1331,7 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
     f.jump_us = now_us_;
     f.jump_pid = pid;
   }
-  const bool beside = f.jump_pid != pid && f.jump_score * std::exp2(-double(now_us_ - std::min(now_us_, f.jump_us)) /
-                                                                     double(kJumpHalfLifeUs)) >= kScanBesideJumps;
+  const bool beside = f.jump_pid != pid && Jumpy(f);
   Group* rg = g;  // the stream the read counts in
   if (long_run && length > 0 && beside && g->label != kSequential && !g->ov) {
     f.scan_pid = pid;
@@ -1665,10 +1664,19 @@ uint64_t PolicyEngine::CachedBytes(std::string_view path) const {
   return it == files_.end() ? 0 : it->second.cached_bytes;
 }
 
+bool PolicyEngine::Jumpy(const FileRec& f) const {
+  return f.jump_score * std::exp2(-double(now_us_ - std::min(now_us_, f.jump_us)) / double(kJumpHalfLifeUs)) >=
+         kScanBesideJumps;
+}
+
 uint64_t PolicyEngine::SubUnitBytesOf(const FileRec& f) const {
   if (!mode_igt_ || opts_.sub_unit_bytes == 0 || opts_.sub_unit_bytes >= opts_.unit_bytes) return 0;
   if (f.size <= opts_.unit_bytes) return 0;
-  if (f.block_label != kRandom && f.block_label != kSkewed) return 0;
+  // Not labelled yet, but scanned beside random readers (kScanRunUnits):
+  // the scanner's samples keep the file unlabelled for a while, and a whole
+  // unit for each small read of the others cost more than the scan saved.
+  const bool scan_beside = f.block_label == kUnknown && f.scan_pid != 0 && Jumpy(f);
+  if (f.block_label != kRandom && f.block_label != kSkewed && !scan_beside) return 0;
   // Whole units while its stream's reads come back to a unit's other
   // pieces soon enough that one GET costs less than a GET per piece.
   if (f.group && f.group->judge && f.group->judge->WholeUnits()) return 0;

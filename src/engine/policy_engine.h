@@ -324,6 +324,8 @@ class PolicyEngine {
   // the (readahead) and (warm) streams.
   Group* HoldingGroup(std::string_view key, int label, bool Group::*kind);
   uint64_t SubUnitBytesOf(const FileRec& f) const;
+  // Reads that continue nothing came to kScanBesideJumps lately (FileRec::jump_score).
+  bool Jumpy(const FileRec& f) const;
   uint64_t FreeBytes() const;                 // capacity not taken by cached units (data bytes, estimated)
   // The span of a stream's latest victims whose misses its shadow value
   // counts: about half its size, within [4 units, 1/16 of the capacity].
