@@ -35,13 +35,13 @@ constexpr uint64_t kReorderUnits = 4;
 // One file scanned by one reader while others read it at random (a
 // scanner looping over an embedding table that inference threads look up;
 // docs/POLICIES.md, "One file scanned and read at random at once"): the
-// scanner's units go to the (scan) stream, evicted behind it as a
-// sequential stream's, and the others' stay in the file's stream. A reader
-// scans once its run of continuing reads spans kScanRunUnits units; others
-// read at random beside it while the file's jumps (reads that continue
-// nothing) by readers other than it, counted with a half-life of
-// kJumpHalfLifeUs, come to kScanBesideJumps. A unit is the scanner's if it
-// is within kReorderUnits units behind its latest read, or in it, and that
+// scanner's units go to the (scan) stream, the first to give space
+// (kScanValue), and the others' stay in the file's stream. A reader scans
+// once its run of continuing reads spans kScanRunUnits units; others read
+// at random beside it while the file's jumps (reads that continue nothing),
+// counted with a half-life of kJumpHalfLifeUs, come to kScanBesideJumps
+// and the latest was another reader's. A unit is the scanner's if it is
+// within kReorderUnits units behind its latest read, or in it, and that
 // read is at most kScanFreshUs old.
 constexpr uint64_t kScanRunUnits = 8;
 constexpr uint64_t kJumpHalfLifeUs = 1'000'000;
@@ -1336,7 +1336,6 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
   if (long_run && length > 0 && beside && g->label != kSequential && !g->ov) {
     f.scan_pid = pid;
     rg = ScanGroup();
-    rg->ws_bytes = file_size;  // a sequential stream's working set: its file
   } else if (f.scan_pid == pid) {
     f.scan_pid = 0;
   }
