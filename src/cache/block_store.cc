@@ -192,6 +192,14 @@ std::string RandomHex() {
   return fmt::format("{:016x}", rng());
 }
 
+// A RocksDB error that says the volume refused space: full, or over a disk
+// quota (RocksDB reports EDQUOT as a plain IOError).
+bool IsSpaceError(const rocksdb::Status& s) {
+  if (s.IsNoSpace()) return true;
+  const std::string t = s.ToString();
+  return t.find("No space left") != std::string::npos || t.find("Disk quota exceeded") != std::string::npos;
+}
+
 class DiskBlockStore final : public BlockStore {
  public:
   DiskBlockStore(const BlockStoreOptions& opts, Metrics* metrics, BlockStoreHooks hooks, int lock_fd,
@@ -243,11 +251,16 @@ class DiskBlockStore final : public BlockStore {
       return rocksdb::Status::IOError("cache dir deleted while mounted");
     if (db_broken_.load() && !TryResume(false))
       return rocksdb::Status::IOError("cache index not writable since an earlier error");
-    auto s = write();
-    if (!s.ok() && !db_broken_.exchange(true)) {
-      broken_since_us_.store(hooks_.now_us());
-      WarnOnce("index-broken", fmt::format("igtcache: cache index {}/index: write failed ({}); caching paused "
-                                           "until the index recovers", opts_.dir, s.ToString()));
+    const rocksdb::Status s =
+        hooks_.index_write_full && hooks_.index_write_full() ? rocksdb::Status::IOError("Disk quota exceeded") : write();
+    if (!s.ok()) {
+      if (IsSpaceError(s)) index_space_error_.store(true);
+      if (!db_broken_.exchange(true)) {
+        room_given_.store(false);
+        broken_since_us_.store(hooks_.now_us());
+        WarnOnce("index-broken", fmt::format("igtcache: cache index {}/index: write failed ({}); caching paused "
+                                             "until the index recovers", opts_.dir, s.ToString()));
+      }
     }
     return s;
   }
@@ -256,7 +269,10 @@ class DiskBlockStore final : public BlockStore {
     uint64_t last = last_resume_us_.load();
     if (!force && now - last < kResumeIntervalUs) return false;
     if (!last_resume_us_.compare_exchange_strong(last, now) && !force) return false;
-    if (auto s = db_->Resume(); !s.ok()) {
+    const rocksdb::Status s = hooks_.index_resume_fails && hooks_.index_resume_fails()
+                                  ? rocksdb::Status::IOError("Resume refused (test)")
+                                  : db_->Resume();
+    if (!s.ok()) {
       // Said once, after a minute of tries: "caching paused until the index
       // recovers" read as if it would, and a tester's index (a WAL write
       // refused by a quota) never did while mounted.
@@ -269,9 +285,40 @@ class DiskBlockStore final : public BlockStore {
       return false;
     }
     db_broken_.store(false);
+    index_space_error_.store(false);
     spdlog::info("igtcache: cache index {}/index writable again", opts_.dir);
     return true;
   }
+  // An index broken by a write refused for space (a disk quota the cache
+  // filled refused its log before any unit file: no ceiling was set and
+  // nothing evicted, a tester's btrfs qgroup): once per such failure, after
+  // kRoomAfterUs of failed recoveries, the cache gives room back as for a
+  // refused unit file (NoteVolumeFullLocked) and tries Resume() again.
+  // RocksDB recovers from some such failures (a table), not from a refused
+  // write-ahead-log write: that one stays until a remount (closing the
+  // index then asserts inside RocksDB), which makes room itself if it must
+  // (OpenChecked). Called by Maintain (not under mu_).
+  void RecoverIndex() {
+    if (!db_broken_.load() || !index_space_error_.load() || dir_gone_.load(std::memory_order_relaxed)) return;
+    const uint64_t now = hooks_.now_us();
+    if (room_given_.load() || now - broken_since_us_.load() < kRoomAfterUs) return;
+    room_given_.store(true);
+    std::vector<Victim> victims;
+    {
+      std::lock_guard lk(mu_);
+      const auto space = hooks_.volume_space(opts_.dir);
+      NoteVolumeFullLocked(space ? space->avail_bytes : 0, now, "an index write");
+      const uint64_t limit = LimitLocked();
+      EvictLocked([&](uint64_t) { return used_bytes_ + reserved_bytes_ <= limit; }, victims, [] { return false; });
+    }
+    // The files go; their records stay until the index takes writes again
+    // (a record whose file is gone is dropped at start-up).
+    DeleteDetached(victims, /*count_as_eviction=*/true);
+    (void)TryResume(/*force=*/true);
+  }
+  static constexpr uint64_t kRoomAfterUs = 10'000'000;
+  std::atomic<bool> room_given_{false};  // RecoverIndex, for this failure
+  std::atomic<bool> index_space_error_{false};  // the failed index write was refused for space
   static constexpr uint64_t kResumeIntervalUs = 5'000'000;  // 5 s: a cheap probe, not a busy loop
   static constexpr uint64_t kResumeWarnAfterUs = 60'000'000;
   std::atomic<uint64_t> broken_since_us_{0};  // when db_broken_ was last set
@@ -569,7 +616,8 @@ class DiskBlockStore final : public BlockStore {
   // then tries to grow again. Without it no insert evicted (the volume
   // looked free, the cache under max_bytes), every one failed, and nothing
   // was cached again (a reviewer's finding). Requires mu_.
-  void NoteVolumeFullLocked(uint64_t avail_bytes, uint64_t now_us) {
+  // `what` the volume refused ("a unit file", "an index write").
+  void NoteVolumeFullLocked(uint64_t avail_bytes, uint64_t now_us, std::string_view what = "a unit file") {
     auto Mib = [](uint64_t b) {
       return b < (1 << 20) ? fmt::format("{} bytes", b) : fmt::format("{:.1f} MiB", double(b) / double(1 << 20));
     };
@@ -582,12 +630,20 @@ class DiskBlockStore final : public BlockStore {
     // later, and the index stopped taking writes for the mount's life.
     const uint64_t room = std::min(held / 4, kIndexRoomBytes);  // < held: the ceiling is at least 1
     const uint64_t ceiling = std::min(held - room, opts_.max_bytes);
+    // Said once at warning level; each later one (a lower ceiling, or one
+    // set again after a lift) at info level: a tester saw the limit fall
+    // 44.4 -> 32.4 MiB and lift without a word.
+    if (warned_full_ceiling_)
+      spdlog::info("igtcache: the volume of {} refused a write with {} free by statvfs again: the cache keeps within "
+                   "{} for {} s",
+                   opts_.dir, Mib(avail_bytes), Mib(ceiling), kFullCeilingUs / 1'000'000);
+    warned_full_ceiling_ = true;
     full_ceiling_until_us_ = now_us + kFullCeilingUs;
     limit_now_.store(ceiling, std::memory_order_relaxed);
     WarnOnce("full-ceiling",
-             fmt::format("igtcache: the volume of {} refused a unit file with {} free by statvfs (a disk quota?): the "
+             fmt::format("igtcache: the volume of {} refused {} with {} free by statvfs (a disk quota?): the "
                          "cache keeps within {} for {} s at a time, evicting as it would at its limit",
-                         opts_.dir, Mib(avail_bytes), Mib(ceiling), kFullCeilingUs / 1'000'000));
+                         opts_.dir, what, Mib(avail_bytes), Mib(ceiling), kFullCeilingUs / 1'000'000));
   }
   // The cache's limit now: max_bytes, or less after NoteVolumeFullLocked.
   // Requires mu_.
@@ -596,6 +652,7 @@ class DiskBlockStore final : public BlockStore {
     if (!InWindow(hooks_.now_us(), full_ceiling_until_us_, kFullCeilingUs)) {
       full_ceiling_until_us_ = 0;
       limit_now_.store(opts_.max_bytes, std::memory_order_relaxed);
+      spdlog::info("igtcache: cache {}: trying its whole limit again after a volume refused writes", opts_.dir);
       return opts_.max_bytes;
     }
     return limit_now_.load(std::memory_order_relaxed);
@@ -603,6 +660,7 @@ class DiskBlockStore final : public BlockStore {
   static constexpr uint64_t kFullCeilingUs = 300'000'000;  // 5 minutes
   static constexpr uint64_t kIndexRoomBytes = 16 << 20;      // NoteVolumeFullLocked
   uint64_t full_ceiling_until_us_ = 0;  // 0: no ceiling (guarded by mu_)
+  bool warned_full_ceiling_ = false;    // NoteVolumeFullLocked (guarded by mu_)
   // limit_bytes(): max_bytes (set in the constructor), or the ceiling while
   // there is one; written under mu_.
   std::atomic<uint64_t> limit_now_{0};
@@ -630,6 +688,7 @@ class DiskBlockStore final : public BlockStore {
     // flush (a million units read in 30 s: a 54 MB batch, ~0.7 s) stalled
     // that read, and index writes of inserts queued behind it (a review).
     FlushAccessState(/*force=*/false);
+    RecoverIndex();
   }
   // The cache dir, or its index, no longer exists.
   bool DirGone() const {
@@ -1704,7 +1763,7 @@ Result<std::unique_ptr<rocksdb::DB>> OpenIndex(const std::string& dir) {
   if (!s.ok()) {
     // A full volume: no advice to remove the dir (the cache is whole).
     const std::string text = s.ToString();
-    if (s.IsNoSpace() || text.find("No space left") != std::string::npos) {
+    if (IsSpaceError(s)) {
       // Say whose files fill it: a small volume the cache itself filled
       // (its index, with many small files kept inline) has nothing else
       // the user could free.
@@ -1762,6 +1821,36 @@ Result<std::unique_ptr<rocksdb::DB>> OpenIndex(const std::string& dir) {
   return std::move(db);
 }
 
+// Deletes the unit files of `dir` least recently written first until
+// `want` bytes (in blocks) are freed or none is left; returns what went
+// (files, bytes). For an index that cannot open for want of space.
+std::pair<size_t, uint64_t> FreeUnitFiles(const std::string& dir, uint64_t want) {
+  struct File {
+    int64_t mtime;
+    uint64_t bytes;
+    std::string path;
+  };
+  std::vector<File> files;
+  std::error_code ec;
+  for (auto it = std::filesystem::recursive_directory_iterator(dir + "/units", ec);
+       !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+    struct stat st {};
+    if (::lstat(it->path().c_str(), &st) == 0 && S_ISREG(st.st_mode))
+      files.push_back({int64_t(st.st_mtime), uint64_t(st.st_blocks) * 512, it->path().string()});
+  }
+  std::sort(files.begin(), files.end(), [](const File& a, const File& b) { return a.mtime < b.mtime; });
+  size_t n = 0;
+  uint64_t freed = 0;
+  for (const auto& f : files) {
+    if (freed >= want) break;
+    if (::unlink(f.path.c_str()) == 0) {
+      ++n;
+      freed += f.bytes;
+    }
+  }
+  return {n, freed};
+}
+
 // Opens a store whose options were checked: takes the dir's lock, opens the
 // index and reconciles it with the unit files.
 Result<std::unique_ptr<BlockStore>> OpenChecked(const BlockStoreOptions& opts, Metrics* metrics,
@@ -1782,7 +1871,32 @@ Result<std::unique_ptr<BlockStore>> OpenChecked(const BlockStoreOptions& opts, M
         opts.make_policy ? Result<std::unique_ptr<EvictionPolicy>>(opts.make_policy()) : MakeEvictionPolicy(opts.eviction);
     if (!policy) return fail(policy.error());
     if (!*policy) return fail(Status::InvalidArgument("make_policy returned no policy"));
-    auto db = OpenIndex(opts.dir);
+    auto open_index = [&] {
+      return hooks.index_write_full && hooks.index_write_full()
+                 ? Result<std::unique_ptr<rocksdb::DB>>(Err(Status::NoSpace("Disk quota exceeded (test)")))
+                 : OpenIndex(opts.dir);
+    };
+    auto db = open_index();
+    // A volume, or a disk quota, the cache itself filled (a quota lowered
+    // under it): "remounting recovers it" did not hold, the index had no
+    // room for its new log. Cached units (least recently written first;
+    // the index drops their records at Reconcile) make room: the index's
+    // reserve, then twice as much at each try.
+    uint64_t want = kIndexReserveBytes;
+    size_t freed_files = 0;
+    uint64_t freed_bytes = 0;
+    for (int room = 0; !db && db.error().code() == Code::kNoSpace && attempt == 0 && room < 8; ++room) {
+      const auto [n, freed] = FreeUnitFiles(opts.dir, want);
+      if (n == 0) break;
+      freed_files += n;
+      freed_bytes += freed;
+      want *= 2;
+      db = open_index();
+    }
+    if (freed_files > 0)
+      spdlog::warn("igtcache: cache index {}/index: no room to open it (the volume full or over a disk quota); "
+                   "deleted {} cached unit files ({} MiB) to make room{}",
+                   opts.dir, freed_files, freed_bytes >> 20, db ? "" : ", and still none");
     if (!db) return fail(db.error());
     // Emptied once the index is open: RocksDB's lock on it is held too (a
     // LOCK file deleted under a running daemon let a second one this far).

@@ -1183,6 +1183,63 @@ TEST_CASE("min_free_ratio keeps free space on the volume", "[block_store]") {
     CHECK(s->unit_count() == held + 20);
     CHECK(s->limit_bytes() == f.opts.max_bytes);
   }
+  SECTION("an index write refused by a quota: the cache gives room back, and the index takes writes once it can") {
+    // A quota the cache filled refused the index's log before any unit
+    // file: no ceiling was set and nothing was evicted, so the index had no
+    // room to recover in (a tester's btrfs qgroup).
+    auto hooks = f.Hooks();
+    auto full = std::make_shared<std::atomic<bool>>(false);
+    auto no_resume = std::make_shared<std::atomic<bool>>(false);
+    hooks.index_write_full = [full] { return full->load(); };
+    hooks.index_resume_fails = [no_resume] { return no_resume->load(); };
+    auto s = f.Open(hooks);
+    for (int i = 0; i < 10; ++i) REQUIRE(s->Put(Key(i), DataOf(Key(i), 1000)).ok());
+    full->store(true);
+    no_resume->store(true);
+    CHECK_FALSE(s->Put(Key(10), DataOf(Key(10), 1000)).ok());
+    CHECK_FALSE(s->Contains(Key(10)));
+    for (int i = 0; i < 10; ++i) CHECK(s->Contains(Key(i)));  // still served
+    s->Maintain();  // too soon: nothing given back yet
+    CHECK(s->unit_count() == 10);
+    // 10 s on: a ceiling below what it holds, units evicted for it.
+    f.clock.t->fetch_add(11'000'000);
+    s->Maintain();
+    CHECK(s->unit_count() < 10);
+    CHECK(s->limit_bytes() < f.opts.max_bytes);
+    const uint64_t left = s->unit_count();
+    f.clock.t->fetch_add(11'000'000);
+    s->Maintain();  // once per failure
+    CHECK(s->unit_count() == left);
+    // Room again, and RocksDB recovers: writes go on.
+    full->store(false);
+    no_resume->store(false);
+    f.clock.t->fetch_add(6'000'000);
+    REQUIRE(s->Put(Key(12), DataOf(Key(12), 1000)).ok());
+    std::string out(1000, '\0');
+    CHECK(s->Read(Key(12), 0, 1000, out.data()) == 1000u);
+    CHECK(out == DataOf(Key(12), 1000));
+    const uint64_t units = s->unit_count();
+    s.reset();
+    auto again = f.Open(f.Hooks());
+    CHECK(again->unit_count() == units);
+    CHECK(again->Contains(Key(12)));
+  }
+  SECTION("an index with no room to open (a quota the cache filled): cached units make room, the mount goes on") {
+    // "Remounting recovers it" did not hold: the open needed room for a new
+    // log, and a lock file write refused by the quota ended it first.
+    {
+      auto s = f.Open(f.Hooks());
+      for (int i = 0; i < 10; ++i) REQUIRE(s->Put(Key(i), DataOf(Key(i), 1000)).ok());
+    }
+    auto hooks = f.Hooks();
+    auto opens = std::make_shared<std::atomic<int>>(0);
+    hooks.index_write_full = [opens] { return opens->fetch_add(1) == 0; };  // the first open only
+    auto s = f.Open(hooks);
+    REQUIRE(s);
+    CHECK(s->unit_count() == 0);  // less than the index's reserve: every unit went
+    REQUIRE(s->Put(Key(20), DataOf(Key(20), 1000)).ok());
+    CHECK(s->Contains(Key(20)));
+  }
   SECTION("space returns: caching resumes") {
     f.opts.min_free_ratio = 0.5;
     auto avail = std::make_shared<std::atomic<uint64_t>>(1000);

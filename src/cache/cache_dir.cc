@@ -29,7 +29,7 @@ Status MakeDirIfMissing(const std::string& path) {
   const int err = errno;
   return Status(err == EACCES || err == EPERM ? Code::kPermissionDenied
                 : err == EROFS                ? Code::kReadOnly
-                : err == ENOSPC               ? Code::kNoSpace
+                : err == ENOSPC || err == EDQUOT ? Code::kNoSpace
                                               : Code::kIoError,
                 fmt::format("cannot create directory {}: {}", path, ErrnoText(err)));
 }
@@ -123,8 +123,14 @@ Result<int> LockCacheDir(const std::string& dir) {
   const std::string me = fmt::format("{}\n", ::getpid());
   if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, me.data(), me.size(), 0) != static_cast<ssize_t>(me.size())) {
     const int err = errno;
-    ::close(fd);
-    return Err(Status::IoError(fmt::format("cannot write lock file {}: {}", path, ErrnoText(err))));
+    // The flock is the lock; the pid in the file only names the holder in
+    // another process's message. A volume full or over its quota refused
+    // it, and with it a remount that would have made room (a tester's btrfs
+    // qgroup: "cannot write lock file ...: Disk quota exceeded").
+    if (err != ENOSPC && err != EDQUOT) {
+      ::close(fd);
+      return Err(Status::IoError(fmt::format("cannot write lock file {}: {}", path, ErrnoText(err))));
+    }
   }
   return fd;
 }

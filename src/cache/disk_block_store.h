@@ -57,6 +57,13 @@ struct BlockStoreHooks {
   // full disk quota does (EDQUOT; tests: a limit statvfs does not show).
   // Default: none.
   std::function<bool()> unit_write_full;
+  // Called before an index write, and before the index is opened at
+  // start-up; true makes it fail as a full disk quota does. Default: none.
+  std::function<bool()> index_write_full;
+  // True makes RocksDB's Resume() after a failed index write count as
+  // failed (as RocksDB's own does after a refused write-ahead-log write).
+  // Default: none.
+  std::function<bool()> index_resume_fails;
 };
 
 Result<std::unique_ptr<BlockStore>> OpenDiskBlockStore(const BlockStoreOptions& opts, Metrics* metrics,
