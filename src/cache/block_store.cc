@@ -284,8 +284,8 @@ class DiskBlockStore final : public BlockStore {
                            opts_.dir, s.ToString(), kResumeIntervalUs / 1'000'000));
       return false;
     }
+    index_space_error_.store(false);  // first: a write failing after the next line sets it again
     db_broken_.store(false);
-    index_space_error_.store(false);
     spdlog::info("igtcache: cache index {}/index writable again", opts_.dir);
     return true;
   }
@@ -309,12 +309,13 @@ class DiskBlockStore final : public BlockStore {
       const auto space = hooks_.volume_space(opts_.dir);
       NoteVolumeFullLocked(space ? space->avail_bytes : 0, now, "an index write");
       const uint64_t limit = LimitLocked();
-      EvictLocked([&](uint64_t) { return used_bytes_ + reserved_bytes_ <= limit; }, victims, [] { return false; });
+      // Few inline units: they free nothing until a compaction.
+      EvictLocked([&](uint64_t) { return used_bytes_ + reserved_bytes_ <= limit; }, victims, [] { return true; });
     }
     // The files go; their records stay until the index takes writes again
     // (a record whose file is gone is dropped at start-up).
     DeleteDetached(victims, /*count_as_eviction=*/true);
-    (void)TryResume(/*force=*/true);
+    if (db_broken_.load()) (void)TryResume(/*force=*/true);
   }
   static constexpr uint64_t kRoomAfterUs = 10'000'000;
   std::atomic<bool> room_given_{false};  // RecoverIndex, for this failure
@@ -630,13 +631,16 @@ class DiskBlockStore final : public BlockStore {
     // later, and the index stopped taking writes for the mount's life.
     const uint64_t room = std::min(held / 4, kIndexRoomBytes);  // < held: the ceiling is at least 1
     const uint64_t ceiling = std::min(held - room, opts_.max_bytes);
-    // Said once at warning level; each later one (a lower ceiling, or one
-    // set again after a lift) at info level: a tester saw the limit fall
-    // 44.4 -> 32.4 MiB and lift without a word.
-    if (warned_full_ceiling_)
+    // Said once at warning level; later ones at info level, when set again
+    // after a lift or at most once a minute (each refused write lowers it):
+    // a tester saw the limit fall 44.4 -> 32.4 MiB and lift without a word.
+    if (warned_full_ceiling_ && (full_ceiling_until_us_ == 0 || now_us - last_ceiling_log_us_ >= kCeilingLogUs)) {
+      last_ceiling_log_us_ = now_us;
       spdlog::info("igtcache: the volume of {} refused a write with {} free by statvfs again: the cache keeps within "
                    "{} for {} s",
                    opts_.dir, Mib(avail_bytes), Mib(ceiling), kFullCeilingUs / 1'000'000);
+    }
+    if (!warned_full_ceiling_) last_ceiling_log_us_ = now_us;
     warned_full_ceiling_ = true;
     full_ceiling_until_us_ = now_us + kFullCeilingUs;
     limit_now_.store(ceiling, std::memory_order_relaxed);
@@ -661,6 +665,8 @@ class DiskBlockStore final : public BlockStore {
   static constexpr uint64_t kIndexRoomBytes = 16 << 20;      // NoteVolumeFullLocked
   uint64_t full_ceiling_until_us_ = 0;  // 0: no ceiling (guarded by mu_)
   bool warned_full_ceiling_ = false;    // NoteVolumeFullLocked (guarded by mu_)
+  uint64_t last_ceiling_log_us_ = 0;    // NoteVolumeFullLocked (guarded by mu_)
+  static constexpr uint64_t kCeilingLogUs = 60'000'000;
   // limit_bytes(): max_bytes (set in the constructor), or the ceiling while
   // there is one; written under mu_.
   std::atomic<uint64_t> limit_now_{0};
@@ -745,7 +751,7 @@ class DiskBlockStore final : public BlockStore {
   int lock_fd_;  // -1 once handed back (TakeLockFd)
   std::unique_ptr<rocksdb::DB> db_;  // thread-safe itself
 
-  // Lock order: mu_ before warn_mu_ (WarnOnce is never called under mu_ today).
+  // Lock order: mu_ before warn_mu_ (NoteVolumeFullLocked calls WarnOnce under mu_).
   mutable std::mutex mu_;
   // Keyed by the ids' bits, found with the ids themselves (UnitIdBitsHash).
   std::unordered_map<UnitIdBits, Entry, UnitIdBitsHash, UnitIdBitsEq> index_;  // guarded by mu_
@@ -1821,34 +1827,30 @@ Result<std::unique_ptr<rocksdb::DB>> OpenIndex(const std::string& dir) {
   return std::move(db);
 }
 
-// Deletes the unit files of `dir` least recently written first until
-// `want` bytes (in blocks) are freed or none is left; returns what went
-// (files, bytes). For an index that cannot open for want of space.
-std::pair<size_t, uint64_t> FreeUnitFiles(const std::string& dir, uint64_t want) {
+// The unit files of cache dir `dir`, least recently written first, and
+// their bytes (in blocks).
+struct UnitFileList {
   struct File {
     int64_t mtime;
     uint64_t bytes;
     std::string path;
   };
   std::vector<File> files;
+  uint64_t bytes = 0;
+};
+UnitFileList ListUnitFiles(const std::string& dir) {
+  UnitFileList l;
   std::error_code ec;
   for (auto it = std::filesystem::recursive_directory_iterator(dir + "/units", ec);
        !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
     struct stat st {};
-    if (::lstat(it->path().c_str(), &st) == 0 && S_ISREG(st.st_mode))
-      files.push_back({int64_t(st.st_mtime), uint64_t(st.st_blocks) * 512, it->path().string()});
-  }
-  std::sort(files.begin(), files.end(), [](const File& a, const File& b) { return a.mtime < b.mtime; });
-  size_t n = 0;
-  uint64_t freed = 0;
-  for (const auto& f : files) {
-    if (freed >= want) break;
-    if (::unlink(f.path.c_str()) == 0) {
-      ++n;
-      freed += f.bytes;
+    if (::lstat(it->path().c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
+      l.files.push_back({int64_t(st.st_mtime), uint64_t(st.st_blocks) * 512, it->path().string()});
+      l.bytes += l.files.back().bytes;
     }
   }
-  return {n, freed};
+  std::sort(l.files.begin(), l.files.end(), [](const auto& a, const auto& b) { return a.mtime < b.mtime; });
+  return l;
 }
 
 // Opens a store whose options were checked: takes the dir's lock, opens the
@@ -1877,26 +1879,41 @@ Result<std::unique_ptr<BlockStore>> OpenChecked(const BlockStoreOptions& opts, M
                  : OpenIndex(opts.dir);
     };
     auto db = open_index();
-    // A volume, or a disk quota, the cache itself filled (a quota lowered
+    // A disk quota, or a volume, the cache itself filled (a quota lowered
     // under it): "remounting recovers it" did not hold, the index had no
     // room for its new log. Cached units (least recently written first;
     // the index drops their records at Reconcile) make room: the index's
-    // reserve, then twice as much at each try.
-    uint64_t want = kIndexReserveBytes;
-    size_t freed_files = 0;
-    uint64_t freed_bytes = 0;
-    for (int room = 0; !db && db.error().code() == Code::kNoSpace && attempt == 0 && room < 8; ++room) {
-      const auto [n, freed] = FreeUnitFiles(opts.dir, want);
-      if (n == 0) break;
-      freed_files += n;
-      freed_bytes += freed;
-      want *= 2;
-      db = open_index();
+    // reserve, then twice as much at each try, while that frees space. Not
+    // for a volume others' files fill: the cache would be drained at every
+    // restart for room others take.
+    if (!db && db.error().code() == Code::kNoSpace && attempt == 0) {
+      const bool quota = db.error().message().find("Disk quota exceeded") != std::string::npos;
+      UnitFileList units = ListUnitFiles(opts.dir);
+      struct statvfs vs {};
+      const bool ours = quota || (::statvfs(opts.dir.c_str(), &vs) == 0 &&
+                                  units.bytes >= uint64_t(vs.f_blocks) * vs.f_frsize / 2);
+      size_t next = 0, freed_files = 0;
+      uint64_t freed_bytes = 0, want = kIndexReserveBytes;
+      for (int room = 0; ours && !db && room < 8 && next < units.files.size(); ++room, want *= 2) {
+        uint64_t freed = 0;
+        for (; next < units.files.size() && freed < want; ++next)
+          if (::unlink(units.files[next].path.c_str()) == 0) {
+            ++freed_files;
+            freed += units.files[next].bytes;
+          }
+        freed_bytes += freed;
+        // A btrfs qgroup credits freed space at its next commit.
+        if (const int dfd = ::open(opts.dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); dfd >= 0) {
+          (void)::syncfs(dfd);
+          ::close(dfd);
+        }
+        db = open_index();
+      }
+      if (freed_files > 0)
+        spdlog::warn("igtcache: cache index {}/index: no room to open it (the volume full or over a disk quota); "
+                     "deleted {} cached unit files ({} MiB) to make room{}",
+                     opts.dir, freed_files, freed_bytes >> 20, db ? "" : ", and still none");
     }
-    if (freed_files > 0)
-      spdlog::warn("igtcache: cache index {}/index: no room to open it (the volume full or over a disk quota); "
-                   "deleted {} cached unit files ({} MiB) to make room{}",
-                   opts.dir, freed_files, freed_bytes >> 20, db ? "" : ", and still none");
     if (!db) return fail(db.error());
     // Emptied once the index is open: RocksDB's lock on it is held too (a
     // LOCK file deleted under a running daemon let a second one this far).

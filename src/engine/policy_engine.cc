@@ -37,15 +37,18 @@ constexpr uint64_t kReorderUnits = 4;
 // docs/POLICIES.md, "One file scanned and read at random at once"): the
 // scanner's units go to the (scan) stream, the first to give space
 // (kScanValue), and the others' stay in the file's stream. A reader scans
-// once its run of continuing reads spans kScanRunUnits units; others read
-// at random beside it while the file's jumps (reads that continue nothing),
-// counted with a half-life of kJumpHalfLifeUs, come to kScanBesideJumps
-// and the latest was another reader's. A unit is the scanner's if it is
-// within kReorderUnits units behind its latest read, or in it, and that
-// read is at most kScanFreshUs old.
+// once its run of continuing reads spans kScanRunUnits units, in a file
+// not labelled sequential; others read at random beside it while the
+// file's jumps (reads that continue nothing, other than a reader's first
+// read of the file or a read at its start), counted with a half-life of
+// kJumpHalfLifeUs, come to kScanBesideJumps and the latest was another
+// reader's: sustained random reads, not the few jumps of loaders starting
+// (8 ranks reading a zip-format checkpoint's tail, then its start). A unit
+// is the scanner's if it is within kReorderUnits units behind its latest
+// read, or in it, and that read is at most kScanFreshUs old.
 constexpr uint64_t kScanRunUnits = 8;
-constexpr uint64_t kJumpHalfLifeUs = 1'000'000;
-constexpr double kScanBesideJumps = 3;
+constexpr uint64_t kJumpHalfLifeUs = 2'000'000;
+constexpr double kScanBesideJumps = 16;
 constexpr uint64_t kScanFreshUs = 2'000'000;
 // A repeated visit starts a new epoch once at least this fraction of the
 // stream's known items were read in the current one; fewer repeats mean
@@ -225,6 +228,8 @@ struct PolicyEngine::FileRec {
   // halving every kJumpHalfLifeUs, as of jump_us; and the latest jumper.
   float jump_score = 0;
   uint64_t jump_us = 0;
+  // Its scanner's latest read (ScannerAt): where it began and ended, when.
+  uint64_t scan_off = 0, scan_end = 0, scan_us = 0;
   // 1 + the unit its last read stopped part-way through, in a file not read
   // at random, before its end (the reader reads the rest next); 0: none.
   // Kept per file, not per engine: live, a miss is inserted after its GET,
@@ -1267,7 +1272,6 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
   const bool continues = !rfresh && offset != 0 && offset + slack >= re.end && offset <= re.end + slack;
   re.end = continues ? std::max(re.end, offset + length) : offset + length;
   if (!continues) re.run_start = offset;
-  re.last_off = offset;
   const bool long_run = continues && re.end - re.run_start >= kScanRunUnits * opts_.unit_bytes;
   // The reader's visit of the file begins here unless its previous read
   // was in this file too (a parquet reader's column chunks after the
@@ -1280,6 +1284,7 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
   // continue: no cursor kept (they were ~370 B each, one per worker and file).
   if (offset == 0 && length >= file_size) reader_end_.erase(rit);
   cur_path_ = &fit->first;
+  cur_pid_ = pid;
   cur_new_visit_ = !continues;
 
   PrefetchContext ctx;
@@ -1325,7 +1330,7 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
   JoinGroup(f, fkey, g);
   // A scan beside random readers (kScanRunUnits): its reads are the (scan)
   // stream's, as its units are (ScannerAt).
-  if (length > 0 && !continues) {
+  if (length > 0 && !continues && !rfresh && offset != 0) {
     const double since = double(now_us_ - std::min(now_us_, f.jump_us));
     f.jump_score = float(f.jump_score * std::exp2(-since / double(kJumpHalfLifeUs)) + 1);
     f.jump_us = now_us_;
@@ -1333,8 +1338,11 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
   }
   const bool beside = f.jump_pid != pid && Jumpy(f);
   Group* rg = g;  // the stream the read counts in
-  if (long_run && length > 0 && beside && g->label != kSequential && !g->ov) {
+  if (long_run && length > 0 && beside && g->label != kSequential && fl != kSequential && !g->ov) {
     f.scan_pid = pid;
+    f.scan_off = offset;
+    f.scan_end = end;
+    f.scan_us = now_us_;
     rg = ScanGroup();
   } else if (f.scan_pid == pid) {
     f.scan_pid = 0;
@@ -1674,7 +1682,7 @@ uint64_t PolicyEngine::SubUnitBytesOf(const FileRec& f) const {
   // Not labelled yet, but scanned beside random readers (kScanRunUnits):
   // the scanner's samples keep the file unlabelled for a while, and a whole
   // unit for each small read of the others cost more than the scan saved.
-  const bool scan_beside = f.block_label == kUnknown && f.scan_pid != 0 && Jumpy(f);
+  const bool scan_beside = f.block_label == kUnknown && ScanFresh(f) && Jumpy(f);
   if (f.block_label != kRandom && f.block_label != kSkewed && !scan_beside) return 0;
   // Whole units while its stream's reads come back to a unit's other
   // pieces soon enough that one GET costs less than a GET per piece.
@@ -1781,7 +1789,7 @@ void PolicyEngine::OnInsert(const std::string& id, std::string_view path, uint64
     else if (g->units == 0 && g->live_items() == 0) g->gone = true;
   }
   // A miss of a scanner beside random readers (kScanRunUnits).
-  if (!prefetched && !restored && g == f.group && ScannerAt(f, *fkey, unit_index, kReorderUnits)) g = ScanGroup();
+  if (!prefetched && !restored && g == f.group && ScannerAt(f, unit_index, kReorderUnits)) g = ScanGroup();
   if (auto gh = g->ghost_set.find(id); gh != g->ghost_set.end()) {
     g->repeats = true;  // fetched again after eviction
     // A demand miss on a recent victim: a hit with a little more space.
@@ -1878,12 +1886,17 @@ void PolicyEngine::OnHit(const std::string& id, uint64_t bytes, uint64_t now_us,
   // kept apart from read_bytes (they serve no read themselves: the unit
   // moves to its file's stream, which counts the read and the hit).
   if (u.g->window && u.prefetched_unread) u.g->period_read_bytes += u.bytes;
-  // A unit a scanner beside random readers reads first (its readahead, a
-  // fill's unit) goes to the (scan) stream, and from there to its file's
-  // stream once another reader reads it (kScanRunUnits).
+  // A unit of its readahead a scanner beside random readers reads goes to
+  // the (scan) stream, and from there to its file's stream once another
+  // reader reads it (kScanRunUnits). (A fill's unit stays: it was fetched
+  // for the random readers.) The reader is the one of the latest read when
+  // that was in this file (the simulator's order; live, reads of other
+  // threads may come between), else told by position.
   if (fit != files_.end() && fit->second.group) {
     Group* to = fit->second.group;
-    if ((u.g->scan || !u.consumed) && ScannerAt(fit->second, fit->first, u.index, kReorderUnits)) to = ScanGroup();
+    const FileRec& fr = fit->second;
+    const bool by_scanner = cur_path_ != &fit->first || cur_pid_ == fr.scan_pid;
+    if ((u.g->scan || u.g->window) && by_scanner && ScannerAt(fr, u.index, kReorderUnits)) to = ScanGroup();
     if (to != u.g) MoveUnit(it->first, u, fit->second, to);  // the key in units_: Unit::id holds its address
   }
   Group* g = u.g;
@@ -2152,16 +2165,15 @@ PolicyEngine::Group* PolicyEngine::ScanGroup() {
   return slot.get();
 }
 
-bool PolicyEngine::ScannerAt(const FileRec& f, std::string_view path, uint64_t index, uint64_t behind) const {
-  if (!mode_igt_ || f.scan_pid == 0 || !f.group || f.group->ov || f.group->label == kSequential) return false;
-  std::string rkey = std::to_string(f.scan_pid);
-  rkey += '\0';
-  rkey += path;
-  auto it = reader_end_.find(rkey);
-  if (it == reader_end_.end() || it->second.end == 0 || it->second.last_us + kScanFreshUs < now_us_) return false;
-  const uint64_t last = (it->second.end - 1) / opts_.unit_bytes;
-  if (behind == 0) return index == last && it->second.end % opts_.unit_bytes != 0;
-  return index + behind >= it->second.last_off / opts_.unit_bytes && index <= last;
+bool PolicyEngine::ScanFresh(const FileRec& f) const {
+  return f.scan_pid != 0 && f.scan_end > 0 && f.scan_us + kScanFreshUs >= now_us_;
+}
+
+bool PolicyEngine::ScannerAt(const FileRec& f, uint64_t index, uint64_t behind) const {
+  if (!mode_igt_ || !ScanFresh(f) || !f.group || f.group->ov || f.group->label == kSequential) return false;
+  const uint64_t last = (f.scan_end - 1) / opts_.unit_bytes;
+  if (behind == 0) return index == last && f.scan_end % opts_.unit_bytes != 0;
+  return index + behind >= f.scan_off / opts_.unit_bytes && index <= last;
 }
 
 bool PolicyEngine::WindowStale(const Group* g) const {
@@ -2434,7 +2446,7 @@ bool PolicyEngine::PartRead(const std::string& id) const {
   if (f == files_.end()) return false;
   if (PartReadActive(f->second) && f->second.part_unit == it->second.index + 1) return true;
   // The unit a scanner beside random readers is at (its stream gives first).
-  return it->second.g->scan && ScannerAt(f->second, f->first, it->second.index, /*behind=*/0);
+  return it->second.g->scan && ScannerAt(f->second, it->second.index, /*behind=*/0);
 }
 
 bool PolicyEngine::ReaderIn(uint32_t pid, const FileRec& f) const {

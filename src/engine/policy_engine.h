@@ -350,11 +350,13 @@ class PolicyEngine {
   // random (kScanRunUnits in policy_engine.cc): a sequential stream of its
   // own, made on first use.
   Group* ScanGroup();
-  // Whether unit `index` of file `f` (key `path`) is where f's scanner
-  // (FileRec::scan_pid) is reading now: in its latest read or up to
-  // `behind` units before it; with `behind` 0, the unit its latest read
-  // ended part-way through.
-  bool ScannerAt(const FileRec& f, std::string_view path, uint64_t index, uint64_t behind) const;
+  // Whether unit `index` of file `f` is where f's scanner (FileRec::
+  // scan_pid) is reading now: in its latest read or up to `behind` units
+  // before it; with `behind` 0, the unit its latest read ended part-way
+  // through.
+  bool ScannerAt(const FileRec& f, uint64_t index, uint64_t behind) const;
+  // f has a scanner split off (kScanRunUnits) that read within kScanFreshUs.
+  bool ScanFresh(const FileRec& f) const;
   // Whether the window stream's oldest unit has waited kWindowStaleUs unread.
   bool WindowStale(const Group* g) const;
   // Units of an item an epoch plan proposes: as deep as the stream's reads
@@ -397,7 +399,6 @@ class PolicyEngine {
     uint64_t end = 0, last_us = 0;
     uint64_t visit_start = 0;  // where its visit of the file began (PolicyEngine::OnRead)
     uint64_t run_start = 0;    // where its run of continuing reads began
-    uint64_t last_off = 0;     // where its latest read began
   };
   std::unordered_map<std::string, ReaderEnd> reader_end_;
   // At kMaxReaders: the older half of reader_end_ goes (by last read).
@@ -419,6 +420,7 @@ class PolicyEngine {
   // The read being handled (OnRead sets, OnHit reads): its file and whether
   // it is a new visit rather than a continuation.
   const std::string* cur_path_ = nullptr;
+  uint32_t cur_pid_ = 0;
   bool cur_new_visit_ = false;
 
 
