@@ -1883,8 +1883,8 @@ Result<std::unique_ptr<BlockStore>> OpenChecked(const BlockStoreOptions& opts, M
     // under it): "remounting recovers it" did not hold, the index had no
     // room for its new log. Cached units (least recently written first;
     // the index drops their records at Reconcile) make room: the index's
-    // reserve, then twice as much at each try, while that frees space. Not
-    // for a volume others' files fill: the cache would be drained at every
+    // reserve, then twice as much at each try, up to 8 tries. Not for a
+    // volume others' files fill: the cache would be drained at every
     // restart for room others take.
     if (!db && db.error().code() == Code::kNoSpace && attempt == 0) {
       const bool quota = db.error().message().find("Disk quota exceeded") != std::string::npos;
@@ -1894,7 +1894,8 @@ Result<std::unique_ptr<BlockStore>> OpenChecked(const BlockStoreOptions& opts, M
                                   units.bytes >= uint64_t(vs.f_blocks) * vs.f_frsize / 2);
       size_t next = 0, freed_files = 0;
       uint64_t freed_bytes = 0, want = kIndexReserveBytes;
-      for (int room = 0; ours && !db && room < 8 && next < units.files.size(); ++room, want *= 2) {
+      for (int room = 0; ours && !db && db.error().code() == Code::kNoSpace && room < 8 && next < units.files.size();
+           ++room, want *= 2) {
         uint64_t freed = 0;
         for (; next < units.files.size() && freed < want; ++next)
           if (::unlink(units.files[next].path.c_str()) == 0) {
