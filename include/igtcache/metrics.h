@@ -54,6 +54,9 @@ struct Metrics {
   // A gauge: 1 once the cache dir was found deleted under the mount (its
   // units went with it; nothing is cached until a remount).
   C cache_dir_gone{0};
+  // A gauge: 1 while the cache index takes no writes after a failed one
+  // (a full or read-only volume, a disk quota): nothing new is cached.
+  C cache_index_broken{0};
   // S3 credentials. A gauge: when the ones in use expire (unix seconds; 0:
   // they do not, or none); and a counter: renewals that failed (in the
   // background before the expiry, or after S3 refused them).
@@ -72,7 +75,7 @@ struct Metrics {
     IGT_M(backend_errors); IGT_M(read_failures_repeated); IGT_M(cache_insert_units); IGT_M(cache_insert_bytes);
     IGT_M(evictions); IGT_M(evicted_bytes); IGT_M(cache_write_errors);
     IGT_M(cache_insert_skipped); IGT_M(cache_insert_declined); IGT_M(cache_read_errors); IGT_M(cache_corruptions); IGT_M(singleflight_waits);
-    IGT_M(backend_outage); IGT_M(cache_dir_gone);
+    IGT_M(backend_outage); IGT_M(cache_dir_gone); IGT_M(cache_index_broken);
     IGT_M(credentials_expiry_unix_s); IGT_M(credentials_renew_failures);
 #undef IGT_M
     return m;

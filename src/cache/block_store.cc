@@ -256,6 +256,7 @@ class DiskBlockStore final : public BlockStore {
     if (!s.ok()) {
       if (IsSpaceError(s)) index_space_error_.store(true);
       if (!db_broken_.exchange(true)) {
+        metrics_->cache_index_broken.store(1, std::memory_order_relaxed);
         room_given_.store(false);
         broken_since_us_.store(hooks_.now_us());
         WarnOnce("index-broken", fmt::format("igtcache: cache index {}/index: write failed ({}); caching paused "
@@ -286,6 +287,7 @@ class DiskBlockStore final : public BlockStore {
     }
     index_space_error_.store(false);  // first: a write failing after the next line sets it again
     db_broken_.store(false);
+    metrics_->cache_index_broken.store(0, std::memory_order_relaxed);
     spdlog::info("igtcache: cache index {}/index writable again", opts_.dir);
     return true;
   }

@@ -1198,6 +1198,7 @@ TEST_CASE("min_free_ratio keeps free space on the volume", "[block_store]") {
     no_resume->store(true);
     CHECK_FALSE(s->Put(Key(10), DataOf(Key(10), 1000)).ok());
     CHECK_FALSE(s->Contains(Key(10)));
+    CHECK(f.metrics.cache_index_broken == 1);  // stats say so
     for (int i = 0; i < 10; ++i) CHECK(s->Contains(Key(i)));  // still served
     s->Maintain();  // too soon: nothing given back yet
     CHECK(s->unit_count() == 10);
@@ -1215,6 +1216,7 @@ TEST_CASE("min_free_ratio keeps free space on the volume", "[block_store]") {
     no_resume->store(false);
     f.clock.t->fetch_add(6'000'000);
     REQUIRE(s->Put(Key(12), DataOf(Key(12), 1000)).ok());
+    CHECK(f.metrics.cache_index_broken == 0);
     std::string out(1000, '\0');
     CHECK(s->Read(Key(12), 0, 1000, out.data()) == 1000u);
     CHECK(out == DataOf(Key(12), 1000));

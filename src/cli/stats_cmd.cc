@@ -223,6 +223,9 @@ std::string StatsTable(const nlohmann::json& j, const nlohmann::json* prev, doub
     line("names", fmt::format("{} hidden: names unsafe for a file system, taken by a directory, or listed outside their directory (the log names them)", hidden));
   if (U(j, "cache_dir_gone") != 0)
     line("cache", "DIR DELETED under the mount: nothing is cached; reads go to the source. Unmount and mount again");
+  else if (U(j, "cache_index_broken") != 0)
+    line("cache", "INDEX NOT WRITABLE after a failed write (the log says why): cached units are served, nothing new is "
+                  "cached until it recovers; a remount recovers it");
   const uint64_t expiry = U(j, "credentials_expiry_unix_s"), failed = U(j, "credentials_renew_failures");
   const std::string fails =
       failed ? fmt::format(", {} renewals failed since the mount (the log says why)", failed) : "";
