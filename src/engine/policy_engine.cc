@@ -1331,8 +1331,7 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
   // A scan beside random readers (kScanRunUnits): its reads are the (scan)
   // stream's, as its units are (ScannerAt).
   if (length > 0 && !continues && !rfresh && offset != 0) {
-    const double since = double(now_us_ - std::min(now_us_, f.jump_us));
-    f.jump_score = float(f.jump_score * std::exp2(-since / double(kJumpHalfLifeUs)) + 1);
+    f.jump_score = float(JumpScore(f) + 1);
     f.jump_us = now_us_;
     f.jump_pid = pid;
   }
@@ -1671,10 +1670,11 @@ uint64_t PolicyEngine::CachedBytes(std::string_view path) const {
   return it == files_.end() ? 0 : it->second.cached_bytes;
 }
 
-bool PolicyEngine::Jumpy(const FileRec& f) const {
-  return f.jump_score * std::exp2(-double(now_us_ - std::min(now_us_, f.jump_us)) / double(kJumpHalfLifeUs)) >=
-         kScanBesideJumps;
+double PolicyEngine::JumpScore(const FileRec& f) const {
+  return f.jump_score * std::exp2(-double(now_us_ - std::min(now_us_, f.jump_us)) / double(kJumpHalfLifeUs));
 }
+
+bool PolicyEngine::Jumpy(const FileRec& f) const { return JumpScore(f) >= kScanBesideJumps; }
 
 uint64_t PolicyEngine::SubUnitBytesOf(const FileRec& f) const {
   if (!mode_igt_ || opts_.sub_unit_bytes == 0 || opts_.sub_unit_bytes >= opts_.unit_bytes) return 0;

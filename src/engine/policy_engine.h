@@ -324,7 +324,9 @@ class PolicyEngine {
   // the (readahead) and (warm) streams.
   Group* HoldingGroup(std::string_view key, int label, bool Group::*kind);
   uint64_t SubUnitBytesOf(const FileRec& f) const;
-  // Reads that continue nothing came to kScanBesideJumps lately (FileRec::jump_score).
+  // f's jump count aged to now (FileRec::jump_score), and whether it is at
+  // least kScanBesideJumps.
+  double JumpScore(const FileRec& f) const;
   bool Jumpy(const FileRec& f) const;
   uint64_t FreeBytes() const;                 // capacity not taken by cached units (data bytes, estimated)
   // The span of a stream's latest victims whose misses its shadow value
