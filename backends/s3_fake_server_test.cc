@@ -757,3 +757,22 @@ TEST_CASE("S3 fake: a mount on a source that did not answer starts in outage mod
   CHECK(!(*b)->Probe().ok());
   CHECK(m.backend_retries == 3);
 }
+
+TEST_CASE("S3 fake: the bucket's region is asked with one unsigned HEAD", "[s3fake]") {
+  FakeServer s;
+  auto o = Opts(s, nullptr);
+  // AWS answers another region's bucket 301, with the region in a header.
+  s.Push(FakeServer::Reply(301, {"x-amz-bucket-region: eu-west-1"}, ""));
+  CHECK(igt::DiscoverBucketRegion(o, 2000) == "eu-west-1");
+  REQUIRE(s.requests().size() == 1);
+  CHECK(s.requests()[0].starts_with("HEAD /bkt HTTP/1.1"));
+  CHECK(Head(s.requests()[0], "authorization").empty());
+  // A store that does not say, or says something that is no region: "".
+  s.Push(FakeServer::Reply(200, {}, ""));
+  CHECK(igt::DiscoverBucketRegion(o, 2000).empty());
+  s.Push(FakeServer::Reply(403, {"x-amz-bucket-region: ../evil"}, ""));
+  CHECK(igt::DiscoverBucketRegion(o, 2000).empty());
+  // Nothing listening: "", within the time given.
+  o.endpoint = "http://127.0.0.1:1";
+  CHECK(igt::DiscoverBucketRegion(o, 500).empty());
+}

@@ -117,6 +117,12 @@ TEST_CASE("ResolveEndpoint: addressing styles", "[endpoint]") {
   CHECK(!e->path_style);
   CHECK(e->host == "data.s3.eu-west-1.amazonaws.com");
   CHECK(e->Url("a b/c.txt", {}) == "https://data.s3.eu-west-1.amazonaws.com/a%20b/c.txt");
+  {  // China's partition
+    igt::S3Options cn = o;
+    cn.region = "cn-north-1";
+    CHECK(ResolveEndpoint(cn)->endpoint == "https://s3.cn-north-1.amazonaws.com.cn");
+    CHECK(ResolveEndpoint(cn)->host == "data.s3.cn-north-1.amazonaws.com.cn");
+  }
   CHECK(e->Url("", {{"prefix", "x/"}, {"list-type", "2"}}) ==
         "https://data.s3.eu-west-1.amazonaws.com/?list-type=2&prefix=x%2F");
 
@@ -139,8 +145,19 @@ TEST_CASE("ResolveEndpoint: addressing styles", "[endpoint]") {
   CHECK(ResolveEndpoint(o)->path_style);
   CHECK(ResolveEndpoint(o)->host == "minio:9000");
 
+  // Another store's endpoint URL: path-style, as the AWS CLI sends it
+  // (bucket subdomains need wildcard DNS); AWS's own: virtual-hosted.
   o.endpoint = "https://storage.example.com";
+  CHECK(ResolveEndpoint(o)->path_style);
+  o.endpoint = "https://s3.us-west-2.amazonaws.com";
   CHECK(!ResolveEndpoint(o)->path_style);
+  CHECK(ResolveEndpoint(o)->host == "data.s3.us-west-2.amazonaws.com");
+  o.endpoint = "https://s3.cn-north-1.amazonaws.com.cn";
+  CHECK(!ResolveEndpoint(o)->path_style);
+  o.endpoint = "https://storage.example.com";
+  o.addressing = "virtual";
+  CHECK(!ResolveEndpoint(o)->path_style);
+  CHECK(ResolveEndpoint(o)->host == "data.storage.example.com");
   o.addressing = "path";
   CHECK(ResolveEndpoint(o)->path_style);
   o.addressing = "auto";
@@ -235,6 +252,39 @@ TEST_CASE("ClassifyFailure maps replies to codes and retry verdicts", "[endpoint
   CHECK(ClassifyFailure(r, ep, "x").retry);
   r.status = 500;
   CHECK(ClassifyFailure(r, ep, "x").retry);
+  // Transient as the AWS SDKs take them: a proxy's 408, S3's idle-socket
+  // timeout; another 400 is final.
+  r = HttpResponse{};
+  r.status = 408;
+  CHECK(ClassifyFailure(r, ep, "x").retry);
+  r.status = 400;
+  CHECK(!ClassifyFailure(r, ep, "x").retry);
+  r.body = "<Error><Code>RequestTimeout</Code><Message>Your socket connection to the server was not read from or "
+           "written to within the timeout period.</Message></Error>";
+  CHECK(ClassifyFailure(r, ep, "x").retry);
+  // A skewed clock is named, not taken for refused credentials.
+  r.status = 403;
+  r.body = "<Error><Code>RequestTimeTooSkewed</Code><Message>The difference between the request time and the "
+           "current time is too large.</Message></Error>";
+  out = ClassifyFailure(r, ep, "listing");
+  CHECK(out.status.code() == Code::kPermissionDenied);
+  CHECK(!out.retry);
+  CHECK(!out.credentials_refused);
+  CHECK_THAT(out.status.message(), Catch::Contains("clock"));
+  CHECK_THAT(out.status.message(), !Catch::Contains("bucket policy"));
+  // A bucket subdomain that does not resolve hints path-style addressing.
+  {
+    igt::S3Options v;
+    v.bucket = "bkt";
+    v.endpoint = "https://store.example.com";
+    v.addressing = "virtual";
+    const S3Endpoint vep = *ResolveEndpoint(v);
+    HttpResponse dns;
+    dns.curl_code = CURLE_COULDNT_RESOLVE_HOST;
+    dns.curl_error = "Could not resolve host: bkt.store.example.com";
+    CHECK_THAT(ClassifyFailure(dns, vep, "x").status.message(), Catch::Contains("--addressing path"));
+    CHECK_THAT(ClassifyFailure(dns, ep, "x").status.message(), !Catch::Contains("--addressing"));
+  }
 
   r = HttpResponse{};
   r.status = 403;

@@ -93,7 +93,11 @@ Result<S3Endpoint> ResolveEndpoint(const S3Options& opts) {
   if (std::string why = RegionNameProblem(region); !why.empty())
     return Err(Status::InvalidArgument("region '" + region + "' " + why +
                                        " (from --region, backend.region, $AWS_REGION or $AWS_DEFAULT_REGION)"));
-  ep.endpoint = opts.endpoint.empty() ? "https://s3." + region + ".amazonaws.com" : opts.endpoint;
+  // China's regions are in their own partition (as the STS and SSO
+  // endpoints: credential_providers.cc).
+  ep.endpoint = opts.endpoint.empty()
+                    ? "https://s3." + region + ".amazonaws.com" + (region.starts_with("cn-") ? ".cn" : "")
+                    : opts.endpoint;
   if (std::string why = EndpointProblem(ep.endpoint); !why.empty())
     return Err(Status::InvalidArgument("endpoint '" + EndpointForMessage(ep.endpoint) + "' " + why));
   // Trailing slashes go, but not into the "://".
@@ -137,7 +141,14 @@ Result<S3Endpoint> ResolveEndpoint(const S3Options& opts) {
     }
     ep.path_style = false;
   } else if (opts.addressing == "auto" || opts.addressing.empty()) {
-    ep.path_style = ip_or_local || single_label || !dns_bucket || opts.bucket.find('.') != std::string::npos;
+    // An endpoint URL of another store than AWS's (MinIO, Ceph RGW, a
+    // gateway) takes path-style requests, as the AWS CLI sends them: bucket
+    // subdomains need wildcard DNS (and certificates) such stores seldom
+    // have. Before 2026-11-30, "https://minio.example.com" was sent
+    // "data.minio.example.com", which did not resolve (a review).
+    const bool aws_host = hostname.ends_with(".amazonaws.com") || hostname.ends_with(".amazonaws.com.cn");
+    ep.path_style = ip_or_local || single_label || !dns_bucket || opts.bucket.find('.') != std::string::npos ||
+                    (!opts.endpoint.empty() && !aws_host);
   } else {
     return Err(Status::InvalidArgument("addressing '" + opts.addressing +
                                        "' is not one of auto, path, virtual"));
@@ -175,8 +186,14 @@ Outcome ClassifyFailure(const HttpResponse& r, const S3Endpoint& ep, std::string
                         std::string_view hint_403) {
   const std::string bucket = "bucket '" + ep.bucket + "'";
   if (r.curl_code != 0) {
+    // A bucket subdomain that does not resolve: the store may not serve
+    // virtual-hosted requests (no wildcard DNS).
+    const std::string hint = !ep.path_style && r.curl_code == CURLE_COULDNT_RESOLVE_HOST
+                                 ? " (virtual-hosted addressing asks for the host " + ep.host +
+                                       "; if the store has no bucket subdomains, use --addressing path)"
+                                 : "";
     return {Status::Unavailable("cannot reach S3 endpoint " + ep.endpoint + " (" + std::string(what) +
-                                "): " + r.curl_error),
+                                "): " + r.curl_error + hint),
             // "Received HTTP/0.9 when not allowed" on a reused connection:
             // stray bytes of an earlier reply (the connection is closed
             // after the error; the retry gets a fresh one). On a fresh one
@@ -189,7 +206,10 @@ Outcome ClassifyFailure(const HttpResponse& r, const S3Endpoint& ep, std::string
                                       : "HTTP " + std::to_string(r.status) + " " + e.code;
   if (!e.message.empty()) detail += ": " + e.message;
   const long s = r.status;
-  if (s >= 500 || s == 429) {
+  // 408 (a proxy or load balancer in front of the store) and S3's own
+  // idle-socket timeout (400 RequestTimeout) are transient too, as the AWS
+  // SDKs take them.
+  if (s >= 500 || s == 429 || s == 408 || e.code == "RequestTimeout" || e.code == "RequestTimeoutException") {
     return {Status::IoError("S3 " + std::string(what) + " failed at " + ep.endpoint + " (" + detail + ")"),
             true};
   }
@@ -206,6 +226,13 @@ Outcome ClassifyFailure(const HttpResponse& r, const S3Endpoint& ep, std::string
                                      "endpoint, STS); credentials "
                                      "from the environment need a new mount"),
             false, true};
+  }
+  if (e.code == "RequestTimeTooSkewed") {
+    // Not the credentials nor the bucket policy, as the generic 403 said.
+    return {Status::PermissionDenied("S3 refused a request for " + bucket + " at " + ep.endpoint +
+                                     " because this machine's clock is off by more than 15 minutes (" + detail +
+                                     "): set the system clock (timedatectl, chrony or ntpd), then mount again"),
+            false, false};
   }
   if (s == 403 && e.code == "InvalidObjectState") {
     // An archived object (S3 Glacier Flexible Retrieval, Deep Archive): not
@@ -919,6 +946,27 @@ std::string RegionFromEnv() {
   for (const char* name : {"AWS_REGION", "AWS_DEFAULT_REGION"})
     if (const char* v = std::getenv(name); v && *v) return v;
   return "us-east-1";
+}
+
+std::string DiscoverBucketRegion(const S3Options& in, int timeout_ms) {
+  S3Options opts = in;
+  if (opts.region.empty()) opts.region = "us-east-1";
+  auto ep = s3::ResolveEndpoint(opts);
+  if (!ep) return "";
+  s3::HttpPoolOptions po;
+  po.max_connections = 1;
+  po.connect_timeout_ms = std::min(opts.connect_timeout_ms > 0 ? opts.connect_timeout_ms : timeout_ms, timeout_ms);
+  po.request_timeout_ms = timeout_ms;
+  if (const char* ca = std::getenv("AWS_CA_BUNDLE"); ca && *ca) po.ca_bundle = ca;
+  s3::HttpPool pool(std::move(po));
+  s3::HttpRequest req;
+  req.method = "HEAD";
+  req.url = ep->Url("", {});
+  const s3::HttpResponse r = pool.Perform(req);
+  if (r.curl_code != 0) return "";
+  const std::string* region = r.Header("x-amz-bucket-region");
+  if (!region || !RegionNameProblem(*region).empty()) return "";
+  return *region;
 }
 
 Result<std::unique_ptr<Backend>> MakeS3Backend(const S3Options& in) {

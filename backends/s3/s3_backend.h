@@ -27,11 +27,13 @@ struct S3Endpoint {
   std::string Url(std::string_view full_key, const QueryList& query) const;
 };
 
-// Endpoint "" -> https://s3.<region>.amazonaws.com. Addressing "auto" picks
-// path-style for IP-literal hosts and host names without a dot ("localhost",
-// a compose service such as "minio": "bucket.minio" would not resolve) and
-// for buckets with dots (TLS wildcard certificates do not cover them), else
-// virtual-hosted, as the AWS CLI does for an endpoint URL.
+// Endpoint "" -> https://s3.<region>.amazonaws.com (.com.cn for cn-
+// regions). Addressing "auto" picks path-style for an endpoint URL that is
+// not AWS's (*.amazonaws.com, *.amazonaws.com.cn), as the AWS CLI does, for
+// IP-literal hosts and host names without a dot ("localhost", a compose
+// service such as "minio": "bucket.minio" would not resolve) and for
+// buckets with dots (TLS wildcard certificates do not cover them), else
+// virtual-hosted.
 Result<S3Endpoint> ResolveEndpoint(const S3Options& opts);
 
 // S3 bucket naming rules (3-63 chars, [a-z0-9.-], starts/ends alnum, no "..",

@@ -91,6 +91,13 @@ struct S3Options {
 Result<std::unique_ptr<Backend>> MakeLocalBackend(const std::string& root_dir);
 Result<std::unique_ptr<Backend>> MakeS3Backend(const S3Options& opts);
 
+// The region S3 says the bucket of `opts` is in: the x-amz-bucket-region
+// header of one unsigned HEAD of the bucket at its endpoint (AWS sends it
+// whatever the status: 200, 301 or 403), within `timeout_ms`. "" when the
+// store does not say, the name is not a region, or it does not answer.
+// The mount asks when no region is configured (BuildBackend).
+std::string DiscoverBucketRegion(const S3Options& opts, int timeout_ms);
+
 // The region to sign for when none is configured: $AWS_REGION, else
 // $AWS_DEFAULT_REGION, else "us-east-1" (the AWS CLI's order; the mount
 // takes the profile's `region` before the last: BuildBackend).

@@ -257,6 +257,19 @@ Result<std::unique_ptr<Backend>> BuildBackend(const SourceUrl& url, const Config
     if (o.region.empty()) o.region = RegionFromEnv();
     if (region_from.starts_with("region of profile"))
       where_note += fmt::format("{}s3: region {} (from {})", where_note.empty() ? "" : "; ", o.region, region_from);
+    // No region set anywhere: the bucket's, as S3 tells it (one unsigned
+    // HEAD), rather than us-east-1, whose requests another region's bucket
+    // refuses (301 PermanentRedirect, "check the region"), as the AWS SDKs'
+    // redirect handling finds it. A store that does not say, or does not
+    // answer within 2 s, leaves us-east-1.
+    if (env("AWS_REGION").empty() && env("AWS_DEFAULT_REGION").empty() && region_from.starts_with("$")) {
+      region_from = "the bucket's region as S3 gave it; no region was set";
+      if (std::string found = DiscoverBucketRegion(o, 2000); !found.empty() && found != o.region) {
+        o.region = found;
+        where_note += fmt::format("{}s3: region {} ({}: --region skips asking)", where_note.empty() ? "" : "; ",
+                                  o.region, region_from);
+      }
+    }
   }
   if (!where_note.empty()) spdlog::info("{}", where_note);
   // Before any credential request signs with it (STS, SSO): the config's

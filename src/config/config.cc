@@ -145,13 +145,13 @@ const std::vector<Key>& Schema() {
        nullptr, SET_STR(backend.endpoint)},
       {"backend.region", Type::kString, "",
        "S3 region used for signing. Empty: $AWS_REGION, else $AWS_DEFAULT_REGION, else the AWS profile's region, "
-       "else us-east-1.", nullptr,
+       "else the bucket's region as the store gives it (one unsigned HEAD at mount), else us-east-1.", nullptr,
        SET_STR(backend.region)},
       {"backend.addressing", Type::kEnum, "auto",
        "path: http://endpoint/bucket/key; virtual: http://bucket.endpoint/key; auto: path for "
-       "IP-address endpoints, host names without a dot (localhost, a compose service), buckets "
-       "with dots and legacy bucket names (uppercase, '_': path only), virtual otherwise (as the AWS "
-       "CLI does).",
+       "an endpoint that is not AWS's (MinIO, Ceph RGW, ...), IP-address endpoints, host names without "
+       "a dot (localhost, a compose service), buckets with dots and legacy bucket names (uppercase, "
+       "'_': path only), virtual otherwise (as the AWS CLI does).",
        "auto|path|virtual", SET_STR(backend.addressing)},
       {"backend.profile", Type::kString, "",
        "AWS profile (~/.aws/credentials and ~/.aws/config: keys, credential_process or a role to "
