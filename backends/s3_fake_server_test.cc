@@ -776,3 +776,20 @@ TEST_CASE("S3 fake: the bucket's region is asked with one unsigned HEAD", "[s3fa
   o.endpoint = "http://127.0.0.1:1";
   CHECK(igt::DiscoverBucketRegion(o, 500).empty());
 }
+
+TEST_CASE("S3 fake: a server without ListObjectsV2 fails a listing at once, saying so", "[s3fake]") {
+  FakeServer s;
+  auto b = igt::MakeS3Backend(Opts(s, nullptr));
+  REQUIRE(b);
+  // A version 1 page: truncated, NextMarker, no continuation token. Before,
+  // retried for the whole budget with the same reply each time.
+  for (int i = 0; i < 4; ++i)
+    s.Push(FakeServer::Reply(200, {}, "<ListBucketResult><NextMarker>pre/k1</NextMarker><IsTruncated>true"
+                                      "</IsTruncated><Contents><Key>pre/k1</Key><Size>1</Size></Contents>"
+                                      "</ListBucketResult>"));
+  auto p = (*b)->List(igt::ListRequest{.prefix = "", .delimiter = "/", .continuation_token = {}, .max_keys = 1000});
+  REQUIRE(!p);
+  CHECK(p.error().code() == Code::kNotSupported);
+  CHECK_THAT(p.error().message(), Catch::Contains("ListObjectsV2"));
+  CHECK(s.requests().size() == 1);
+}

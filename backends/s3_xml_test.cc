@@ -103,7 +103,6 @@ TEST_CASE("ParseListObjectsV2: malformed replies are Corruption", "[xml]") {
            "<ListBucketResult><Contents><Key>a</Key><Size>12x</Size></Contents></ListBucketResult>",
            "<ListBucketResult><Contents><Key>a</Key><Size>1</Size><LastModified>yesterday</LastModified>"
            "</Contents></ListBucketResult>",
-           "<ListBucketResult><IsTruncated>true</IsTruncated></ListBucketResult>",  // no token
            "<ListBucketResult><IsTruncated>maybe</IsTruncated></ListBucketResult>",
            "<ListBucketResult><EncodingType>url</EncodingType><Contents><Key>a%zz</Key><Size>1</Size>"
            "</Contents></ListBucketResult>",
@@ -113,6 +112,20 @@ TEST_CASE("ParseListObjectsV2: malformed replies are Corruption", "[xml]") {
     REQUIRE(!r);
     CHECK(r.error().code() == Code::kCorruption);
   }
+}
+
+TEST_CASE("ParseListObjectsV2: a truncated page without a continuation token is a server without ListObjectsV2",
+          "[xml]") {
+  // Not retried (kNotSupported): a version 1 reply stays one.
+  auto r = ParseListObjectsV2("<ListBucketResult><IsTruncated>true</IsTruncated></ListBucketResult>");
+  REQUIRE(!r);
+  CHECK(r.error().code() == Code::kNotSupported);
+  r = ParseListObjectsV2(
+      "<ListBucketResult><Marker></Marker><NextMarker>k999</NextMarker><IsTruncated>true</IsTruncated>"
+      "<Contents><Key>k999</Key><Size>1</Size></Contents></ListBucketResult>");
+  REQUIRE(!r);
+  CHECK(r.error().code() == Code::kNotSupported);
+  CHECK_THAT(r.error().message(), Catch::Contains("version 1") && Catch::Contains("ListObjectsV2"));
 }
 
 TEST_CASE("ParseErrorXml", "[xml]") {

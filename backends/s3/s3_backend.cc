@@ -551,7 +551,9 @@ class S3Backend final : public Backend {
         return ClassifyFailure(r, ep_, what, hint_403_);
       }
       auto parsed = ParseListObjectsV2(r.body);
-      if (!parsed) return {Status(parsed.error().code(), what + ": " + parsed.error().message()), true};
+      if (!parsed)
+        return {Status(parsed.error().code(), what + ": " + parsed.error().message()),
+                parsed.error().code() != Code::kNotSupported};
       out = std::move(*parsed);
       return {};
     });

@@ -203,7 +203,15 @@ Result<ListObjectsResult> ParseListObjectsV2(std::string_view xml) {
     }
   }
   if (out.is_truncated && out.next_token.empty()) {
-    return Err(Status::Corruption("truncated listing without <NextContinuationToken>"));
+    // A version 1 listing (NextMarker, or nothing) for a version 2 request:
+    // the server does not support ListObjectsV2. Not retried (kNotSupported):
+    // every retry got the same, and a directory of over 1,000 keys failed
+    // after the whole retry budget (a review).
+    return Err(Status::NotSupported(
+        std::string("truncated listing without <NextContinuationToken>") +
+        (Child(root, "NextMarker") || Child(root, "Marker") ? " (a ListObjects version 1 reply)" : "") +
+        ": the server does not seem to support ListObjectsV2 (list-type=2), which igtcache needs to list more "
+        "than one page"));
   }
   if (!out.is_truncated) out.next_token.clear();
   return out;
