@@ -262,6 +262,14 @@ TEST_CASE("ClassifyFailure maps replies to codes and retry verdicts", "[endpoint
   r.body = "<Error><Code>RequestTimeout</Code><Message>Your socket connection to the server was not read from or "
            "written to within the timeout period.</Message></Error>";
   CHECK(ClassifyFailure(r, ep, "x").retry);
+  // A HEAD's region mismatch: a bare 400 with the bucket's region in a
+  // header, said as such (was a generic "HTTP 400").
+  r = HttpResponse{};
+  r.status = 400;
+  r.headers["x-amz-bucket-region"] = "ap-south-1";
+  out = ClassifyFailure(r, ep, "key 'a'");
+  CHECK(!out.retry);
+  CHECK_THAT(out.status.message(), Catch::Contains("region ap-south-1"));
   // A skewed clock is named, not taken for refused credentials.
   r.status = 403;
   r.body = "<Error><Code>RequestTimeTooSkewed</Code><Message>The difference between the request time and the "

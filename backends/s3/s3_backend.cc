@@ -257,8 +257,10 @@ Outcome ClassifyFailure(const HttpResponse& r, const S3Endpoint& ep, std::string
     return {Status::NotFound("no such object: " + std::string(what) + " in " + bucket), false};
   }
   const std::string* region = r.Header("x-amz-bucket-region");
-  if (s == 301 || s == 307 || e.code == "PermanentRedirect" ||
-      e.code == "AuthorizationHeaderMalformed") {
+  // A HEAD's reply has no body: a region mismatch is a bare 400 (or 301)
+  // with the bucket's region in a header.
+  if (s == 301 || s == 307 || e.code == "PermanentRedirect" || e.code == "AuthorizationHeaderMalformed" ||
+      (s == 400 && region)) {
     std::string where = region ? " (the bucket is in region " + *region + ")"
                         : e.endpoint.empty() ? ""
                                              : " (server says: use " + e.endpoint + ")";
