@@ -2572,3 +2572,34 @@ TEST_CASE("a scan beside random readers of one file goes to the (scan) stream an
 
 }  // namespace
 }  // namespace igt::engine
+
+namespace igt::engine {
+namespace {
+
+TEST_CASE("every stream's ghosts together stay within the budget however many streams there are", "[engine]") {
+  // 160 top-level directories of 40 one-unit files, each a stream, read at
+  // random with room for 1,024 units: each stream's own bound (the cache's
+  // capacity) let 160 streams remember 160 caches' worth of victims (a
+  // tester's 500 directories grew the daemon ~95 B an eviction).
+  Harness h("igt", 1024);
+  std::mt19937 rng(5);
+  uint64_t most = 0;
+  for (int i = 0; i < 160000; ++i) {
+    const int d = int(rng() % 160), f = int(rng() % 40);
+    h.Read(fmt::format("d{:03d}/f{:02d}.bin", d, f), 0, 1, i >= 80000);
+    if (i % 4000 == 0) {
+      h.engine->Allocate(h.now_us);
+      most = std::max(most, h.engine->Stats().ghosts);
+    }
+  }
+  const auto st = h.engine->Stats();
+  INFO("ghosts " << st.ghosts << ", most " << most << ", streams " << st.streams.size() << ", hit ratio "
+                 << h.ratio());
+  CHECK(st.ghosts > 0);
+  CHECK(most <= 65536);  // the budget: kMinGhostIds (2 x 1,024 units is less)
+  // About the cache's share of the uniform set (1,024 of 6,400 units).
+  CHECK(h.ratio() > 0.14);
+}
+
+}  // namespace
+}  // namespace igt::engine

@@ -1741,6 +1741,7 @@ void PolicyEngine::NoteGhost(Group* g, const std::string& id, uint64_t bytes) {
   g->ghost_bytes += bytes;
   g->ghost_noted_bytes += bytes;
   g->ghost.push_back({id, bytes, g->ghost_noted_bytes});
+  ++ghost_entries_;
   g->ghost_set.insert_or_assign(id, g->ghost_noted_bytes);
   // Bounded in bytes (the cache's capacity) and in ids (as many as full
   // units fit in it): with small units the capacity alone let one stream
@@ -1748,10 +1749,69 @@ void PolicyEngine::NoteGhost(Group* g, const std::string& id, uint64_t bytes) {
   while ((g->ghost_bytes > std::max<uint64_t>(opts_.capacity_bytes, opts_.unit_bytes) ||
           g->ghost.size() > std::max<uint64_t>(kMinGhostIds, opts_.capacity_bytes / opts_.unit_bytes)) &&
          !g->ghost.empty()) {
-    const auto& e = g->ghost.front();
-    g->ghost_bytes -= e.bytes;
-    if (auto it = g->ghost_set.find(e.id); it != g->ghost_set.end() && it->second == e.pos) g->ghost_set.erase(it);
-    g->ghost.pop_front();
+    PopGhost(g);
+  }
+  if (ghost_entries_ > GhostBudget()) TrimGhosts();
+}
+
+void PolicyEngine::PopGhost(Group* g) {
+  const auto& e = g->ghost.front();
+  g->ghost_bytes -= e.bytes;
+  if (auto it = g->ghost_set.find(e.id); it != g->ghost_set.end() && it->second == e.pos) g->ghost_set.erase(it);
+  g->ghost.pop_front();
+  --ghost_entries_;
+}
+
+uint64_t PolicyEngine::GhostBudget() const {
+  return std::max<uint64_t>(kMinGhostIds, kGhostBudgetUnits * (opts_.capacity_bytes / opts_.unit_bytes));
+}
+
+// Every stream's ghosts together within GhostBudget(): bounded per stream
+// only (the cache's capacity each), a data set of 2,000 directories, each
+// a stream, remembered up to 2,000 caches' worth of victims (a tester's
+// 50,000 files in 500 directories with 64 MiB: about 4.6 MB more heap
+// each epoch, ~95 B an eviction, no end in sight). Down to 7/8 of the
+// budget at a time: each stream keeps at least the ghosts its shadow
+// measures (ShadowBytes of the newest), and the others are cut to one
+// level, longest first (water-filling): a stream with few keeps them all.
+void PolicyEngine::TrimGhosts() {
+  const uint64_t target = GhostBudget() / 8 * 7;
+  struct Cut {
+    Group* g;
+    uint64_t floor, size;
+  };
+  std::vector<Cut> cuts;
+  uint64_t floors = 0;
+  for (const auto& [k, gp] : groups_) {
+    Group* g = gp.get();
+    if (g->ghost.empty()) continue;
+    // The newest ghosts within the shadow's span.
+    const uint64_t span = ShadowBytes(g);
+    uint64_t floor = 0, bytes = 0;
+    for (auto it = g->ghost.rbegin(); it != g->ghost.rend() && bytes < span; ++it, ++floor) bytes += it->bytes;
+    cuts.push_back({g, floor, g->ghost.size()});
+    floors += floor;
+  }
+  // The highest level whose total is within the target.
+  auto total_at = [&](uint64_t level) {
+    uint64_t n = 0;
+    for (const Cut& c : cuts) n += std::max(c.floor, std::min(c.size, level));
+    return n;
+  };
+  uint64_t lo = 0, hi = 0;
+  for (const Cut& c : cuts) hi = std::max(hi, c.size);
+  if (floors >= target) {
+    lo = 0;  // the floors alone: every stream down to its shadow's ghosts
+  } else {
+    while (lo < hi) {
+      const uint64_t mid = lo + (hi - lo + 1) / 2;
+      if (total_at(mid) <= target) lo = mid;
+      else hi = mid - 1;
+    }
+  }
+  for (const Cut& c : cuts) {
+    const uint64_t keep = std::max(c.floor, std::min(c.size, lo));
+    while (c.g->ghost.size() > keep) PopGhost(c.g);
   }
 }
 
@@ -2324,6 +2384,7 @@ void PolicyEngine::Allocate(uint64_t now_us) {
       }
       StopWarm(g);
       SyncPool(g, /*leave=*/true);
+      ghost_entries_ -= g->ghost.size();
       it = groups_.erase(it);
     } else {
       ++it;
@@ -2713,6 +2774,7 @@ EngineStats PolicyEngine::Stats() const {
   if (mode_igt_) s.profile = opts_.policy_file.profile;
   s.readers = reader_end_.size();
   s.files = files_.size();
+  s.ghosts = ghost_entries_;
   s.gone_files = gone_files_;
   for (const auto& [k, g] : groups_) {
     StreamStats st;
@@ -2762,6 +2824,7 @@ nlohmann::json ToJson(const EngineStats& s) {
   j["profile"] = s.profile;
   j["readers"] = s.readers;
   j["files"] = s.files;
+  j["ghosts"] = s.ghosts;
   j["gone_files"] = s.gone_files;
   auto& arr = j["streams"] = nlohmann::json::array();
   for (const auto& st : s.streams) {

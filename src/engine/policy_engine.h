@@ -126,6 +126,7 @@ struct EngineStats {
   std::string profile;              // the policy file's profile (igt), "" for a baseline
   uint64_t readers = 0;             // (pid, file) read cursors tracked
   uint64_t files = 0;               // file records (PolicyEngine::file_records)
+  uint64_t ghosts = 0;              // every stream's ghosts (PolicyEngine::GhostBudget)
   uint64_t gone_files = 0;          // files with a record NoteGone found gone, since start
   std::vector<StreamStats> streams;  // by cached bytes, largest first
   std::vector<OverrideStats> overrides;  // in the policy file's order
@@ -283,7 +284,10 @@ class PolicyEngine {
   static constexpr size_t kMaxReadDirs = 1 << 12;
   static constexpr double kForgetReadDirGaps = 8;  // Group::ForgetStaleReadDirs
   static constexpr uint32_t kItemPasses = 16;       // per epoch (UnreadItems)
-  static constexpr size_t kMinGhostIds = 1 << 16;  // per stream, at least (NoteGhost)
+  static constexpr size_t kMinGhostIds = 1 << 16;  // per stream, at least (NoteGhost); all streams' (GhostBudget)
+  // All streams' ghosts together: this many times the units the cache holds
+  // (at least kMinGhostIds).
+  static constexpr uint64_t kGhostBudgetUnits = 2;
   std::vector<ListedFile> NextFiles(std::string_view path, size_t n);
   // Directory warm-up: a stream over a directory read at random or skewed
   // whose files all fit in free space proposes its uncached files, a few per
@@ -336,6 +340,10 @@ class PolicyEngine {
   bool Idle(const Group* g) const;  // stopped (kBusyReads), worth 0 until its next read
   uint64_t IdleBytes(const Group* except) const;  // cached bytes of idle streams other than `except`
   void NoteGhost(Group* g, const std::string& id, uint64_t bytes);
+  void PopGhost(Group* g);  // its oldest ghost
+  uint64_t GhostBudget() const;
+  void TrimGhosts();
+  uint64_t ghost_entries_ = 0;  // every stream's ghosts
   // Moves a cached unit to `dest`, or to its file's stream (f.group); with
   // `read`, the unit counts as read in that stream's current epoch.
   void MoveUnit(const std::string& id, Unit& u, const FileRec& f, Group* dest = nullptr, bool read = false);
