@@ -838,7 +838,13 @@ int Serve(const MountArgs& a, Config cfg, const SourceUrl& url, Reporter& rep, b
   std::thread maintenance([&] {
     std::unique_lock lk(maint_mu);
     uint64_t engine_limit = (*store)->limit_bytes();  // what the engine plans against
+    uint64_t rounds = 0;
     while (!maint_cv.wait_for(lk, std::chrono::seconds(1), [&] { return maint_stop; })) {
+      // Free heap pages glibc keeps go back to the system once a minute: a
+      // tester's daemon reading 2,000 files at random grew 79 -> 146 MiB
+      // over an hour with the memory in use flat at ~30 MiB (malloc_trim
+      // brought it to 88). See also main()'s arena cap.
+      if (++rounds % 60 == 0) ::malloc_trim(0);
       // An exception (out of memory) skips this round; escaping the thread
       // it would end the daemon.
       try {
