@@ -154,6 +154,14 @@ TEST_CASE("ResolveEndpoint: addressing styles", "[endpoint]") {
   CHECK(ResolveEndpoint(o)->host == "data.s3.us-west-2.amazonaws.com");
   o.endpoint = "https://s3.cn-north-1.amazonaws.com.cn";
   CHECK(!ResolveEndpoint(o)->path_style);
+  // Stores that refuse path-style requests stay virtual-hosted.
+  o.endpoint = "https://oss-cn-hangzhou.aliyuncs.com";
+  CHECK(!ResolveEndpoint(o)->path_style);
+  CHECK(igt::IsAwsS3Endpoint(""));
+  CHECK(igt::IsAwsS3Endpoint("https://S3.eu-west-1.amazonaws.com/"));
+  CHECK(igt::IsAwsS3Endpoint("https://bucket.vpce-1a2b.s3.us-east-1.vpce.amazonaws.com:443"));
+  CHECK(!igt::IsAwsS3Endpoint("http://127.0.0.1:9000"));
+  CHECK(!igt::IsAwsS3Endpoint("https://amazonaws.com.evil.example/x"));
   o.endpoint = "https://storage.example.com";
   o.addressing = "virtual";
   CHECK(!ResolveEndpoint(o)->path_style);
@@ -270,6 +278,15 @@ TEST_CASE("ClassifyFailure maps replies to codes and retry verdicts", "[endpoint
   out = ClassifyFailure(r, ep, "key 'a'");
   CHECK(!out.retry);
   CHECK_THAT(out.status.message(), Catch::Contains("region ap-south-1"));
+  // Another 400 that carries the header is not taken for one.
+  r.body = "<Error><Code>InvalidArgument</Code><Message>bad</Message></Error>";
+  CHECK_THAT(ClassifyFailure(r, ep, "key 'a'").status.message(), !Catch::Contains("region ap-south-1"));
+  // A store that wants virtual-hosted requests says so; the hint follows.
+  r = HttpResponse{};
+  r.status = 403;
+  r.body = "<Error><Code>SecondLevelDomainForbidden</Code><Message>Please use virtual hosted style to access."
+           "</Message></Error>";
+  CHECK_THAT(ClassifyFailure(r, ep, "listing").status.message(), Catch::Contains("--addressing virtual"));
   // A skewed clock is named, not taken for refused credentials.
   r.status = 403;
   r.body = "<Error><Code>RequestTimeTooSkewed</Code><Message>The difference between the request time and the "

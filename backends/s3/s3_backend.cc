@@ -146,9 +146,12 @@ Result<S3Endpoint> ResolveEndpoint(const S3Options& opts) {
     // subdomains need wildcard DNS (and certificates) such stores seldom
     // have. Before 2026-11-30, "https://minio.example.com" was sent
     // "data.minio.example.com", which did not resolve (a review).
-    const bool aws_host = hostname.ends_with(".amazonaws.com") || hostname.ends_with(".amazonaws.com.cn");
+    // Stores that refuse path-style requests for new buckets (Alibaba OSS:
+    // SecondLevelDomainForbidden; Tencent COS) stay virtual-hosted.
+    const bool virtual_store = hostname.ends_with(".amazonaws.com") || hostname.ends_with(".amazonaws.com.cn") ||
+                               hostname.ends_with(".aliyuncs.com") || hostname.ends_with(".myqcloud.com");
     ep.path_style = ip_or_local || single_label || !dns_bucket || opts.bucket.find('.') != std::string::npos ||
-                    (!opts.endpoint.empty() && !aws_host);
+                    (!opts.endpoint.empty() && !virtual_store);
   } else {
     return Err(Status::InvalidArgument("addressing '" + opts.addressing +
                                        "' is not one of auto, path, virtual"));
@@ -234,6 +237,12 @@ Outcome ClassifyFailure(const HttpResponse& r, const S3Endpoint& ep, std::string
                                      "): set the system clock (timedatectl, chrony or ntpd), then mount again"),
             false, false};
   }
+  if (e.code == "SecondLevelDomainForbidden") {
+    return {Status::PermissionDenied("the store at " + ep.endpoint + " refuses path-style requests for " + bucket +
+                                     " (" + detail + "): use virtual-hosted addressing (--addressing virtual, "
+                                     "backend.addressing: virtual)"),
+            false, false};
+  }
   if (s == 403 && e.code == "InvalidObjectState") {
     // An archived object (S3 Glacier Flexible Retrieval, Deep Archive): not
     // a credentials problem, as the generic message said.
@@ -260,7 +269,7 @@ Outcome ClassifyFailure(const HttpResponse& r, const S3Endpoint& ep, std::string
   // A HEAD's reply has no body: a region mismatch is a bare 400 (or 301)
   // with the bucket's region in a header.
   if (s == 301 || s == 307 || e.code == "PermanentRedirect" || e.code == "AuthorizationHeaderMalformed" ||
-      (s == 400 && region)) {
+      (s == 400 && region && e.code.empty())) {
     std::string where = region ? " (the bucket is in region " + *region + ")"
                         : e.endpoint.empty() ? ""
                                              : " (server says: use " + e.endpoint + ")";
@@ -950,6 +959,16 @@ std::string RegionFromEnv() {
   for (const char* name : {"AWS_REGION", "AWS_DEFAULT_REGION"})
     if (const char* v = std::getenv(name); v && *v) return v;
   return "us-east-1";
+}
+
+bool IsAwsS3Endpoint(std::string_view endpoint) {
+  if (endpoint.empty()) return true;
+  const size_t sep = endpoint.find("://");
+  std::string_view rest = sep == std::string_view::npos ? endpoint : endpoint.substr(sep + 3);
+  rest = rest.substr(0, rest.find_first_of("/:?#"));
+  std::string host(rest);
+  for (char& c : host) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return host.ends_with(".amazonaws.com") || host.ends_with(".amazonaws.com.cn");
 }
 
 std::string DiscoverBucketRegion(const S3Options& in, int timeout_ms) {

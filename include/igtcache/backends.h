@@ -97,6 +97,9 @@ Result<std::unique_ptr<Backend>> MakeS3Backend(const S3Options& opts);
 // store does not say, the name is not a region, or it does not answer.
 // The mount asks when no region is configured (BuildBackend).
 std::string DiscoverBucketRegion(const S3Options& opts, int timeout_ms);
+// The endpoint is AWS's S3: "" (the default) or a host under
+// amazonaws.com or amazonaws.com.cn.
+bool IsAwsS3Endpoint(std::string_view endpoint);
 
 // The region to sign for when none is configured: $AWS_REGION, else
 // $AWS_DEFAULT_REGION, else "us-east-1" (the AWS CLI's order; the mount

@@ -248,6 +248,10 @@ Result<std::unique_ptr<Backend>> BuildBackend(const SourceUrl& url, const Config
   std::string where_note;
   if (!o.endpoint.empty() && endpoint_from != "backend.endpoint")
     where_note = fmt::format("s3: endpoint {} (from {})", o.endpoint, endpoint_from);
+  // Before the region is asked (DiscoverBucketRegion): its HEAD goes where
+  // the mount's requests will.
+  o.addressing = c.backend.addressing;
+  o.connect_timeout_ms = static_cast<int>(c.backend.connect_timeout_ms);
   std::string region_from = "backend.region";
   o.region = c.backend.region;
   if (o.region.empty()) {
@@ -257,14 +261,21 @@ Result<std::unique_ptr<Backend>> BuildBackend(const SourceUrl& url, const Config
     if (o.region.empty()) o.region = RegionFromEnv();
     if (region_from.starts_with("region of profile"))
       where_note += fmt::format("{}s3: region {} (from {})", where_note.empty() ? "" : "; ", o.region, region_from);
-    // No region set anywhere: the bucket's, as S3 tells it (one unsigned
-    // HEAD), rather than us-east-1, whose requests another region's bucket
-    // refuses (301 PermanentRedirect, "check the region"), as the AWS SDKs'
-    // redirect handling finds it. A store that does not say, or does not
-    // answer within 2 s, leaves us-east-1.
-    if (env("AWS_REGION").empty() && env("AWS_DEFAULT_REGION").empty() && region_from.starts_with("$")) {
-      region_from = "the bucket's region as S3 gave it; no region was set";
-      if (std::string found = DiscoverBucketRegion(o, 2000); !found.empty() && found != o.region) {
+    // No region set anywhere, on AWS: the bucket's, as S3 tells it (one
+    // unsigned HEAD), rather than us-east-1, whose requests another
+    // region's bucket refuses (301 PermanentRedirect, "check the region"),
+    // as the AWS SDKs' redirect handling finds it. A bucket that does not
+    // say, or does not answer within 2 s, leaves us-east-1 (said). Not
+    // asked of other stores: what they name there need not be a region
+    // they sign for.
+    if (env("AWS_REGION").empty() && env("AWS_DEFAULT_REGION").empty() && region_from.starts_with("$") &&
+        IsAwsS3Endpoint(o.endpoint)) {
+      if (std::string found = DiscoverBucketRegion(o, 2000); found.empty()) {
+        where_note += fmt::format("{}s3: region {}: no region is set and S3 did not name the bucket's within 2 s "
+                                  "(set --region if the bucket is elsewhere)",
+                                  where_note.empty() ? "" : "; ", o.region);
+      } else if (found != o.region) {
+        region_from = "the bucket's region as S3 gave it; no region was set";
         o.region = found;
         where_note += fmt::format("{}s3: region {} ({}: --region skips asking)", where_note.empty() ? "" : "; ",
                                   o.region, region_from);
@@ -276,14 +287,12 @@ Result<std::unique_ptr<Backend>> BuildBackend(const SourceUrl& url, const Config
   // region was checked with the config, the others are checked here.
   if (std::string why = RegionNameProblem(o.region); !why.empty())
     return Err(Status::InvalidArgument(fmt::format("region '{}' {} (from {})", o.region, why, region_from)));
-  o.addressing = c.backend.addressing;
   o.no_sign_request = c.backend.no_sign_request;
   o.requester_pays = c.backend.requester_pays;
   o.expected_bucket_owner = c.backend.expected_bucket_owner;
   if (o.requester_pays) spdlog::info("s3: Requester Pays: every request says this account pays for it");
   if (!o.expected_bucket_owner.empty())
     spdlog::info("s3: every request asks that the bucket belong to account {}", o.expected_bucket_owner);
-  o.connect_timeout_ms = static_cast<int>(c.backend.connect_timeout_ms);
   o.request_timeout_ms = static_cast<int>(c.backend.request_timeout_ms);
   o.max_retries = static_cast<int>(c.backend.max_retries);
   o.retry_base_ms = static_cast<int>(c.backend.retry_base_ms);

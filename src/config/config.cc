@@ -145,7 +145,7 @@ const std::vector<Key>& Schema() {
        nullptr, SET_STR(backend.endpoint)},
       {"backend.region", Type::kString, "",
        "S3 region used for signing. Empty: $AWS_REGION, else $AWS_DEFAULT_REGION, else the AWS profile's region, "
-       "else the bucket's region as the store gives it (one unsigned HEAD at mount), else us-east-1.", nullptr,
+       "else (on AWS) the bucket's region as S3 gives it (one unsigned HEAD at mount), else us-east-1.", nullptr,
        SET_STR(backend.region)},
       {"backend.addressing", Type::kEnum, "auto",
        "path: http://endpoint/bucket/key; virtual: http://bucket.endpoint/key; auto: path for "

@@ -1339,7 +1339,7 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
   // The scanner split off goes on being one while its reads continue its
   // run or start the file again (a looping scanner's next pass): else each
   // pass read its first kScanRunUnits units in the file's stream.
-  const bool scanner_goes_on = f.scan_pid == pid && (continues || offset == 0);
+  const bool scanner_goes_on = f.scan_pid == pid && (continues || (offset == 0 && ScanFresh(f)));
   Group* rg = g;  // the stream the read counts in
   if ((long_run || scanner_goes_on) && length > 0 && beside && g->label != kSequential && fl != kSequential &&
       !g->ov) {
