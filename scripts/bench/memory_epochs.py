@@ -30,17 +30,11 @@ sys.dont_write_bytecode = True
 sys.path.insert(0, str(ROOT / "tests" / "mount"))
 sys.path.insert(0, str(ROOT / "scripts" / "bench"))
 
+import faultlib  # noqa: E402
 import harness  # noqa: E402
 from e2e_systems import compare_binaries, cpu_model, drop_caches  # noqa: E402
 
 MIB = 1 << 20
-
-
-def rss_kib(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    return 0
 
 
 def epoch(mnt: Path, src: Path, names: list[str], threads: int, seed: int) -> list[str]:
@@ -100,8 +94,9 @@ def main() -> None:
                         raise harness.TestFailure(f"{label}: wrong bytes in {bad[:5]}")
                     st = s.stats(m)
                     ghosts = st.get("engine", {}).get("ghosts")
-                    rows.setdefault(label, []).append((rss_kib(pid), ghosts, st["evictions"], secs))
-                    harness.log(f"  {label} epoch {e + 1}: RSS {rss_kib(pid) / 1024:.0f} MiB, {secs:.1f} s")
+                    rss = faultlib.rss_bytes(pid) // 1024
+                    rows.setdefault(label, []).append((rss, ghosts, st["evictions"], secs))
+                    harness.log(f"  {label} epoch {e + 1}: RSS {rss / 1024:.0f} MiB, {secs:.1f} s")
             finally:
                 s.unmount(m)
     print(f"{a.files} files of 1-8 KiB in {a.dirs} directories, a {a.cache_size} cache, a local directory as the "
