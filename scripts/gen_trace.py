@@ -8,9 +8,12 @@ Standard library only. The same seed and options always give the same trace.
 Workloads (each under its own top-level directory):
   a, images      image-classification training: a directory of many small
                  files, each read whole, a new shuffled order every epoch,
-                 dealt in batches to several DataLoader worker pids
+                 dealt in batches to several DataLoader worker pids (new
+                 pids each epoch, which starts when the last worker of the
+                 previous one ends)
   b, shards      shard training: large shard files, shard order shuffled per
                  epoch, each shard read front to back in --read-size reads
+                 (worker pids as in a)
   c, models      model loading: large weight files read sequentially, file
                  after file in listing order, by several processes
   d, inference   skewed inference: Zipf-popular small item files and Zipf-
@@ -78,6 +81,16 @@ def small_size(rng, mean, lo, hi):
     return int(min(hi, max(lo, rng.lognormvariate(mu, sigma))))
 
 
+def epoch_pid(base, worker, epoch):
+    """A worker's pid in an epoch: new each epoch, as a DataLoader without
+    persistent_workers starts new worker processes. The replay (`igtcache
+    sim`) starts a reader that began after others ended after them, so the
+    epoch barrier holds there too; with one pid per worker for every epoch
+    each worker ran on into the next epoch on its own clock (a review,
+    2026-11-30: belady above its ceiling on (a))."""
+    return base + worker + 10_000 * epoch
+
+
 def gen_images(args, rng, objects):
     if args.image_classes > 0:  # an image-folder data set: train/<class>/<file>
         names = [f"images/train/n{i % args.image_classes:05d}/img_{i:07d}.jpg" for i in range(args.image_files)]
@@ -98,7 +111,7 @@ def gen_images(args, rng, objects):
         for b, batch in enumerate(batches):
             w = b % args.workers
             for path in batch:
-                rows, clocks[w] = whole_file_reads(clocks[w], 2000 + w, path, sizes[path], args)
+                rows, clocks[w] = whole_file_reads(clocks[w], epoch_pid(2000, w, epoch), path, sizes[path], args)
                 per_worker[w].extend(rows)
     workers.extend(per_worker)
     return workers
@@ -117,7 +130,7 @@ def gen_shards(args, rng, objects):
         clocks = [start] * args.workers
         for i, path in enumerate(order):
             w = min(range(args.workers), key=lambda k: clocks[k])  # next free worker
-            rows, clocks[w] = whole_file_reads(clocks[w], 3000 + w, path, size, args)
+            rows, clocks[w] = whole_file_reads(clocks[w], epoch_pid(3000, w, epoch), path, size, args)
             per_worker[w].extend(rows)
     return per_worker
 
@@ -259,6 +272,8 @@ def main(argv=None):
             ap.error(f"--{name.replace('_', '-')} must be > 0")
     if args.image_classes < 0:
         ap.error("--image-classes must be >= 0")
+    if not 1 <= args.workers <= 999:
+        ap.error("--workers must be 1 to 999 (the pids of a and b would collide)")
     if args.latency_us < 0 or args.zipf_s <= 0:
         ap.error("--latency-us must be >= 0 and --zipf-s > 0")
     if args.embedding_row > args.embedding_mib * MIB:

@@ -681,15 +681,22 @@ Result<nlohmann::json> RunBelady(const SimOptions& o, const Trace& tr, uint64_t 
         const double arrive = be.Arrival(start, kbytes);
         done = std::max(done, arrive);
         if (next == kNever || ub > o.cache_bytes) continue;  // never used again: do not admit
-        // Evict furthest-next-use units while that is better than not admitting.
-        while (used + ub > o.cache_bytes && !by_next.empty()) {
-          auto far = std::prev(by_next.end());
+        // Evict the furthest-next-use units if those used after this one
+        // make room for it; else evict nothing and do not admit it (units
+        // of unequal sizes: evicting some, then not admitting, only lost
+        // them; a review's finding, 2026-11-30).
+        auto first_victim = by_next.end();
+        uint64_t freed = 0;
+        while (used - freed + ub > o.cache_bytes && first_victim != by_next.begin()) {
+          auto far = std::prev(first_victim);
           if (far->first <= next) break;
-          used -= ubytes(far->second);
-          cached.erase(far->second);
-          by_next.erase(far);
+          freed += ubytes(far->second);
+          first_victim = far;
         }
-        if (used + ub > o.cache_bytes) continue;
+        if (used - freed + ub > o.cache_bytes) continue;
+        for (auto v = first_victim; v != by_next.end(); ++v) cached.erase(v->second);
+        by_next.erase(first_victim, by_next.end());
+        used -= freed;
         cached[uid] = {next, arrive};
         by_next.insert({next, uid});
         used += ub;
