@@ -237,7 +237,8 @@ int RunWarm(const WarmArgs& a) {
       if (auto ovs = e->find("overrides"); ovs != e->end() && ovs->is_array())
         for (const auto& o : *ovs)
           if (o.is_object() && o.contains("prefix") && o["prefix"].is_string()) {
-            overrides.push_back({.prefix = o["prefix"].get<std::string>(), .never_cache = o.value("never_cache", false)});
+            overrides.push_back({.prefix = o["prefix"].get<std::string>(), .never_cache = o.value("never_cache", false),
+                                 .quota_bytes = o.value("quota_bytes", uint64_t{0})});
             if (o.value("pin", false)) pinned.emplace_back(overrides.back().prefix, o.value("cached_bytes", uint64_t{0}));
           }
     std::vector<Item> never;
@@ -271,13 +272,25 @@ int RunWarm(const WarmArgs& a) {
       });
       if (!warmed) pinned_bytes += bytes;
     }
-    std::vector<Item> todo, skipped;
-    uint64_t budget = limit - std::min(limit, pinned_bytes), total = 0, skipped_bytes = 0;
+    std::vector<Item> todo, skipped, over_quota;
+    uint64_t budget = limit - std::min(limit, pinned_bytes), total = 0, skipped_bytes = 0, over_quota_bytes = 0;
+    // A prefix with a quota keeps at most that (its units beyond it are the
+    // mount's first victims): its files fit within it too.
+    std::map<const engine::PathOverride*, uint64_t> quota_left;
+    for (const auto& o : overrides)
+      if (o.quota_bytes > 0) quota_left[&o] = o.quota_bytes;
     for (auto& it : all) {
       const uint64_t disk = cache::CachedObjectDiskBytesAtMost(it.size, unit, inline_max, it.path.size() + key_bound);
-      if (disk <= budget) {
+      const engine::PathOverride* ov =
+          engine::OverrideFor(overrides, std::string_view(it.path).substr(std::min(it.path.size(), mnt.size() + 1)));
+      auto q = ov ? quota_left.find(ov) : quota_left.end();
+      if (q != quota_left.end() && it.size > q->second) {
+        over_quota_bytes += it.size;
+        over_quota.push_back(std::move(it));
+      } else if (disk <= budget) {
         budget -= disk;
         total += it.size;
+        if (q != quota_left.end()) q->second -= it.size;
         todo.push_back(std::move(it));
       } else {
         skipped_bytes += it.size;
@@ -483,6 +496,11 @@ int RunWarm(const WarmArgs& a) {
                 fetched.c_str(), failed_note.c_str(),
                 after ? FormatSize(after->value("cache_used_bytes", uint64_t{0})).c_str() : "?",
                 FormatSize(limit).c_str());
+    if (!over_quota.empty()) {
+      std::printf("warm: did not fit: %zu %s, %s beyond the quota of their prefix in the mount's policy file:",
+                  over_quota.size(), Files(over_quota.size()), FormatSize(over_quota_bytes).c_str());
+      PrintFirstNames(over_quota);
+    }
     if (!skipped.empty()) {
       std::printf("warm: did not fit: %zu %s, %s (cache limit %s%s):", skipped.size(), Files(skipped.size()),
                   FormatSize(skipped_bytes).c_str(), FormatSize(limit).c_str(),

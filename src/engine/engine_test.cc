@@ -1170,6 +1170,23 @@ TEST_CASE("igtcache warm: its units are held until read, then join the reader's 
     CHECK(StreamCachedBytes(p, "(warm)") == 0);
     CHECK(StreamCachedBytes(p, "keep/") == 2 * kUnit);
   }
+  // So do a quota prefix's: the quota bounds a warm-up of it too (held in
+  // (warm), a tester's 9.5 MiB warmed under a 4 MiB quota counted nothing).
+  {
+    auto pf = ParsePolicyFile("profile: training\noverrides:\n  - {prefix: \"val/\", quota: 4M}\n", "t.yaml");
+    REQUIRE(pf.has_value());
+    Harness q("igt", 40, *pf);
+    for (int i = 0; i < 10; ++i) {
+      const std::string f = fmt::format("val/f{}", i);
+      q.engine->NoteWarm(f, q.now_us);
+      q.Insert(f, 0, true);
+    }
+    CHECK(StreamCachedBytes(q, "(warm)") == 0);
+    CHECK(StreamCachedBytes(q, "val/") == 10 * kUnit);
+    // Other reads filling the cache take what is above the quota first.
+    for (uint64_t u = 0; u < 36; ++u) q.Read("train/big.bin", u, 36, false);
+    CHECK(StreamCachedBytes(q, "val/") <= 4 * kUnit);
+  }
   // Not read for longer than the hold: the rest goes first.
   h.now_us += PolicyEngine::kUserWarmHoldUs;
   for (int i = 0; i < 100; ++i) h.Read(item("old", int(rng() % 100)), 0, 1, false);

@@ -2223,7 +2223,10 @@ void PolicyEngine::NoteWarm(std::string_view path, uint64_t now_us) {
   FileRec& f = fit->second;
   // A pinned prefix keeps its units in its own stream, held there for good,
   // not for the (warm) stream's while: inserted like a directory warm-up's.
-  if (const PathOverride* ov = OverrideFor(path); ov && ov->pin) {
+  // So does a prefix with a quota, which its own stream keeps (held in
+  // (warm), a warm-up of it took what the quota denies its reads: a
+  // tester's 9.5 MiB warmed under a 4 MiB quota, 2026-11-30).
+  if (const PathOverride* ov = OverrideFor(path); ov && (ov->pin || ov->quota_bytes > 0)) {
     f.warm_planned = true;
     return;
   }

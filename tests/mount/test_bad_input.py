@@ -265,6 +265,47 @@ def main():
             check((m.mountpoint / "a.txt").read_text() == "a\n", "the first daemon still serves reads")
             check(s.unmount(m) == 0, "first daemon exited 0")
 
+            # Two mounts started at once on one mount point (two cache dirs):
+            # both passed the check above and stacked in 3 of 5 tries (a
+            # tester). Now one mounts and the other is refused, every time.
+            race_mnt = s.mkdir("mnt_race")
+
+            def clear_race() -> None:
+                """Every daemon on race_mnt unmounted and stopped by its pid."""
+                while harness.mount_entries(race_mnt):
+                    pid = int(s.stats(harness.Mount(race_mnt, None, None, None, ""))["pid"])
+                    subprocess.run(["fusermount3", "-u", str(race_mnt)], capture_output=True)
+                    deadline = time.monotonic() + 20
+                    while harness.pid_alive(pid) and time.monotonic() < deadline:
+                        time.sleep(0.05)
+                    if harness.pid_alive(pid):
+                        os.kill(pid, 9)
+                        problems.append(f"two mounts at once: daemon {pid} did not exit on unmount")
+
+            for i in range(5):
+                argvs = [s.mount_argv(f"file://{src_dir}", race_mnt, s.mkdir(f"cache_race_{i}_{k}"), [], False)
+                         for k in (0, 1)]
+                ps: list[subprocess.Popen] = []
+                try:
+                    for av in argvs:
+                        ps.append(subprocess.Popen(av, env=s.igt_env(), stdin=subprocess.DEVNULL,
+                                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+                    outs = [p.communicate(timeout=CASE_TIMEOUT_S) for p in ps]
+                    rcs = sorted(p.returncode for p in ps)
+                    n = len(harness.mount_entries(race_mnt))
+                    log(f"  two mounts at once, round {i}: rcs {rcs}, {n} mount(s)")
+                    if rcs != [0, 2] or n != 1:
+                        problems.append(f"two mounts at once on one mount point, round {i}: exit codes {rcs}, {n} "
+                                        f"mounts: {[o[1].decode(errors='replace')[-300:] for o in outs]}")
+                    elif not any(b"already an igtcache mount" in o[1] for o in outs):
+                        problems.append(f"two mounts at once, round {i}: the refusal did not say why: {outs}")
+                finally:
+                    for p in ps:  # the mount commands (not the daemons): by pid, if one hung
+                        if p.poll() is None:
+                            p.kill()
+                            p.wait()
+                    clear_race()
+
             # A mount that would reach itself is refused before it mounts: its
             # reads waited on its own replies (unkillable), or a walk of it
             # found it again inside.
