@@ -9,6 +9,7 @@
 #include "src/config/yaml_keys.h"
 #include "src/stream/stream_config.h"
 
+#include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -766,7 +767,13 @@ Result<YAML::Node> LoadOneDocument(const std::string& text, const std::string& o
                       origin, line + 1)));
     content = true;
   }
-  return YAML::Load(text);
+  try {
+    return YAML::Load(text);
+  } catch (const YAML::DeepRecursion& e) {
+    // yaml-cpp says "bad file" (a tester's 1,000 nested maps read so).
+    return Err(Status::InvalidArgument(fmt::format("{}: line {}: nested more than {} levels deep (YAML parser's limit)",
+                                                   origin, e.mark.line + 1, e.depth() - 1)));
+  }
 }
 
 }  // namespace igt

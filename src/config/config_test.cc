@@ -207,6 +207,18 @@ TEST_CASE("errors name the bad key") {
   CHECK(ParseConfig("backend:\n  endpoint: http://127.0.0.1:9000/base\n", "t.yaml").has_value());
 }
 
+TEST_CASE("a file nested past the YAML parser's depth limit says so") {
+  // yaml-cpp's own message is "bad file" (a tester's 1,000 nested maps).
+  std::string deep;
+  for (int i = 0; i < 1000; ++i) deep += "{a: ";
+  deep += "1" + std::string(1000, '}') + "\n";
+  auto r = ParseConfig(deep, "t.yaml");
+  REQUIRE_FALSE(r.has_value());
+  CHECK_THAT(r.error().message(), Catch::Contains("t.yaml: line "));
+  CHECK_THAT(r.error().message(), Catch::Contains("nested more than 499 levels deep"));
+  CHECK_THAT(r.error().message(), !Catch::Contains("bad file"));
+}
+
 TEST_CASE("command-line overrides go through the same checks") {
   Config c = Config::Defaults();
   CHECK(SetConfigValue(c, "cache.max_bytes", "1G").ok());
