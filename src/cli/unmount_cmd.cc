@@ -160,7 +160,9 @@ int RunUnmount(const UnmountArgs& a) {
   const pid_t pid = probe.pid;
   const std::string& no_pid = probe.no_pid;
   if (!probe.answered)
-    std::fprintf(stderr, "igtcache: warning: the daemon of '%s' does not answer (stopped or hung?); unmounting anyway\n",
+    std::fprintf(stderr,
+                 "igtcache: warning: the daemon of '%s' does not answer (stopped or hung?); unmounting anyway, "
+                 "lazily: files still open on it stay open, and keep the daemon, until closed\n",
                  igt::Escaped(a.mountpoint).c_str());
   // "Busy" a moment after the last file on the mount was closed (this
   // command's own stats file among them) can pass: asked again for up to
