@@ -16,8 +16,9 @@ Every read is O_DIRECT (the page cache would answer re-reads itself); every
 9th read is compared with the source.
 
 Then the recorded trace is replayed by `igtcache sim` with the data set's
-listing, the same cache size and unit size, under igt and under lru. For
-each live policy and cache size the table gives the live byte hit ratio
+listing, the same cache size and the default unit (1 MiB, as the mount's),
+under igt and under lru. For each live policy and cache size the table
+gives the live byte hit ratio
 (`cache_hit_bytes / read_bytes` of `igtcache stats`) and bytes fetched
 from the source beside the simulator's on that run's own trace. A live run
 under `cache.eviction: lru` (this build) is the baseline of the same run.
@@ -171,7 +172,13 @@ def load(mnt: Path, src: Path, a) -> dict:
             t.join()
         out["secs"]["embedding"] = time.monotonic() - t0
 
-    jobs = [threading.Thread(target=f) for f in (training, model, embedding)]
+    def guarded(f) -> None:
+        try:
+            f()
+        except Exception as e:  # a failed read is a failed run, said once all jobs end
+            bad(f"{f.__name__}: {e!r}")
+
+    jobs = [threading.Thread(target=guarded, args=(f,)) for f in (training, model, embedding)]
     t0 = time.monotonic()
     for t in jobs:
         t.start()

@@ -120,22 +120,32 @@ class HeldWarnings final : public spdlog::sinks::base_sink<std::mutex> {
   size_t reported_ = 0;
 };
 
-// Reports the mount's outcome to the waiting parent (daemon mode) or to
-// stderr (foreground).
 // An flock of a mount point's directory (the underlying one: taken before
 // the mount), held while a mount is set up on it (RunMount). Best effort: a
-// directory that cannot be opened is not locked (the checks after say
-// what is wrong with it).
+// directory that cannot be opened for reading (mode 0300 is enough to mount
+// on) is not locked, and the checks after say what else is wrong with it.
+// Waits at most kWaitS for another holder, then fails.
 class MountpointLock {
  public:
+  static constexpr int kWaitS = 120;
   MountpointLock(const fs::path& mp, bool skip) {
     if (skip) return;
     fd_ = ::open(mp.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd_ < 0) return;
-    if (::flock(fd_, LOCK_EX | LOCK_NB) == 0) return;
-    if (errno != EWOULDBLOCK) return;
-    std::fprintf(stderr, "igtcache: another igtcache mount of '%s' is starting: waiting for it\n", mp.c_str());
-    while (::flock(fd_, LOCK_EX) != 0 && errno == EINTR) {
+    if (fd_ < 0) {
+      spdlog::debug("mount point {}: not locked while mounting (open: {})", mp.string(), std::strerror(errno));
+      return;
+    }
+    for (int i = 0; ::flock(fd_, LOCK_EX | LOCK_NB) != 0; ++i) {
+      if (errno != EWOULDBLOCK && errno != EINTR) return;  // not lockable here: best effort
+      if (i == 0)
+        std::fprintf(stderr, "igtcache: mount point '%s' is locked (another igtcache mount starting on it?): "
+                     "waiting up to %d s\n", Escaped(mp.string()).c_str(), kWaitS);
+      if (i >= kWaitS * 10) {
+        ::close(std::exchange(fd_, -1));
+        timed_out_ = true;
+        return;
+      }
+      ::usleep(100'000);
     }
   }
   ~MountpointLock() {
@@ -143,12 +153,16 @@ class MountpointLock {
   }
   MountpointLock(const MountpointLock&) = delete;
   MountpointLock& operator=(const MountpointLock&) = delete;
+  bool timed_out() const { return timed_out_; }
   int Release() { return std::exchange(fd_, -1); }
 
  private:
   int fd_ = -1;
+  bool timed_out_ = false;
 };
 
+// Reports the mount's outcome to the waiting parent (daemon mode) or to
+// stderr (foreground).
 class Reporter {
  public:
   explicit Reporter(int fd) : fd_(fd) {}
@@ -172,13 +186,15 @@ class Reporter {
     TellHeld();
     WarnNow(msg);
   }
-  // False if the waiting parent is gone (killed by Ctrl-C or `timeout`):
-  // it has already reported a failure, so the mount must not stay. Best
-  // effort: a parent killed after this write but before its read is not seen.
   // A descriptor closed once the mount is ready or has failed (the mount
   // point's lock, MountpointLock).
   void ReleaseWhenDone(int fd) { release_fd_ = fd; }
   ~Reporter() { CloseRelease(); }
+  Reporter(const Reporter&) = delete;
+  Reporter& operator=(const Reporter&) = delete;
+  // False if the waiting parent is gone (killed by Ctrl-C or `timeout`):
+  // it has already reported a failure, so the mount must not stay. Best
+  // effort: a parent killed after this write but before its read is not seen.
   bool Ready() {
     TellHeld();
     CloseRelease();
@@ -1084,7 +1100,15 @@ int RunMount(const MountArgs& a) {
   // flock of the mount point's directory, held until the mount is ready or
   // has failed: the second waits, then finds the first's mount. Not on an
   // automount point, which opening would trigger.
-  MountpointLock mp_lock(mp, IsMountOfType(mp.string(), "autofs"));
+  // Under an automount point (x-systemd.automount) a path is compared as
+  // written, and the directory not opened: resolving or opening it would
+  // wait for the very mount this command is making.
+  const bool autofs = IsMountOfType(mp.string(), "autofs");
+  MountpointLock mp_lock(mp, autofs);
+  if (mp_lock.timed_out())
+    return fail(kExitError, fmt::format("mount point '{}' stayed locked for {} s (another igtcache mount starting "
+                                        "on it, or another process holding an flock of it)",
+                                        a.mountpoint, MountpointLock::kWaitS));
   if (IsIgtcacheMount(mp.string())) return already();
   if (!fs::is_directory(mp, ec)) {
     if (ec.value() == ENOTCONN)
@@ -1103,10 +1127,6 @@ int RunMount(const MountArgs& a) {
   // own replies (a deadlock even SIGKILL does not end), or a walk of the
   // mount would find the mount again inside it.
   {
-    // Under an automount point (x-systemd.automount) a path is compared as
-    // written: resolving it would wait for the very mount this command is
-    // making.
-    const bool autofs = IsMountOfType(mp.string(), "autofs");
     auto real = [autofs](const fs::path& p) {
       std::error_code e;
       auto r = autofs ? fs::absolute(p, e).lexically_normal() : fs::weakly_canonical(p, e);
@@ -1193,7 +1213,7 @@ int RunMount(const MountArgs& a) {
   // its entries are hidden until the unmount. Said, not refused. Not looked
   // at under an automount point (x-systemd.automount): listing it would
   // wait for the very mount this command is making.
-  if (fs::directory_iterator it = IsMountOfType(mp.string(), "autofs") ? fs::directory_iterator()
+  if (fs::directory_iterator it = autofs ? fs::directory_iterator()
                                                                          : fs::directory_iterator(mp, ec);
       !ec && it != fs::directory_iterator())
     std::fprintf(stderr, "igtcache: warning: mount point '%s' is not empty: its entries are hidden while it is "

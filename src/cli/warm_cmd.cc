@@ -241,11 +241,14 @@ int RunWarm(const WarmArgs& a) {
                                  .quota_bytes = o.value("quota_bytes", uint64_t{0})});
             if (o.value("pin", false)) pinned.emplace_back(overrides.back().prefix, o.value("cached_bytes", uint64_t{0}));
           }
+    // A file's path from the mount's root, as the policy file's prefixes are.
+    const auto rel = [&](const Item& it) {
+      return std::string_view(it.path).substr(std::min(it.path.size(), mnt.size() + 1));
+    };
     std::vector<Item> never;
     uint64_t never_bytes = 0;
     std::erase_if(all, [&](const Item& it) {
-      const std::string_view rel = std::string_view(it.path).substr(std::min(it.path.size(), mnt.size() + 1));
-      const engine::PathOverride* best = engine::OverrideFor(overrides, rel);
+      const engine::PathOverride* best = engine::OverrideFor(overrides, rel(it));
       if (!best || !best->never_cache) return false;
       never_bytes += it.size;
       never.push_back(it);
@@ -268,21 +271,22 @@ int RunWarm(const WarmArgs& a) {
     for (const auto& [prefix, bytes] : pinned) {
       const engine::PathOverride pin{.prefix = prefix};
       const bool warmed = std::any_of(all.begin(), all.end(), [&](const Item& it) {
-        return pin.Covers(std::string_view(it.path).substr(std::min(it.path.size(), mnt.size() + 1)));
+        return pin.Covers(rel(it));
       });
       if (!warmed) pinned_bytes += bytes;
     }
     std::vector<Item> todo, skipped, over_quota;
     uint64_t budget = limit - std::min(limit, pinned_bytes), total = 0, skipped_bytes = 0, over_quota_bytes = 0;
     // A prefix with a quota keeps at most that (its units beyond it are the
-    // mount's first victims): its files fit within it too.
+    // mount's first victims): its files fit within it too, counted as if
+    // nothing of the prefix were cached (as the cache's room is counted:
+    // which of them are is not known here).
     std::map<const engine::PathOverride*, uint64_t> quota_left;
     for (const auto& o : overrides)
       if (o.quota_bytes > 0) quota_left[&o] = o.quota_bytes;
     for (auto& it : all) {
       const uint64_t disk = cache::CachedObjectDiskBytesAtMost(it.size, unit, inline_max, it.path.size() + key_bound);
-      const engine::PathOverride* ov =
-          engine::OverrideFor(overrides, std::string_view(it.path).substr(std::min(it.path.size(), mnt.size() + 1)));
+      const engine::PathOverride* ov = engine::OverrideFor(overrides, rel(it));
       auto q = ov ? quota_left.find(ov) : quota_left.end();
       if (q != quota_left.end() && it.size > q->second) {
         over_quota_bytes += it.size;

@@ -409,8 +409,7 @@ class PolicyEngine {
     uint64_t end = 0, last_us = 0;
     uint64_t visit_start = 0;  // where its visit of the file began (PolicyEngine::OnRead)
     uint64_t run_start = 0;    // where its run of continuing reads began
-    uint32_t run_exact = 0;    // reads in that run that began where the one before ended
-    uint32_t run_near = 0;     // and those that began near it (PolicyEngine::OnRead)
+    uint32_t run_reads = 0;    // reads in that run (saturating; PolicyEngine::OnRead)
   };
   std::unordered_map<std::string, ReaderEnd> reader_end_;
   // At kMaxReaders: the older half of reader_end_ goes (by last read).

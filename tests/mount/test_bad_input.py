@@ -12,9 +12,11 @@ second daemon on a cache dir already in use."""
 import sys
 sys.dont_write_bytecode = True  # keep tests/mount free of __pycache__
 
+import fcntl
 import os
 import re
 import subprocess
+import threading
 import time
 
 import harness
@@ -271,14 +273,26 @@ def main():
             race_mnt = s.mkdir("mnt_race")
 
             def clear_race() -> None:
-                """Every daemon on race_mnt unmounted and stopped by its pid."""
-                while harness.mount_entries(race_mnt):
-                    pid = int(s.stats(harness.Mount(race_mnt, None, None, None, ""))["pid"])
-                    subprocess.run(["fusermount3", "-u", str(race_mnt)], capture_output=True)
+                """Every daemon on race_mnt unmounted (a moment's "busy" after
+                stats retried, then lazily) and waited for by its pid."""
+                for _ in range(4):
+                    if not harness.mount_entries(race_mnt):
+                        return
+                    try:
+                        pid = int(s.stats(harness.Mount(race_mnt, None, None, None, ""))["pid"])
+                    except Exception as e:  # a daemon that does not answer: unmounted all the same
+                        pid = 0
+                        problems.append(f"two mounts at once: stats of the mount failed: {e}")
+                    deadline = time.monotonic() + 5
+                    while subprocess.run(["fusermount3", "-u", str(race_mnt)], capture_output=True).returncode != 0:
+                        if time.monotonic() > deadline:
+                            subprocess.run(["fusermount3", "-uz", str(race_mnt)], capture_output=True)
+                            break
+                        time.sleep(0.1)
                     deadline = time.monotonic() + 20
-                    while harness.pid_alive(pid) and time.monotonic() < deadline:
+                    while pid and harness.pid_alive(pid) and time.monotonic() < deadline:
                         time.sleep(0.05)
-                    if harness.pid_alive(pid):
+                    if pid and harness.pid_alive(pid):
                         os.kill(pid, 9)
                         problems.append(f"two mounts at once: daemon {pid} did not exit on unmount")
 
@@ -305,6 +319,22 @@ def main():
                             p.kill()
                             p.wait()
                     clear_race()
+
+            # A mount point locked by another process: the mount waits for it,
+            # says so, and goes on once it is released.
+            locked = s.mkdir("mnt_locked")
+            lock_fd = os.open(locked, os.O_RDONLY | os.O_DIRECTORY)
+            fcntl.flock(lock_fd, fcntl.LOCK_EX)
+            release = threading.Timer(1.5, os.close, args=(lock_fd,))
+            release.start()
+            try:
+                m = s.mount(f"file://{src_dir}", cache_dir=s.mkdir("cache_locked"), mountpoint=locked,
+                            foreground=False)
+            finally:
+                release.join()
+            check("is locked" in m.mount_stderr and (m.mountpoint / "a.txt").read_text() == "a\n",
+                  f"a locked mount point is waited for, said, then mounted ({m.mount_stderr.strip()!r})")
+            s.unmount(m)
 
             # A mount that would reach itself is refused before it mounts: its
             # reads waited on its own replies (unkillable), or a walk of it
