@@ -241,6 +241,8 @@ int RunWarm(const WarmArgs& a) {
                                  .quota_bytes = o.value("quota_bytes", uint64_t{0})});
             if (o.value("pin", false)) pinned.emplace_back(overrides.back().prefix, o.value("cached_bytes", uint64_t{0}));
           }
+    engine::OverrideIndex override_index;
+    override_index.Build(overrides);
     // A file's path from the mount's root, as the policy file's prefixes are.
     const auto rel = [&](const Item& it) {
       return std::string_view(it.path).substr(std::min(it.path.size(), mnt.size() + 1));
@@ -248,7 +250,7 @@ int RunWarm(const WarmArgs& a) {
     std::vector<Item> never;
     uint64_t never_bytes = 0;
     std::erase_if(all, [&](const Item& it) {
-      const engine::PathOverride* best = engine::OverrideFor(overrides, rel(it));
+      const engine::PathOverride* best = override_index.Find(rel(it));
       if (!best || !best->never_cache) return false;
       never_bytes += it.size;
       never.push_back(it);
@@ -286,7 +288,7 @@ int RunWarm(const WarmArgs& a) {
       if (o.quota_bytes > 0) quota_left[&o] = o.quota_bytes;
     for (auto& it : all) {
       const uint64_t disk = cache::CachedObjectDiskBytesAtMost(it.size, unit, inline_max, it.path.size() + key_bound);
-      const engine::PathOverride* ov = engine::OverrideFor(overrides, rel(it));
+      const engine::PathOverride* ov = override_index.Find(rel(it));
       auto q = ov ? quota_left.find(ov) : quota_left.end();
       if (q != quota_left.end() && it.size > q->second) {
         over_quota_bytes += it.size;

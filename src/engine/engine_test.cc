@@ -1193,6 +1193,36 @@ TEST_CASE("igtcache warm: its units are held until read, then join the reader's 
   CHECK(StreamCachedBytes(h, "(warm)") == 0);
 }
 
+TEST_CASE("the override index finds what a scan of every override finds", "[engine]") {
+  // Prefixes with and without a '/', files, the root, names sharing a
+  // beginning ("data" / "database"); paths under them and beside them.
+  std::mt19937 rng(5);
+  const std::vector<std::string> parts = {"a", "ab", "data", "database", "x.csv", "b"};
+  auto random_path = [&](int max_depth) {
+    std::string p;
+    const int depth = 1 + int(rng() % max_depth);
+    for (int d = 0; d < depth; ++d) p += (d ? "/" : "") + parts[rng() % parts.size()];
+    return p;
+  };
+  for (int round = 0; round < 20; ++round) {
+    std::vector<PathOverride> ovs;
+    std::set<std::string> seen;
+    if (round % 2) ovs.push_back({.prefix = ""});
+    while (ovs.size() < 40) {
+      std::string p = random_path(3);
+      if (rng() % 2) p += "/";
+      if (seen.insert(p).second) ovs.push_back({.prefix = p, .pin = bool(rng() % 2)});
+    }
+    OverrideIndex index;
+    index.Build(ovs);
+    for (int i = 0; i < 500; ++i) {
+      const std::string path = random_path(4);
+      INFO(path);
+      CHECK(index.Find(path) == OverrideFor(ovs, path));
+    }
+  }
+}
+
 TEST_CASE("readahead beside units held by a warm-up or a pin plans within the space left", "[engine]") {
   // Its share was of the whole cache: in a cache mostly held, a scan's
   // window planned more than the space left and its units were evicted

@@ -585,6 +585,7 @@ Result<std::unique_ptr<PolicyEngine>> PolicyEngine::Create(EngineOptions opts, s
 }
 
 void PolicyEngine::NoteQuotas() {
+  override_index_.Build(opts_.policy_file.overrides);
   has_quota_ = has_never_cache_ = has_pin_ = false;
   for (const auto& o : opts_.policy_file.overrides) {
     has_quota_ |= o.quota_bytes > 0;
@@ -635,9 +636,7 @@ Status PolicyEngine::Init() {
   return Status::Ok();
 }
 
-const PathOverride* PolicyEngine::OverrideFor(std::string_view path) const {
-  return engine::OverrideFor(opts_.policy_file.overrides, path);
-}
+const PathOverride* PolicyEngine::OverrideFor(std::string_view path) const { return override_index_.Find(path); }
 
 int PolicyEngine::ForcedLabel(std::string_view path) const { return ForcedFileLabel(OverrideFor(path), path); }
 

@@ -303,7 +303,7 @@ class PolicyEngine {
   static constexpr uint64_t kWarmRemeasureUs = 30'000'000;  // a measure that did not fit, repeated at least
   static constexpr size_t kWarmMeasureMaxFiles = 1 << 14;  // larger subtrees are not measured
   void StopWarm(Group* g);  // no longer holds space (done, idle or dropped)
-  void NoteQuotas();        // has_quota_, has_pin_ and has_never_cache_ from the policy file
+  void NoteQuotas();        // override_index_, has_quota_, has_pin_ and has_never_cache_ from the policy file
   // The stream the next victim comes from (quota, then lowest value with
   // hysteresis), not made the current one.
   // The stream to give space next; `skip`: streams not to ask (their
@@ -467,6 +467,7 @@ class PolicyEngine {
   static constexpr size_t kMaxGoneNames = 16384;
   bool WasGone(std::string_view path) const { return !gone_names_.empty() && gone_names_.contains(std::string(path)); }
   Group* victim_group_ = nullptr;  // current giver of space (hysteresis)
+  OverrideIndex override_index_;  // over opts_.policy_file.overrides (NoteQuotas)
   bool has_quota_ = false;  // an override sets a quota (NoteQuotas, at Init and reload)
   bool has_pin_ = false;    // an override pins (NoteQuotas)
   bool has_never_cache_ = false;  // an override is never_cache (NoteQuotas)

@@ -25,6 +25,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "igtcache/policy.h"
@@ -75,6 +76,42 @@ inline const PathOverride* OverrideFor(const std::vector<PathOverride>& override
     if (o.Covers(path) && (!best || o.prefix.size() > best->prefix.size())) best = &o;
   return best;
 }
+
+// OverrideFor over many overrides: a lookup of each prefix a path could
+// have (its ancestors, with and without the '/', and itself) instead of a
+// scan of them all, for every read (a tester's 20,000 overrides made every
+// read ~1.7x slower, 2,000 ~1.2x). Same answer as OverrideFor. Points into
+// the vector it was built from: rebuild when that changes.
+class OverrideIndex {
+ public:
+  void Build(const std::vector<PathOverride>& overrides) {
+    all_ = &overrides;
+    by_prefix_.clear();
+    if (overrides.size() <= kScanUpTo) return;
+    by_prefix_.reserve(overrides.size());
+    for (const auto& o : overrides) by_prefix_.try_emplace(o.prefix, &o);  // the first of equal ones
+  }
+  const PathOverride* Find(std::string_view path) const {
+    if (!all_) return nullptr;
+    if (all_->size() <= kScanUpTo) return OverrideFor(*all_, path);
+    const PathOverride* best = nullptr;  // candidates come shortest first: the last found is the longest
+    auto probe = [&](std::string_view p) {
+      if (auto it = by_prefix_.find(p); it != by_prefix_.end() && it->second->Covers(path)) best = it->second;
+    };
+    probe({});
+    for (size_t i = path.find('/'); i != std::string_view::npos; i = path.find('/', i + 1)) {
+      probe(path.substr(0, i));
+      probe(path.substr(0, i + 1));
+    }
+    probe(path);
+    return best;
+  }
+
+ private:
+  static constexpr size_t kScanUpTo = 16;
+  const std::vector<PathOverride>* all_ = nullptr;
+  std::unordered_map<std::string_view, const PathOverride*> by_prefix_;
+};
 
 inline constexpr uint64_t kMaxAllocationPeriodMs = 3'600'000;  // an hour
 
