@@ -447,7 +447,7 @@ Result<size_t> ReadPipeline::ReadOnce(const FileVersion& file, uint64_t offset, 
     counts.miss_bytes += bytes;
   };
   const uint64_t S = opts_.sub_unit_size;
-  const bool can_sub = S > 0 && S < U && file.size > U;
+  const bool can_sub = S > 0 && S < U;
   std::optional<bool> subs;  // misses fetch sub-units: asked on the first miss
   std::vector<Need> needs;
   LeadGuard guard(this, file, needs);
@@ -468,9 +468,13 @@ Result<size_t> ReadPipeline::ReadOnce(const FileVersion& file, uint64_t offset, 
     // Sub-units when the file reads at random, and when what is fetched
     // cannot be kept (a file read through, a cache taking no inserts): a
     // whole unit would be fetched again by each read of a part of it.
+    // Whatever its size when nothing is kept: a never_cache file of one
+    // unit fetched the whole unit for each 4 KiB page the kernel asked (a
+    // tester: 256 GETs, 256 MiB for a 1 MiB file read in O_DIRECT pages).
     if (!subs) {
       if (!keep) keep = Keep(file);
-      subs = can_sub && (!store_ || !*keep || store_->inserts_failing() || (opts_.sub_units && opts_.sub_units(file)));
+      subs = can_sub && (!store_ || !*keep || store_->inserts_failing() ||
+                         (file.size > U && opts_.sub_units && opts_.sub_units(file)));
     }
     // Whole: joins a whole flight, or starts one unless sub-units of the
     // unit are cached or in flight (the file was read at random before).

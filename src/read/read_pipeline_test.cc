@@ -229,6 +229,35 @@ TEST_CASE("a file not admitted is read through: served, never stored, never pref
   CHECK(f.store->unit_count() == 2);
 }
 
+TEST_CASE("a file not admitted of one unit or less is read through in sub-units and not a unit per read") {
+  // A tester's never_cache file of 1 MiB read in O_DIRECT 4 KiB pages: 256
+  // GETs of the whole unit, 256 MiB. Now each read fetches the sub-units it
+  // covers.
+  constexpr uint64_t kUnit = 1 << 20, kSub = 64 << 10;
+  Fixture f(true, kUnit, 8 << 20);
+  f.mem->Put("tmp/one", Pattern(kUnit, 7));
+  f.mem->Put("tmp/small", Pattern(10'000, 8));
+  f.pipe = std::make_unique<ReadPipeline>(
+      f.fb.get(), f.store.get(), &f.metrics,
+      ReadPipeline::Options{.unit_size = kUnit, .max_request_bytes = 8 << 20, .sub_unit_size = kSub,
+                            .admit = [](const FileVersion& v) { return !v.key.starts_with("tmp/"); }});
+  const std::string want = f.mem->Get("tmp/one");
+  std::vector<char> out(4096);
+  for (uint64_t off = 0; off < 64 * 4096; off += 4096) {
+    auto n = f.pipe->Read(f.Version("tmp/one"), off, 4096, out.data());
+    REQUIRE(n.has_value());
+    CHECK(std::string(out.data(), *n) == want.substr(off, 4096));
+  }
+  INFO(f.fb->counts().read_bytes << " bytes in " << f.fb->counts().reads << " GETs");
+  CHECK(f.fb->counts().read_bytes == 64 * kSub);  // 64 reads of 4 KiB, each one sub-unit (was 64 MiB)
+  f.fb->ResetCounts();
+  auto n = f.pipe->Read(f.Version("tmp/small"), 100, 200, out.data());
+  REQUIRE(n.has_value());
+  CHECK(std::string(out.data(), *n) == f.mem->Get("tmp/small").substr(100, 200));
+  CHECK(f.fb->counts().read_bytes == 10'000);  // a file smaller than a sub-unit: whole
+  CHECK(f.store->unit_count() == 0);
+}
+
 TEST_CASE("units cached before their file stopped being admitted are not served (a never_cache reload)") {
   Fixture f(true);
   f.mem->Put("data/x", Pattern(128 << 10, 6));

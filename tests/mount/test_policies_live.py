@@ -408,6 +408,20 @@ def never_cache_part(s):
     harness.check(st["cache_units"] == 0 and fetched >= 2 * sum(map(len, tmp.values())),
                   f"never_cache: nothing of tmp/ stored, each read from the source "
                   f"(cache_units {st['cache_units']}, backend bytes {fetched})")
+    # Small reads of a file of less than a unit fetch the sub-units they
+    # cover, not the whole file each (a tester: a 1 MiB never_cache file read
+    # in 4 KiB pages fetched 1 MiB per page).
+    before = s.stats(m)["backend_get_bytes"]
+    fd = os.open(m.mountpoint / "tmp" / "t1.bin", os.O_RDONLY | flags)
+    try:
+        for k in range(16):
+            harness.check(os.pread(fd, 4096, k * 8192) == tmp["t1.bin"][k * 8192:k * 8192 + 4096],
+                          f"never_cache: 4 KiB at {k * 8192} of tmp/t1.bin is right")
+    finally:
+        os.close(fd)
+    fetched = s.stats(m)["backend_get_bytes"] - before
+    harness.check(fetched <= 16 * (64 << 10), f"never_cache: 16 reads of 4 KiB fetched {fetched} bytes "
+                  "(at most a 64 KiB sub-unit each, not the 600 KB file)")
     read_whole(m.mountpoint / "keep" / "k.bin", flags)
     st = s.stats(m)
     harness.check(st["cache_units"] > 0, f"never_cache: other paths are cached ({st['cache_units']} units)")
