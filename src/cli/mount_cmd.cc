@@ -1098,11 +1098,10 @@ int RunMount(const MountArgs& a) {
   // and stacked, the lower one hidden (a tester, 2026-11-30: 3 of 5 tries
   // with two cache dirs). The check is made again, and the mount, under an
   // flock of the mount point's directory, held until the mount is ready or
-  // has failed: the second waits, then finds the first's mount. Not on an
-  // automount point, which opening would trigger.
-  // Under an automount point (x-systemd.automount) a path is compared as
-  // written, and the directory not opened: resolving or opening it would
-  // wait for the very mount this command is making.
+  // has failed: the second waits, then finds the first's mount. Under an
+  // automount point (x-systemd.automount) the directory is not opened, and
+  // below a path is compared as written: opening or resolving it would wait
+  // for the very mount this command is making.
   const bool autofs = IsMountOfType(mp.string(), "autofs");
   MountpointLock mp_lock(mp, autofs);
   if (mp_lock.timed_out())

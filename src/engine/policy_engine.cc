@@ -1270,9 +1270,9 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
   // single reads but by chance), as the kernel's readahead starts on
   // sequential reads only. Before 2026-11-30 any read within the slack of a
   // random reader's last one ramped lru-readahead's window (a review: 9,231
-  // of 16,000 Zipf reads of 16 MiB files "continued", about 330 exactly; now
-  // 1,814). A rule counting exact against near reads cut that to 583 but
-  // broke scans whose requests FUSE threads deliver out of order (shuffled
+  // of 16,000 Zipf reads of 16 MiB files "continued", about 330 exactly; in
+  // a model of this rule 1,814). A rule counting exact against near reads
+  // cut that to 583 but broke scans whose requests FUSE threads deliver out of order (shuffled
   // in fours: no run of 8 units left; a review of the first version).
   ReaderEnd& re = rit->second;
   const bool jumpy = f.block_label == kRandom || f.block_label == kSkewed || (!mode_igt_ && re.run_reads < 2);

@@ -84,6 +84,9 @@ inline const PathOverride* OverrideFor(const std::vector<PathOverride>& override
 // the vector it was built from: rebuild when that changes.
 class OverrideIndex {
  public:
+  OverrideIndex() = default;
+  OverrideIndex(const OverrideIndex&) = delete;  // its keys point into the vector it was built from
+  OverrideIndex& operator=(const OverrideIndex&) = delete;
   void Build(const std::vector<PathOverride>& overrides) {
     all_ = &overrides;
     by_prefix_.clear();

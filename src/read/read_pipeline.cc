@@ -468,13 +468,16 @@ Result<size_t> ReadPipeline::ReadOnce(const FileVersion& file, uint64_t offset, 
     // Sub-units when the file reads at random, and when what is fetched
     // cannot be kept (a file read through, a cache taking no inserts): a
     // whole unit would be fetched again by each read of a part of it.
-    // Whatever its size when nothing is kept: a never_cache file of one
+    // Whatever its size when it is never kept: a never_cache file of one
     // unit fetched the whole unit for each 4 KiB page the kernel asked (a
     // tester: 256 GETs, 256 MiB for a 1 MiB file read in O_DIRECT pages).
+    // Not for a file of one unit while inserts fail: once they work again
+    // its sub-units would be stored, and its whole unit beside them
+    // (SubUnitTakenLocked looks at larger files only; a review).
     if (!subs) {
       if (!keep) keep = Keep(file);
-      subs = can_sub && (!store_ || !*keep || store_->inserts_failing() ||
-                         (file.size > U && opts_.sub_units && opts_.sub_units(file)));
+      subs = can_sub && (!store_ || !*keep ||
+                         (file.size > U && (store_->inserts_failing() || (opts_.sub_units && opts_.sub_units(file)))));
     }
     // Whole: joins a whole flight, or starts one unless sub-units of the
     // unit are cached or in flight (the file was read at random before).

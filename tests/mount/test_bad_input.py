@@ -295,6 +295,8 @@ def main():
                     if pid and harness.pid_alive(pid):
                         os.kill(pid, 9)
                         problems.append(f"two mounts at once: daemon {pid} did not exit on unmount")
+                if harness.mount_entries(race_mnt):
+                    problems.append(f"two mounts at once: {race_mnt} still mounted after 4 unmounts")
 
             for i in range(5):
                 argvs = [s.mount_argv(f"file://{src_dir}", race_mnt, s.mkdir(f"cache_race_{i}_{k}"), [], False)
@@ -321,11 +323,11 @@ def main():
                     clear_race()
 
             # A mount point locked by another process: the mount waits for it,
-            # says so, and goes on once it is released.
+            # says so, and goes on once it is released (4 s on).
             locked = s.mkdir("mnt_locked")
             lock_fd = os.open(locked, os.O_RDONLY | os.O_DIRECTORY)
             fcntl.flock(lock_fd, fcntl.LOCK_EX)
-            release = threading.Timer(1.5, os.close, args=(lock_fd,))
+            release = threading.Timer(4.0, os.close, args=(lock_fd,))  # the mount reaches the lock well before
             release.start()
             try:
                 m = s.mount(f"file://{src_dir}", cache_dir=s.mkdir("cache_locked"), mountpoint=locked,
