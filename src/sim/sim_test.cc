@@ -536,6 +536,33 @@ TEST_CASE("sim: the prefetch budget and the largest GET are the config's, as a m
   CHECK((*k)["details"]["max_request_bytes"] == 16 * kMiB);  // was 8 MiB whatever the config said
 }
 
+TEST_CASE("sim: a never_cache file is fetched in the sub-units its reads cover as a mount reads it", "[sim]") {
+  // 64 reads of 4 KiB of a 1 MiB file under a never_cache prefix: a
+  // sub-unit (64 KiB) each, not the whole unit each (64 MiB).
+  std::string body;
+  for (uint64_t k = 0; k < 64; ++k) body += fmt::format("{},1,tmp/one,{},4096,{}\n", k * 1000, k * 16384, kMiB);
+  TempTrace t(body);
+  char pol[] = "/tmp/igt_sim_pol_XXXXXX", cfg[] = "/tmp/igt_sim_cfg_XXXXXX";
+  for (char* p : {pol, cfg}) {
+    const int fd = mkstemp(p);
+    REQUIRE(fd >= 0);
+    close(fd);
+  }
+  std::ofstream(pol) << "profile: training\noverrides:\n  - {prefix: \"tmp/\", never_cache: true}\n";
+  std::ofstream(cfg) << "policy:\n  file: " << pol << "\n";
+  SimOptions o;
+  o.trace_path = t.path;
+  o.cache_bytes = 10 * kMiB;
+  o.config_path = cfg;
+  auto j = RunSim(o);
+  std::remove(pol);
+  std::remove(cfg);
+  REQUIRE(j.has_value());
+  INFO(j->dump());
+  CHECK((*j)["backend_bytes"].get<uint64_t>() == 64 * (64 << 10));
+  CHECK((*j)["byte_hit_ratio"].get<double>() == 0.0);
+}
+
 TEST_CASE("sim: one miss costs latency + bytes / bandwidth", "[sim]") {
   TempTrace t("0,1,big,0,1048576,10485760\n");
   auto j = Run(t.path, 100 * kMiB, "lru");

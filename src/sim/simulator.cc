@@ -462,7 +462,11 @@ Result<nlohmann::json> RunEngine(const SimOptions& o, const Trace& tr, uint64_t 
       // A piece is a hit if it has arrived, a miss that waits if it is in
       // flight; missing pieces are fetched (whole units, or the sub-units the
       // read covers in a file read at random: PolicyEngine::SubUnitBytes).
-      const uint64_t sub = e.SubUnitBytes(f.path);
+      // A file never kept (never_cache) is fetched in the sub-units a read
+      // covers whatever its size, as a mount reads it through
+      // (ReadPipeline::ReadOnce).
+      uint64_t sub = e.SubUnitBytes(f.path);
+      if (sub == 0 && sub_size > 0 && !e.Admit(f.path)) sub = sub_size;
       std::vector<Piece> missing;
       auto look = [&](const std::string& id, uint64_t bytes) {
         auto it = ready.find(id);
