@@ -24,17 +24,22 @@ namespace {
 
 constexpr uint64_t kMiB = 1 << 20;
 
-struct TempTrace {
+// A file in /tmp holding `text`, removed at scope end (a trace, a config).
+struct TempFile {
   std::string path;
-  explicit TempTrace(const std::string& body) {
+  explicit TempFile(const std::string& text) {
     char tmpl[] = "/tmp/igt_sim_test_XXXXXX";
     int fd = mkstemp(tmpl);
     REQUIRE(fd >= 0);
     close(fd);
     path = tmpl;
-    std::ofstream(path) << "time_us,pid,path,offset,length,file_size\n" << body;
+    std::ofstream(path) << text;
   }
-  ~TempTrace() { std::remove(path.c_str()); }
+  ~TempFile() { std::remove(path.c_str()); }
+};
+
+struct TempTrace : TempFile {
+  explicit TempTrace(const std::string& body) : TempFile("time_us,pid,path,offset,length,file_size\n" + body) {}
 };
 
 nlohmann::json Run(const std::string& trace, uint64_t cache, const std::string& policy) {
@@ -520,17 +525,12 @@ TEST_CASE("sim: the prefetch budget and the largest GET are the config's, as a m
   TempTrace t("0,1,a/f,0,100,100\n");
   auto j = Run(t.path, 10 * kMiB, "igt");
   CHECK(j["details"]["prefetch_budget_bytes"] == 128 * kMiB);  // cache.prefetch_budget_bytes' default
-  char tmpl[] = "/tmp/igt_sim_cfg_XXXXXX";
-  const int fd = mkstemp(tmpl);
-  REQUIRE(fd >= 0);
-  close(fd);
-  std::ofstream(tmpl) << "cache:\n  prefetch_budget_bytes: 32M\nbackend:\n  max_request_bytes: 16M\n";
+  TempFile cfg("cache:\n  prefetch_budget_bytes: 32M\nbackend:\n  max_request_bytes: 16M\n");
   SimOptions o;
   o.trace_path = t.path;
   o.cache_bytes = 10 * kMiB;
-  o.config_path = tmpl;
+  o.config_path = cfg.path;
   auto k = RunSim(o);
-  std::remove(tmpl);
   REQUIRE(k.has_value());
   CHECK((*k)["details"]["prefetch_budget_bytes"] == 32 * kMiB);
   CHECK((*k)["details"]["max_request_bytes"] == 16 * kMiB);  // was 8 MiB whatever the config said
@@ -542,21 +542,13 @@ TEST_CASE("sim: a never_cache file is fetched in the sub-units its reads cover a
   std::string body;
   for (uint64_t k = 0; k < 64; ++k) body += fmt::format("{},1,tmp/one,{},4096,{}\n", k * 1000, k * 16384, kMiB);
   TempTrace t(body);
-  char pol[] = "/tmp/igt_sim_pol_XXXXXX", cfg[] = "/tmp/igt_sim_cfg_XXXXXX";
-  for (char* p : {pol, cfg}) {
-    const int fd = mkstemp(p);
-    REQUIRE(fd >= 0);
-    close(fd);
-  }
-  std::ofstream(pol) << "profile: training\noverrides:\n  - {prefix: \"tmp/\", never_cache: true}\n";
-  std::ofstream(cfg) << "policy:\n  file: " << pol << "\n";
+  TempFile pol("profile: training\noverrides:\n  - {prefix: \"tmp/\", never_cache: true}\n");
+  TempFile cfg("policy:\n  file: " + pol.path + "\n");
   SimOptions o;
   o.trace_path = t.path;
   o.cache_bytes = 10 * kMiB;
-  o.config_path = cfg;
+  o.config_path = cfg.path;
   auto j = RunSim(o);
-  std::remove(pol);
-  std::remove(cfg);
   REQUIRE(j.has_value());
   INFO(j->dump());
   CHECK((*j)["backend_bytes"].get<uint64_t>() == 64 * (64 << 10));
