@@ -1109,6 +1109,14 @@ int RunMount(const MountArgs& a) {
                                         "on it, or another process holding an flock of it)",
                                         a.mountpoint, MountpointLock::kWaitS));
   if (IsIgtcacheMount(mp.string())) return already();
+  // Spelled through a symlink, the mount point is mounted on (and listed in
+  // /proc/self/mountinfo as) the path it resolves to: checked under that
+  // name too, now that the lock has opened it anyway.
+  if (!autofs) {
+    std::error_code e;
+    const fs::path resolved = fs::weakly_canonical(mp, e);
+    if (!e && resolved != mp && IsIgtcacheMount(NormalizeMountpoint(resolved.string()))) return already();
+  }
   if (!fs::is_directory(mp, ec)) {
     if (ec.value() == ENOTCONN)
       return fail(kExitUsage, fmt::format("mount point '{}' is a FUSE mount whose daemon has gone: run "

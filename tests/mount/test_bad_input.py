@@ -251,15 +251,20 @@ def main():
                 mnt = s.mkdir(f"mnt_second_{fg}")
                 problems += run_case(s, "second daemon on the same cache dir", f"file://{src_dir}", mnt,
                                      ["--cache-dir", str(cache)], [str(cache), "lock", "in use", "another"], fg)
-            # A mount on top of a live igtcache mount is refused (it stacked).
-            for fg in (False, True):
-                argv = s.mount_argv(f"file://{src_dir}", m.mountpoint, s.mkdir(f"cache_stack_{fg}"), [], fg)
+            # A mount on top of a live igtcache mount is refused (it stacked),
+            # also when the mount point is spelled through a symlink (that
+            # spelling was not recognised and stacked).
+            link = s.tmp / "mnt_link"
+            link.symlink_to(m.mountpoint)
+            for fg, target in ((False, m.mountpoint), (True, m.mountpoint), (False, link), (True, link)):
+                argv = s.mount_argv(f"file://{src_dir}", target, s.mkdir(f"cache_stack_{fg}_{target.name}"), [], fg)
                 r = subprocess.run(argv, env=s.igt_env(), stdin=subprocess.DEVNULL, capture_output=True,
                                    timeout=CASE_TIMEOUT_S)
                 err = r.stderr.decode("utf-8", "replace").strip()
-                log(f"  mount on top of an igtcache mount: rc={r.returncode} stderr={err[:160]!r}")
+                log(f"  mount on top of an igtcache mount ({target.name}): rc={r.returncode} stderr={err[:160]!r}")
                 if r.returncode != 2 or "already an igtcache mount" not in err:
-                    problems.append(f"mount on top of an igtcache mount [{fg}]: rc={r.returncode}, {err!r}")
+                    problems.append(f"mount on top of an igtcache mount [{fg}, {target}]: rc={r.returncode}, "
+                                    f"{err!r}")
                 if len(harness.mount_entries(m.mountpoint)) != 1:
                     problems.append(f"mount on top of an igtcache mount [{fg}]: "
                                     f"{len(harness.mount_entries(m.mountpoint))} mounts there")
