@@ -32,6 +32,8 @@ constexpr uint64_t kReaderIdleUs = 600'000'000;
 // A read starting within this many units of where the reader's last read
 // ended still continues it (reordered readahead requests).
 constexpr uint64_t kReorderUnits = 4;
+// A jump's LeaveWindow looks at most at this many of the file's newest units.
+constexpr size_t kLeaveWindowScan = 512;
 // One file scanned by one reader while others read it at random (a
 // scanner looping over an embedding table that inference threads look up;
 // docs/POLICIES.md, "One file scanned and read at random at once"): the
@@ -1275,11 +1277,14 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
   // cut that to 583 but broke scans whose requests FUSE threads deliver out of order (shuffled
   // in fours: no run of 8 units left; a review of the first version).
   ReaderEnd& re = rit->second;
+  const bool had_run = !rfresh && re.run_reads >= 2;
+  const uint64_t prev_end = re.end;
   const bool jumpy = f.block_label == kRandom || f.block_label == kSkewed || (!mode_igt_ && re.run_reads < 2);
   const uint64_t slack = jumpy ? 0 : kReorderUnits * opts_.unit_bytes;
   const bool continues = !rfresh && offset != 0 && offset + slack >= re.end && offset <= re.end + slack;
   re.end = continues ? std::max(re.end, offset + length) : offset + length;
   if (!continues) re.run_start = offset;
+  if (!continues && had_run && mode_igt_) LeaveWindow(f, prev_end, offset);
   re.run_reads = continues ? std::min<uint32_t>(re.run_reads + 1, 1u << 30) : 1;
   const bool long_run = continues && re.end - re.run_start >= kScanRunUnits * opts_.unit_bytes;
   // The reader's visit of the file begins here unless its previous read
@@ -2533,6 +2538,28 @@ bool PolicyEngine::PartRead(const std::string& id) const {
 bool PolicyEngine::ReaderIn(uint32_t pid, const FileRec& f) const {
   auto r = reader_file_.find(pid);
   return r != reader_file_.end() && r->second.first == &f && r->second.second == f.rank;
+}
+
+void PolicyEngine::LeaveWindow(FileRec& f, uint64_t prev_end, uint64_t offset) {
+  // The readahead planned past where a run ended, and not where the reader
+  // went on, no longer counts against the readahead share (TrimPlan): it
+  // stays cached (read later, or evicted as a fill's unread units are, not
+  // shrinking windows) but no longer holds off the reader's next windows.
+  // A model loader reading tensors out of offset order overshoots each one
+  // by up to a window: those units filled the share within a few tensors,
+  // and readahead stopped for every later one until they aged out (30 s) or
+  // were read (a tester's safetensors trace, 4 files of 1 GiB, tensors in
+  // shuffled order, 512 MiB: modeled 52.6 s, lru-readahead 28.0 s).
+  // Looked for among the file's newest units (FileRec::units is newest
+  // first): a window's units are recent inserts.
+  if (prev_end == 0) return;
+  const uint64_t last = (prev_end - 1) / opts_.unit_bytes, at = offset / opts_.unit_bytes;
+  size_t n = 0;
+  for (Unit* u = f.units; u && n < kLeaveWindowScan; u = u->file_next, ++n) {
+    if (!u->in_share || u->index <= last || (at > last && u->index >= at)) continue;
+    prefetched_unread_bytes_ -= std::min(prefetched_unread_bytes_, u->bytes);
+    u->in_share = false;
+  }
 }
 
 bool PolicyEngine::PartReadActive(const FileRec& f) const {

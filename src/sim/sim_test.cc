@@ -443,6 +443,39 @@ TEST_CASE("sim: shards streamed in 128 KiB pieces in a second epoch keep their r
   CHECK(igt["modeled_time_s"].get<double>() <= 1.15 * ra["modeled_time_s"].get<double>());
 }
 
+TEST_CASE("sim: tensors read out of offset order keep their readahead", "[sim]") {
+  // A safetensors-like load: 4 files of 256 MiB, each a header then tensors
+  // of 4-40 MiB at unaligned offsets read in 1 MiB pieces, the tensors in
+  // shuffled order, a 128 MiB cache. Each tensor's window overshot its end;
+  // those units filled the readahead share within a few tensors and held
+  // off every later tensor's readahead until they aged out: modeled 20.4 s
+  // against lru-readahead's 10.1, now 10.6.
+  std::mt19937 rng(11);
+  std::string body;
+  uint64_t t = 0;
+  const uint64_t size = 256 * kMiB;
+  for (int file = 0; file < 4; ++file) {
+    const std::string path = fmt::format("m/model-{}.safetensors", file);
+    std::vector<std::pair<uint64_t, uint64_t>> tensors;
+    for (uint64_t off = 100'000; off < size;) {
+      const uint64_t len = std::min(size - off, (4 + rng() % 37) * kMiB);
+      tensors.emplace_back(off, len);
+      off += len;
+    }
+    std::shuffle(tensors.begin(), tensors.end(), rng);
+    body += fmt::format("{},7,{},0,100000,{}\n", t += 3000, path, size);
+    for (const auto& [off, len] : tensors)
+      for (uint64_t p = off; p < off + len; p += kMiB)
+        body += fmt::format("{},7,{},{},{},{}\n", t += 400, path, p, std::min(kMiB, off + len - p), size);
+  }
+  TempTrace tr(body);
+  const auto igt = Run(tr.path, 128 * kMiB, "igt");
+  const auto ra = Run(tr.path, 128 * kMiB, "lru-readahead");
+  INFO(igt.dump());
+  INFO(ra.dump());
+  CHECK(igt["modeled_time_s"].get<double>() <= 1.15 * ra["modeled_time_s"].get<double>());
+}
+
 TEST_CASE("sim: a header reader beside a shard scan does not take the scan's readahead", "[sim]") {
   // One process scans 64 shards of 16 MiB in 1 MiB reads; another reads the
   // 16 KiB header of each of 2,000 files of 4 MiB in listing order; 256 MiB
