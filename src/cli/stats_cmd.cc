@@ -299,9 +299,11 @@ std::string StatsTable(const nlohmann::json& j, const nlohmann::json* prev, doub
   bool root_only = false;
   auto rows = StreamRows(j, &root_only);
   // Unlabelled streams that hold nothing ("?dir/" a reader passed through)
-  // say nothing: left out of the table (not of the JSON).
+  // and the engine's holding streams once empty (`(warm)` after its units
+  // were read) say nothing: left out of the table (not of the JSON).
   std::erase_if(rows, [](const Row& r) {
-    return !r.path.empty() && r.path[0] == '?' && r.cached_bytes && *r.cached_bytes == 0;
+    const bool holding = r.path == "(warm)" || r.path == "(readahead)" || r.path == "(scan)";
+    return !r.path.empty() && (r.path[0] == '?' || holding) && r.cached_bytes && *r.cached_bytes == 0;
   });
   size_t more = 0;
   if (rows.size() > max_stream_rows) {

@@ -391,9 +391,10 @@ std::optional<Status> ReadPipeline::TakeFailure(uint64_t reader, const FileVersi
 }
 
 Result<size_t> ReadPipeline::Read(const FileVersion& file, uint64_t offset, size_t length, char* out,
-                                  const std::function<void()>& looked_up, uint64_t reader) {
+                                  const std::function<void()>& looked_up, uint64_t reader, bool* repeated) {
   bool from_memo = false;
   auto r = ReadOnce(file, offset, length, out, looked_up, reader, from_memo);
+  if (repeated) *repeated = !r && from_memo;
   if (!r && !from_memo && reader != 0 && opts_.failure_memo_ms > 0 && BackendUnreachable(r.error().code())) {
     try {
       RememberFailure(reader, file, offset, std::min<uint64_t>(file.size, offset + length), r.error());

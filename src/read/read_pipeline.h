@@ -98,8 +98,10 @@ class ReadPipeline {
   // own fetches instead of fetching them again, and overlaps their wait).
   // `reader` names who reads (the FUSE request's thread id, for a read the
   // kernel retries when it fails; 0: unknown, no failure memo).
+  // `repeated`, if given, is set when the read failed at once from that
+  // memo (the kernel asking again for a range that just failed).
   Result<size_t> Read(const FileVersion& file, uint64_t offset, size_t length, char* out,
-                      const std::function<void()>& looked_up = {}, uint64_t reader = 0);
+                      const std::function<void()>& looked_up = {}, uint64_t reader = 0, bool* repeated = nullptr);
 
   // Fetches units [first, last] into the cache without returning data
   // (used by warm-up and prefetching). Already cached units are skipped; a

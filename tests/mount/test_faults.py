@@ -153,8 +153,13 @@ def main():
             # The kernel reads a page of a failed readahead again at once: that
             # read fails without asking the bucket (else it would wait out the
             # retry budget a second time).
-            repeated = s.stats(m)["read_failures_repeated"] - before["read_failures_repeated"]
+            now = s.stats(m)
+            repeated = now["read_failures_repeated"] - before["read_failures_repeated"]
             check(repeated >= 1, f"{name}: {repeated} kernel retries of a failed page failed at once")
+            # Each reader saw one EIO: read_errors counts it once, not again
+            # for the kernel's retry (a tester: 10 failed reads counted 20).
+            errors = now["read_errors"] - before["read_errors"]
+            check(1 <= errors <= len(keys), f"{name}: {errors} read errors counted for {len(keys)} failed reads")
             proxy.clear()
             for k in keys:
                 ok, e = read_checked(mnt, k, objs[k], rng)

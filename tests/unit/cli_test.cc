@@ -43,6 +43,16 @@ TEST_CASE("stats table: unlabelled streams holding nothing are left out", "[cli]
   CHECK(Count(holding, "?dir/") == 1);
 }
 
+TEST_CASE("stats table: the engine's holding streams are left out once empty", "[cli]") {
+  for (uint64_t held : {uint64_t{0}, uint64_t{4096}}) {
+    auto j = Stats(1, 0);
+    for (const char* k : {"(warm)", "(readahead)", "(scan)"})
+      j["engine"]["streams"].push_back({{"stream", k}, {"label", "unknown"}, {"cached_bytes", held}});
+    const auto t = StatsTable(j, nullptr, 0);
+    for (const char* k : {"(warm)", "(readahead)", "(scan)"}) CHECK(Count(t, k) == (held ? 1u : 0u));
+  }
+}
+
 TEST_CASE("stats table: the cache line counts units kept inline when there are any", "[cli]") {
   auto j = Stats(1, 0);
   j["cache_units"] = 12;
