@@ -367,27 +367,38 @@ class Connection(threading.Thread):
         if expect:
             self.sock.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
 
-        # Forward the request (retrying once on a stale kept-alive upstream).
+        # Forward the request, retrying once on a stale kept-alive upstream:
+        # one whose send fails, or (for a request without a body, which can
+        # be sent again) that closes before any response. The upstream
+        # (s3rver under Node) closes idle kept-alive connections after ~5 s;
+        # a request sent just then got a 502 here, which the client counted
+        # as a backend failure and retried (a metrics tester: 45 spurious
+        # retries in one mount, and fault rules spent on them).
+        bodiless = not chunked and (clen is None or int(clen) == 0)
         for attempt in (0, 1):
+            reused = self.up.sock is not None
             try:
                 self.up.ensure()
                 self.up.sock.sendall(join_head(first, fwd))
-                break
             except OSError:
                 self.up.close()
                 if attempt == 1:
                     st.count("upstream_errors")
                     return self.reply_simple(502, "BadGateway", "upstream unreachable", target)
-        try:
-            if clen is not None:
-                st.count("request_bytes", relay_exact(rfile, self.up.sock, int(clen)))
-            elif chunked:
-                st.count("request_bytes", relay_chunked(rfile, self.up.sock))
-            rhead = read_head(self.up.rfile)
-        except (OSError, Closed):
-            self.up.close()
-            st.count("upstream_errors")
-            return self.reply_simple(502, "BadGateway", "upstream failed", target)
+                continue
+            try:
+                if clen is not None:
+                    st.count("request_bytes", relay_exact(rfile, self.up.sock, int(clen)))
+                elif chunked:
+                    st.count("request_bytes", relay_chunked(rfile, self.up.sock))
+                rhead = read_head(self.up.rfile)
+                break
+            except (OSError, Closed):
+                self.up.close()
+                if attempt == 0 and reused and bodiless:
+                    continue
+                st.count("upstream_errors")
+                return self.reply_simple(502, "BadGateway", "upstream failed", target)
 
         rfirst, rhdrs = split_head(rhead)
         status = int(rfirst.split(" ")[1])

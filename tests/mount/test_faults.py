@@ -21,6 +21,7 @@ import sys
 sys.dont_write_bytecode = True  # keep tests/mount free of __pycache__
 
 import errno
+import http.client
 import os
 import random
 import subprocess
@@ -95,6 +96,27 @@ def main():
         objs[cold] = content("cold", 200_000)
         faultlib.put_objects(srv, BUCKET, objs)
         proxy = faultlib.start_proxy(s, srv.endpoint, ttfb_ms=1)
+        # The proxy's own soundness: a request on a kept-alive connection the
+        # upstream closed while idle (Node closes them after ~5 s) is sent
+        # again, not answered 502 (which a client counts as a backend
+        # failure: a metrics tester's 45 spurious retries in one mount).
+        host, port = proxy.endpoint.removeprefix("http://").split(":")
+        conn = http.client.HTTPConnection(host, int(port), timeout=30)
+        try:
+            codes = []
+            for i in range(2):
+                if i:
+                    time.sleep(6)
+                conn.request("HEAD", f"/{BUCKET}/{cold}")
+                r = conn.getresponse()
+                r.read()
+                codes.append(r.status)
+        finally:
+            conn.close()
+        errors = proxy.stats()["upstream_errors"]
+        check(502 not in codes and errors == 0,
+              f"proxy: a request after the upstream closed an idle connection is answered ({codes}, "
+              f"{errors} upstream errors)")
         cfg = faultlib.config(
             s, backend={"max_retries": MAX_RETRIES, "retry_base_ms": 20, "retry_deadline_ms": 60000,
                         "request_timeout_ms": REQUEST_TIMEOUT_MS, "connect_timeout_ms": 1000},
