@@ -379,6 +379,37 @@ TEST_CASE("96 threads' first reads of their own slices of one file: not random",
   CHECK(s->label == Label::kSequential);
 }
 
+TEST_CASE("a thread pool reading a file in chunks, each thread the next one: sequential", "[tree]") {
+  // 4 and 8 threads, 1 MiB chunks taken in turn (a parallel downloader, a
+  // loader's thread pool), delivered slightly out of order. Each thread's
+  // own steps are as long as the pool: labelled random, the file was
+  // fetched in sub-units without readahead (a reviewer's trace). Random reads by as many
+  // threads stay random (the merged order of random reads is no scan).
+  for (int threads : {4, 8}) {
+    AccessStreamTree tree;
+    constexpr uint64_t kSize = 1024 * kMiB;
+    std::mt19937 rng(threads);
+    uint64_t t = 0;
+    for (uint64_t c = 0; c < kSize / kMiB; c += threads) {
+      std::vector<int> order(threads);
+      std::iota(order.begin(), order.end(), 0);
+      for (int k = 0; k + 1 < threads; ++k)  // neighbours' requests arrive swapped now and then
+        if (rng() % 3 == 0) std::swap(order[k], order[k + 1]);
+      for (int k : order) tree.Record(t += 200, 500 + k, "ckpt/model.bin", (c + k) * kMiB, kMiB, kSize);
+    }
+    for (int i = 0; i < 1024; ++i)
+      tree.Record(t += 200, 700 + i % threads, "emb/table.bin", (rng() % kSize) & ~uint64_t{4095}, 4096, kSize);
+    tree.RetestAll(true);
+    auto s = tree.Find("ckpt/model.bin");
+    REQUIRE(s);
+    INFO(threads << " threads: " << s->statistic << " p " << s->p_value);
+    CHECK(s->label == Label::kSequential);
+    auto r = tree.Find("emb/table.bin");
+    REQUIRE(r);
+    CHECK(r->label == Label::kRandom);
+  }
+}
+
 TEST_CASE("random reads of a file by a pid per lookup: random past the first window", "[tree]") {
   // 1,000 pids in turn, each a 4 KiB read at random: none steps on its own
   // (one sample each per window). Unknown in the first window (the rule
