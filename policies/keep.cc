@@ -58,8 +58,15 @@ class KeepPolicy final : public EvictionPolicy {
     (it->second.read ? read_ : unread_).erase(it->second.pos);
     map_.erase(it);
   }
-  std::optional<std::string> PickVictim() override { return Victim(nullptr); }
-  std::optional<std::string> PickVictimBut(const std::string& id) override { return Victim(&id); }
+  std::optional<std::string> PickVictim() override {
+    return Victim([](const std::string*) { return false; });
+  }
+  std::optional<std::string> PickVictimBut(const std::string& id) override {
+    return Victim([&](const std::string* u) { return *u == id; });
+  }
+  std::optional<std::string> PickVictimSkipping(const std::function<bool(const std::string&)>& skip) override {
+    return Victim([&](const std::string* u) { return skip(*u); });
+  }
   size_t size() const override { return map_.size(); }
   // A demand miss counts as read: among the recent ones, spared, unless no
   // unit is read (then it is the only one). A prefetched unit is the newest
@@ -83,9 +90,10 @@ class KeepPolicy final : public EvictionPolicy {
     bool read;
     List::iterator pos;
   };
-  // PickVictim's order, passing over `but` (if given).
-  std::optional<std::string> Victim(const std::string* but) const {
-    auto other = [&](const std::string* id) { return !but || *id != *but; };
+  // PickVictim's order, passing over the units `skip` names.
+  template <typename Skip>
+  std::optional<std::string> Victim(const Skip& skip) const {
+    auto other = [&](const std::string* id) { return !skip(id); };
     if (read_.size() > kRecentUnits)  // the newest read but kRecentUnits, then older ones
       for (auto it = std::make_reverse_iterator(std::prev(read_.end(), kRecentUnits)); it != read_.rend(); ++it)
         if (other(*it)) return **it;

@@ -325,6 +325,19 @@ TEST_CASE("keep: the next victim but a given unit, in the same order", "[policy]
   CHECK_FALSE(Make("lru")->PickVictimBut("x"));
 }
 
+TEST_CASE("keep: the next victim passing over every unit named, in the same order", "[policy][keep]") {
+  auto p = Make("keep");
+  for (int i = 0; i < 3; ++i) p->OnInsertUnit("u" + std::to_string(i), 1, 0, UnitMeta{0, true, 0});
+  for (int i = 0; i < 3; ++i) p->OnInsertUnit("part" + std::to_string(i), 1, 0, UnitMeta{0, false, 0});
+  // The read units (three readers' current ones) go first; passed over,
+  // the newest unread unit is next.
+  const auto part = [](const std::string& id) { return id.rfind("part", 0) == 0; };
+  CHECK(*p->PickVictim() == "part0");
+  CHECK(*p->PickVictimSkipping(part) == "u2");
+  CHECK_FALSE(p->PickVictimSkipping([](const std::string&) { return true; }));
+  CHECK_FALSE(Make("lru")->PickVictimSkipping(part));
+}
+
 TEST_CASE("keep: a miss is admitted only when a read unit can give way", "[policy][keep]") {
   auto p = Make("keep");
   const UnitMeta demand{0, false, 0}, prefetched{0, true, 0};

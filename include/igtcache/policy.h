@@ -113,6 +113,12 @@ class EvictionPolicy {
   // unit its reader is part-way through and no other stream can give);
   // nullopt: none, or not supported (the default).
   virtual std::optional<std::string> PickVictimBut(const std::string& id) { return std::nullopt; }
+  // The next victim for which `skip` is false, in PickVictim's order (the
+  // policy engine's, passing over every unit a reader is part-way through);
+  // nullopt: none, or not supported (the default).
+  virtual std::optional<std::string> PickVictimSkipping(const std::function<bool(const std::string&)>& skip) {
+    return std::nullopt;
+  }
 };
 
 // Built-in modules (policies/registry.cc): "lru" (default), "fifo", "lfu",

@@ -393,6 +393,10 @@ class PolicyEngine {
   // With the record's rank (unique per record made): a record erased and
   // another made at its address is not taken for it.
   std::unordered_map<uint32_t, std::pair<const FileRec*, uint64_t>> reader_file_;
+  // Readers that went on in a file other than their latest one (reading
+  // several files in turn: tf.data's interleave), and when they last did
+  // (PartReadActive). Cleared with reader_file_.
+  std::unordered_map<uint32_t, uint64_t> interleaving_us_;
   // Whether reader `pid`'s latest read was in `f` (reader_file_).
   bool ReaderIn(uint32_t pid, const FileRec& f) const;
   bool PartReadActive(const FileRec& f) const;
