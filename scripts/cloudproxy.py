@@ -368,13 +368,15 @@ class Connection(threading.Thread):
             self.sock.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
 
         # Forward the request, retrying once on a stale kept-alive upstream:
-        # one whose send fails, or (for a request without a body, which can
-        # be sent again) that closes before any response. The upstream
+        # one whose send fails, or (for a GET or HEAD without a body, which
+        # can be sent again) that closes before any response. The upstream
         # (s3rver under Node) closes idle kept-alive connections after ~5 s;
         # a request sent just then got a 502 here, which the client counted
         # as a backend failure and retried (a metrics tester: 45 spurious
         # retries in one mount, and fault rules spent on them).
-        bodiless = not chunked and (clen is None or int(clen) == 0)
+        # GET and HEAD only: a POST or DELETE the upstream carried out before
+        # closing would be carried out twice.
+        bodiless = method in ("GET", "HEAD") and not chunked and (clen is None or int(clen) == 0)
         for attempt in (0, 1):
             reused = self.up.sock is not None
             try:

@@ -281,6 +281,7 @@ struct PolicyEngine::Unit {
   const std::string* id = nullptr;  // its key in units_
   bool prefetched_unread = false;
   bool in_share = false;       // counted in prefetched_unread_bytes_
+  bool left = false;           // a readahead unit its reader left behind (LeaveWindow): not in the share
   bool consumed = false;       // read at least once since insert
   bool old_version = false;    // not of the file's current version (FileRec::etag)
   bool queued_old = false;     // in old_units_ (NewVersion)
@@ -1996,11 +1997,10 @@ void PolicyEngine::OnHit(const std::string& id, uint64_t bytes, uint64_t now_us,
   if (hit) g->hit_bytes = std::min(g->hit_bytes + bytes, g->read_bytes);
   if (u.prefetched_unread) {
     u.prefetched_unread = false;
-    if (u.in_share) {
-      prefetched_unread_bytes_ -= std::min(prefetched_unread_bytes_, u.bytes);
-      NoteReadaheadOutcome(u.bytes, 0);
-    }
+    if (u.in_share) prefetched_unread_bytes_ -= std::min(prefetched_unread_bytes_, u.bytes);
+    if (u.in_share) NoteReadaheadOutcome(u.bytes, 0);
     u.in_share = false;
+    u.left = false;
     prefetch_hit_bytes_ += u.bytes;
     g->prefetch_hit_bytes += u.bytes;
   }
@@ -2113,12 +2113,13 @@ void PolicyEngine::OnRemove(const std::string& id) {
     // Only readahead shrinks windows: an unread unit of a fill, warm-up or
     // epoch plan says nothing about a scan (a skewed stream's unread fill
     // units are evicted in their turn: each would halve every scan's
-    // window).
-    if (u.in_share) {
+    // window). A window its reader left counts too (LeaveWindow): its
+    // overshoot is the window's waste.
+    if (u.in_share || u.left) {
       for (auto& p : prefetch_)
         if (p) p->OnWasted(*u.path);
       if (baseline_prefetch_) baseline_prefetch_->OnWasted(*u.path);
-      NoteReadaheadOutcome(0, u.bytes);
+      if (u.in_share) NoteReadaheadOutcome(0, u.bytes);
     }
   }
   if (u.read_stamp == g->epoch + 1) SetReadCached(g, g->read_cached_bytes - std::min(g->read_cached_bytes, u.bytes));
@@ -2549,22 +2550,28 @@ bool PolicyEngine::ReaderIn(uint32_t pid, const FileRec& f) const {
 void PolicyEngine::LeaveWindow(FileRec& f, uint64_t prev_end, uint64_t offset) {
   // The readahead planned past where a run ended, and not where the reader
   // went on, no longer counts against the readahead share (TrimPlan): it
-  // stays cached (read later, or evicted as a fill's unread units are, not
-  // shrinking windows) but no longer holds off the reader's next windows.
+  // stays cached (read later, or evicted unread, which still counts as its
+  // window's waste) but no longer holds off the reader's next windows.
   // A model loader reading tensors out of offset order overshoots each one
   // by up to a window: those units filled the share within a few tensors,
   // and readahead stopped for every later one until they aged out (30 s) or
   // were read (a tester's safetensors trace, 4 files of 1 GiB, tensors in
   // shuffled order, 512 MiB: modeled 52.6 s, lru-readahead 28.0 s).
+  // Only in a file labelled sequential (one scan): beside other readers of
+  // the file (a scanner and random readers reading records in two pieces)
+  // each random reader's two-piece run released the scanner's live window,
+  // and readahead ran past its share (a review: 48.7 GiB fetched where 6
+  // were read; lru-readahead 18.7).
   // Looked for among the file's newest units (FileRec::units is newest
   // first): a window's units are recent inserts.
-  if (prev_end == 0) return;
+  if (prev_end == 0 || f.block_label != kSequential) return;
   const uint64_t last = (prev_end - 1) / opts_.unit_bytes, at = offset / opts_.unit_bytes;
   size_t n = 0;
   for (Unit* u = f.units; u && n < kLeaveWindowScan; u = u->file_next, ++n) {
     if (!u->in_share || u->index <= last || (at > last && u->index >= at)) continue;
     prefetched_unread_bytes_ -= std::min(prefetched_unread_bytes_, u->bytes);
     u->in_share = false;
+    u->left = true;
   }
 }
 
@@ -2625,9 +2632,10 @@ std::optional<std::string> PolicyEngine::PickVictim(uint64_t now_us) {
       // (NoteReadaheadOutcome). A tester's trace of 2 loader workers
       // streaming 48 shards of 64 MiB in 128 KiB pieces, 2 epochs, 256 MiB:
       // 38.9 s modeled, 307 MiB of windows evicted unread, now 15.7 s and
-      // none (lru-readahead 15.9 s).
-      if (ByteValue(next) >= kWindowValue) break;
+      // none (lru-readahead 15.9 s). Passed over, not the end of the search:
+      // a stream over its quota comes first whatever its value.
       tried[n] = next;
+      if (ByteValue(next) >= kWindowValue) continue;
       if (auto w = next->module->PickVictim(); w && !PartRead(*w)) {
         v = std::move(w);
         best = next;

@@ -226,16 +226,18 @@ DetectResult Detect(const DetectInput& in, const StreamConfig& cfg) {
     // stepped 4 blocks each, labelled random, the file fetched in sub-units
     // with no readahead; a reviewer's trace, 64 MiB cache: modeled 10.5 s
     // against lru-readahead's 9.5, 4.6 s labelled sequential). Both tested
-    // then, each at half the level (merged_test below).
-    bool merged_test = false;
+    // then (Bonferroni: the p-value used is multiplied by the number of
+    // tests tried, `tests` below, whichever is used).
+    int tests = 1;
     if (in.blocks && 2 * own >= cfg.min_samples) {
       steps = own;
       next = own_next;
-      merged_test = used > 1 && n > 1 &&
-                    static_cast<double>(merged_next) * own > static_cast<double>(own_next) * static_cast<double>(n - 1);
-      if (merged_test) {
-        steps = static_cast<uint32_t>(n - 1);
-        next = merged_next;
+      if (used > 1 && n > 1) {
+        ++tests;
+        if (static_cast<double>(merged_next) * own > static_cast<double>(own_next) * static_cast<double>(n - 1)) {
+          steps = static_cast<uint32_t>(n - 1);
+          next = merged_next;
+        }
       }
     }
     r.steps = steps;
@@ -259,9 +261,6 @@ DetectResult Detect(const DetectInput& in, const StreamConfig& cfg) {
       } else {
         boost::math::binomial_distribution<double, NoThrow> b(steps, p0);
         r.seq_p = Clean(boost::math::cdf(boost::math::complement(b, next - 1)));
-        // The better of two tests (each reader's steps, the merged order):
-        // Bonferroni over the pair.
-        if (merged_test) r.seq_p = std::min(1.0, 2 * r.seq_p);
       }
     }
     // A sweep whatever the order: a file's blocks read once each, all
@@ -270,12 +269,15 @@ DetectResult Detect(const DetectInput& in, const StreamConfig& cfg) {
     // is "next" in the merged order nor in a thread's own). Under no
     // pattern, D distinct blocks of N fall within some S consecutive ones
     // with probability at most (N - S + 1) C(S, D) / C(N, D). Tested beside
-    // the steps (Bonferroni: twice the p of the one used); its statistic is
-    // the share of the span read (D / S), held to the same ratio as "next"
-    // steps, and it is used when significant with a higher ratio than the
-    // steps' (8 threads whose neighbours' chunks arrive swapped now and
-    // then: 0.70 of merged steps "next", below the 0.8 a scan needs). Blocks read again (a hot region) or a span near the file's
-    // size say nothing of a sweep: not tested.
+    // the steps (Bonferroni, as above); its statistic is the share of the
+    // span read (D / S), held to the same ratio as "next" steps, and it is
+    // used when significant with a higher ratio than the steps' (8 threads
+    // whose neighbours' chunks arrive swapped now and then: 0.698 of merged
+    // steps "next", below min_sequential_ratio 0.7). A test of density, not
+    // of order: a small region of a large file read once each block in any
+    // order passes too (read as a scan of it: readahead of whole units, no
+    // sub-units). Blocks read again (a hot region) or a span near the
+    // file's size say nothing of a sweep: not tested.
     if (in.blocks && r.seq_tested && distinct >= 2 && 10 * distinct >= 9 * n) {
       const uint64_t span = uint64_t{sorted.back()} - sorted.front() + 1;
       if (big_n >= 4 * span) {
@@ -283,15 +285,15 @@ DetectResult Detect(const DetectInput& in, const StreamConfig& cfg) {
         const double ls = std::log(bn - static_cast<double>(span) + 1) + lchoose(static_cast<double>(span), dd) -
                           lchoose(bn, dd);
         const double sweep_p = Clean(std::min(1.0, std::exp(ls)));
-        if (2 * sweep_p < std::max(r.seq_p, alpha_each) && distinct * steps > next * span) {
-          r.seq_p = std::min(1.0, 2 * sweep_p);
+        ++tests;
+        if (tests * sweep_p < std::max(tests * r.seq_p, alpha_each) && distinct * steps > next * span) {
+          r.seq_p = sweep_p;
           r.steps = static_cast<uint32_t>(span);
           r.next_steps = static_cast<uint32_t>(distinct);
-        } else {
-          r.seq_p = std::min(1.0, 2 * r.seq_p);
         }
       }
     }
+    r.seq_p = std::min(1.0, tests * r.seq_p);
   }
 
   // --- Uniformity test. ---
