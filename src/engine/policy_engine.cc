@@ -1346,7 +1346,10 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
   f.part_us = now_us_;
   if (reader_file_.size() >= kMaxReaders) reader_file_.clear(), interleaving_us_.clear();
   const bool same_file = ReaderIn(pid, f);  // the reader's previous read was in this file
-  if (continues && !same_file) interleaving_us_[pid] = now_us_;
+  if (continues && !same_file) {
+    if (interleaving_us_.size() >= kMaxReaders) interleaving_us_.clear();
+    interleaving_us_[pid] = now_us_;
+  }
   reader_file_[pid] = {&f, f.rank};
   JoinGroup(f, fkey, g);
   // A scan beside random readers (kScanRunUnits): its reads are the (scan)
@@ -1997,8 +2000,10 @@ void PolicyEngine::OnHit(const std::string& id, uint64_t bytes, uint64_t now_us,
   if (hit) g->hit_bytes = std::min(g->hit_bytes + bytes, g->read_bytes);
   if (u.prefetched_unread) {
     u.prefetched_unread = false;
-    if (u.in_share) prefetched_unread_bytes_ -= std::min(prefetched_unread_bytes_, u.bytes);
-    if (u.in_share) NoteReadaheadOutcome(u.bytes, 0);
+    if (u.in_share) {
+      prefetched_unread_bytes_ -= std::min(prefetched_unread_bytes_, u.bytes);
+      NoteReadaheadOutcome(u.bytes, 0);
+    }
     u.in_share = false;
     u.left = false;
     prefetch_hit_bytes_ += u.bytes;

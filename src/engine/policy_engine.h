@@ -395,7 +395,7 @@ class PolicyEngine {
   std::unordered_map<uint32_t, std::pair<const FileRec*, uint64_t>> reader_file_;
   // Readers that went on in a file other than their latest one (reading
   // several files in turn: tf.data's interleave), and when they last did
-  // (PartReadActive). Cleared with reader_file_.
+  // (PartReadActive). Cleared with reader_file_, or at kMaxReaders entries.
   std::unordered_map<uint32_t, uint64_t> interleaving_us_;
   // Whether reader `pid`'s latest read was in `f` (reader_file_).
   bool ReaderIn(uint32_t pid, const FileRec& f) const;
