@@ -442,7 +442,7 @@ TEST_CASE("sim: tensors read out of offset order keep their readahead", "[sim]")
   // shuffled order, a 128 MiB cache. Each tensor's window overshot its end;
   // those units filled the readahead share within a few tensors and held
   // off every later tensor's readahead until they aged out: modeled 20.4 s
-  // against lru-readahead's 10.1, now 10.6.
+  // against lru-readahead's 10.1, now 11.0.
   std::mt19937 rng(11);
   std::string body;
   uint64_t t = 0;
