@@ -61,9 +61,6 @@ class KeepPolicy final : public EvictionPolicy {
   std::optional<std::string> PickVictim() override {
     return Victim([](const std::string*) { return false; });
   }
-  std::optional<std::string> PickVictimBut(const std::string& id) override {
-    return Victim([&](const std::string* u) { return *u == id; });
-  }
   std::optional<std::string> PickVictimSkipping(const std::function<bool(const std::string&)>& skip) override {
     return Victim([&](const std::string* u) { return skip(*u); });
   }

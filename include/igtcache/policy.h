@@ -109,15 +109,15 @@ class EvictionPolicy {
   // (The policy engine's AdmitUnit asks the module of the unit's stream,
   // when that stream is the one giving space.)
   virtual bool InsertIsFirstVictim(const UnitMeta& meta) const { return false; }
-  // The next victim other than `id` (the policy engine's, when `id` is a
-  // unit its reader is part-way through and no other stream can give);
-  // nullopt: none, or not supported (the default).
-  virtual std::optional<std::string> PickVictimBut(const std::string& id) { return std::nullopt; }
   // The next victim for which `skip` is false, in PickVictim's order (the
   // policy engine's, passing over every unit a reader is part-way through);
   // nullopt: none, or not supported (the default).
   virtual std::optional<std::string> PickVictimSkipping(const std::function<bool(const std::string&)>& skip) {
     return std::nullopt;
+  }
+  // The next victim other than `id` (PickVictimSkipping of that one unit).
+  std::optional<std::string> PickVictimBut(const std::string& id) {
+    return PickVictimSkipping([&](const std::string& u) { return u == id; });
   }
 };
 
