@@ -1639,11 +1639,6 @@ void PolicyEngine::NoteReadaheadOutcome(uint64_t hit, uint64_t wasted) {
 }
 
 void PolicyEngine::TrimPlan(std::vector<PrefetchRange>& plan) {
-  // Readahead that is mostly evicted unread (many readers' windows in a
-  // cache too small for them) is stopped for a while; fills, warm-ups and
-  // epoch plans are not readahead.
-  if (mode_igt_ && now_us_ < ra_off_until_us_)
-    std::erase_if(plan, [](const PrefetchRange& r) { return !r.fill && !r.background; });
   // The share is of the space readahead can take: not the units a recent
   // `igtcache warm` holds, nor pinned ones. Of the whole cache, a scan's
   // window in a cache mostly held planned more than the little left, and
@@ -1667,6 +1662,13 @@ void PolicyEngine::TrimPlan(std::vector<PrefetchRange>& plan) {
     epoch_items.back().background = true;
     return true;
   });
+  // Readahead that is mostly evicted unread (many readers' windows in a
+  // cache too small for them) is stopped for a while; fills, warm-ups and
+  // epoch plans are not readahead. (The epoch plans are taken out first:
+  // erased here before, their items were counted as proposed by
+  // UnreadItems, a pass of kItemPasses spent on nothing; a review.)
+  if (mode_igt_ && now_us_ < ra_off_until_us_)
+    std::erase_if(plan, [](const PrefetchRange& r) { return !r.fill && !r.background; });
   // A range's units already cached count against the room too, though the
   // executor skips them (a window is proposed again on every read, so its
   // cached unread units are in prefetched_unread_bytes_ as well). That is
