@@ -1284,12 +1284,32 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
   ReaderEnd& re = rit->second;
   const bool had_run = !rfresh && re.run_reads >= 2;
   const uint64_t prev_end = re.end;
-  const bool jumpy = f.block_label == kRandom || f.block_label == kSkewed || (!mode_igt_ && re.run_reads < 2);
-  const uint64_t slack = jumpy ? 0 : kReorderUnits * opts_.unit_bytes;
-  const bool continues = !rfresh && offset != 0 && offset + slack >= re.end && offset <= re.end + slack;
+  auto near = [&](uint64_t run_end, uint32_t run_reads) {
+    const bool jumpy = f.block_label == kRandom || f.block_label == kSkewed || (!mode_igt_ && run_reads < 2);
+    const uint64_t slack = jumpy ? 0 : kReorderUnits * opts_.unit_bytes;
+    return offset != 0 && offset + slack >= run_end && offset <= run_end + slack;
+  };
+  bool continues = !rfresh && near(re.end, re.run_reads);
+  if (!continues && !rfresh && mode_igt_) {
+    if (had_run) LeaveWindow(f, prev_end, offset);
+    if (re.alt_reads > 0 && near(re.alt_end, re.alt_reads)) {
+      // Back at the run it jumped away from (one reader reading two regions
+      // of a file in lockstep: an HDF5 file's x[i] then y[i]): that run goes
+      // on, the one it left is kept in its place. (Not for the baselines:
+      // lru-readahead keeps one run per reader and file, as the kernel's
+      // readahead does per open file.)
+      std::swap(re.end, re.alt_end);
+      std::swap(re.run_start, re.alt_start);
+      std::swap(re.run_reads, re.alt_reads);
+      continues = true;
+    } else {
+      re.alt_end = re.end;
+      re.alt_start = re.run_start;
+      re.alt_reads = re.run_reads;
+    }
+  }
   re.end = continues ? std::max(re.end, offset + length) : offset + length;
   if (!continues) re.run_start = offset;
-  if (!continues && had_run && mode_igt_) LeaveWindow(f, prev_end, offset);
   re.run_reads = continues ? std::min<uint32_t>(re.run_reads + 1, 1u << 30) : 1;
   const bool long_run = continues && re.end - re.run_start >= kScanRunUnits * opts_.unit_bytes;
   // The reader's visit of the file begins here unless its previous read

@@ -417,6 +417,10 @@ class PolicyEngine {
     uint64_t visit_start = 0;  // where its visit of the file began (PolicyEngine::OnRead)
     uint64_t run_start = 0;    // where its run of continuing reads began
     uint32_t run_reads = 0;    // reads in that run (saturating; PolicyEngine::OnRead)
+    // The run the reader jumped away from last, resumed if it comes back
+    // there (OnRead); alt_reads 0: none.
+    uint64_t alt_end = 0, alt_start = 0;
+    uint32_t alt_reads = 0;
   };
   std::unordered_map<std::string, ReaderEnd> reader_end_;
   // At kMaxReaders: the older half of reader_end_ goes (by last read).

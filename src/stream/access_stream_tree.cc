@@ -84,6 +84,12 @@ struct PidCursor {
   // the gap below it.
   uint32_t pend = 0;
   uint32_t pend_from = 0;
+  // A reader keeps a second position in a file (RecordInFile): the run it
+  // jumped away from, resumed if it comes back there. `second` marks that
+  // slot; `sub` tags a run's samples (the sample's reader is pid ^ sub << 31)
+  // so that the detector sees each run's own steps.
+  bool second = false;
+  uint8_t sub = 0;
 };
 // Readers remembered per file: kCursors inline, and more (doubling, up to
 // kMaxFileCursors in all) allocated when a file has more readers at once:
@@ -100,6 +106,7 @@ struct PidCursor {
 // cache. (With 64 slots a reviewer's 96 and 128 readers did the same.)
 constexpr size_t kCursors = 4;
 constexpr size_t kMaxFileCursors = 256;
+constexpr size_t kMaxSecondCursors = 16;
 constexpr uint32_t kCursorIdleS = 10;
 
 using ChildMap = std::map<std::string, Node*, std::less<>>;
@@ -515,10 +522,17 @@ bool AccessStreamTree::RecordInFile(Node* f, uint64_t t, uint32_t pid, uint64_t 
   f->last_access_us.store(t, std::memory_order_relaxed);
   std::lock_guard lk(f->mu);
   f->file_size = fsize;
+  // The reader's position, and the run it jumped away from (if kept).
   detail::PidCursor* c = nullptr;
+  detail::PidCursor* c2 = nullptr;
   f->ForEachCursor([&](detail::PidCursor& cu) {
-    if (cu.seen_s && cu.pid == pid) c = &cu;
+    if (cu.seen_s && cu.pid == pid) (cu.second ? c2 : c) = &cu;
   });
+  if (!c && c2) {  // its position's slot went to another reader (NewCursorLocked)
+    c = c2;
+    c->second = false;
+    c2 = nullptr;
+  }
   // Continues the reader's last read: starts where it ended, or near it.
   // FUSE's threads deliver one reader's in-flight requests (the kernel's
   // readahead: several max_read chunks at once) in any order, so a read up
@@ -545,17 +559,54 @@ bool AccessStreamTree::RecordInFile(Node* f, uint64_t t, uint32_t pid, uint64_t 
   // a new visit of the file with a sample of that same block, steps never
   // "next" piling up on one block and, a visit each, on the file in its
   // directory (both labelled skewed: a review of the detection layer).
-  const bool in_block = c && !near_end(*c) && off > c->last_off && c->last_block != UINT64_MAX &&
-                        fsize > cfg_.unit_bytes && off / cfg_.unit_bytes - c->last_block <= 1 &&
-                        off / cfg_.unit_bytes >= c->last_block;
-  const bool near = c && (near_end(*c) || in_block);
-  const bool cont = near && c->end == off;
+  auto in_block = [&](const detail::PidCursor& cu) {
+    return !near_end(cu) && off > cu.last_off && cu.last_block != UINT64_MAX && fsize > cfg_.unit_bytes &&
+           off / cfg_.unit_bytes - cu.last_block <= 1 && off / cfg_.unit_bytes >= cu.last_block;
+  };
   // Sizes and offsets near 2^64 must not wrap (a sparse file:// file).
   const uint64_t end = len > UINT64_MAX - off ? UINT64_MAX : off + len;
   const uint64_t nblocks = fsize > cfg_.unit_bytes ? fsize / cfg_.unit_bytes + (fsize % cfg_.unit_bytes != 0) : 0;
   // Another part of the file than this reader's latest read (its tail,
   // then its start): the reader is still at the item.
   *other_part = c && (end <= c->last_off || off >= c->end);
+  // Back at the run it jumped away from: that run goes on, and the one it
+  // left is kept in turn. One reader reading two regions of a file in
+  // lockstep (an HDF5 file's x[i] then y[i], i in order) made each read a
+  // jump, each block sampled again and again: labelled skewed (a review of
+  // the detection layer: modeled 2.3x lru's time).
+  // Also when both are near (the regions' ends within a read's slack of
+  // each other) and only the kept run's is exactly where the read starts.
+  if (c && c2 && (near_end(*c2) || in_block(*c2)) &&
+      ((!near_end(*c) && !in_block(*c)) || (c2->end == off && c->end != off))) {
+    std::swap(*c, *c2);
+    c->second = false;
+    c2->second = true;
+  }
+  const bool near = c && (near_end(*c) || in_block(*c));
+  const bool cont = near && c->end == off;
+  if (c && !near && c->last_block != UINT64_MAX) {
+    // A jump: the run left behind is kept as the reader's second position
+    // (not past kMaxSecondCursors slots: a new reader takes its slot before
+    // more are made), its samples tagged apart.
+    const bool had_second = c2 != nullptr;
+    if (!c2) {
+      c2 = NewCursorLocked(f, pid, now_s, /*second=*/true);
+      // More slots may have been made: c may have moved.
+      f->ForEachCursor([&](detail::PidCursor& cu) {
+        if (cu.seen_s && cu.pid == pid && !cu.second) c = &cu;
+      });
+    }
+    if (c2) {
+      if (c->pend) {  // the deferred window top of the run left behind
+        PushSampleLocked(f, c->pend - 1, pid ^ (uint32_t{c->sub} << 31), t);
+        c->pend = 0;
+      }
+      const uint8_t sub = had_second ? c2->sub : uint8_t(c->sub ^ 1);
+      *c2 = *c;
+      c2->second = true;
+      c->sub = sub;
+    }
+  }
   if (!c) c = NewCursorLocked(f, pid, now_s);
   if (!c) {
     // Every slot is a live reader's (more than kMaxFileCursors readers of
@@ -571,6 +622,7 @@ bool AccessStreamTree::RecordInFile(Node* f, uint64_t t, uint32_t pid, uint64_t 
     return !near_any;
   }
   c->seen_s = now_s;
+  const uint32_t spid = pid ^ (uint32_t{c->sub} << 31);  // the run's samples
   if (nblocks > 0 && near && !cont && end == c->last_off && len < cfg_.unit_bytes) {
     // A piece that ends where this reader's last read began: its readahead
     // window going down. The kernel sends an mmap's readahead window last
@@ -583,13 +635,13 @@ bool AccessStreamTree::RecordInFile(Node* f, uint64_t t, uint32_t pid, uint64_t 
     // of a small file once it had read near its end: skewed.)
     if (c->pend && off / cfg_.unit_bytes <= c->pend_from) {
       for (uint64_t b = c->pend_from; b <= c->last_block && b < uint64_t{c->pend_from} + kMaxBlocksPerRead; ++b)
-        PushSampleLocked(f, static_cast<uint32_t>(b), pid, t);
+        PushSampleLocked(f, static_cast<uint32_t>(b), spid, t);
       c->pend = 0;
     }
   } else if (nblocks > 0) {
     // A deferred window top whose window was not read down: its jump sample.
     if (c->pend) {
-      PushSampleLocked(f, c->pend - 1, pid, t);
+      PushSampleLocked(f, c->pend - 1, spid, t);
       c->pend = 0;
     }
     uint64_t b0 = std::min(off / cfg_.unit_bytes, nblocks - 1);
@@ -622,7 +674,7 @@ bool AccessStreamTree::RecordInFile(Node* f, uint64_t t, uint32_t pid, uint64_t 
     // each evidence of a scan.
     const uint64_t upto = cont ? b1 : b0;
     for (uint64_t b = b0; b <= upto && b <= b1 && b < b0 + kMaxBlocksPerRead; ++b)
-      PushSampleLocked(f, static_cast<uint32_t>(b), pid, t);
+      PushSampleLocked(f, static_cast<uint32_t>(b), spid, t);
     c->last_block = b1;
   }
   c->end = near ? std::max(c->end, end) : end;
@@ -630,14 +682,16 @@ bool AccessStreamTree::RecordInFile(Node* f, uint64_t t, uint32_t pid, uint64_t 
   return !near;
 }
 
-detail::PidCursor* AccessStreamTree::NewCursorLocked(Node* f, uint32_t pid, uint32_t now_s) {
+detail::PidCursor* AccessStreamTree::NewCursorLocked(Node* f, uint32_t pid, uint32_t now_s, bool second) {
   detail::PidCursor* c = nullptr;
-  // A free slot first, else the reader idle longest (if idle kCursorIdleS):
-  // taking the first idle one while a slot was free made a reader that
-  // paused a new visit on its return.
-  uint32_t idlest = 0;
+  // A free slot first, else a reader's second position (for a new reader:
+  // a run left behind matters less than a reader), else the reader idle
+  // longest (if idle kCursorIdleS): taking the first idle one while a slot
+  // was free made a reader that paused a new visit on its return.
+  uint32_t best = 0;
   auto pick = [&](detail::PidCursor& cu) {
     if (c && !c->seen_s) return;
+    if (second && cu.seen_s && cu.pid == pid) return;  // the reader's own position
     if (!cu.seen_s) {
       c = &cu;
       return;
@@ -645,14 +699,20 @@ detail::PidCursor* AccessStreamTree::NewCursorLocked(Node* f, uint32_t pid, uint
     // Signed: reads of concurrent threads reach here out of order, and a
     // live reader's second may be just after now_s (wraps safely too).
     const int32_t idle = static_cast<int32_t>(now_s - cu.seen_s);
-    if (idle > static_cast<int32_t>(detail::kCursorIdleS) && static_cast<uint32_t>(idle) > idlest) {
-      idlest = idle;
+    const uint32_t score = !second && cu.second && cu.pid != pid ? UINT32_MAX
+                           : idle > static_cast<int32_t>(detail::kCursorIdleS) ? static_cast<uint32_t>(idle)
+                                                                               : 0;
+    if (score > best) {
+      best = score;
       c = &cu;
     }
   };
   f->ForEachCursor(pick);
   const size_t have = f->more_cursors ? f->more_cursors->size() : 0;
-  if (!c && detail::kCursors + have < detail::kMaxFileCursors && !f->retired.load(std::memory_order_relaxed)) {
+  // A second position grows the slots up to kMaxSecondCursors only (a new
+  // reader takes such a slot before growing them).
+  if (!c && detail::kCursors + have < (second ? detail::kMaxSecondCursors : detail::kMaxFileCursors) &&
+      !f->retired.load(std::memory_order_relaxed)) {
     const size_t grow = std::min(have == 0 ? detail::kCursors : have, detail::kMaxFileCursors - detail::kCursors - have);
     const uint64_t need = grow * sizeof(detail::PidCursor) +
                           (have == 0 ? sizeof(std::vector<detail::PidCursor>) + 2 * kAllocOverhead : 0);
@@ -663,6 +723,13 @@ detail::PidCursor* AccessStreamTree::NewCursorLocked(Node* f, uint32_t pid, uint
       f->bytes.fetch_add(need, std::memory_order_relaxed);
       c = &(*f->more_cursors)[have];
     }
+  }
+  if (second) {
+    if (c) {
+      *c = detail::PidCursor{pid, now_s, 0, UINT64_MAX};
+      c->second = true;
+    }
+    return c;
   }
   if (!c) {
     // Every slot is a live reader's; without the extra slots (the memory

@@ -162,7 +162,9 @@ class AccessStreamTree {
   // A cursor for a reader new to file f (f->mu held): a free or idle slot,
   // more slots once those are all busy; null when every one is a live
   // reader's (without the extra slots, the memory cap: an inline one in turn).
-  detail::PidCursor* NewCursorLocked(Node* f, uint32_t pid, uint32_t now_s);
+  // `second`: a slot for the run a reader jumped away from (more slots up to
+  // kMaxSecondCursors only); the caller sets it up.
+  detail::PidCursor* NewCursorLocked(Node* f, uint32_t pid, uint32_t now_s, bool second = false);
   // `same_again`: no sample when the node's last one is this reader's on
   // this child (a child directory: the reader's next file in it).
   void PushSample(Node* n, uint32_t child, uint32_t pid, uint64_t t, bool same_again = false);
