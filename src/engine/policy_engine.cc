@@ -1248,6 +1248,12 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
   auto [fit, fresh] = files_.try_emplace(std::string(path));
   FileRec& f = fit->second;
   if (fresh) f.rank = files_seen_++;
+  // A file that grew or was rewritten at another size: its stream's working
+  // set follows (LeaveGroup takes off the size it has then; the clamp there
+  // took other files' bytes, or left stale ones, skewing ByteValue for
+  // good: a review).
+  if (f.group && f.size != file_size && f.item_pos < f.group->items.size() && f.group->items[f.item_pos] == &fit->first)
+    f.group->ws_bytes = f.group->ws_bytes - std::min(f.group->ws_bytes, f.size) + file_size;
   f.size = file_size;
   if (fresh && WasGone(path)) {
     f.gone = true;
