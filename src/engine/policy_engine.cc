@@ -240,6 +240,7 @@ struct PolicyEngine::FileRec {
   // Kept per file, not per engine: live, a miss is inserted after its GET,
   // and other reads come in between.
   uint64_t part_unit = 0;
+  uint64_t part_unit_alt = 0;  // the same reader's other run's (PolicyEngine::OnRead)
   uint64_t part_us = 0;   // when (PartReadActive)
   uint32_t part_pid = 0;  // the reader of that read (PartReadActive)
   uint32_t jump_pid = 0;
@@ -1296,8 +1297,8 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
     return offset != 0 && offset + slack >= run_end && offset <= run_end + slack;
   };
   bool continues = !rfresh && near(re.end, re.run_reads);
+  const bool same_run = continues;
   if (!continues && !rfresh && mode_igt_) {
-    if (had_run) LeaveWindow(f, prev_end, offset);
     if (re.alt_reads > 0 && near(re.alt_end, re.alt_reads)) {
       // Back at the run it jumped away from (one reader reading two regions
       // of a file in lockstep: an HDF5 file's x[i] then y[i]): that run goes
@@ -1307,11 +1308,20 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
       std::swap(re.end, re.alt_end);
       std::swap(re.run_start, re.alt_start);
       std::swap(re.run_reads, re.alt_reads);
+      std::swap(re.tag, re.alt_tag);
       continues = true;
     } else {
+      // A jump: the run left ends (LeaveWindow), kept as the one to resume.
+      // Not on a resume: each switch of a lockstep reader released its
+      // live window, and eight of them read ahead far past the share (a
+      // review: 10,144 MiB fetched where the start binary fetched 2,131).
+      if (had_run) LeaveWindow(f, prev_end, offset);
+      const uint8_t tag = re.alt_reads > 0 ? re.alt_tag : uint8_t(re.tag ^ 1);
       re.alt_end = re.end;
       re.alt_start = re.run_start;
       re.alt_reads = re.run_reads;
+      re.alt_tag = re.tag;
+      re.tag = tag;
     }
   }
   re.end = continues ? std::max(re.end, offset + length) : offset + length;
@@ -1327,6 +1337,12 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
   const bool from_start = re.visit_start < std::min<uint64_t>(opts_.unit_bytes, kItemStartBytes);
   // A whole file in one read (a DataLoader's sample) has nothing left to
   // continue: no cursor kept (they were ~370 B each, one per worker and file).
+  // The run, by name, for the stream's module (evict-behind keeps the unit
+  // each reader is at): a lockstep reader's two runs are two readers, else
+  // each switch left the other run's part-read unit behind the reader, its
+  // first victim, fetched again for each piece (a review: 8 files each read
+  // x[i], y[i] by one reader, 64 MiB cache: 3.4x lru-readahead's bytes).
+  const uint32_t run_reader = pid ^ (uint32_t{re.tag} << 31);
   if (offset == 0 && length >= file_size) reader_end_.erase(rit);
   cur_path_ = &fit->first;
   cur_pid_ = pid;
@@ -1367,6 +1383,12 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
   const uint64_t end = offset + length;
   // The read stopped part-way through a unit, before the file's end.
   const bool ends_inside = end < file_size && end % opts_.unit_bytes != 0;
+  // The reader's other run keeps its part-read unit too (a lockstep
+  // reader's x[i] and y[i]: each switch left the other run's unit to be
+  // taken between its pieces, fetched again for each; a review's trace of 8
+  // files each read so by one reader, 64 MiB cache).
+  if (!mode_igt_ || f.part_pid != pid) f.part_unit_alt = 0;
+  else if (!same_run) f.part_unit_alt = f.part_unit;
   f.part_unit = ends_inside && fl != kRandom && fl != kSkewed ? (end - 1) / opts_.unit_bytes + 1 : 0;
   f.part_pid = pid;
   f.part_us = now_us_;
@@ -1403,7 +1425,7 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
   }
   // The reader, by name (evict-behind keeps the unit it is at).
   if (length > 0)
-    rg->module->OnReaderAt(ReaderRead{.reader = pid,
+    rg->module->OnReaderAt(ReaderRead{.reader = run_reader,
                                       .first = ScanPosition(f.rank, offset / opts_.unit_bytes),
                                       .last = ScanPosition(f.rank, (end - 1) / opts_.unit_bytes),
                                       .first_part = offset % opts_.unit_bytes != 0,
@@ -2570,7 +2592,9 @@ bool PolicyEngine::PartRead(const std::string& id) const {
   if (it == units_.end()) return false;
   auto f = files_.find(*it->second.path);
   if (f == files_.end()) return false;
-  if (PartReadActive(f->second) && f->second.part_unit == it->second.index + 1) return true;
+  if (PartReadActive(f->second) &&
+      (f->second.part_unit == it->second.index + 1 || f->second.part_unit_alt == it->second.index + 1))
+    return true;
   // The unit a scanner beside random readers is at (its stream gives first).
   return it->second.g->scan && ScannerAt(f->second, it->second.index, /*behind=*/0);
 }
@@ -2621,7 +2645,7 @@ bool PolicyEngine::PartReadActive(const FileRec& f) const {
   // of 64 MiB, 256 MiB cache: 11,125 MiB fetched, lru-readahead 6,144).
   // Not for a reader that never goes back (a parquet reader's last chunk
   // of each file: held a second, they crowded out the epoch's plans).
-  if (f.part_unit == 0) return false;
+  if (f.part_unit == 0 && f.part_unit_alt == 0) return false;
   if (ReaderIn(f.part_pid, f)) return true;
   if (now_us_ > f.part_us + kPartReadRecentUs) return false;
   auto it = interleaving_us_.find(f.part_pid);

@@ -419,8 +419,9 @@ class PolicyEngine {
     uint32_t run_reads = 0;    // reads in that run (saturating; PolicyEngine::OnRead)
     // The run the reader jumped away from last, resumed if it comes back
     // there (OnRead); alt_reads 0: none.
-    uint64_t alt_end = 0, alt_start = 0;
     uint32_t alt_reads = 0;
+    uint64_t alt_end = 0, alt_start = 0;
+    uint8_t tag = 0, alt_tag = 0;  // each run's reader tag (pid ^ tag << 31, OnReaderAt)
   };
   std::unordered_map<std::string, ReaderEnd> reader_end_;
   // At kMaxReaders: the older half of reader_end_ goes (by last read).

@@ -578,6 +578,10 @@ bool AccessStreamTree::RecordInFile(Node* f, uint64_t t, uint32_t pid, uint64_t 
   // each other) and only the kept run's is exactly where the read starts.
   if (c && c2 && (near_end(*c2) || in_block(*c2)) &&
       ((!near_end(*c) && !in_block(*c)) || (c2->end == off && c->end != off))) {
+    if (c->pend && nblocks > 0) {  // the deferred window top of the run left (else lost with its slot)
+      PushSampleLocked(f, c->pend - 1, pid ^ (uint32_t{c->sub} << 31), t);
+      c->pend = 0;
+    }
     std::swap(*c, *c2);
     c->second = false;
     c2->second = true;
@@ -683,37 +687,41 @@ bool AccessStreamTree::RecordInFile(Node* f, uint64_t t, uint32_t pid, uint64_t 
 }
 
 detail::PidCursor* AccessStreamTree::NewCursorLocked(Node* f, uint32_t pid, uint32_t now_s, bool second) {
-  detail::PidCursor* c = nullptr;
-  // A free slot first, else a reader's second position (for a new reader:
-  // a run left behind matters less than a reader), else the reader idle
-  // longest (if idle kCursorIdleS): taking the first idle one while a slot
-  // was free made a reader that paused a new visit on its return.
-  uint32_t best = 0;
-  auto pick = [&](detail::PidCursor& cu) {
-    if (c && !c->seen_s) return;
-    if (second && cu.seen_s && cu.pid == pid) return;  // the reader's own position
+  // A free slot first. For a new reader, else the reader idle longest (if
+  // idle kCursorIdleS: taking the first idle one while a slot was free made
+  // a reader that paused a new visit on its return), else more slots, else
+  // another reader's second position (a new reader before a run left
+  // behind; taken before more slots, a lockstep reader beside a process per
+  // lookup lost its second at each lookup: a review). For a second
+  // position, else more slots (up to kMaxSecondCursors), else an idle slot.
+  detail::PidCursor* free_slot = nullptr;
+  detail::PidCursor* idlest = nullptr;
+  detail::PidCursor* other_second = nullptr;
+  uint32_t most_idle = 0;
+  f->ForEachCursor([&](detail::PidCursor& cu) {
+    if (free_slot) return;
     if (!cu.seen_s) {
-      c = &cu;
+      free_slot = &cu;
       return;
     }
+    if (cu.pid == pid) return;  // the reader's own position (a second's caller)
+    if (cu.second && !other_second) other_second = &cu;
     // Signed: reads of concurrent threads reach here out of order, and a
     // live reader's second may be just after now_s (wraps safely too).
     const int32_t idle = static_cast<int32_t>(now_s - cu.seen_s);
-    const uint32_t score = !second && cu.second && cu.pid != pid ? UINT32_MAX
-                           : idle > static_cast<int32_t>(detail::kCursorIdleS) ? static_cast<uint32_t>(idle)
-                                                                               : 0;
-    if (score > best) {
-      best = score;
-      c = &cu;
+    if (idle > static_cast<int32_t>(detail::kCursorIdleS) && static_cast<uint32_t>(idle) > most_idle) {
+      most_idle = static_cast<uint32_t>(idle);
+      idlest = &cu;
     }
-  };
-  f->ForEachCursor(pick);
+  });
+  detail::PidCursor* c = free_slot;
+  if (!c && !second) c = idlest;
+  // (Growing moves the extra slots: idlest and other_second are used below
+  // only when nothing grew.)
   const size_t have = f->more_cursors ? f->more_cursors->size() : 0;
-  // A second position grows the slots up to kMaxSecondCursors only (a new
-  // reader takes such a slot before growing them).
-  if (!c && detail::kCursors + have < (second ? detail::kMaxSecondCursors : detail::kMaxFileCursors) &&
-      !f->retired.load(std::memory_order_relaxed)) {
-    const size_t grow = std::min(have == 0 ? detail::kCursors : have, detail::kMaxFileCursors - detail::kCursors - have);
+  const size_t limit = second ? detail::kMaxSecondCursors : detail::kMaxFileCursors;
+  if (!c && detail::kCursors + have < limit && !f->retired.load(std::memory_order_relaxed)) {
+    const size_t grow = std::min(have == 0 ? detail::kCursors : have, limit - detail::kCursors - have);
     const uint64_t need = grow * sizeof(detail::PidCursor) +
                           (have == 0 ? sizeof(std::vector<detail::PidCursor>) + 2 * kAllocOverhead : 0);
     if (TryReserve(need)) {  // no pruning here: f->mu is held
@@ -725,12 +733,14 @@ detail::PidCursor* AccessStreamTree::NewCursorLocked(Node* f, uint32_t pid, uint
     }
   }
   if (second) {
+    if (!c) c = idlest;
     if (c) {
       *c = detail::PidCursor{pid, now_s, 0, UINT64_MAX};
       c->second = true;
     }
     return c;
   }
+  if (!c) c = other_second;
   if (!c) {
     // Every slot is a live reader's; without the extra slots (the memory
     // cap) the inline ones are taken in turn, as they always were.
