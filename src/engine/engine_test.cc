@@ -115,6 +115,21 @@ struct Harness {
       InsertPlan(plan);
   }
   double ratio() const { return reads ? double(hits) / double(reads) : 0; }
+  // A read of one-unit file `p` by reader 1, counted if `count`; its plan
+  // is returned, not inserted.
+  std::vector<PrefetchRange> ReadItem(const std::string& p, bool count) {
+    now_us += 1000;
+    tree.Record(now_us, 1, p, 0, kUnit, kUnit);
+    auto plan = engine->OnRead(now_us, 1, p, 0, kUnit, kUnit);
+    if (engine->Contains(p + "#0")) {
+      engine->OnHit(p + "#0", kUnit, now_us);
+      if (count) ++hits;
+    } else {
+      Insert(p, 0, false);
+    }
+    if (count) ++reads;
+    return plan;
+  }
 };
 
 std::string Item(int i) {
@@ -783,16 +798,7 @@ TEST_CASE("epoch plans the executor dropped are proposed again in the same epoch
     std::shuffle(order.begin(), order.end(), rng);
     for (size_t i = 0; i < order.size(); ++i) {
       const std::string& p = order[i];
-      h.now_us += 1000;
-      h.tree.Record(h.now_us, 1, p, 0, kUnit, kUnit);
-      auto plan = h.engine->OnRead(h.now_us, 1, p, 0, kUnit, kUnit);
-      if (h.engine->Contains(p + "#0")) {
-        h.engine->OnHit(p + "#0", kUnit, h.now_us);
-        if (e == 2) ++h.hits;
-      } else {
-        h.Insert(p, 0, false);
-      }
-      if (e == 2) ++h.reads;
+      auto plan = h.ReadItem(p, e == 2);
       if (i >= 250) h.InsertPlan(plan);
     }
   }
@@ -820,16 +826,7 @@ TEST_CASE("epoch plans go on while readahead is stopped for waste", "[engine]") 
   for (int e = 0; e < 3; ++e) {
     std::shuffle(order.begin(), order.end(), rng);
     for (const std::string& p : order) {
-      h.now_us += 1000;
-      h.tree.Record(h.now_us, 1, p, 0, kUnit, kUnit);
-      auto plan = h.engine->OnRead(h.now_us, 1, p, 0, kUnit, kUnit);
-      if (h.engine->Contains(p + "#0")) {
-        h.engine->OnHit(p + "#0", kUnit, h.now_us);
-        if (e == 2) ++h.hits;
-      } else {
-        h.Insert(p, 0, false);
-      }
-      if (e == 2) ++h.reads;
+      auto plan = h.ReadItem(p, e == 2);
       h.InsertPlan(plan);
       const std::string sp = "scan/f" + std::to_string(scan_file) + ".bin";
       h.Read(sp, scan_unit, 64, false, 2);
