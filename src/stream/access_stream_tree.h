@@ -160,8 +160,9 @@ class AccessStreamTree {
   bool RecordInFile(Node* f, uint64_t t, uint32_t pid, uint64_t off, uint64_t len, uint64_t fsize,
                     bool* other_part);
   // A cursor for a reader new to file f (f->mu held): a free or idle slot,
-  // more slots once those are all busy; null when every one is a live
-  // reader's (without the extra slots, the memory cap: an inline one in turn).
+  // more slots once those are all busy, else another reader's second
+  // position; null when every one is a live reader's (without the extra
+  // slots, the memory cap: an inline one in turn).
   // `second`: a slot for the run a reader jumped away from (more slots up to
   // kMaxSecondCursors only); the caller sets it up.
   detail::PidCursor* NewCursorLocked(Node* f, uint32_t pid, uint32_t now_s, bool second = false);
