@@ -576,12 +576,16 @@ bool AccessStreamTree::RecordInFile(Node* f, uint64_t t, uint32_t pid, uint64_t 
   // the detection layer: modeled 2.3x lru's time).
   // Also when both are near (the regions' ends within a read's slack of
   // each other) and only the kept run's is exactly where the read starts.
+  // A run's samples carry its tag; its deferred window top is sampled when
+  // the run is left (else lost with its slot).
+  auto run_pid = [&](const detail::PidCursor& cu) { return pid ^ (uint32_t{cu.sub} << 31); };
+  auto flush_pend = [&](detail::PidCursor& cu) {
+    if (cu.pend) PushSampleLocked(f, cu.pend - 1, run_pid(cu), t);
+    cu.pend = 0;
+  };
   if (c && c2 && (near_end(*c2) || in_block(*c2)) &&
       ((!near_end(*c) && !in_block(*c)) || (c2->end == off && c->end != off))) {
-    if (c->pend && nblocks > 0) {  // the deferred window top of the run left (else lost with its slot)
-      PushSampleLocked(f, c->pend - 1, pid ^ (uint32_t{c->sub} << 31), t);
-      c->pend = 0;
-    }
+    if (nblocks > 0) flush_pend(*c);
     std::swap(*c, *c2);
     c->second = false;
     c2->second = true;
@@ -601,10 +605,7 @@ bool AccessStreamTree::RecordInFile(Node* f, uint64_t t, uint32_t pid, uint64_t 
       });
     }
     if (c2) {
-      if (c->pend) {  // the deferred window top of the run left behind
-        PushSampleLocked(f, c->pend - 1, pid ^ (uint32_t{c->sub} << 31), t);
-        c->pend = 0;
-      }
+      flush_pend(*c);
       const uint8_t sub = had_second ? c2->sub : uint8_t(c->sub ^ 1);
       *c2 = *c;
       c2->second = true;
@@ -626,7 +627,7 @@ bool AccessStreamTree::RecordInFile(Node* f, uint64_t t, uint32_t pid, uint64_t 
     return !near_any;
   }
   c->seen_s = now_s;
-  const uint32_t spid = pid ^ (uint32_t{c->sub} << 31);  // the run's samples
+  const uint32_t spid = run_pid(*c);
   if (nblocks > 0 && near && !cont && end == c->last_off && len < cfg_.unit_bytes) {
     // A piece that ends where this reader's last read began: its readahead
     // window going down. The kernel sends an mmap's readahead window last
