@@ -1299,31 +1299,71 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
   bool continues = !rfresh && near(re.end, re.run_reads);
   const bool same_run = continues;
   if (!continues && !rfresh && mode_igt_) {
-    if (re.alt_reads > 0 && near(re.alt_end, re.alt_reads)) {
-      // Back at the run it jumped away from (one reader reading two regions
-      // of a file in lockstep: an HDF5 file's x[i] then y[i]): that run goes
-      // on, the one it left is kept in its place. (Not for the baselines:
-      // lru-readahead keeps one run per reader and file, as the kernel's
-      // readahead does per open file.)
-      std::swap(re.end, re.alt_end);
-      std::swap(re.run_start, re.alt_start);
-      std::swap(re.run_reads, re.alt_reads);
-      std::swap(re.tag, re.alt_tag);
+    // Back at a run it jumped away from (one reader reading regions of a
+    // file in lockstep: an HDF5 file's x[i] then y[i]): that run goes on,
+    // the one it left is kept in its place, first. (Not for the baselines:
+    // lru-readahead keeps one run per reader and file, as the kernel's
+    // readahead does per open file.)
+    ReaderEnd::Run cur{re.end, re.run_start, re.run_reads, re.tag, re.resumed};
+    size_t back = re.runs.size();
+    // Only the run left last is resumed near its end (a read's slack, as
+    // the run it is on); the others at it exactly, as in the stream tree (a
+    // model loader's next tensor starts within 8 units of one of three kept
+    // runs' ends often), and only after a short visit, a unit or less (a
+    // lockstep reader's row): a model loader's tensor starting where one it
+    // read before ended went on in that run, its window planned whole at
+    // once at the run's size, the readahead share filled, and the next
+    // tensors got none (sim test "tensors read out of offset order ...":
+    // 10.9 -> 15.9 s).
+    const bool short_visit = re.visit_bytes <= opts_.unit_bytes;
+    for (size_t i = 0; i < re.runs.size() && back == re.runs.size(); ++i)
+      if (re.runs[i].reads > 0 &&
+          (i == 0 ? near(re.runs[i].end, re.runs[i].reads) : short_visit && offset == re.runs[i].end))
+        back = i;
+    size_t slot = back;
+    if (back < re.runs.size()) {
+      // The run left ends (LeaveWindow) unless it was itself come back to:
+      // a lockstep reader's runs are resumed in turn, their windows live
+      // (each switch releasing the window, eight such readers read ahead
+      // far past the share: a review, 10,144 MiB fetched where the start
+      // binary fetched 2,131). A model loader's tensor, read once and
+      // overshot by its window, goes on in another tensor read before when
+      // their offsets meet; its window counted against the share until it
+      // aged out (sim test "tensors read out of offset order ...": 11.6 ->
+      // 15.2 s with four runs kept per reader).
+      if (had_run && cur.resumed == 0) LeaveWindow(f, prev_end, offset);
+      const ReaderEnd::Run r = re.runs[back];
+      re.end = r.end;
+      re.run_start = r.start;
+      re.run_reads = r.reads;
+      re.tag = r.tag;
+      re.resumed = static_cast<uint8_t>(std::min(r.resumed + 1, 255));
       continues = true;
     } else {
-      // A jump: the run left ends (LeaveWindow), kept as the one to resume.
-      // Not on a resume: each switch of a lockstep reader released its
-      // live window, and eight of them read ahead far past the share (a
-      // review: 10,144 MiB fetched where the start binary fetched 2,131).
+      // A jump: the run left ends (LeaveWindow), kept to be resumed; the
+      // new run takes the place and tag of the run left longest ago, else a
+      // tag none of its runs has. (Not the place of the run it goes on from
+      // in its region, as the stream tree's runs do: each tensor of a model
+      // loader then took the tag of the one below it, and evict-behind held
+      // that reader's part-read unit: tensors out of offset order, 10.0 ->
+      // 11.5 s in `igtcache sim`, lru-readahead 7.6.)
       if (had_run) LeaveWindow(f, prev_end, offset);
-      const uint8_t tag = re.alt_reads > 0 ? re.alt_tag : uint8_t(re.tag ^ 1);
-      re.alt_end = re.end;
-      re.alt_start = re.run_start;
-      re.alt_reads = re.run_reads;
-      re.alt_tag = re.tag;
+      slot = re.runs.size() - 1;
+      re.resumed = 0;
+      uint32_t used = 1u << re.tag;
+      for (const auto& r : re.runs)
+        if (r.reads > 0) used |= 1u << r.tag;
+      uint8_t tag = 0;
+      if (re.runs[slot].reads > 0) tag = re.runs[slot].tag;
+      else
+        while (used & (1u << tag)) ++tag;
       re.tag = tag;
     }
+    // The run left goes first, the others keep their order.
+    for (size_t i = slot; i > 0; --i) re.runs[i] = re.runs[i - 1];
+    re.runs[0] = cur;
   }
+  re.visit_bytes = same_run ? re.visit_bytes + length : length;
   re.end = continues ? std::max(re.end, offset + length) : offset + length;
   if (!continues) re.run_start = offset;
   re.run_reads = continues ? std::min<uint32_t>(re.run_reads + 1, 1u << 30) : 1;
@@ -1342,7 +1382,7 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
   // each switch left the other run's part-read unit behind the reader, its
   // first victim, fetched again for each piece (a review: 8 files each read
   // x[i], y[i] by one reader, 64 MiB cache: 3.4x lru-readahead's bytes).
-  const uint32_t run_reader = pid ^ (uint32_t{re.tag} << 31);
+  const uint32_t run_reader = pid ^ (uint32_t{re.tag} << kRunTagShift);
   if (offset == 0 && length >= file_size) reader_end_.erase(rit);
   cur_path_ = &fit->first;
   cur_pid_ = pid;

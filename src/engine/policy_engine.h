@@ -412,17 +412,29 @@ class PolicyEngine {
   // not read for kReaderIdleUs (10 min) are swept at each allocation (a DataLoader's
   // workers are new pids every epoch: kept, they grew the daemon by about
   // 1 MB an epoch on 3,000 files); cleared at kMaxReaders entries.
+  // Runs one reader keeps in a file (ReaderEnd::runs and the one it is on),
+  // each its own reader for the stream's module, tagged pid ^ tag << kRunTagShift.
+  static constexpr size_t kRunsPerReader = 4;
+  static constexpr uint32_t kRunTagShift = 30;
   struct ReaderEnd {
     uint64_t end = 0, last_us = 0;
     uint64_t visit_start = 0;  // where its visit of the file began (PolicyEngine::OnRead)
     uint64_t run_start = 0;    // where its run of continuing reads began
     uint32_t run_reads = 0;    // reads in that run (saturating; PolicyEngine::OnRead)
-    // The run the reader jumped away from last, resumed if it comes back
-    // there (OnRead); alt_reads 0: none.
-    uint32_t alt_reads = 0;
-    uint64_t alt_end = 0, alt_start = 0;
-    uint8_t tag = 0, alt_tag = 0;  // each run's reader tag (pid ^ tag << 31, OnReaderAt)
+    uint8_t tag = 0;  // the run's reader tag (pid ^ tag << kRunTagShift, OnReaderAt)
+    uint8_t resumed = 0;  // times the run was come back to (saturating)
+    uint64_t visit_bytes = 0;  // read since the reader came to the run (a jump or a resume)
+    // The runs the reader jumped away from, the latest left first, resumed
+    // if it comes back there (OnRead; igt only): an HDF5 file's x[i], y[i],
+    // z[i] read in lockstep. reads 0: none.
+    struct Run {
+      uint64_t end = 0, start = 0;
+      uint32_t reads = 0;
+      uint8_t tag = 0, resumed = 0;
+    };
+    std::array<Run, kRunsPerReader - 1> runs;
   };
+
   std::unordered_map<std::string, ReaderEnd> reader_end_;
   // At kMaxReaders: the older half of reader_end_ goes (by last read).
   void TrimReaders();

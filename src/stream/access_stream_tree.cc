@@ -84,13 +84,23 @@ struct PidCursor {
   // the gap below it.
   uint32_t pend = 0;
   uint32_t pend_from = 0;
-  // A reader keeps a second position in a file (RecordInFile): the run it
-  // jumped away from, resumed if it comes back there. `second` marks that
-  // slot; `sub` tags a run's samples (the sample's reader is pid ^ sub << 31)
-  // so that the detector sees each run's own steps.
+  // A reader keeps other positions in a file (RecordInFile): the runs it
+  // jumped away from (up to kRunsPerReader - 1), resumed if it comes back
+  // there. `second` marks such a slot; `sub` tags a run's samples (the
+  // sample's reader is pid ^ sub << 30) so that the detector sees each
+  // run's own steps.
   bool second = false;
   uint8_t sub = 0;
+  uint16_t left = 0;  // a kept run: when it was left, counted per reader (wraps)
+  uint8_t steps = 0;  // reads that went on its run (saturating at 255)
 };
+// Runs one reader keeps in a file: an HDF5 file's x[i], y[i], z[i], w[i]
+// read in lockstep. (With two, three regions read in turn overwrote the run
+// the reader came back to each time, every read a jump: labelled skewed, 2.6x
+// lru-readahead's modeled time in a review's trace.)
+constexpr size_t kRunsPerReader = 4;
+constexpr uint32_t kRunTagShift = 30;
+constexpr uint64_t kMinBlocksForRuns = 64;
 // Readers remembered per file: kCursors inline, and more (doubling, up to
 // kMaxFileCursors in all) allocated when a file has more readers at once:
 // ranks of a multi-GPU job loading one checkpoint, or a loader's thread pool
@@ -106,7 +116,6 @@ struct PidCursor {
 // cache. (With 64 slots a reviewer's 96 and 128 readers did the same.)
 constexpr size_t kCursors = 4;
 constexpr size_t kMaxFileCursors = 256;
-constexpr size_t kMaxSecondCursors = 16;
 constexpr uint32_t kCursorIdleS = 10;
 
 using ChildMap = std::map<std::string, Node*, std::less<>>;
@@ -522,16 +531,23 @@ bool AccessStreamTree::RecordInFile(Node* f, uint64_t t, uint32_t pid, uint64_t 
   f->last_access_us.store(t, std::memory_order_relaxed);
   std::lock_guard lk(f->mu);
   f->file_size = fsize;
-  // The reader's position, and the run it jumped away from (if kept).
+  // The reader's position, and the runs it jumped away from (if kept).
   detail::PidCursor* c = nullptr;
-  detail::PidCursor* c2 = nullptr;
-  f->ForEachCursor([&](detail::PidCursor& cu) {
-    if (cu.seen_s && cu.pid == pid) (cu.second ? c2 : c) = &cu;
-  });
-  if (!c && c2) {  // its position's slot went to another reader (NewCursorLocked)
-    c = c2;
+  std::array<detail::PidCursor*, detail::kRunsPerReader - 1> runs{};
+  size_t nruns = 0;
+  auto find_runs = [&] {
+    c = nullptr;
+    nruns = 0;
+    f->ForEachCursor([&](detail::PidCursor& cu) {
+      if (!cu.seen_s || cu.pid != pid) return;
+      if (!cu.second) c = &cu;
+      else if (nruns < runs.size()) runs[nruns++] = &cu;
+    });
+  };
+  find_runs();
+  if (!c && nruns > 0) {  // its position's slot went to another reader (NewCursorLocked)
+    c = runs[--nruns];
     c->second = false;
-    c2 = nullptr;
   }
   // Continues the reader's last read: starts where it ended, or near it.
   // FUSE's threads deliver one reader's in-flight requests (the kernel's
@@ -578,38 +594,101 @@ bool AccessStreamTree::RecordInFile(Node* f, uint64_t t, uint32_t pid, uint64_t 
   // each other) and only the kept run's is exactly where the read starts.
   // A run's samples carry its tag; its deferred window top is sampled when
   // the run is left (else lost with its slot).
-  auto run_pid = [&](const detail::PidCursor& cu) { return pid ^ (uint32_t{cu.sub} << 31); };
+  auto run_pid = [&](const detail::PidCursor& cu) { return pid ^ (uint32_t{cu.sub} << detail::kRunTagShift); };
   auto flush_pend = [&](detail::PidCursor& cu) {
     if (cu.pend) PushSampleLocked(f, cu.pend - 1, run_pid(cu), t);
     cu.pend = 0;
   };
-  if (c && c2 && (near_end(*c2) || in_block(*c2)) &&
-      ((!near_end(*c) && !in_block(*c)) || (c2->end == off && c->end != off))) {
-    if (nblocks > 0) flush_pend(*c);
-    std::swap(*c, *c2);
-    c->second = false;
-    c2->second = true;
+  auto near_run = [&](const detail::PidCursor& cu) { return near_end(cu) || in_block(cu); };
+  if (c) {
+    // The kept run the read goes on, the one it starts exactly at first.
+    // Only the run left last is resumed by a read near its end (a read's
+    // slack, 8 MiB for reads of 128 KiB or more) or in or just past its
+    // block (a strided run); the others by a read starting exactly at their
+    // end: the more runs a random reader keeps, the likelier such a read by
+    // chance (4 readers of 1 MiB blocks of a file of 18 at random: most
+    // reads resumed some run, their samples tagged anew, a change of phase).
+    detail::PidCursor* latest = nullptr;
+    for (size_t i = 0; i < nruns; ++i)
+      if (!latest || static_cast<int16_t>(runs[i]->left - latest->left) > 0) latest = runs[i];
+    detail::PidCursor* back = nullptr;
+    for (size_t i = 0; i < nruns; ++i)
+      if ((runs[i] == latest ? near_run(*runs[i]) : off != 0 && runs[i]->end == off) &&
+          (!back || (runs[i]->end == off && back->end != off)))
+        back = runs[i];
+    if (back && (!near_run(*c) || (back->end == off && c->end != off))) {
+      if (nblocks > 0) flush_pend(*c);
+      std::swap(*c, *back);
+      c->second = false;
+      back->second = true;
+      // A run resumed gets a tag of its own (it may share one with the
+      // runs it was left from: see the jump below).
+      uint32_t used = 0;
+      for (size_t i = 0; i < nruns; ++i) used |= 1u << runs[i]->sub;
+      if (used & (1u << c->sub)) {
+        c->sub = 0;
+        while (used & (1u << c->sub)) ++c->sub;
+      }
+    }
   }
-  const bool near = c && (near_end(*c) || in_block(*c));
+  const bool near = c && near_run(*c);
   const bool cont = near && c->end == off;
   if (c && !near && c->last_block != UINT64_MAX) {
-    // A jump: the run left behind is kept as the reader's second position
-    // (not past kMaxSecondCursors slots: a new reader takes its slot before
-    // more are made), its samples tagged apart.
-    const bool had_second = c2 != nullptr;
-    if (!c2) {
-      c2 = NewCursorLocked(f, pid, now_s, /*second=*/true);
-      // More slots may have been made: c may have moved.
-      f->ForEachCursor([&](detail::PidCursor& cu) {
-        if (cu.seen_s && cu.pid == pid && !cu.second) c = &cu;
-      });
+    // A jump: the run left behind is kept as one of the reader's other
+    // positions, its samples tagged apart. The new run takes the place and
+    // tag of the kept run it goes on from in its region (the run of two
+    // reads or more ending nearest below it: a DataLoader worker's x rows of
+    // its next batch after those of its last; not a single read, else a
+    // random reader's reads fell into rising chains, each its tag's steps
+    // forward, and looked sequential); else a new slot while the reader has fewer than
+    // kRunsPerReader - 1 (a new reader takes such a slot before more are
+    // made), with a tag none of its runs has;
+    // else the place and tag of the run left longest ago. (New slots and tags
+    // for each batch labelled 4 unshuffled workers reading x[i], y[i] in
+    // batches sequential sooner, and the engine fetched 2,120 MiB where it
+    // had fetched 1,175 in `igtcache sim`.)
+    detail::PidCursor* slot = nullptr;
+    for (size_t i = 0; i < nruns; ++i)
+      if (runs[i]->steps > 0 && runs[i]->end <= off && (!slot || runs[i]->end > slot->end)) slot = runs[i];
+    uint8_t sub = slot ? slot->sub : 0;
+    // More than one run kept in a file of kMinBlocksForRuns blocks or more
+    // only: in fewer, a random reader's reads land exactly on its kept runs'
+    // ends by chance often (4 readers of 1 MiB blocks of a file of 17 at
+    // random: their samples tagged anew at each, a change of phase).
+    const size_t keep = nblocks >= detail::kMinBlocksForRuns ? runs.size() : 1;
+    if (!slot && nruns < keep) {
+      slot = NewCursorLocked(f, pid, now_s, /*second=*/true);
+      // More slots may have been made: c and the runs may have moved.
+      if (slot) {
+        slot->pid = 0;  // not the reader's until set below
+        find_runs();
+        slot->pid = pid;
+        uint32_t used = 1u << c->sub;
+        for (size_t i = 0; i < nruns; ++i) used |= 1u << runs[i]->sub;
+        while (used & (1u << sub)) ++sub;
+      }
     }
-    if (c2) {
+    uint16_t left = 0;
+    for (size_t i = 0; i < nruns; ++i)
+      if (i == 0 || static_cast<int16_t>(runs[i]->left - left) > 0) left = runs[i]->left;
+    if (!slot && nruns > 0) {
+      slot = runs[0];
+      for (size_t i = 1; i < nruns; ++i)
+        if (static_cast<int16_t>(runs[i]->left - slot->left) < 0) slot = runs[i];
+      sub = slot->sub;
+    }
+    if (slot) {
       flush_pend(*c);
-      const uint8_t sub = had_second ? c2->sub : uint8_t(c->sub ^ 1);
-      *c2 = *c;
-      c2->second = true;
-      c->sub = sub;
+      *slot = *c;
+      slot->second = true;
+      slot->left = static_cast<uint16_t>(left + 1);
+      // A single read left behind passes its tag on: a reader jumping at
+      // random keeps one, as before runs were kept (a tag per run made its
+      // samples look like several readers', and a scanner's steps beside
+      // four such readers of a 24-unit hot set outweighed theirs: labelled
+      // sequential at times). Its run gets a tag of its own if resumed.
+      if (c->steps > 0) c->sub = sub;
+      c->steps = 0;
     }
   }
   if (!c) c = NewCursorLocked(f, pid, now_s);
@@ -663,6 +742,7 @@ bool AccessStreamTree::RecordInFile(Node* f, uint64_t t, uint32_t pid, uint64_t 
       c->last_block = b1;
       c->end = std::max(c->end, end);
       c->last_off = off;
+      c->steps = static_cast<uint8_t>(std::min(c->steps + 1, 255));
       return false;
     }
     if (cont && b0 == c->last_block) ++b0;
@@ -684,6 +764,7 @@ bool AccessStreamTree::RecordInFile(Node* f, uint64_t t, uint32_t pid, uint64_t 
   }
   c->end = near ? std::max(c->end, end) : end;
   c->last_off = off;
+  c->steps = near ? static_cast<uint8_t>(std::min(c->steps + 1, 255)) : 0;
   return !near;
 }
 
@@ -694,7 +775,10 @@ detail::PidCursor* AccessStreamTree::NewCursorLocked(Node* f, uint32_t pid, uint
   // another reader's second position (a new reader before a run left
   // behind; taken before more slots, a lockstep reader beside a process per
   // lookup lost its second at each lookup: a review). For a second
-  // position, else more slots (up to kMaxSecondCursors), else an idle slot.
+  // position, else more slots, else an idle slot. (Seconds were capped at
+  // 16 slots in all: 32 readers each reading two regions of one file in
+  // lockstep had none, the file labelled skewed; `igtcache sim` with a 64
+  // MiB cache fetched 55,364 MiB, now 14,293, lru-readahead 27,160.)
   detail::PidCursor* free_slot = nullptr;
   detail::PidCursor* idlest = nullptr;
   detail::PidCursor* other_second = nullptr;
@@ -720,7 +804,7 @@ detail::PidCursor* AccessStreamTree::NewCursorLocked(Node* f, uint32_t pid, uint
   // (Growing moves the extra slots: idlest and other_second are used below
   // only when nothing grew.)
   const size_t have = f->more_cursors ? f->more_cursors->size() : 0;
-  const size_t limit = second ? detail::kMaxSecondCursors : detail::kMaxFileCursors;
+  constexpr size_t limit = detail::kMaxFileCursors;
   if (!c && detail::kCursors + have < limit && !f->retired.load(std::memory_order_relaxed)) {
     const size_t grow = std::min(have == 0 ? detail::kCursors : have, limit - detail::kCursors - have);
     const uint64_t need = grow * sizeof(detail::PidCursor) +

@@ -163,8 +163,8 @@ class AccessStreamTree {
   // more slots once those are all busy, else another reader's second
   // position; null when every one is a live reader's (without the extra
   // slots, the memory cap: an inline one in turn).
-  // `second`: a slot for the run a reader jumped away from (more slots up to
-  // kMaxSecondCursors only); the caller sets it up.
+  // `second`: a slot for a run a reader jumped away from (never another
+  // reader's); the caller sets it up.
   detail::PidCursor* NewCursorLocked(Node* f, uint32_t pid, uint32_t now_s, bool second = false);
   // `same_again`: no sample when the node's last one is this reader's on
   // this child (a child directory: the reader's next file in it).
