@@ -424,6 +424,11 @@ class PolicyEngine {
     uint8_t tag = 0;  // the run's reader tag (pid ^ tag << kRunTagShift, OnReaderAt)
     uint8_t resumed = 0;  // times the run was come back to (saturating)
     uint64_t visit_bytes = 0;  // read since the reader came to the run (a jump or a resume)
+    // Reading backwards: where its last read began and its length, and how
+    // many reads in a row of that length ended exactly there
+    // (PolicyEngine::OnRead; igt only).
+    uint64_t last_off = 0, last_len = 0;
+    uint32_t back_reads = 0;
     // The runs the reader jumped away from, the latest left first, resumed
     // if it comes back there (OnRead; igt only): an HDF5 file's x[i], y[i],
     // z[i] read in lockstep. reads 0: none.

@@ -618,9 +618,13 @@ bool AccessStreamTree::RecordInFile(Node* f, uint64_t t, uint32_t pid, uint64_t 
         back = runs[i];
     if (back && (!near_run(*c) || (back->end == off && c->end != off))) {
       if (nblocks > 0) flush_pend(*c);
+      uint16_t last_left = 0;
+      for (size_t i = 0; i < nruns; ++i)
+        if (i == 0 || static_cast<int16_t>(runs[i]->left - last_left) > 0) last_left = runs[i]->left;
       std::swap(*c, *back);
       c->second = false;
       back->second = true;
+      back->left = static_cast<uint16_t>(last_left + 1);  // the run left last now (a review)
       // A run resumed gets a tag of its own (it may share one with the
       // runs it was left from: see the jump below).
       uint32_t used = 0;
@@ -660,9 +664,9 @@ bool AccessStreamTree::RecordInFile(Node* f, uint64_t t, uint32_t pid, uint64_t 
       slot = NewCursorLocked(f, pid, now_s, /*second=*/true);
       // More slots may have been made: c and the runs may have moved.
       if (slot) {
-        slot->pid = 0;  // not the reader's until set below
+        slot->seen_s = 0;  // not one of the reader's until set below (a free slot to find_runs)
         find_runs();
-        slot->pid = pid;
+        slot->seen_s = now_s;
         uint32_t used = 1u << c->sub;
         for (size_t i = 0; i < nruns; ++i) used |= 1u << runs[i]->sub;
         while (used & (1u << sub)) ++sub;
@@ -774,11 +778,13 @@ detail::PidCursor* AccessStreamTree::NewCursorLocked(Node* f, uint32_t pid, uint
   // a reader that paused a new visit on its return), else more slots, else
   // another reader's second position (a new reader before a run left
   // behind; taken before more slots, a lockstep reader beside a process per
-  // lookup lost its second at each lookup: a review). For a second
-  // position, else more slots, else an idle slot. (Seconds were capped at
-  // 16 slots in all: 32 readers each reading two regions of one file in
-  // lockstep had none, the file labelled skewed; `igtcache sim` with a 64
-  // MiB cache fetched 55,364 MiB, now 14,293, lru-readahead 27,160.)
+  // lookup lost its second at each lookup: a review). For a kept run, else
+  // an idle slot, else more slots (more slots before idle ones, a file's
+  // slots grew to 256 with each epoch's new DataLoader workers: a review).
+  // (Kept runs were capped at 16 slots in all: 32 readers each reading two
+  // regions of one file in lockstep had none, the file labelled skewed;
+  // `igtcache sim` with a 64 MiB cache fetched 55,364 MiB, now 13,610,
+  // lru-readahead 27,160.)
   detail::PidCursor* free_slot = nullptr;
   detail::PidCursor* idlest = nullptr;
   detail::PidCursor* other_second = nullptr;
@@ -800,7 +806,7 @@ detail::PidCursor* AccessStreamTree::NewCursorLocked(Node* f, uint32_t pid, uint
     }
   });
   detail::PidCursor* c = free_slot;
-  if (!c && !second) c = idlest;
+  if (!c) c = idlest;
   // (Growing moves the extra slots: idlest and other_second are used below
   // only when nothing grew.)
   const size_t have = f->more_cursors ? f->more_cursors->size() : 0;
@@ -818,7 +824,6 @@ detail::PidCursor* AccessStreamTree::NewCursorLocked(Node* f, uint32_t pid, uint
     }
   }
   if (second) {
-    if (!c) c = idlest;
     if (c) {
       *c = detail::PidCursor{pid, now_s, 0, UINT64_MAX};
       c->second = true;
