@@ -545,6 +545,24 @@ bool AccessStreamTree::RecordInFile(Node* f, uint64_t t, uint32_t pid, uint64_t 
     });
   };
   find_runs();
+  // The kept run left last; the tags of the kept runs; the first tag not in
+  // `used` (at most four cursors per reader: one of the 2-bit tags is free).
+  auto latest_run = [&] {
+    detail::PidCursor* l = nullptr;
+    for (size_t i = 0; i < nruns; ++i)
+      if (!l || static_cast<int16_t>(runs[i]->left - l->left) > 0) l = runs[i];
+    return l;
+  };
+  auto tags_used = [&] {
+    uint32_t used = 0;
+    for (size_t i = 0; i < nruns; ++i) used |= 1u << runs[i]->sub;
+    return used;
+  };
+  auto free_tag = [](uint32_t used) {
+    uint8_t t = 0;
+    while (used & (1u << t)) ++t;
+    return t;
+  };
   if (!c && nruns > 0) {  // its position's slot went to another reader (NewCursorLocked)
     c = runs[--nruns];
     c->second = false;
@@ -608,9 +626,7 @@ bool AccessStreamTree::RecordInFile(Node* f, uint64_t t, uint32_t pid, uint64_t 
     // end: the more runs a random reader keeps, the likelier such a read by
     // chance (4 readers of 1 MiB blocks of a file of 18 at random: most
     // reads resumed some run, their samples tagged anew, a change of phase).
-    detail::PidCursor* latest = nullptr;
-    for (size_t i = 0; i < nruns; ++i)
-      if (!latest || static_cast<int16_t>(runs[i]->left - latest->left) > 0) latest = runs[i];
+    detail::PidCursor* const latest = latest_run();
     detail::PidCursor* back = nullptr;
     for (size_t i = 0; i < nruns; ++i)
       if ((runs[i] == latest ? near_run(*runs[i]) : off != 0 && runs[i]->end == off) &&
@@ -618,21 +634,14 @@ bool AccessStreamTree::RecordInFile(Node* f, uint64_t t, uint32_t pid, uint64_t 
         back = runs[i];
     if (back && (!near_run(*c) || (back->end == off && c->end != off))) {
       if (nblocks > 0) flush_pend(*c);
-      uint16_t last_left = 0;
-      for (size_t i = 0; i < nruns; ++i)
-        if (i == 0 || static_cast<int16_t>(runs[i]->left - last_left) > 0) last_left = runs[i]->left;
+      const uint16_t last_left = latest->left;
       std::swap(*c, *back);
       c->second = false;
       back->second = true;
       back->left = static_cast<uint16_t>(last_left + 1);  // the run left last now (a review)
       // A run resumed gets a tag of its own (it may share one with the
       // runs it was left from: see the jump below).
-      uint32_t used = 0;
-      for (size_t i = 0; i < nruns; ++i) used |= 1u << runs[i]->sub;
-      if (used & (1u << c->sub)) {
-        c->sub = 0;
-        while (used & (1u << c->sub)) ++c->sub;
-      }
+      if (const uint32_t used = tags_used(); used & (1u << c->sub)) c->sub = free_tag(used);
     }
   }
   const bool near = c && near_run(*c);
@@ -644,10 +653,10 @@ bool AccessStreamTree::RecordInFile(Node* f, uint64_t t, uint32_t pid, uint64_t 
     // reads or more ending nearest below it: a DataLoader worker's x rows of
     // its next batch after those of its last; not a single read, else a
     // random reader's reads fell into rising chains, each its tag's steps
-    // forward, and looked sequential); else a new slot while the reader has fewer than
-    // kRunsPerReader - 1 (a new reader takes such a slot before more are
-    // made), with a tag none of its runs has;
-    // else the place and tag of the run left longest ago. (New slots and tags
+    // forward, and looked sequential); else another slot (NewCursorLocked)
+    // while the reader keeps fewer than kRunsPerReader - 1, with a tag none
+    // of its runs has; else the place and tag of the run left longest ago.
+    // (New slots and tags
     // for each batch labelled 4 unshuffled workers reading x[i], y[i] in
     // batches sequential sooner, and the engine fetched 2,120 MiB where it
     // had fetched 1,175 in `igtcache sim`.)
@@ -667,14 +676,10 @@ bool AccessStreamTree::RecordInFile(Node* f, uint64_t t, uint32_t pid, uint64_t 
         slot->seen_s = 0;  // not one of the reader's until set below (a free slot to find_runs)
         find_runs();
         slot->seen_s = now_s;
-        uint32_t used = 1u << c->sub;
-        for (size_t i = 0; i < nruns; ++i) used |= 1u << runs[i]->sub;
-        while (used & (1u << sub)) ++sub;
+        sub = free_tag(tags_used() | 1u << c->sub);
       }
     }
-    uint16_t left = 0;
-    for (size_t i = 0; i < nruns; ++i)
-      if (i == 0 || static_cast<int16_t>(runs[i]->left - left) > 0) left = runs[i]->left;
+    const uint16_t left = nruns > 0 ? latest_run()->left : 0;
     if (!slot && nruns > 0) {
       slot = runs[0];
       for (size_t i = 1; i < nruns; ++i)
