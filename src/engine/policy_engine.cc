@@ -789,9 +789,8 @@ void PolicyEngine::MakeJudge(Group* g) {
     auto m = MakeEvictionPolicy(spec.name, spec.params);
     return m ? std::move(*m) : std::move(*MakeEvictionPolicy("lru"));
   };
-  const bool pieces = mode_igt_ && opts_.sub_unit_bytes > 0 && opts_.sub_unit_bytes < opts_.unit_bytes;
   g->judge = std::make_unique<StreamJudge>(StreamJudge::Model{.unit_bytes = opts_.unit_bytes,
-                                                              .piece_bytes = pieces ? opts_.sub_unit_bytes : 0,
+                                                              .piece_bytes = PieceBytes(),
                                                               .latency_us = opts_.miss_latency_us,
                                                               .bandwidth_bytes_per_s = opts_.bandwidth_bytes_per_s},
                                            std::move(own), judges_);
@@ -1820,8 +1819,12 @@ double PolicyEngine::JumpScore(const FileRec& f) const {
 
 bool PolicyEngine::Jumpy(const FileRec& f) const { return JumpScore(f) >= kScanBesideJumps; }
 
+uint64_t PolicyEngine::PieceBytes() const {
+  return mode_igt_ && opts_.sub_unit_bytes > 0 && opts_.sub_unit_bytes < opts_.unit_bytes ? opts_.sub_unit_bytes : 0;
+}
+
 uint64_t PolicyEngine::SubUnitBytesOf(const FileRec& f) const {
-  if (!mode_igt_ || opts_.sub_unit_bytes == 0 || opts_.sub_unit_bytes >= opts_.unit_bytes) return 0;
+  if (PieceBytes() == 0) return 0;
   if (f.size <= opts_.unit_bytes) return 0;
   // Not labelled yet, but scanned beside random readers (kScanRunUnits):
   // the scanner's samples keep the file unlabelled for a while, and a whole
@@ -2436,8 +2439,7 @@ double PolicyEngine::ByteValue(const Group* g) const {
   // lru-readahead's 88.7; weighted 64.9 s).
   double tw = 1;
   if (g->label == kRandom || g->label == kSkewed) {
-    const bool sub = opts_.sub_unit_bytes > 0 && opts_.sub_unit_bytes < opts_.unit_bytes;
-    const double fetch = double(sub ? opts_.sub_unit_bytes : opts_.unit_bytes);
+    const double fetch = double(PieceBytes() ? PieceBytes() : opts_.unit_bytes);
     const double piece = std::max(fetch, g->reads ? double(g->read_bytes) / double(g->reads) : 0.0);
     const double xfer_s = piece / std::max(1.0, opts_.bandwidth_bytes_per_s);
     tw = (opts_.miss_latency_us / 1e6 + xfer_s) / std::max(1e-12, xfer_s);

@@ -328,6 +328,9 @@ class PolicyEngine {
   // the (readahead) and (warm) streams.
   Group* HoldingGroup(std::string_view key, int label, bool Group::*kind);
   uint64_t SubUnitBytesOf(const FileRec& f) const;
+  // The sub-unit size misses may fetch (igt, sub-units configured smaller
+  // than a unit), else 0.
+  uint64_t PieceBytes() const;
   // f's jump count aged to now (FileRec::jump_score), and whether it is at
   // least kScanBesideJumps.
   double JumpScore(const FileRec& f) const;
