@@ -30,7 +30,7 @@ class LfuPolicy final : public EvictionPolicy {
   }
   void OnInsertUnit(const std::string& id, uint64_t bytes, uint64_t last_access_us,
                     const UnitMeta& meta) override {
-    Insert(id, last_access_us, meta.now_us);
+    Insert(id, last_access_us, meta.now_us, meta.prior_weight);
   }
   void OnAccess(const std::string& id) override { OnAccessAt(id, 0); }
   void OnAccessAt(const std::string& id, uint64_t now_us) override {
@@ -61,6 +61,10 @@ class LfuPolicy final : public EvictionPolicy {
     const Node& n = map_.at(*std::get<2>(*set_.begin()));
     return Decayed(n, now_us_);
   }
+  double WeightOf(const std::string& id) const override {
+    auto it = map_.find(id);
+    return it == map_.end() ? -1 : Decayed(it->second, now_us_);
+  }
 
  private:
   struct Node {
@@ -83,9 +87,10 @@ class LfuPolicy final : public EvictionPolicy {
     if (half_life_us_ <= 0) return n.count;
     return std::log2(n.count) + static_cast<double>(n.t_us) / half_life_us_;
   }
-  void Insert(const std::string& id, uint64_t last_access_us, uint64_t now_us) {
+  void Insert(const std::string& id, uint64_t last_access_us, uint64_t now_us, double prior = 0) {
     OnRemove(id);
     Node n;
+    n.count += std::max(0.0, prior);
     n.t_us = Now(now_us ? now_us : last_access_us);
     n.seq = ++seq_;
     n.key = Key(n);

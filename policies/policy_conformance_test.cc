@@ -282,6 +282,29 @@ TEST_CASE("lfu: least frequent first, ties by recency, ageing lets old heat go",
   CHECK(q->VictimWeight() < 1e-6);
 }
 
+TEST_CASE("lfu: a unit inserted with its weight from its last eviction is not a one-off's equal", "[policy][lfu]") {
+  auto made = MakeEvictionPolicy("lfu", {{"half_life_ms", 60000}});
+  REQUIRE(made.has_value());
+  auto& p = *made;
+  p->OnInsertUnit("hot", 1, 0, UnitMeta{.now_us = 1000});
+  for (int i = 0; i < 5; ++i) p->OnAccessAt("hot", 1000 + i);
+  const double w = p->WeightOf("hot");
+  CHECK(w == Approx(6).epsilon(0.01));
+  CHECK(p->WeightOf("absent") < 0);
+  p->OnRemove("hot");  // evicted; the caller keeps w
+  // Back after one-offs came in: with its weight it outlives them (without
+  // it, count 1 and the newest, it would be the next victim after them).
+  p->OnInsertUnit("one-off-1", 1, 0, UnitMeta{.now_us = 2000});
+  p->OnInsertUnit("hot", 1, 0, UnitMeta{.now_us = 3000, .prior_weight = w});
+  p->OnInsertUnit("one-off-2", 1, 0, UnitMeta{.now_us = 4000});
+  CHECK(p->WeightOf("hot") == Approx(w + 1).epsilon(0.01));
+  CHECK(*p->PickVictim() == "one-off-1");
+  p->OnRemove("one-off-1");
+  CHECK(*p->PickVictim() == "one-off-2");
+  // The plain baseline takes the hint too, but nothing gives it one: only
+  // the policy engine's ghosts of a stream do (igt mode).
+}
+
 TEST_CASE("keep: read-this-epoch units first (the newest but the 16 newest), then unread", "[policy][keep]") {
   auto p = Make("keep");
   p->OnInsertUnit("p1", 1, 0, UnitMeta{0, true, 0});  // prefetched, unread

@@ -42,6 +42,11 @@ struct UnitMeta {
   // reload) or restored at start-up. Modules that learn from reads
   // (evict-behind's reader cursors) skip it.
   bool replay = false;
+  // The unit's aged weight when it was last evicted (WeightOf then, aged to
+  // now_us), when the caller remembers it: `lfu` starts its count there
+  // rather than at 0, so an item that keeps coming back is not a first
+  // victim like a one-off (0 = none).
+  double prior_weight = 0;
 };
 
 // One read of one reader, in unit positions (UnitMeta::position).
@@ -91,6 +96,9 @@ class EvictionPolicy {
   // the same module: `lfu` returns the victim's aged access count. Negative
   // when the module has no such notion.
   virtual double VictimWeight() const { return -1; }
+  // The same weight for a unit the module holds (`lfu`: its aged count), as
+  // of the latest clock it saw; negative when unknown or not held.
+  virtual double WeightOf(const std::string& id) const { return -1; }
   // A read by a named reader (ReaderRead). The policy engine calls it for
   // each read, before or after the read's hits and inserts; modules that
   // follow readers (evict-behind) then tell them apart by name.

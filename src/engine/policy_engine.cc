@@ -572,15 +572,23 @@ struct PolicyEngine::Group {
     uint64_t bytes, pos;
   };
   std::deque<GhostEntry> ghost;
-  // id -> ghost_noted_bytes after its latest eviction: how many victims'
-  // bytes came after it (its distance from the stream's boundary).
-  std::unordered_map<std::string, uint64_t> ghost_set;
+  // id -> its latest eviction: ghost_noted_bytes after it (how many
+  // victims' bytes came after it, its distance from the stream's boundary),
+  // its bytes, and its module's weight then (WeightOf: lfu's aged count,
+  // given back to it if the unit comes back; BoundaryRate) and when.
+  struct GhostMark {
+    uint64_t pos = 0, bytes = 0;
+    double weight = 0;
+    uint64_t us = 0;
+  };
+  std::unordered_map<std::string, GhostMark> ghost_set;
   uint64_t ghost_bytes = 0;
   uint64_t ghost_noted_bytes = 0;        // bytes of every victim noted so far
   // Demand misses within the shadow this period, each as its bytes over the
   // shadow's span then (a value per byte); shadow_rate is their EWMA per second.
   double period_shadow = 0;
   double shadow_rate = 0;
+  double boundary_rate = -1;  // BoundaryRate at the last allocation (skewed)
   // Stats.
   uint64_t prefetch_bytes = 0, prefetch_hit_bytes = 0, wasted_bytes = 0, evicted_bytes = 0;
   double value = 0;  // at the last allocation
@@ -1876,7 +1884,7 @@ uint64_t PolicyEngine::ShadowBytes(const Group* g) const {
 
 uint64_t PolicyEngine::UnitsOf(uint64_t size) const { return (size + opts_.unit_bytes - 1) / opts_.unit_bytes; }
 
-void PolicyEngine::NoteGhost(Group* g, const std::string& id, uint64_t bytes) {
+void PolicyEngine::NoteGhost(Group* g, const std::string& id, uint64_t bytes, double weight) {
   // Noted at every eviction, so a unit that keeps coming back is measured
   // from its latest one (before, only its first counted: once every id of a
   // small hot set had been noted, the shadow stopped moving).
@@ -1884,7 +1892,7 @@ void PolicyEngine::NoteGhost(Group* g, const std::string& id, uint64_t bytes) {
   g->ghost_noted_bytes += bytes;
   g->ghost.push_back({id, bytes, g->ghost_noted_bytes});
   ++ghost_entries_;
-  g->ghost_set.insert_or_assign(id, g->ghost_noted_bytes);
+  g->ghost_set.insert_or_assign(id, Group::GhostMark{g->ghost_noted_bytes, bytes, std::max(0.0, weight), now_us_});
   // Bounded in bytes (the cache's capacity) and in ids (as many as full
   // units fit in it): with small units the capacity alone let one stream
   // remember millions of ids.
@@ -1896,10 +1904,39 @@ void PolicyEngine::NoteGhost(Group* g, const std::string& id, uint64_t bytes) {
   if (ghost_entries_ > GhostBudget()) TrimGhosts();
 }
 
+double PolicyEngine::AgedWeight(const Group* g, double weight, uint64_t us) const {
+  if (g->half_life_ms <= 0 || now_us_ <= us) return weight;
+  return weight * std::exp2(-double(now_us_ - us) / 1000.0 / g->half_life_ms);
+}
+
+double PolicyEngine::BoundaryRate(const Group* g) const {
+  if (g->half_life_ms <= 0 || g->ghost_set.empty()) return -1;
+  std::vector<std::pair<double, uint64_t>> w;  // aged weight, bytes
+  w.reserve(g->ghost_set.size());
+  for (const auto& [id, m] : g->ghost_set)
+    if (m.weight > 0 && !units_.contains(id)) w.push_back({AgedWeight(g, m.weight, m.us), m.bytes});
+  const uint64_t span = ShadowBytes(g);
+  double hits = 0;  // aged count x bytes, summed
+  uint64_t bytes = 0;
+  auto top = w.begin();
+  // The heaviest first, until the span is covered (partial sorts of a
+  // growing head: most spans take a few dozen units of thousands).
+  while (top != w.end() && bytes < span) {
+    const auto mid = top + std::min<ptrdiff_t>(64, w.end() - top);
+    std::partial_sort(top, mid, w.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+    for (; top != mid && bytes < span; ++top) {
+      hits += top->first * double(top->second);
+      bytes += top->second;
+    }
+  }
+  if (bytes == 0) return -1;
+  return hits / double(bytes) * std::log(2.0) / (g->half_life_ms / 1000.0);
+}
+
 void PolicyEngine::PopGhost(Group* g) {
   const auto& e = g->ghost.front();
   g->ghost_bytes -= e.bytes;
-  if (auto it = g->ghost_set.find(e.id); it != g->ghost_set.end() && it->second == e.pos) g->ghost_set.erase(it);
+  if (auto it = g->ghost_set.find(e.id); it != g->ghost_set.end() && it->second.pos == e.pos) g->ghost_set.erase(it);
   g->ghost.pop_front();
   --ghost_entries_;
 }
@@ -2000,11 +2037,13 @@ void PolicyEngine::OnInsert(const std::string& id, std::string_view path, uint64
   }
   // A miss of a scanner beside random readers (kScanRunUnits).
   if (!prefetched && !restored && g == f.group && ScannerAt(f, unit_index, kReorderUnits)) g = ScanGroup();
+  double prior_weight = 0;  // a returning victim's module weight (GhostMark)
   if (auto gh = g->ghost_set.find(id); gh != g->ghost_set.end()) {
     g->repeats = true;  // fetched again after eviction
     // A demand miss on a recent victim: a hit with a little more space.
-    if (const uint64_t span = ShadowBytes(g); !prefetched && g->ghost_noted_bytes - gh->second < span)
+    if (const uint64_t span = ShadowBytes(g); !prefetched && g->ghost_noted_bytes - gh->second.pos < span)
       g->period_shadow += double(bytes) / double(span);
+    if (!prefetched) prior_weight = AgedWeight(g, gh->second.weight, gh->second.us);
   }
   // Readahead units wait in the window stream until read: whatever the
   // file's stream is (its label may be skewed or random by now, whose
@@ -2058,7 +2097,7 @@ void PolicyEngine::OnInsert(const std::string& id, std::string_view path, uint64
   // this one: the item is still to be read this epoch (keep: not a first
   // victim); so does a part-read miss (above).
   g->module->OnInsertUnit(id, bytes, 0, UnitMeta{.position = ScanPosition(f.rank, unit_index), .prefetched = prefetched || prev_epoch || part_read, .now_us = now_us_,
-                                              .replay = restored});
+                                              .replay = restored, .prior_weight = readahead ? 0.0 : prior_weight});
   g->module_us = now_us_;
   g->bytes += bytes;
   ++g->units;
@@ -2214,6 +2253,7 @@ void PolicyEngine::OnRemove(const std::string& id) {
   if (it == units_.end()) return;
   Unit& u = it->second;
   Group* g = u.g;
+  const double weight = g->module->WeightOf(id);  // for its ghost (NoteGhost)
   g->module->OnRemove(id);
   g->bytes -= u.bytes;
   --g->units;
@@ -2251,7 +2291,7 @@ void PolicyEngine::OnRemove(const std::string& id) {
   // replaced by a new insert of itself is not a victim, and its next fetch
   // is not a miss more space would have saved.
   if (mode_igt_ && id == last_victim_) {
-    NoteGhost(g, id, u.bytes);
+    NoteGhost(g, id, u.bytes, weight);
     last_victim_.clear();
   }
   UnlinkUnit(g, it->second);
@@ -2316,10 +2356,20 @@ void PolicyEngine::NoteHolding(Group* g) {
 double PolicyEngine::Value(const Group* g) const {
   const double v = ByteValue(g);
   if (v <= 0 || v >= kWindowValue || g->read_bytes == 0) return v;
-  // Seconds a byte hit saves: a miss costs the latency once per read plus
-  // the transfer of the units it touches (the backend model of EngineOptions).
-  const double miss_s = double(g->reads) * opts_.miss_latency_us / 1e6 +
-                        double(g->touched_bytes) / opts_.bandwidth_bytes_per_s;
+  // Seconds a byte hit saves. A miss of a stream read at random or skewed
+  // waits for its GET: the latency once per read plus the transfer of the
+  // units it touches (the backend model of EngineOptions). A sequential
+  // stream's misses are fetched ahead by readahead, whose latency overlaps
+  // the reader's: the transfer only. (Counted per read for every label, a
+  // scan of 128 KiB reads looked worth 18x a hit of its bytes, and random
+  // and skewed streams were weighted by latency a second time to make up
+  // for it: the weight then counted the latency twice between two random
+  // streams. A loss hunter's trace of 16 KiB files read at random beside
+  // 4 MiB rows of a 512 MiB file, 600 MiB: 291 s against lru's 232; now 231.)
+  const bool waits = g->label == kRandom || g->label == kSkewed;
+  const double miss_s = waits ? double(g->reads) * opts_.miss_latency_us / 1e6 +
+                                    double(g->touched_bytes) / opts_.bandwidth_bytes_per_s
+                              : double(g->read_bytes) / opts_.bandwidth_bytes_per_s;
   return v * miss_s / double(g->read_bytes);
 }
 
@@ -2429,26 +2479,11 @@ double PolicyEngine::ByteValue(const Group* g) const {
     return now_us_ < last_user_warm_us_ + kUserWarmHoldUs ? kWindowValue : 0.0;
   if (Idle(g)) return 0;
   const double avg = g->rate / std::max<double>({1.0, double(g->ws_bytes), double(g->bytes)});
-  // Byte hits weighted by the time a hit saves, against a scan's: a miss
-  // of a stream read at random or skewed waits for its GET (latency plus
-  // its piece, a sub-unit at least), a scan's is mostly hidden by readahead
-  // (its bytes at the bandwidth). Unweighted, a repeated scan's kept prefix
-  // won the space of a Zipf reader of small rows, which then fetched them
-  // again one 25 ms GET each (a tester's mix of a DataLoader, two passes of
-  // a 1 GiB scan and a Zipf reader, 512 MiB: modeled 102.7 s against
-  // lru-readahead's 88.7; weighted 64.9 s).
-  double tw = 1;
-  if (g->label == kRandom || g->label == kSkewed) {
-    const double fetch = double(PieceBytes() ? PieceBytes() : opts_.unit_bytes);
-    const double piece = std::max(fetch, g->reads ? double(g->read_bytes) / double(g->reads) : 0.0);
-    const double xfer_s = piece / std::max(1.0, opts_.bandwidth_bytes_per_s);
-    tw = (opts_.miss_latency_us / 1e6 + xfer_s) / std::max(1e-12, xfer_s);
-  }
   switch (g->label) {
     case kRandom:
       // Constant marginal value rate/D; units already read this epoch are
       // not read again before the next one: worth about half.
-      return tw * (ReadThisEpoch(g) ? 0.5 * avg : avg);
+      return ReadThisEpoch(g) ? 0.5 * avg : avg;
     case kSequential:
       if (g->consumed_cached_bytes == 0) return g->bytes > 0 ? kWindowValue : avg;
       return g->repeats ? avg : 0.0;  // a single pass: consumed bytes are worth nothing
@@ -2463,14 +2498,18 @@ double PolicyEngine::ByteValue(const Group* g) const {
       const double frac = std::min(1.0, g->touched_bytes == 0 ? 1.0 : double(g->read_bytes) / double(g->touched_bytes));
       const double shadow = g->shadow_rate * frac;
       const double w = g->module->VictimWeight();
-      if (w < 0 || g->half_life_ms <= 0) return tw * std::max(avg, shadow);
+      if (w < 0 || g->half_life_ms <= 0) return std::max(avg, shadow);
       // Aged count w with half-life H is ~ rate * H / ln 2: per second w ln2 / H.
       // w is aged to the module's clock, which stops with the stream's
       // reads and inserts: age it on to now (a stream that stopped loses
       // value at the same half-life, idle or not).
       const double since_ms = double(now_us_ - std::min(now_us_, g->module_us)) / 1000.0;
       const double per_s = w * std::exp2(-since_ms / g->half_life_ms) * std::log(2.0) / (g->half_life_ms / 1000.0);
-      return tw * std::max(per_s * frac, shadow);
+      // The victim is often a one-off just read (a count of 1, whatever the
+      // items just outside are worth): the boundary rate is what the evicted
+      // items of highest count would give (BoundaryRate), the marginal value
+      // lfu's own order implies.
+      return std::max({per_s * frac, g->boundary_rate * frac, shadow});
     }
     default:
       return avg;
@@ -2512,6 +2551,7 @@ void PolicyEngine::Allocate(uint64_t now_us) {
     const double inst_shadow = g->period_shadow / dt;
     g->shadow_rate = allocations_ == 0 ? inst_shadow : 0.5 * g->shadow_rate + 0.5 * inst_shadow;
     g->period_shadow = 0;
+    g->boundary_rate = g->label == kSkewed ? BoundaryRate(g.get()) : -1;
     SetInflight(g.get(), 0);
     g->value = Value(g.get());
   }

@@ -342,7 +342,12 @@ class PolicyEngine {
   uint64_t UnitsOf(uint64_t size) const;      // units a file of `size` bytes spans
   bool Idle(const Group* g) const;  // stopped (kBusyReads), worth 0 until its next read
   uint64_t IdleBytes(const Group* except) const;  // cached bytes of idle streams other than `except`
-  void NoteGhost(Group* g, const std::string& id, uint64_t bytes);
+  void NoteGhost(Group* g, const std::string& id, uint64_t bytes, double weight);
+  // A weight noted at us (GhostMark), aged at g's lfu half-life to now.
+  double AgedWeight(const Group* g, double weight, uint64_t us) const;
+  // Hits per second a unit of the ShadowBytes() of space would get if given
+  // to the evicted units of highest aged weight (lfu's counts), or -1.
+  double BoundaryRate(const Group* g) const;
   void PopGhost(Group* g);  // its oldest ghost
   uint64_t GhostBudget() const;
   void TrimGhosts();
