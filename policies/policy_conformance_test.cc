@@ -292,8 +292,9 @@ TEST_CASE("lfu: a unit inserted with its weight from its last eviction is not a 
   CHECK(w == Approx(6).epsilon(0.01));
   CHECK(p->WeightOf("absent") < 0);
   p->OnRemove("hot");  // evicted; the caller keeps w
-  // Back after one-offs came in: with its weight it outlives them (without
-  // it, count 1 and the newest, it would be the next victim after them).
+  // Back after a one-off came in, and another after it: with its weight it
+  // outlives both (without it, count 1, it would be the victim right after
+  // the first one-off).
   p->OnInsertUnit("one-off-1", 1, 0, UnitMeta{.now_us = 2000});
   p->OnInsertUnit("hot", 1, 0, UnitMeta{.now_us = 3000, .prior_weight = w});
   p->OnInsertUnit("one-off-2", 1, 0, UnitMeta{.now_us = 4000});
@@ -303,6 +304,41 @@ TEST_CASE("lfu: a unit inserted with its weight from its last eviction is not a 
   CHECK(*p->PickVictim() == "one-off-2");
   // The plain baseline takes the hint too, but nothing gives it one: only
   // the policy engine's ghosts of a stream do (igt mode).
+}
+
+TEST_CASE("readahead in a file read at random stays within the reader's expected run", "[policy][prefetch]") {
+  // A crop of 1 MiB read in 256 KiB pieces from 5.25 MiB (units of 1 MiB):
+  // with 512 KiB of it read and 512 KiB left, the window (doubling to 8)
+  // goes no further than the unit the crop ends in.
+  for (const char* name : {"adaptive-readahead", "epoch"}) {
+    INFO(name);
+    auto made = MakePrefetchPolicy(name, {});
+    REQUIRE(made.has_value());
+    auto& ra = *made;
+    PrefetchContext c;
+    c.path = "clip";
+    c.file_size = 64 << 20;
+    c.unit_bytes = 1 << 20;
+    c.length = 256 << 10;
+    std::vector<PrefetchRange> out;
+    uint64_t last = 0;
+    for (int i = 0; i < 3; ++i) {
+      c.offset = (21 << 18) + uint64_t(i) * (256 << 10);  // 5.25 MiB + i pieces
+      c.continues = i > 0;
+      c.run_bytes_left = (1 << 20) - uint64_t(i + 1) * (256 << 10);
+      out.clear();
+      ra->Plan(c, out);
+      for (const auto& r : out) last = std::max(last, r.last_unit);
+    }
+    CHECK(last == 6);  // the crop ends in unit 6 (at 6.25 MiB)
+    // Unknown (no run length): as before, further ahead.
+    c.offset += 256 << 10;
+    c.run_bytes_left = UINT64_MAX;
+    out.clear();
+    ra->Plan(c, out);
+    REQUIRE_FALSE(out.empty());
+    CHECK(out.back().last_unit > 6);
+  }
 }
 
 TEST_CASE("keep: read-this-epoch units first (the newest but the 16 newest), then unread", "[policy][keep]") {

@@ -48,6 +48,17 @@ uint64_t AheadInFile(const PrefetchContext& c, uint64_t window, std::vector<Pref
   return window - (last - first + 1);
 }
 
+// At most `window` units, and none past the unit where the reader's run is
+// expected to end (PrefetchContext::run_bytes_left).
+uint64_t WithinRun(const PrefetchContext& c, uint64_t window) {
+  if (c.run_bytes_left == UINT64_MAX) return window;
+  const uint64_t end = c.offset + std::max<uint64_t>(c.length, 1);
+  if (c.run_bytes_left == 0) return 0;
+  const uint64_t last_read = (end - 1) / c.unit_bytes;
+  const uint64_t last_run = (end - 1 + std::min(c.run_bytes_left, UINT64_MAX - end)) / c.unit_bytes;
+  return std::min(window, last_run - last_read);
+}
+
 class NoPrefetch final : public PrefetchPolicy {
  public:
   std::string_view name() const override { return "none"; }
@@ -153,16 +164,25 @@ class AdaptiveReadahead final : public PrefetchPolicy {
     // queued), so units it dropped under its budget are retried.
     // Never more than a window ahead: the window is per file, and another
     // reader of the file far ahead of this one may have set planned_end.
+    // In a file read at random, not past where the reader's run is expected
+    // to end (a crop of an audio file read in 256 KiB pieces: its window
+    // doubled at each piece, and 0.7 MiB a crop was prefetched past its end
+    // and never read: a loss hunter's trace, 30 epochs of 1,000 crops,
+    // 21 GiB of 40 prefetched wasted).
+    const uint64_t in_run = WithinRun(c, UINT64_MAX);
     if (w.planned_end > last_read + 1 + w.units / 2) {
       windows_[key] = w;
-      AheadInFile(c, std::min(w.planned_end - 1 - last_read, w.units), out);
+      AheadInFile(c, std::min({w.planned_end - 1 - last_read, w.units, in_run}), out);
       return;
     }
     w.planned_end = last_read + 1 + std::min(w.units, ahead_cap);
     w.hold = false;
     windows_[key] = w;
     uint64_t left = w.units;
-    if (ahead_cap >= w.units) {
+    if (in_run < w.units) {
+      AheadInFile(c, in_run, out);
+      left = 0;
+    } else if (ahead_cap >= w.units) {
       left = AheadInFile(c, w.units, out);
     } else {
       if (ahead_cap > 0) AheadInFile(c, ahead_cap, out);
@@ -233,7 +253,7 @@ class EpochPrefetch final : public PrefetchPolicy {
   EpochPrefetch(uint64_t per_read, uint64_t readahead) : per_read_(per_read), readahead_(readahead) {}
   std::string_view name() const override { return "epoch"; }
   void Plan(const PrefetchContext& c, std::vector<PrefetchRange>& out) override {
-    if (c.continues) AheadInFile(c, readahead_, out);
+    if (c.continues) AheadInFile(c, WithinRun(c, readahead_), out);
     if (per_read_ == 0 || !c.unread_items) return;
     for (const auto& f : c.unread_items(per_read_)) {
       uint64_t units = UnitsOf(f.size, c.unit_bytes);

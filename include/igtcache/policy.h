@@ -190,6 +190,11 @@ struct PrefetchContext {
   // (0: all); a reader's readahead carries on from there. Binding: the
   // engine counts an item's planned bytes as this much (room, in flight).
   uint64_t item_max_units = 0;
+  // In a file read at random: the bytes this reader's run of reads is still
+  // expected to read (its stream's usual run length, less this run's so far;
+  // a crop of an audio file, a clip of a video); readahead in the file stays
+  // within it. UINT64_MAX: not known.
+  uint64_t run_bytes_left = UINT64_MAX;
 };
 
 class PrefetchPolicy {

@@ -6,6 +6,7 @@
 
 #include "igtcache/block_store.h"
 
+#include <array>
 #include <algorithm>
 #include <cassert>
 #include <cmath>
@@ -563,6 +564,14 @@ struct PolicyEngine::Group {
   // in the middle, had whole files proposed for 40% of each read (sim of
   // a tester's trace, 256 MiB: 1,456 MiB fetched; now 1,239, lru 1,246).
   uint64_t item_depth = 0;
+  // The lengths of the latest runs of reads in its files read at random
+  // (PolicyEngine::NoteRun), and at each allocation their 90th percentile
+  // once kMinRuns are known (0: not known): readahead in such a file stays
+  // within a run that long (PrefetchContext::run_bytes_left).
+  static constexpr size_t kRunRing = 128, kMinRuns = 32;
+  std::array<uint64_t, kRunRing> run_ring{};
+  uint64_t runs_noted = 0;
+  uint64_t run_p90 = 0;
   // Ghost of recent victims (ids), bounded by the cache capacity in bytes.
   // Each eviction noted: (id, bytes, ghost_noted_bytes after it). An id
   // evicted again is noted again; its older entries stay until they leave
@@ -580,6 +589,7 @@ struct PolicyEngine::Group {
     uint64_t pos = 0, bytes = 0;
     double weight = 0;
     uint64_t us = 0;
+    uint32_t module_gen = 0;  // Group::module_gen then: another module's weights mean nothing
   };
   std::unordered_map<std::string, GhostMark> ghost_set;
   uint64_t ghost_bytes = 0;
@@ -589,6 +599,7 @@ struct PolicyEngine::Group {
   double period_shadow = 0;
   double shadow_rate = 0;
   double boundary_rate = -1;  // BoundaryRate at the last allocation (skewed)
+  uint32_t module_gen = 0;    // bumped when the module is replaced (SetLabel): its units' weights start over
   // Stats.
   uint64_t prefetch_bytes = 0, prefetch_hit_bytes = 0, wasted_bytes = 0, evicted_bytes = 0;
   double value = 0;  // at the last allocation
@@ -821,6 +832,7 @@ void PolicyEngine::SetLabel(Group* g, int label, bool rebuild) {
   auto m = MakeEvictionPolicy(spec.name, spec.params);
   if (!m) m = MakeEvictionPolicy("lru");  // specs were validated at Init
   g->module = std::move(*m);
+  ++g->module_gen;
   g->module_name = spec.name;
   g->module_spec = spec;
   auto hl = spec.params.find("half_life_ms");
@@ -1404,6 +1416,7 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
   // first victim, fetched again for each piece (a review: 8 files each read
   // x[i], y[i] by one reader, 64 MiB cache: 3.4x lru-readahead's bytes).
   const uint32_t run_reader = pid ^ (uint32_t{re.tag} << kRunTagShift);
+  const uint64_t run_bytes = re.end - std::min(re.end, re.run_start);
   if (offset == 0 && length >= file_size) reader_end_.erase(rit);
   cur_path_ = &fit->first;
   cur_pid_ = pid;
@@ -1434,6 +1447,10 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
   Group* g = GroupFor(path, now_us_, &pl, &fl, &dl);
   g->gone = false;  // read: its path is live (again)
   f.block_label = fl;
+  // Read at random: the file, or its stream while the file has too few reads
+  // for a label of its own (an audio file's header and one crop per visit).
+  const bool random_file = fl == kRandom || fl == kSkewed || (fl == kUnknown && (g->label == kRandom || g->label == kSkewed));
+  NoteRun(pid, path, g, random_file, continues, run_bytes);
   // A scan now: no fill is proposed for it, and its prefetched units are
   // readahead (fill_planned took them for fill units outside the latest
   // readahead range, a single range: with 96 threads each scanning its
@@ -1555,6 +1572,9 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
   ctx.unread_items = [this, g](size_t n) { return UnreadItems(g, n); };
   if (length > 0 && from_start) g->item_depth = std::max(g->item_depth, (end - 1) / opts_.unit_bytes + 1);
   ctx.item_max_units = std::max<uint64_t>(1, EpochItemUnits(g));
+  // (A run already longer than that, a scanner's beside random readers, is
+  // not held to it.)
+  if (random_file && g->run_p90 > 0 && run_bytes <= g->run_p90) ctx.run_bytes_left = g->run_p90 - run_bytes;
   prefetch_[module]->Plan(ctx, plan);
   // A reader going backwards, each read ending where its last began (a
   // file read from its end in chunks): the units below, a window doubling
@@ -1892,7 +1912,11 @@ void PolicyEngine::NoteGhost(Group* g, const std::string& id, uint64_t bytes, do
   g->ghost_noted_bytes += bytes;
   g->ghost.push_back({id, bytes, g->ghost_noted_bytes});
   ++ghost_entries_;
-  g->ghost_set.insert_or_assign(id, Group::GhostMark{g->ghost_noted_bytes, bytes, std::max(0.0, weight), now_us_});
+  // The weight is aged to the module's clock (WeightOf), which stops with
+  // the stream's reads and inserts: stamped with it, not now (a review: a
+  // stream drained long after its last read kept counts overstated).
+  g->ghost_set.insert_or_assign(id, Group::GhostMark{g->ghost_noted_bytes, bytes, std::max(0.0, weight),
+                                                     std::min(g->module_us, now_us_), g->module_gen});
   // Bounded in bytes (the cache's capacity) and in ids (as many as full
   // units fit in it): with small units the capacity alone let one stream
   // remember millions of ids.
@@ -1914,20 +1938,17 @@ double PolicyEngine::BoundaryRate(const Group* g) const {
   std::vector<std::pair<double, uint64_t>> w;  // aged weight, bytes
   w.reserve(g->ghost_set.size());
   for (const auto& [id, m] : g->ghost_set)
-    if (m.weight > 0 && !units_.contains(id)) w.push_back({AgedWeight(g, m.weight, m.us), m.bytes});
+    if (m.weight > 0 && m.module_gen == g->module_gen) w.push_back({AgedWeight(g, m.weight, m.us), m.bytes});
   const uint64_t span = ShadowBytes(g);
   double hits = 0;  // aged count x bytes, summed
   uint64_t bytes = 0;
-  auto top = w.begin();
-  // The heaviest first, until the span is covered (partial sorts of a
-  // growing head: most spans take a few dozen units of thousands).
-  while (top != w.end() && bytes < span) {
-    const auto mid = top + std::min<ptrdiff_t>(64, w.end() - top);
-    std::partial_sort(top, mid, w.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
-    for (; top != mid && bytes < span; ++top) {
-      hits += top->first * double(top->second);
-      bytes += top->second;
-    }
+  // The heaviest first, until the span is covered. One sort: partial sorts
+  // of a growing head cost ghosts x span / 64 (a review: 2 s a call with
+  // 200,000 ghosts of 16 KiB units and an 8 GiB span).
+  std::sort(w.begin(), w.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (auto top = w.begin(); top != w.end() && bytes < span; ++top) {
+    hits += top->first * double(top->second);
+    bytes += top->second;
   }
   if (bytes == 0) return -1;
   return hits / double(bytes) * std::log(2.0) / (g->half_life_ms / 1000.0);
@@ -2043,7 +2064,12 @@ void PolicyEngine::OnInsert(const std::string& id, std::string_view path, uint64
     // A demand miss on a recent victim: a hit with a little more space.
     if (const uint64_t span = ShadowBytes(g); !prefetched && g->ghost_noted_bytes - gh->second.pos < span)
       g->period_shadow += double(bytes) / double(span);
-    if (!prefetched) prior_weight = AgedWeight(g, gh->second.weight, gh->second.us);
+    if (!prefetched && gh->second.module_gen == g->module_gen)
+      prior_weight = AgedWeight(g, gh->second.weight, gh->second.us);
+    // Used: back in the cache, it is no ghost until evicted again (a unit
+    // replaced by a new insert of itself found its mark again, a review).
+    // PopGhost erases a mark only if it is its entry's.
+    g->ghost_set.erase(gh);
   }
   // Readahead units wait in the window stream until read: whatever the
   // file's stream is (its label may be skewed or random by now, whose
@@ -2337,6 +2363,21 @@ void PolicyEngine::SyncPool(Group* g, bool leave) {
   g->pool->list.push_back(g);
 }
 
+void PolicyEngine::NoteRun(uint32_t pid, std::string_view path, Group* g, bool random, bool continues,
+                           uint64_t run_bytes) {
+  if (pid_runs_.size() >= kMaxPidRuns && !pid_runs_.contains(pid)) pid_runs_.clear();
+  PidRun& r = pid_runs_[pid];
+  const size_t h = std::hash<std::string_view>{}(path);
+  if (continues && r.path_hash == h) {
+    r.bytes = std::max(r.bytes, run_bytes);
+    return;
+  }
+  // A new run of this reader (elsewhere in the file, or in another file):
+  // its last one has ended.
+  if (r.group && r.random && r.bytes > 0) r.group->run_ring[r.group->runs_noted++ % Group::kRunRing] = r.bytes;
+  r = PidRun{h, g, run_bytes, random};
+}
+
 void PolicyEngine::NoteHolding(Group* g) {
   const bool holds = g->units > 0;
   if (holds == (g->holding_at != SIZE_MAX)) return;
@@ -2358,15 +2399,18 @@ double PolicyEngine::Value(const Group* g) const {
   if (v <= 0 || v >= kWindowValue || g->read_bytes == 0) return v;
   // Seconds a byte hit saves. A miss of a stream read at random or skewed
   // waits for its GET: the latency once per read plus the transfer of the
-  // units it touches (the backend model of EngineOptions). A sequential
-  // stream's misses are fetched ahead by readahead, whose latency overlaps
-  // the reader's: the transfer only. (Counted per read for every label, a
-  // scan of 128 KiB reads looked worth 18x a hit of its bytes, and random
+  // units it touches (the backend model of EngineOptions); so does an
+  // unknown stream's (not labelled yet: a `?dir/` of files read at random
+  // beside other streams waited 63 -> 449 s counted as a scan's, a review).
+  // A sequential stream's misses are fetched ahead by readahead, whose
+  // latency overlaps the reader's: the transfer only. (Counted per read for
+  // every label, a scan of 128 KiB reads of 1 MiB units looked worth about
+  // 25x a hit of its bytes, and random
   // and skewed streams were weighted by latency a second time to make up
   // for it: the weight then counted the latency twice between two random
   // streams. A loss hunter's trace of 16 KiB files read at random beside
   // 4 MiB rows of a 512 MiB file, 600 MiB: 291 s against lru's 232; now 231.)
-  const bool waits = g->label == kRandom || g->label == kSkewed;
+  const bool waits = g->label != kSequential;
   const double miss_s = waits ? double(g->reads) * opts_.miss_latency_us / 1e6 +
                                     double(g->touched_bytes) / opts_.bandwidth_bytes_per_s
                               : double(g->read_bytes) / opts_.bandwidth_bytes_per_s;
@@ -2552,6 +2596,12 @@ void PolicyEngine::Allocate(uint64_t now_us) {
     g->shadow_rate = allocations_ == 0 ? inst_shadow : 0.5 * g->shadow_rate + 0.5 * inst_shadow;
     g->period_shadow = 0;
     g->boundary_rate = g->label == kSkewed ? BoundaryRate(g.get()) : -1;
+    if (g->runs_noted >= Group::kMinRuns) {
+      const size_t n = std::min<size_t>(g->runs_noted, Group::kRunRing);
+      std::array<uint64_t, Group::kRunRing> v = g->run_ring;
+      std::nth_element(v.begin(), v.begin() + n * 9 / 10, v.begin() + n);
+      g->run_p90 = v[n * 9 / 10];
+    }
     SetInflight(g.get(), 0);
     g->value = Value(g.get());
   }
@@ -2590,6 +2640,7 @@ void PolicyEngine::Allocate(uint64_t now_us) {
       StopWarm(g);
       SyncPool(g, /*leave=*/true);
       ghost_entries_ -= g->ghost.size();
+      std::erase_if(pid_runs_, [g](const auto& e) { return e.second.group == g; });
       it = groups_.erase(it);
     } else {
       ++it;

@@ -449,6 +449,18 @@ class PolicyEngine {
   };
 
   std::unordered_map<std::string, ReaderEnd> reader_end_;
+  // Each reader's latest run of reads (NoteRun): in a file read at random,
+  // its length goes to its stream's ring (Group::run_ring) when the reader
+  // starts another run. At kMaxPidRuns readers, cleared.
+  struct PidRun {
+    size_t path_hash = 0;
+    Group* group = nullptr;
+    uint64_t bytes = 0;
+    bool random = false;
+  };
+  std::unordered_map<uint32_t, PidRun> pid_runs_;
+  static constexpr size_t kMaxPidRuns = 4096;
+  void NoteRun(uint32_t pid, std::string_view path, Group* g, bool random, bool continues, uint64_t run_bytes);
   // At kMaxReaders: the older half of reader_end_ goes (by last read).
   void TrimReaders();
   static int ForcedFileLabel(const PathOverride* ov, std::string_view path);

@@ -908,8 +908,8 @@ TEST_CASE("sim: 4 MiB rows read at random keep their space beside a burst of sma
   // reads 10 ms apart of 4 MiB rows at random in a 512 MiB file, 600 MiB
   // cache. Both streams are read at random, and Value already weighs a byte
   // hit by its reads' latency; a second weight by latency on top took the
-  // rows' space for the small files: 6,304 MiB fetched, the rows' reader
-  // ending at 286 s (lru: 641 MiB, 209 s). Now 732 MiB, 202 s.
+  // rows' space for the small files: 6,483 MiB fetched, the rows' reader
+  // ending at 287 s (lru: 642 MiB, 209 s). Now 732 MiB, 202 s.
   std::mt19937 rng(1);
   std::vector<std::tuple<uint64_t, int, std::string, uint64_t, uint64_t, uint64_t>> rows;
   constexpr int kFiles = 50000;
