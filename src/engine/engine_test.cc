@@ -498,6 +498,41 @@ TEST_CASE("a stream that stops is idle: it gives space first, and a file read at
   CHECK(stream("b/b.bin").value("cached_bytes", uint64_t(0)) >= 90 * kUnit);
 }
 
+nlohmann::json StreamJson(Harness& h, const std::string& key);  // below
+
+TEST_CASE("a file read skewed is filled into an idle stream's space too", "[engine]") {
+  // As above, b now read with Zipf popularity (labelled skewed). Its fill
+  // went only as far as the free space before 2026-12-01: a's idle space
+  // stayed a's, and b's cold units came back one miss at a time.
+  Harness h("igt", 96);
+  h.run_prefetch = true;
+  std::mt19937 rng(3);
+  for (int i = 0; i < 3000; ++i) h.Read("a/a.bin", rng() % 64, 64, false);
+  std::vector<double> cum(512);
+  double tot = 0;
+  for (int i = 0; i < 512; ++i) cum[i] = tot += 1.0 / std::pow(i + 1.0, 1.2);
+  std::uniform_real_distribution<double> zipf(0, tot);
+  uint64_t max_fill = 0;
+  for (int i = 0; i < 2500; ++i) {
+    h.now_us += 1000;
+    const uint64_t u = std::min<uint64_t>(511, std::upper_bound(cum.begin(), cum.end(), zipf(rng)) - cum.begin());
+    h.tree.Record(h.now_us, 2, "b/b.bin", u * kUnit, 4096, 512 * kUnit);
+    for (const auto& r : h.engine->OnRead(h.now_us, 2, "b/b.bin", u * kUnit, 4096, 512 * kUnit)) {
+      if (!r.fill) continue;
+      max_fill = std::max(max_fill, r.fill_bytes);
+      uint64_t got = 0;
+      for (uint64_t v = r.first_unit; v <= r.last_unit && got < r.fill_bytes; ++v)
+        if (!h.engine->Contains("b/b.bin#" + std::to_string(v))) {
+          h.Insert("b/b.bin", v, true);
+          got += kUnit;
+        }
+    }
+  }
+  INFO(ToJson(h.engine->Stats()).dump());
+  CHECK(StreamJson(h, "b/b.bin")["pattern"] == "skewed");
+  CHECK(max_fill >= 64 * kUnit);  // a's 64 idle units were room (the free space alone: 32)
+}
+
 TEST_CASE("a miss in a file read at random or skewed fetches sub-units, igt only", "[engine]") {
   auto sub = [](const std::string& policy, bool random, const char* policy_file = nullptr) {
     Harness h(policy, 512, policy_file ? *ParsePolicyFile(policy_file, "p.yaml") : *PolicyProfile("training"));
