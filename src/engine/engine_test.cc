@@ -457,6 +457,24 @@ TEST_CASE("a file read at random or skewed is filled whole if it fits in free sp
   CHECK(skew.max_bytes >= 64 * kUnit);
 }
 
+// Reader 2 reads 4 KiB at unit u of `path` (`units` long); the fills it
+// proposes are run to their limit. The largest fill limit proposed.
+uint64_t ReadAndFill(Harness& h, const std::string& path, uint64_t u, uint64_t units) {
+  h.tree.Record(h.now_us, 2, path, u * kUnit, 4096, units * kUnit);
+  uint64_t max_fill = 0;
+  for (const auto& r : h.engine->OnRead(h.now_us, 2, path, u * kUnit, 4096, units * kUnit)) {
+    if (!r.fill) continue;
+    max_fill = std::max(max_fill, r.fill_bytes);
+    uint64_t got = 0;
+    for (uint64_t v = r.first_unit; v <= r.last_unit && got < r.fill_bytes; ++v)
+      if (!h.engine->Contains(path + "#" + std::to_string(v))) {
+        h.Insert(path, v, true);
+        got += kUnit;
+      }
+  }
+  return max_fill;
+}
+
 TEST_CASE("a stream that stops is idle: it gives space first, and a file read at random fills it", "[engine]") {
   Harness h("igt", 96);
   h.run_prefetch = true;
@@ -477,18 +495,7 @@ TEST_CASE("a stream that stops is idle: it gives space first, and a file read at
   for (int i = 0; i < 2500; ++i) {
     h.now_us += 1000;
     const uint64_t u = rng() % 512;
-    h.tree.Record(h.now_us, 2, "b/b.bin", u * kUnit, 4096, 512 * kUnit);
-    for (const auto& r : h.engine->OnRead(h.now_us, 2, "b/b.bin", u * kUnit, 4096, 512 * kUnit)) {
-      if (!r.fill) continue;
-      max_fill = std::max(max_fill, r.fill_bytes);
-      // Run the fill to its limit.
-      uint64_t got = 0;
-      for (uint64_t v = r.first_unit; v <= r.last_unit && got < r.fill_bytes; ++v)
-        if (!h.engine->Contains("b/b.bin#" + std::to_string(v))) {
-          h.Insert("b/b.bin", v, true);
-          got += kUnit;
-        }
-    }
+    max_fill = std::max(max_fill, ReadAndFill(h, "b/b.bin", u, 512));
   }
   // After a silent allocation period a is idle: its space was room for b's
   // fill, and b's units pushed a's out, not b's own.
@@ -516,17 +523,7 @@ TEST_CASE("a file read skewed is filled into an idle stream's space too", "[engi
   for (int i = 0; i < 2500; ++i) {
     h.now_us += 1000;
     const uint64_t u = std::min<uint64_t>(511, std::upper_bound(cum.begin(), cum.end(), zipf(rng)) - cum.begin());
-    h.tree.Record(h.now_us, 2, "b/b.bin", u * kUnit, 4096, 512 * kUnit);
-    for (const auto& r : h.engine->OnRead(h.now_us, 2, "b/b.bin", u * kUnit, 4096, 512 * kUnit)) {
-      if (!r.fill) continue;
-      max_fill = std::max(max_fill, r.fill_bytes);
-      uint64_t got = 0;
-      for (uint64_t v = r.first_unit; v <= r.last_unit && got < r.fill_bytes; ++v)
-        if (!h.engine->Contains("b/b.bin#" + std::to_string(v))) {
-          h.Insert("b/b.bin", v, true);
-          got += kUnit;
-        }
-    }
+    max_fill = std::max(max_fill, ReadAndFill(h, "b/b.bin", u, 512));
   }
   INFO(ToJson(h.engine->Stats()).dump());
   CHECK(StreamJson(h, "b/b.bin")["pattern"] == "skewed");
