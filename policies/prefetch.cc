@@ -52,8 +52,8 @@ uint64_t AheadInFile(const PrefetchContext& c, uint64_t window, std::vector<Pref
 // expected to end (PrefetchContext::run_bytes_left).
 uint64_t WithinRun(const PrefetchContext& c, uint64_t window) {
   if (c.run_bytes_left == UINT64_MAX) return window;
-  const uint64_t end = c.offset + std::max<uint64_t>(c.length, 1);
   if (c.run_bytes_left == 0) return 0;
+  const uint64_t end = c.offset + std::max<uint64_t>(c.length, 1);
   const uint64_t last_read = (end - 1) / c.unit_bytes;
   const uint64_t last_run = (end - 1 + std::min(c.run_bytes_left, UINT64_MAX - end)) / c.unit_bytes;
   return std::min(window, last_run - last_read);

@@ -6,8 +6,8 @@
 
 #include "igtcache/block_store.h"
 
-#include <array>
 #include <algorithm>
+#include <array>
 #include <cassert>
 #include <cmath>
 #include <limits>
@@ -2128,7 +2128,7 @@ void PolicyEngine::OnInsert(const std::string& id, std::string_view path, uint64
   // this one: the item is still to be read this epoch (keep: not a first
   // victim); so does a part-read miss (above).
   g->module->OnInsertUnit(id, bytes, 0, UnitMeta{.position = ScanPosition(f.rank, unit_index), .prefetched = prefetched || prev_epoch || part_read, .now_us = now_us_,
-                                              .replay = restored, .prior_weight = readahead ? 0.0 : prior_weight});
+                                              .replay = restored, .prior_weight = prior_weight});
   g->module_us = now_us_;
   g->bytes += bytes;
   ++g->units;
@@ -2410,11 +2410,11 @@ double PolicyEngine::Value(const Group* g) const {
   // A sequential stream's misses are fetched ahead by readahead, whose
   // latency overlaps the reader's: the transfer only. (Counted per read for
   // every label, a scan of 128 KiB reads of 1 MiB units looked worth about
-  // 25x a hit of its bytes, and random
-  // and skewed streams were weighted by latency a second time to make up
-  // for it: the weight then counted the latency twice between two random
-  // streams. A loss hunter's trace of 16 KiB files read at random beside
-  // 4 MiB rows of a 512 MiB file, 600 MiB: 291 s against lru's 232; now 231.)
+  // 25x a hit of its bytes, and random and skewed streams were weighted by
+  // latency a second time to make up for it: the weight then counted the
+  // latency twice between two random streams. A loss hunter's trace of 16
+  // KiB files read at random beside 4 MiB rows of a 512 MiB file, 600 MiB:
+  // 291 s against lru's 232; now 231.)
   const bool waits = g->label != kSequential;
   const double miss_s = waits ? double(g->reads) * opts_.miss_latency_us / 1e6 +
                                     double(g->touched_bytes) / opts_.bandwidth_bytes_per_s
