@@ -993,18 +993,37 @@ void AccessStreamTree::RunTestLocked(Node* n, uint64_t now_us) {
               (s.label == Label::kUnknown || (r.label == Label::kSequential) != (s.label == Label::kSequential));
     if (changed && s.label == Label::kSequential && !few_readers()) changed = false;
   }
+  // No cut to a scan, and no vote for one, while the whole window shows
+  // short runs (Detect; DetectResult::short_runs_seen): rows of a few blocks
+  // read at random, with few jumps in a window of a few dozen samples (the
+  // newest ones, a window cut short, a stream's first), look like a scan
+  // now and then by chance, and each such cut began two votes for
+  // "sequential" (8 MiB rows read at random by two readers: 60 rows in
+  // 1,400 read under that label).
+  bool hold = false;
+  if (changed && r.label == Label::kSequential) {
+    in.children = children;
+    in.pids = pids;
+    const DetectResult whole = Detect(in, cfg_);
+    if (whole.short_runs_seen) {
+      changed = false;
+      hold = true;
+    }
+  }
   if (changed) {
     s.count = recent;
     s.cut_samples = s.samples;
     change_points_.fetch_add(1, std::memory_order_relaxed);
-  } else {
+  } else if (!hold) {
     in.children = children;
     in.pids = pids;
     r = Detect(in, cfg_);
+    hold = r.label == Label::kSequential && s.label != Label::kSequential && r.short_runs_seen;
   }
   if (dir_lk.owns_lock()) dir_lk.unlock();
   s.since_test = 0;
   s.last_test_us = now_us;
+  if (hold) return;
   // Hysteresis (see StreamConfig::hysteresis_tests).
   if (r.label == s.label) {
     s.shown = r;

@@ -33,6 +33,11 @@ double Clean(double p) { return std::isfinite(p) ? std::clamp(p, 0.0, 1.0) : 1.0
 // next step is then not counted). The search is linear: with few readers,
 // as almost always, it is short.
 constexpr size_t kMaxPids = 256;
+// Short runs (Detect): jumps in the window at least, and the runs' mean
+// length in blocks at most (also how far back a jump goes to count).
+constexpr uint32_t kShortRunMinJumps = 12;
+constexpr uint32_t kShortRunSeenJumps = 4;  // DetectResult::short_runs_seen
+constexpr uint64_t kShortRunBlocks = 12;
 
 // Var[D] at or above this uses the normal approximation for the distinct
 // count (3 standard deviations are >= 9 children wide, where the continuity
@@ -83,6 +88,69 @@ double Harmonic(uint64_t n, double s) {
     else h += (std::pow(b, 1 - s) - std::pow(a, 1 - s)) / (1 - s);
   }
   return h;
+}
+
+// The samples' children sorted: how many times each was read (`counts`),
+// and sum c(c-1) over them (ordered pairs of samples on the same child).
+double CountChildren(const std::vector<uint32_t>& sorted, std::vector<uint32_t>& counts) {
+  counts.clear();
+  double pairs = 0;
+  for (size_t i = 0; i < sorted.size();) {
+    size_t j = i;
+    while (j < sorted.size() && sorted[j] == sorted[i]) ++j;
+    const uint32_t c = static_cast<uint32_t>(j - i);
+    counts.push_back(c);
+    pairs += static_cast<double>(c) * (c - 1);
+    i = j;
+  }
+  return pairs;
+}
+
+// The uniformity test of n samples over big_n children, `counts` those of
+// the children read (r.uniform_*).
+void UniformTest(const std::vector<uint32_t>& counts, uint64_t big_n, size_t n, DetectResult& r) {
+  if (big_n < 2 || n < 2) return;
+  const uint64_t distinct = counts.size();
+  const double nd = static_cast<double>(n), bn = static_cast<double>(big_n);
+  const double expected = nd / bn;
+  if (expected >= kChiSquareMinExpected) {
+    double x2 = static_cast<double>(big_n - distinct) * expected;
+    for (uint32_t c : counts) x2 += (c - expected) * (c - expected) / expected;
+    boost::math::chi_squared_distribution<double, NoThrow> chi(bn - 1);
+    r.uniform_test = TestKind::kChiSquare;
+    r.uniform_stat = x2;
+    r.uniform_p = Clean(boost::math::cdf(boost::math::complement(chi, x2)));
+    return;
+  }
+  const double q1 = std::exp(nd * std::log1p(-1.0 / bn));
+  const double mean_d = bn * (1 - q1);
+  const double var_d = DistinctVariance(nd, bn);
+  const double d = static_cast<double>(distinct);
+  r.uniform_test = TestKind::kCollision;
+  r.uniform_stat = var_d > 0 ? (d - mean_d) / std::sqrt(var_d) : 0.0;
+  if (var_d >= kNormalMinVariance) {
+    boost::math::normal_distribution<double, NoThrow> z;
+    r.uniform_p = Clean(boost::math::cdf(z, (d + 0.5 - mean_d) / std::sqrt(var_d)));
+  } else if (nd - mean_d <= bn - mean_d) {
+    // Sparse (n << N): repeats R = n - D are nearly Poisson(n - E[D]).
+    const double repeats = nd - d, lambda = std::max(nd - mean_d, 1e-12);
+    if (repeats < 0.5) {
+      r.uniform_p = 1;
+    } else {
+      boost::math::poisson_distribution<double, NoThrow> po(lambda);
+      r.uniform_p = Clean(boost::math::cdf(boost::math::complement(po, repeats - 1)));
+    }
+  } else {
+    // Dense (n a few times N): the empty children U = N - D are nearly
+    // Poisson(N (1-1/N)^n); skew leaves more of them empty.
+    const double empty = bn - d, lambda = std::max(bn * q1, 1e-12);
+    if (empty < 0.5) {
+      r.uniform_p = 1;
+    } else {
+      boost::math::poisson_distribution<double, NoThrow> po(lambda);
+      r.uniform_p = Clean(boost::math::cdf(boost::math::complement(po, empty - 1)));
+    }
+  }
 }
 
 bool IndexSucc(const void*, uint32_t a, uint32_t b, uint32_t gap) { return b > a && b - a <= gap; }
@@ -147,24 +215,19 @@ DetectResult Detect(const DetectInput& in, const StreamConfig& cfg) {
   std::vector<uint32_t> sorted;
   sorted.assign(in.children.begin(), in.children.end());
   std::sort(sorted.begin(), sorted.end());
-  uint64_t distinct = 0;
-  double pairs = 0;  // sum c(c-1): ordered pairs of samples on the same child
   std::vector<uint32_t> counts;
-  counts.clear();
-  for (size_t i = 0; i < n;) {
-    size_t j = i;
-    while (j < n && sorted[j] == sorted[i]) ++j;
-    uint32_t c = static_cast<uint32_t>(j - i);
-    counts.push_back(c);
-    pairs += static_cast<double>(c) * (c - 1);
-    ++distinct;
-    i = j;
-  }
+  double pairs = CountChildren(sorted, counts);  // sum c(c-1): ordered pairs of samples on the same child
+  uint64_t distinct = counts.size();
   r.distinct = static_cast<uint32_t>(distinct);
   const uint64_t big_n = std::max<uint64_t>(in.n_children, distinct);
   const double nd = static_cast<double>(n), bn = static_cast<double>(big_n);
 
   // --- Sequential: per-reader "next" steps. ---
+  // Of a file's blocks: the samples that begin a run, in each reader's
+  // steps and in the merged order; those of the view tested, and its runs
+  // per step (Short runs).
+  std::vector<uint32_t> own_starts, merged_starts, run_starts;
+  double run_fraction = 1;
   {
     // Readers with one sample in the window (a process per file): the
     // window's pids sorted once, and only when a new reader asks (long-lived
@@ -184,8 +247,33 @@ DetectResult Detect(const DetectInput& in, const StreamConfig& cfg) {
     std::array<uint32_t, kMaxPids> last;
     size_t used = 0, victim = 0;
     uint32_t steps = 0, next = 0, own = 0, own_next = 0, merged_next = 0;
+    // Runs (blocks; Short runs below), in each reader's own steps and in the
+    // merged order: steps back far and back to the start, and "next" steps
+    // in runs of at most 2 kShortRunBlocks samples.
+    struct Runs {
+      uint32_t back = 0, restart = 0, short_next = 0;
+      void Step(uint32_t from, uint32_t to, bool is_next, uint32_t& run, uint32_t gap) {
+        if (is_next) {
+          ++run;
+          return;
+        }
+        if (to < gap) ++restart;  // a small file read whole again and again
+        else if (uint64_t{to} + kShortRunBlocks < from) ++back;  // not a scan's reads out of order
+        End(run);
+        run = 1;
+      }
+      void End(uint32_t run) {
+        if (run <= 2 * kShortRunBlocks) short_next += run - 1;
+      }
+    } own_runs, merged_runs;
+    std::array<uint32_t, kMaxPids> run;  // samples in the reader's current run
+    uint32_t merged_run = 1;
     for (size_t i = 0; i < n; ++i) {
-      if (i > 0 && in.successor(in.children[i - 1], in.children[i], cfg.sequential_gap)) ++merged_next;
+      if (i > 0) {
+        const bool is_next = in.successor(in.children[i - 1], in.children[i], cfg.sequential_gap);
+        merged_next += is_next;
+        if (in.blocks) merged_runs.Step(in.children[i - 1], in.children[i], is_next, merged_run, cfg.sequential_gap);
+      }
       size_t k = 0;
       while (k < used && pid[k] != in.pids[i]) ++k;
       // The sample of a reader with one sample in the window steps from
@@ -204,6 +292,15 @@ DetectResult Detect(const DetectInput& in, const StreamConfig& cfg) {
           own_next += known;
         }
       }
+      if (in.blocks && known) {
+        const bool is_next = in.successor(last[k], in.children[i], cfg.sequential_gap);
+        own_runs.Step(last[k], in.children[i], is_next, run[k], cfg.sequential_gap);
+        if (!is_next) own_starts.push_back(in.children[i]);
+      } else if (in.blocks) {
+        own_starts.push_back(in.children[i]);
+      }
+      if (in.blocks && !(i > 0 && in.successor(in.children[i - 1], in.children[i], cfg.sequential_gap)))
+        merged_starts.push_back(in.children[i]);
       if (!known) {
         if (used < kMaxPids) {
           k = used++;
@@ -212,9 +309,12 @@ DetectResult Detect(const DetectInput& in, const StreamConfig& cfg) {
           victim = (victim + 1) % kMaxPids;
         }
         pid[k] = in.pids[i];
+        run[k] = 1;
       }
       last[k] = in.children[i];
     }
+    for (size_t k = 0; k < used; ++k) own_runs.End(run[k]);
+    merged_runs.End(merged_run);
     // A file's blocks: once readers show steps of their own, those alone
     // (see the decision below: readers' first samples, each stepped to from
     // another reader's, kept 96 threads scanning their own slices below the
@@ -233,12 +333,49 @@ DetectResult Detect(const DetectInput& in, const StreamConfig& cfg) {
     if (in.blocks && 2 * own >= cfg.min_samples) {
       steps = own;
       next = own_next;
+      bool merged = false;
       if (used > 1 && n > 1) {
         ++tests;
         if (static_cast<double>(merged_next) * own > static_cast<double>(own_next) * static_cast<double>(n - 1)) {
           steps = static_cast<uint32_t>(n - 1);
           next = merged_next;
+          merged = true;
         }
+      }
+      // Short runs: each reader's "next" steps come in runs of a few blocks
+      // (kShortRunBlocks on average at most, kShortRunMinJumps jumps at
+      // least; returns to the file's start are not jumps), and its jumps
+      // between them go far back now and then (an eighth of them at least;
+      // random offsets go back half the time), and half the "next" steps
+      // at least are in runs of 2 kShortRunBlocks or fewer (a scan, then
+      // faults of one block each: the mean says short, but its steps are
+      // the scan's). A scan with a random jump in 20 steps (the accuracy
+      // test's) is far from it. Rows of a
+      // few units read at random, each in unit-sized pieces (4 MiB rows in
+      // the 1 MiB reads the kernel sends), are 3 in 4 steps "next": labelled
+      // sequential, the file was read ahead past each row and evict-behind
+      // evicted rows read again (a tester's live run, 4 MiB rows beside a
+      // burst of small files, 600 MiB cache: 2.2 GB fetched against
+      // lru-readahead's 0.55). Not a scan: the sequential test's verdict is
+      // not used (the uniformity test decides), and the engine reads ahead
+      // within a run only (docs/POLICIES.md, "Readahead within a run").
+      // A scan's jumps go on (a thread pool's chunks, a strided reader), and
+      // a model loader's tensors out of offset order are longer runs (4-40
+      // MiB: about 22 blocks on average).
+      // The far jumps back are looked for in the merged order too: the tree
+      // gives a reader's new run the tag of its run nearest below
+      // (AccessStreamTree), so each tag mostly jumps on (8 MiB rows read at
+      // random by two readers: 2 jumps back in 23).
+      const Runs& runs = merged ? merged_runs : own_runs;
+      const uint32_t jumps = steps - next - runs.restart;
+      const uint32_t merged_jumps = n > 1 ? static_cast<uint32_t>(n - 1) - merged_next - merged_runs.restart : 0;
+      const bool back = 8 * runs.back >= jumps || (merged_jumps > 0 && 8 * merged_runs.back >= merged_jumps);
+      r.short_runs_seen = jumps >= kShortRunSeenJumps && uint64_t{jumps} * kShortRunBlocks >= steps && back &&
+                          2 * runs.short_next >= next;
+      r.short_runs = r.short_runs_seen && jumps >= kShortRunMinJumps;
+      if (r.short_runs) {
+        run_starts = std::move(merged ? merged_starts : own_starts);
+        run_fraction = static_cast<double>(jumps) / steps;
       }
     }
     r.steps = steps;
@@ -291,56 +428,34 @@ DetectResult Detect(const DetectInput& in, const StreamConfig& cfg) {
           r.seq_p = sweep_p;
           r.steps = static_cast<uint32_t>(span);
           r.next_steps = static_cast<uint32_t>(distinct);
+          r.short_runs = r.short_runs_seen = false;  // a sweep of a region, its runs in any order
         }
       }
     }
     r.seq_p = std::min(1.0, tests * r.seq_p);
+    // Runs only where the steps would say scan: with fewer "next" steps
+    // (runs of a block or two on average) the tests disagree as before
+    // (unknown), and reads at random with no runs keep their own tests.
+    if (r.seq_p >= alpha_each ||
+        static_cast<double>(r.next_steps) < cfg.min_sequential_ratio * static_cast<double>(r.steps))
+      r.short_runs = r.short_runs_seen = false;
   }
 
   // --- Uniformity test. ---
-  if (big_n >= 2 && n >= 2) {
-    const double expected = nd / bn;
-    if (expected >= kChiSquareMinExpected) {
-      double x2 = static_cast<double>(big_n - distinct) * expected;
-      for (uint32_t c : counts) x2 += (c - expected) * (c - expected) / expected;
-      boost::math::chi_squared_distribution<double, NoThrow> chi(bn - 1);
-      r.uniform_test = TestKind::kChiSquare;
-      r.uniform_stat = x2;
-      r.uniform_p = Clean(boost::math::cdf(boost::math::complement(chi, x2)));
-    } else {
-      const double q1 = std::exp(nd * std::log1p(-1.0 / bn));
-      const double mean_d = bn * (1 - q1);
-      const double var_d = DistinctVariance(nd, bn);
-      const double d = static_cast<double>(distinct);
-      r.uniform_test = TestKind::kCollision;
-      r.uniform_stat = var_d > 0 ? (d - mean_d) / std::sqrt(var_d) : 0.0;
-      if (var_d >= kNormalMinVariance) {
-        boost::math::normal_distribution<double, NoThrow> z;
-        r.uniform_p = Clean(boost::math::cdf(z, (d + 0.5 - mean_d) / std::sqrt(var_d)));
-      } else if (nd - mean_d <= bn - mean_d) {
-        // Sparse (n << N): repeats R = n - D are nearly Poisson(n - E[D]).
-        const double repeats = nd - d, lambda = std::max(nd - mean_d, 1e-12);
-        if (repeats < 0.5) {
-          r.uniform_p = 1;
-        } else {
-          boost::math::poisson_distribution<double, NoThrow> po(lambda);
-          r.uniform_p = Clean(boost::math::cdf(boost::math::complement(po, repeats - 1)));
-        }
-      } else {
-        // Dense (n a few times N): the empty children U = N - D are nearly
-        // Poisson(N (1-1/N)^n); skew leaves more of them empty.
-        const double empty = bn - d, lambda = std::max(bn * q1, 1e-12);
-        if (empty < 0.5) {
-          r.uniform_p = 1;
-        } else {
-          boost::math::poisson_distribution<double, NoThrow> po(lambda);
-          r.uniform_p = Clean(boost::math::cdf(boost::math::complement(po, empty - 1)));
-        }
-      }
-    }
+  // Of short runs, over the runs' first blocks alone, among about N / L
+  // places a run can begin (L the mean run length): a row read again brings
+  // L repeats at once, and rows read uniformly at random looked skewed.
+  uint64_t big_n_tested = big_n;
+  size_t n_tested = n;
+  if (r.short_runs) {
+    std::sort(run_starts.begin(), run_starts.end());
+    pairs = CountChildren(run_starts, counts);
+    n_tested = run_starts.size();
+    big_n_tested = std::max<uint64_t>(counts.size(), static_cast<uint64_t>(static_cast<double>(big_n) * run_fraction));
   }
+  UniformTest(counts, big_n_tested, n_tested, r);
 
-  r.collision_prob = n >= 2 ? pairs / (nd * (nd - 1)) : 0.0;
+  r.collision_prob = n_tested >= 2 ? pairs / (static_cast<double>(n_tested) * static_cast<double>(n_tested - 1)) : 0.0;
   r.n_children = big_n;
 
   // --- Uniform over the children read (a subset of the N). ---
@@ -379,10 +494,11 @@ DetectResult Detect(const DetectInput& in, const StreamConfig& cfg) {
   if (n < cfg.min_samples || big_n < 2) {
     use_uni();
     r.label = Label::kUnknown;
-  } else if (seq_sig && frac >= cfg.min_sequential_ratio) {
+  } else if (seq_sig && frac >= cfg.min_sequential_ratio && !r.short_runs) {
     use_seq();
     r.label = Label::kSequential;
-  } else if (seq_sig && frac >= cfg.mixed_sequential_ratio) {
+  } else if (seq_sig && frac >= cfg.mixed_sequential_ratio && !r.short_runs) {
+    // (Short runs: the uniformity test over their first blocks decides.)
     use_seq();
     r.label = Label::kUnknown;  // part scan, part not: the tests disagree
   } else if (r.uniform_test != TestKind::kNone && r.uniform_p < alpha_each) {

@@ -90,6 +90,13 @@ struct DetectResult {
   // Both tests, for diagnostics.
   uint32_t steps = 0, next_steps = 0;
   uint32_t own_steps = 0;  // of steps, those from the reader's own previous sample
+  // A file's blocks read in short runs at scattered offsets (rows of a few
+  // blocks each, read at random): its "next" steps are the runs' insides,
+  // not a scan (Detect, "Short runs").
+  bool short_runs = false;
+  // The same with fewer jumps (a window of a few dozen samples): enough to
+  // hold off a cut to "sequential" (AccessStreamTree), not to make one.
+  bool short_runs_seen = false;
   double seq_p = 1;
   bool seq_tested = false;  // enough children read for the sequential test (p0 < 0.5)
   double uniform_stat = 0, uniform_p = 1;

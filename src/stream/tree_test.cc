@@ -410,6 +410,54 @@ TEST_CASE("a thread pool reading a file in chunks, each thread the next one: seq
   }
 }
 
+TEST_CASE("rows of a few blocks read at random are random or skewed and not a scan", "[tree]") {
+  // 4 MiB rows of a 2 GiB file read in 1 MiB reads (as the kernel sends
+  // them): 3 steps in 4 "next", which labelled the file sequential (readahead
+  // past each row, evict-behind evicting rows read again: a tester's live
+  // run). Rows chosen uniformly: random; by a Zipf law: skewed; in 8 MiB
+  // rows by two readers: random. Checked at every retest, not only at the
+  // end: a few rows among the newest samples look like a scan by chance.
+  // A scan whose reads arrive out of order, and one taking a random jump now
+  // and then, stay sequential.
+  constexpr uint64_t kSize = 2048 * kMiB;
+  auto rows = [&](uint64_t row_blocks, int readers, bool zipf, Label want) {
+    AccessStreamTree tree;
+    std::mt19937 rng(static_cast<uint32_t>(row_blocks * 10 + readers));
+    const uint64_t n = kSize / kMiB / row_blocks;
+    std::vector<double> w(n);
+    for (uint64_t i = 0; i < n; ++i) w[i] = zipf ? 1.0 / double(i + 1) : 1.0;
+    std::shuffle(w.begin(), w.end(), rng);  // the hot rows anywhere in the file
+    std::discrete_distribution<uint64_t> pick(w.begin(), w.end());
+    uint64_t t = 0;
+    int wrong = 0;
+    for (int i = 0; i < 1500; ++i) {
+      const uint64_t r = pick(rng);
+      for (uint64_t b = 0; b < row_blocks; ++b)
+        tree.Record(t += 200, 600 + i % readers, "emb/rows.bin", (r * row_blocks + b) * kMiB, kMiB, kSize);
+      auto s = tree.Find("emb/rows.bin");
+      if (i >= 100 && s->label != want) ++wrong;
+    }
+    INFO(row_blocks << " blocks a row, " << readers << " readers, zipf " << zipf << ": " << wrong
+                    << " rows with another label");
+    CHECK(wrong == 0);
+  };
+  rows(4, 1, false, Label::kRandom);
+  rows(4, 1, true, Label::kSkewed);
+  rows(8, 2, false, Label::kRandom);
+  AccessStreamTree tree;
+  std::mt19937 rng(3);
+  uint64_t t = 0;
+  std::vector<uint64_t> blocks(kSize / kMiB);
+  std::iota(blocks.begin(), blocks.end(), 0);
+  for (size_t i = 0; i + 1 < blocks.size(); ++i)
+    if (rng() % 5 == 0) std::swap(blocks[i], blocks[i + 1]);
+  for (uint64_t b : blocks) tree.Record(t += 200, 900, "ckpt/a.bin", b * kMiB, kMiB, kSize);
+  for (uint64_t b = 0; b < kSize / kMiB; ++b)
+    tree.Record(t += 200, 901, "ckpt/b.bin", (rng() % 20 == 0 ? rng() % (kSize / kMiB) : b) * kMiB, kMiB, kSize);
+  CHECK(tree.Find("ckpt/a.bin")->label == Label::kSequential);
+  CHECK(tree.Find("ckpt/b.bin")->label == Label::kSequential);
+}
+
 TEST_CASE("one reader reading two regions of a file in lockstep: sequential", "[tree]") {
   // An HDF5-like file read x[i] then y[i], i in order (150 KiB images, 8-byte
   // labels; two arrays of 64 KiB rows), two epochs: each read was a jump
