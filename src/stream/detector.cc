@@ -445,15 +445,20 @@ DetectResult Detect(const DetectInput& in, const StreamConfig& cfg) {
   // Of short runs, over the runs' first blocks alone, among about N / L
   // places a run can begin (L the mean run length): a row read again brings
   // L repeats at once, and rows read uniformly at random looked skewed.
+  // (Their own counts: `counts` stays the window's, for the subset test.)
   uint64_t big_n_tested = big_n;
   size_t n_tested = n;
+  std::vector<uint32_t> start_counts;
+  const std::vector<uint32_t>* tested = &counts;
   if (r.short_runs) {
     std::sort(run_starts.begin(), run_starts.end());
-    pairs = CountChildren(run_starts, counts);
+    pairs = CountChildren(run_starts, start_counts);
+    tested = &start_counts;
     n_tested = run_starts.size();
-    big_n_tested = std::max<uint64_t>(counts.size(), static_cast<uint64_t>(static_cast<double>(big_n) * run_fraction));
+    big_n_tested =
+        std::max<uint64_t>(start_counts.size(), static_cast<uint64_t>(static_cast<double>(big_n) * run_fraction));
   }
-  UniformTest(counts, big_n_tested, n_tested, r);
+  UniformTest(*tested, big_n_tested, n_tested, r);
 
   r.collision_prob = n_tested >= 2 ? pairs / (static_cast<double>(n_tested) * static_cast<double>(n_tested - 1)) : 0.0;
   r.n_children = big_n;
