@@ -568,8 +568,8 @@ struct PolicyEngine::Group {
   // (PolicyEngine::NoteRun), and at each allocation their 90th percentile
   // once kMinRuns are known (0: not known): readahead in such a file stays
   // within a run that long (PrefetchContext::run_bytes_left). Their median
-  // too: a run of a unit or more reads the units it touches whole, and its
-  // misses fetch whole units, not pieces (SubUnitBytesOf).
+  // too: a run of two units or more reads the units it touches whole, and
+  // its misses fetch whole units, not pieces (SubUnitBytesOf).
   static constexpr size_t kRunRing = 128, kMinRuns = 32;
   std::array<uint64_t, kRunRing> run_ring{};
   uint64_t runs_noted = 0;
@@ -1473,7 +1473,9 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
   // long or more (Group::run_p50): rows of 4 MiB read at random in 128 KiB
   // pieces had each row's first unit declined (keep) and fetched again for
   // each of its 8 pieces.
-  const bool reads_on = (fl != kRandom && fl != kSkewed) || g->run_p50 >= opts_.unit_bytes;
+  // Runs of two units at least: a single unaligned read of a unit's length
+  // overlaps two units, not read on (Group::run_p50).
+  const bool reads_on = (fl != kRandom && fl != kSkewed) || g->run_p50 >= 2 * opts_.unit_bytes;
   f.part_unit = ends_inside && reads_on ? (end - 1) / opts_.unit_bytes + 1 : 0;
   f.part_pid = pid;
   f.part_us = now_us_;
@@ -1889,7 +1891,10 @@ uint64_t PolicyEngine::SubUnitBytesOf(const FileRec& f) const {
   // the units it passes whole, and a GET per piece waited once per read
   // (rows of 4 MiB read at random in 128 KiB reads, 256 MiB cache: modeled
   // 464 s; 172 with whole units and each row's part-read unit kept).
-  if (f.group && f.group->run_p50 >= opts_.unit_bytes) return 0;
+  // Two units at least: single 1 MiB reads at random offsets, each a run
+  // a unit long, fetched the two units each overlaps whole (2 MiB a read,
+  // as lru; a review; the test "single 1 MiB reads at random offsets").
+  if (f.group && f.group->run_p50 >= 2 * opts_.unit_bytes) return 0;
   return opts_.sub_unit_bytes;
 }
 

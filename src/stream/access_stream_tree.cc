@@ -999,22 +999,30 @@ void AccessStreamTree::RunTestLocked(Node* n, uint64_t now_us) {
   // newest ones, a window cut short, a stream's first), look like a scan
   // now and then by chance, and each such cut began two votes for
   // "sequential" (8 MiB rows read at random by two readers: 60 rows in
-  // 1,400 read under that label).
-  bool hold = false;
-  if (changed && r.label == Label::kSequential) {
+  // 1,400 read under that label). A cut is held only while the newest
+  // samples themselves come in runs of a few blocks (runs_short): a scan
+  // that follows the rows has one long run, and was held until the rows
+  // were under 4 in 7 of the window (128 scan reads in the test "rows read at
+  // random, then a scan"; 64 now, as after random faults; a review). The window's
+  // own result then votes as usual (random, skewed), and a held vote for
+  // "sequential" ends the votes for it pending (a review: they were kept).
+  bool hold = false, whole_tested = false;
+  if (changed && r.label == Label::kSequential && r.runs_short) {
     in.children = children;
     in.pids = pids;
-    const DetectResult whole = Detect(in, cfg_);
+    DetectResult whole = Detect(in, cfg_);
     if (whole.short_runs_seen) {
       changed = false;
-      hold = true;
+      whole_tested = true;
+      r = whole;
+      hold = r.label == Label::kSequential;
     }
   }
   if (changed) {
     s.count = recent;
     s.cut_samples = s.samples;
     change_points_.fetch_add(1, std::memory_order_relaxed);
-  } else if (!hold) {
+  } else if (!whole_tested) {
     in.children = children;
     in.pids = pids;
     r = Detect(in, cfg_);
@@ -1023,7 +1031,11 @@ void AccessStreamTree::RunTestLocked(Node* n, uint64_t now_us) {
   if (dir_lk.owns_lock()) dir_lk.unlock();
   s.since_test = 0;
   s.last_test_us = now_us;
-  if (hold) return;
+  if (hold) {
+    s.pending = s.label;
+    s.pending_votes = 0;
+    return;
+  }
   // Hysteresis (see StreamConfig::hysteresis_tests).
   if (r.label == s.label) {
     s.shown = r;

@@ -38,6 +38,7 @@ constexpr size_t kMaxPids = 256;
 constexpr uint32_t kShortRunMinJumps = 12;
 constexpr uint32_t kShortRunSeenJumps = 4;  // DetectResult::short_runs_seen
 constexpr uint64_t kShortRunBlocks = 12;
+constexpr uint32_t kRestartBlocks = 2;  // a jump to a block below: back to the file's start
 
 // Var[D] at or above this uses the normal approximation for the distinct
 // count (3 standard deviations are >= 9 children wide, where the continuity
@@ -221,6 +222,7 @@ DetectResult Detect(const DetectInput& in, const StreamConfig& cfg) {
   r.distinct = static_cast<uint32_t>(distinct);
   const uint64_t big_n = std::max<uint64_t>(in.n_children, distinct);
   const double nd = static_cast<double>(n), bn = static_cast<double>(big_n);
+  const uint64_t span = n > 0 ? uint64_t{sorted.back()} - sorted.front() + 1 : 0;  // of blocks (children: unused)
 
   // --- Sequential: per-reader "next" steps. ---
   // Of a file's blocks: the samples that begin a run, in each reader's
@@ -252,12 +254,12 @@ DetectResult Detect(const DetectInput& in, const StreamConfig& cfg) {
     // in runs of at most 2 kShortRunBlocks samples.
     struct Runs {
       uint32_t back = 0, restart = 0, short_next = 0;
-      void Step(uint32_t from, uint32_t to, bool is_next, uint32_t& run, uint32_t gap) {
+      void Step(uint32_t from, uint32_t to, bool is_next, uint32_t& run) {
         if (is_next) {
           ++run;
           return;
         }
-        if (to < gap) ++restart;  // a small file read whole again and again
+        if (to < kRestartBlocks) ++restart;  // a small file read whole again and again
         else if (uint64_t{to} + kShortRunBlocks < from) ++back;  // not a scan's reads out of order
         End(run);
         run = 1;
@@ -272,7 +274,7 @@ DetectResult Detect(const DetectInput& in, const StreamConfig& cfg) {
       if (i > 0) {
         const bool is_next = in.successor(in.children[i - 1], in.children[i], cfg.sequential_gap);
         merged_next += is_next;
-        if (in.blocks) merged_runs.Step(in.children[i - 1], in.children[i], is_next, merged_run, cfg.sequential_gap);
+        if (in.blocks) merged_runs.Step(in.children[i - 1], in.children[i], is_next, merged_run);
       }
       size_t k = 0;
       while (k < used && pid[k] != in.pids[i]) ++k;
@@ -294,7 +296,7 @@ DetectResult Detect(const DetectInput& in, const StreamConfig& cfg) {
       }
       if (in.blocks && known) {
         const bool is_next = in.successor(last[k], in.children[i], cfg.sequential_gap);
-        own_runs.Step(last[k], in.children[i], is_next, run[k], cfg.sequential_gap);
+        own_runs.Step(last[k], in.children[i], is_next, run[k]);
         if (!is_next) own_starts.push_back(in.children[i]);
       } else if (in.blocks) {
         own_starts.push_back(in.children[i]);
@@ -307,6 +309,7 @@ DetectResult Detect(const DetectInput& in, const StreamConfig& cfg) {
         } else {
           k = victim;
           victim = (victim + 1) % kMaxPids;
+          own_runs.End(run[k]);  // the reader it held: its run ends here
         }
         pid[k] = in.pids[i];
         run[k] = 1;
@@ -329,6 +332,12 @@ DetectResult Detect(const DetectInput& in, const StreamConfig& cfg) {
     // round of the pool: 4.9 s, lru-readahead 9.6, with the sweep below). Both tested
     // then (Bonferroni: the p-value used is multiplied by the number of
     // tests tried, `tests` below, whichever is used).
+    // Runs of a few blocks, whichever way they go: samples that begin a run
+    // (a reader's first in the window, or not "next" from its own last),
+    // kShortRunBlocks apart on average at most. Rows of 8 blocks, each
+    // taken by a reader's new tag (AccessStreamTree), show 3 jumps in 64
+    // samples but 8 starts; a scan by a reader or a few shows a start each.
+    r.runs_short = in.blocks && own_starts.size() >= kShortRunSeenJumps && own_starts.size() * kShortRunBlocks >= n;
     int tests = 1;
     if (in.blocks && 2 * own >= cfg.min_samples) {
       steps = own;
@@ -370,8 +379,19 @@ DetectResult Detect(const DetectInput& in, const StreamConfig& cfg) {
       const uint32_t jumps = steps - next - runs.restart;
       const uint32_t merged_jumps = n > 1 ? static_cast<uint32_t>(n - 1) - merged_next - merged_runs.restart : 0;
       const bool back = 8 * runs.back >= jumps || (merged_jumps > 0 && 8 * merged_runs.back >= merged_jumps);
+      // A tiling is no rows: the window's blocks read once each and covering
+      // two thirds of their span at least (a thread pool reading a file in
+      // chunks of a few blocks taken in turn, each read in pieces: runs a
+      // chunk long, the merged order jumping back a pool's width at each
+      // round; files under ~1 GiB, where the sweep test below is not tried,
+      // were labelled random and fetched in sub-units; a review). The span
+      // holds the pool's partial rounds at both ends: (threads - 1) x chunk
+      // blocks missing, 120 of 376 for 16 threads of 8 MiB chunks. Rows at
+      // random are read again (drawn with replacement) or spread over a file
+      // much larger than the window.
+      const bool tiling = 10 * distinct >= 9 * n && 3 * distinct >= 2 * span;
       r.short_runs_seen = jumps >= kShortRunSeenJumps && uint64_t{jumps} * kShortRunBlocks >= steps && back &&
-                          2 * runs.short_next >= next;
+                          2 * runs.short_next >= next && !tiling;
       r.short_runs = r.short_runs_seen && jumps >= kShortRunMinJumps;
       if (r.short_runs) {
         run_starts = std::move(merged ? merged_starts : own_starts);
@@ -417,7 +437,6 @@ DetectResult Detect(const DetectInput& in, const StreamConfig& cfg) {
     // sub-units). Blocks read again (a hot region) or a span near the
     // file's size say nothing of a sweep: not tested.
     if (in.blocks && r.seq_tested && distinct >= 2 && 10 * distinct >= 9 * n) {
-      const uint64_t span = uint64_t{sorted.back()} - sorted.front() + 1;
       if (big_n >= 4 * span) {
         auto lchoose = [](double a, double b) { return std::lgamma(a + 1) - std::lgamma(b + 1) - std::lgamma(a - b + 1); };
         const double ls = std::log(bn - static_cast<double>(span) + 1) + lchoose(static_cast<double>(span), dd) -
@@ -509,7 +528,7 @@ DetectResult Detect(const DetectInput& in, const StreamConfig& cfg) {
   } else if (r.uniform_test != TestKind::kNone && r.uniform_p < alpha_each) {
     use_uni();
     r.label = Label::kSkewed;
-    if (in.fit_zipf) r.zipf_s = FitZipfByCollisions(r.collision_prob, big_n);
+    if (in.fit_zipf) r.zipf_s = FitZipfByCollisions(r.collision_prob, big_n_tested);  // over the samples tested
   } else if (in.blocks && !r.seq_tested) {
     // (After skewed: a hot block or two of a large file stay skewed.)
     // A file of 2 or 3 blocks read front to back every epoch spreads its

@@ -97,6 +97,10 @@ struct DetectResult {
   // The same with fewer jumps (a window of a few dozen samples): enough to
   // hold off a cut to "sequential" (AccessStreamTree), not to make one.
   bool short_runs_seen = false;
+  // Runs of a few blocks in the window, whichever way the jumps between
+  // them go: a chance "scan" of rows among the newest samples has them, a
+  // scan has a run per reader (AccessStreamTree).
+  bool runs_short = false;
   double seq_p = 1;
   bool seq_tested = false;  // enough children read for the sequential test (p0 < 0.5)
   double uniform_stat = 0, uniform_p = 1;

@@ -410,6 +410,46 @@ TEST_CASE("a thread pool reading a file in chunks, each thread the next one: seq
   }
 }
 
+TEST_CASE("a thread pool reading a file in chunks of several blocks taken in turn: sequential", "[tree]") {
+  // 4 and 8 threads, chunks of 4 and 8 MiB (a parallel downloader's parts,
+  // `aws s3 cp`'s 8 MiB), each read in 1 MiB pieces as the kernel sends them,
+  // the threads' pieces interleaved. Each thread's runs are a chunk long and
+  // the merged order jumps back a pool's width at each round: short runs
+  // (Detect), and files under ~1 GiB (no sweep test: the window spans too
+  // much of the file) were labelled random, fetched in sub-units (a review
+  // of the short-runs rule). Checked after every round once a window is in.
+  for (uint64_t size_mib : {256, 512}) {
+    for (int threads : {4, 8}) {
+      for (uint64_t chunk : {4, 8}) {
+        AccessStreamTree tree;
+        const uint64_t size = size_mib * kMiB;
+        std::mt19937 rng(static_cast<uint32_t>(threads * 100 + chunk));
+        uint64_t t = 0, samples = 0;
+        int wrong = 0;
+        for (uint64_t c = 0; c < size_mib; c += threads * chunk) {
+          for (uint64_t piece = 0; piece < chunk; ++piece) {
+            std::vector<int> order(threads);
+            std::iota(order.begin(), order.end(), 0);
+            std::shuffle(order.begin(), order.end(), rng);
+            for (int k : order) {
+              const uint64_t b = c + k * chunk + piece;
+              if (b < size_mib) tree.Record(t += 200, 500 + k, "dl/part.bin", b * kMiB, kMiB, size), ++samples;
+            }
+          }
+          auto s = tree.Find("dl/part.bin");
+          if (samples >= 256 && (!s || s->label != Label::kSequential)) ++wrong;
+        }
+        auto s = tree.Find("dl/part.bin");
+        REQUIRE(s);
+        INFO(size_mib << " MiB, " << threads << " threads, " << chunk << " MiB chunks: " << wrong
+                      << " rounds not sequential, last " << LabelName(s->label));
+        CHECK(wrong == 0);
+        CHECK(s->label == Label::kSequential);
+      }
+    }
+  }
+}
+
 TEST_CASE("rows of a few blocks read at random are random or skewed and not a scan", "[tree]") {
   // 4 MiB rows of a 2 GiB file read in 1 MiB reads (as the kernel sends
   // them): 3 steps in 4 "next", which labelled the file sequential (readahead
@@ -420,7 +460,7 @@ TEST_CASE("rows of a few blocks read at random are random or skewed and not a sc
   // A scan whose reads arrive out of order, and one taking a random jump now
   // and then, stay sequential.
   constexpr uint64_t kSize = 2048 * kMiB;
-  auto rows = [&](uint64_t row_blocks, int readers, bool zipf, Label want) {
+  auto rows = [&](uint64_t row_blocks, int readers, bool zipf, Label want, bool together = false) {
     AccessStreamTree tree;
     std::mt19937 rng(static_cast<uint32_t>(row_blocks * 10 + readers));
     const uint64_t n = kSize / kMiB / row_blocks;
@@ -430,20 +470,29 @@ TEST_CASE("rows of a few blocks read at random are random or skewed and not a sc
     std::discrete_distribution<uint64_t> pick(w.begin(), w.end());
     uint64_t t = 0;
     int wrong = 0;
-    for (int i = 0; i < 1500; ++i) {
-      const uint64_t r = pick(rng);
+    const int batch = together ? readers : 1;
+    for (int i = 0; i < 1500; i += batch) {
+      // Together: the readers' rows at once, piece by piece (as a replay or
+      // a live mount interleaves them): each row a new tag of its reader, a
+      // few jumps in the newest samples but a start every row (runs_short).
+      // Else each row read whole by the readers in turn.
+      std::vector<uint64_t> r(batch);
+      for (auto& x : r) x = pick(rng);
       for (uint64_t b = 0; b < row_blocks; ++b)
-        tree.Record(t += 200, 600 + i % readers, "emb/rows.bin", (r * row_blocks + b) * kMiB, kMiB, kSize);
+        for (int k = 0; k < batch; ++k)
+          tree.Record(t += 200, 600 + (together ? k : i % readers), "emb/rows.bin", (r[k] * row_blocks + b) * kMiB,
+                      kMiB, kSize);
       auto s = tree.Find("emb/rows.bin");
       if (i >= 100 && s->label != want) ++wrong;
     }
-    INFO(row_blocks << " blocks a row, " << readers << " readers, zipf " << zipf << ": " << wrong
+    INFO(row_blocks << " blocks a row, " << readers << " readers, together " << together << ", zipf " << zipf << ": " << wrong
                     << " rows with another label");
     CHECK(wrong == 0);
   };
   rows(4, 1, false, Label::kRandom);
   rows(4, 1, true, Label::kSkewed);
   rows(8, 2, false, Label::kRandom);
+  rows(8, 2, false, Label::kRandom, true);
   AccessStreamTree tree;
   std::mt19937 rng(3);
   uint64_t t = 0;
@@ -957,6 +1006,29 @@ TEST_CASE("a phase change (scan, then random faults) relabels after the newest s
   CHECK(tree.Find(path)->label == Label::kSequential);
   CHECK(reads <= 96);
   CHECK(tree.Memory().change_points == 2);
+}
+
+TEST_CASE("rows read at random, then a scan: relabelled as soon as after faults", "[tree]") {
+  // 4 MiB rows of a 2 GiB file read at random in 1 MiB pieces (random), then
+  // the file scanned. The whole window shows short runs until the rows are
+  // under 4 in 7 of it: the cut to "sequential" was held ~110 samples (a
+  // review). The newest samples, one long run, are no rows: the cut comes
+  // as after random faults (the test above).
+  AccessStreamTree tree;
+  constexpr uint64_t kSize = 2048 * kMiB;
+  const std::string path = "emb/rows.bin";
+  std::mt19937 rng(11);
+  uint64_t t = 0;
+  for (int i = 0; i < 300; ++i) {
+    const uint64_t row = rng() % (kSize / kMiB / 4);
+    for (uint64_t b = 0; b < 4; ++b) tree.Record(t += 200, 600, path, (row * 4 + b) * kMiB, kMiB, kSize);
+  }
+  REQUIRE(tree.Find(path)->label == Label::kRandom);
+  int reads = 0;
+  for (uint64_t b = 0; tree.Find(path)->label != Label::kSequential && reads < 400; ++b, ++reads)
+    tree.Record(t += 200, 600, path, b * kMiB, kMiB, kSize);
+  CHECK(tree.Find(path)->label == Label::kSequential);
+  CHECK(reads <= 96);
 }
 
 TEST_CASE("Var of the distinct count keeps its precision for huge N", "[detector]") {
