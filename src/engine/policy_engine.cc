@@ -1316,6 +1316,9 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
   // in fours: no run of 8 units left; a review of the first version).
   ReaderEnd& re = rit->second;
   const bool had_run = !rfresh && re.run_reads >= 2;
+  // A run in a file read at random ends with its first read too: its
+  // run-ahead went on from there (LeaveWindow).
+  const bool left_run = had_run || (!rfresh && re.run_reads >= 1 && (f.block_label == kRandom || f.block_label == kSkewed));
   const uint64_t prev_end = re.end;
   auto near = [&](uint64_t run_end, uint32_t run_reads) {
     const bool jumpy = f.block_label == kRandom || f.block_label == kSkewed || (!mode_igt_ && run_reads < 2);
@@ -1357,7 +1360,7 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
       // their offsets meet; its window counted against the share until it
       // aged out (sim test "tensors read out of offset order ...": 11.6 ->
       // 15.2 s with four runs kept per reader).
-      if (had_run && cur.resumed == 0) LeaveWindow(f, prev_end, offset);
+      if (left_run && cur.resumed == 0) LeaveWindow(f, prev_end, offset, cur.start);
       const ReaderEnd::Run r = re.runs[back];
       re.end = r.end;
       re.run_start = r.start;
@@ -1373,7 +1376,7 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
       // loader then took the tag of the one below it, and evict-behind held
       // that reader's part-read unit: tensors out of offset order, 10.0 ->
       // 11.5 s in `igtcache sim`, lru-readahead 7.6.)
-      if (had_run) LeaveWindow(f, prev_end, offset);
+      if (left_run) LeaveWindow(f, prev_end, offset, cur.start);
       slot = re.runs.size() - 1;
       re.resumed = 0;
       uint32_t used = 1u << re.tag;
@@ -1585,16 +1588,24 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
   // not held to it.)
   if (random_file && g->run_p90 > 0 && run_bytes <= g->run_p90) ctx.run_bytes_left = g->run_p90 - run_bytes;
   prefetch_[module]->Plan(ctx, plan);
-  // A run's first read in a file read at random in runs of two units or
-  // more (Group::run_p50): the units the median run goes on to, at once
-  // (readahead begins with a run's second read: each row of 4 MiB read at
-  // random in 1 MiB reads waited for its first two units, modeled 106.2 s
-  // where lru-readahead took 105.3 with a 1 GiB cache for 2 GiB).
-  if (random_file && !continues && length > 0 && g->run_p50 >= 2 * opts_.unit_bytes && !(ov && ov->never_cache)) {
+  // A run's reads in a file read at random in runs of two units or more
+  // (Group::run_p50): the units up to where the median run ends, at once,
+  // from the run's first read (readahead begins with a run's second read:
+  // each row of 4 MiB read at random in 1 MiB reads waited for its first
+  // two units, modeled 106.2 s where lru-readahead took 105.3 with a 1 GiB
+  // cache for 2 GiB); a run past the median, up to where the 90th
+  // percentile run ends (a model's tensors of 1-7 MiB in shuffled order:
+  // the longer half waited for each unit past the median). A GET per unit:
+  // one ranged GET of the run delivered its last unit a run's transfer time
+  // after the first, GETs side by side on idle connections about when the
+  // first (scripts/bench_rows.sh, 4 MiB rows at 256 MiB: 174.6 -> 120.4 s
+  // modeled, byte hit 0.340 -> 0.741; lru-readahead 254.4).
+  if (random_file && length > 0 && g->run_p50 >= 2 * opts_.unit_bytes && !(ov && ov->never_cache)) {
+    const uint64_t reach = run_bytes < g->run_p50 ? g->run_p50 : std::max(g->run_p90, run_bytes);
     const uint64_t last_read = (end - 1) / opts_.unit_bytes;
-    const uint64_t last = std::min((file_size - 1) / opts_.unit_bytes, (offset + g->run_p50 - 1) / opts_.unit_bytes);
-    if (last > last_read)
-      plan.push_back(PrefetchRange{.path = std::string(path), .file_size = file_size, .first_unit = last_read + 1, .last_unit = last});
+    const uint64_t last = std::min((file_size - 1) / opts_.unit_bytes, (re.run_start + reach - 1) / opts_.unit_bytes);
+    for (uint64_t u = last_read + 1; u <= last; ++u)
+      plan.push_back(PrefetchRange{.path = std::string(path), .file_size = file_size, .first_unit = u, .last_unit = u});
   }
   // A reader going backwards, each read ending where its last began (a
   // file read from its end in chunks): the units below, a window doubling
@@ -2813,7 +2824,7 @@ bool PolicyEngine::ReaderIn(uint32_t pid, const FileRec& f) const {
   return r != reader_file_.end() && r->second.first == &f && r->second.second == f.rank;
 }
 
-void PolicyEngine::LeaveWindow(FileRec& f, uint64_t prev_end, uint64_t offset) {
+void PolicyEngine::LeaveWindow(FileRec& f, uint64_t prev_end, uint64_t offset, uint64_t run_start) {
   // The readahead planned past where a run ended, and not where the reader
   // went on, no longer counts against the readahead share (TrimPlan): it
   // stays cached (read later, or evicted unread, which still counts as its
@@ -2830,11 +2841,25 @@ void PolicyEngine::LeaveWindow(FileRec& f, uint64_t prev_end, uint64_t offset) {
   // were read; lru-readahead 18.7).
   // Looked for among the file's newest units (FileRec::units is newest
   // first): a window's units are recent inserts.
-  if (prev_end == 0 || f.block_label != kSequential) return;
+  // And in a file read at random in runs of two units or more, the units
+  // its run-ahead planned past where the run ended, up to where the 90th
+  // percentile run would end, and no further (a scanner's window beside it
+  // is its own): a model's tensors of 1-7 MiB in shuffled order, each
+  // planned to the median's end at its first read, kept the share full and
+  // every later plan was cut to nothing (scripts/bench_rows.sh, tensors at
+  // 256 MiB: modeled 201 s, lru-readahead 180).
+  if (prev_end == 0) return;
+  uint64_t upto = UINT64_MAX;
+  if (f.block_label != kSequential) {
+    if (!mode_igt_ || (f.block_label != kRandom && f.block_label != kSkewed) || !f.group ||
+        f.group->run_p50 < 2 * opts_.unit_bytes)
+      return;
+    upto = (run_start + std::max(f.group->run_p50, f.group->run_p90) - 1) / opts_.unit_bytes;
+  }
   const uint64_t last = (prev_end - 1) / opts_.unit_bytes, at = offset / opts_.unit_bytes;
   size_t n = 0;
   for (Unit* u = f.units; u && n < kLeaveWindowScan; u = u->file_next, ++n) {
-    if (!u->in_share || u->index <= last || (at > last && u->index >= at)) continue;
+    if (!u->in_share || u->index <= last || u->index > upto || (at > last && u->index >= at)) continue;
     prefetched_unread_bytes_ -= std::min(prefetched_unread_bytes_, u->bytes);
     u->in_share = false;
     u->left = true;

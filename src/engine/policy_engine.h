@@ -410,7 +410,7 @@ class PolicyEngine {
   bool PartReadActive(const FileRec& f) const;
   // A reader's run in `f` ended at byte `prev_end` and it read on at
   // `offset`: the readahead it leaves (OnRead).
-  void LeaveWindow(FileRec& f, uint64_t prev_end, uint64_t offset);
+  void LeaveWindow(FileRec& f, uint64_t prev_end, uint64_t offset, uint64_t run_start);
   // By parent directory (SiblingPool); node-based: members point in.
   std::unordered_map<std::string, std::unique_ptr<SiblingPool>> pools_;
   std::unordered_map<std::string, Unit> units_;
