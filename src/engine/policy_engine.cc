@@ -1422,6 +1422,7 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
   // x[i], y[i] by one reader, 64 MiB cache: 3.4x lru-readahead's bytes).
   const uint32_t run_reader = pid ^ (uint32_t{re.tag} << kRunTagShift);
   const uint64_t run_bytes = re.end - std::min(re.end, re.run_start);
+  const uint64_t run_start = re.run_start;  // (`re` is gone below after a whole-file read)
   if (offset == 0 && length >= file_size) reader_end_.erase(rit);
   cur_path_ = &fit->first;
   cur_pid_ = pid;
@@ -1603,7 +1604,7 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
   if (random_file && length > 0 && g->run_p50 >= 2 * opts_.unit_bytes && !(ov && ov->never_cache)) {
     const uint64_t reach = run_bytes < g->run_p50 ? g->run_p50 : std::max(g->run_p90, run_bytes);
     const uint64_t last_read = (end - 1) / opts_.unit_bytes;
-    const uint64_t last = std::min((file_size - 1) / opts_.unit_bytes, (re.run_start + reach - 1) / opts_.unit_bytes);
+    const uint64_t last = std::min((file_size - 1) / opts_.unit_bytes, (run_start + reach - 1) / opts_.unit_bytes);
     for (uint64_t u = last_read + 1; u <= last; ++u)
       plan.push_back(PrefetchRange{.path = std::string(path), .file_size = file_size, .first_unit = u, .last_unit = u});
   }

@@ -93,7 +93,13 @@ struct PidCursor {
   uint8_t sub = 0;
   uint16_t left = 0;  // a kept run: when it was left, counted per reader (wraps)
   uint8_t steps = 0;  // reads that went on its run (saturating at 255)
+  // Its last read's millisecond (wrapping), and whether the reads coming
+  // within kPieceMs of each other up to it began with a jump (pieces of one
+  // read: RecordInFile). In the padding.
+  bool burst_jump = false;
+  uint16_t last_ms = 0;
 };
+static_assert(sizeof(PidCursor) == 48);
 // Runs one reader keeps in a file: an HDF5 file's x[i], y[i], z[i], w[i]
 // read in lockstep. (With two, three regions read in turn overwrote the run
 // the reader came back to each time, every read a jump: labelled skewed, 2.6x
@@ -101,6 +107,8 @@ struct PidCursor {
 constexpr size_t kRunsPerReader = 4;
 constexpr uint32_t kRunTagShift = 30;
 constexpr uint64_t kMinBlocksForRuns = 64;
+// The pieces of one read (RecordInFile) come within this many milliseconds.
+constexpr uint16_t kPieceMs = 2;
 // Readers remembered per file: kCursors inline, and more (doubling, up to
 // kMaxFileCursors in all) allocated when a file has more readers at once:
 // ranks of a multi-GPU job loading one checkpoint, or a loader's thread pool
@@ -617,7 +625,30 @@ bool AccessStreamTree::RecordInFile(Node* f, uint64_t t, uint32_t pid, uint64_t 
     if (cu.pend) PushSampleLocked(f, cu.pend - 1, run_pid(cu), t);
     cu.pend = 0;
   };
-  auto near_run = [&](const detail::PidCursor& cu) { return near_end(cu) || in_block(cu); };
+  // A piece of one read the kernel split around pages it has cached, sent
+  // after a later piece: FUSE sends the pieces at once and in any order (a
+  // 1 MiB read over units 1010-1011 as 1010 high, 1011 low, 1010 low, 1011
+  // high; 4 pieces of unit 103 going down and up in 50 us). Each piece going
+  // back was a jump, its block sampled again, and uniform 1 MiB reads of a
+  // 2 GiB object whose page cache had holes were labelled skewed (a live
+  // tester: 3 runs in 11, p down to 1e-8; random once each read's pieces
+  // were merged). Such a piece: smaller than a unit, within kPieceMs of the
+  // reader's last read, in a burst of reads that began with a jump (not a
+  // scan's readahead requests out of order, each evidence of the scan),
+  // ending below where the last read began, in its block or the one
+  // before. The reader's visit goes on, no sample, and it stays at its
+  // furthest block. (Whole units read at random one block back, and a read
+  // of the same bytes again, are not pieces.)
+  const uint16_t now_ms = static_cast<uint16_t>(t / 1000);
+  const uint64_t b_first = off / cfg_.unit_bytes, b_last = (std::max(end, off + 1) - 1) / cfg_.unit_bytes;
+  auto in_burst = [&](const detail::PidCursor& cu) {
+    return len > 0 && len < cfg_.unit_bytes && cu.burst_jump && cu.last_block != UINT64_MAX &&
+           fsize > cfg_.unit_bytes && static_cast<uint16_t>(now_ms - cu.last_ms) <= detail::kPieceMs;
+  };
+  auto piece = [&](const detail::PidCursor& cu) {
+    return in_burst(cu) && end <= cu.last_off && b_first + 1 >= cu.last_block && b_last <= cu.last_block;
+  };
+  auto near_run = [&](const detail::PidCursor& cu) { return near_end(cu) || in_block(cu) || piece(cu); };
   if (c) {
     // The kept run the read goes on, the one it starts exactly at first.
     // Only the run left last is resumed by a read near its end (a read's
@@ -751,10 +782,18 @@ bool AccessStreamTree::RecordInFile(Node* f, uint64_t t, uint32_t pid, uint64_t 
       c->last_block = b1;
       c->end = std::max(c->end, end);
       c->last_off = off;
+      c->last_ms = now_ms;
       c->steps = static_cast<uint8_t>(std::min(c->steps + 1, 255));
       return false;
     }
-    if (cont && b0 == c->last_block) ++b0;
+    // A piece of a read split around cached pages (piece above), or one
+    // going on from the reader's block into the next, not where its last
+    // piece ended (the read's second unit; one read in one piece samples
+    // its first unit only): no sample.
+    const bool hole = !cont && (piece(*c) || (near && in_burst(*c) && off > c->last_off && b0 == c->last_block &&
+                                              b1 == c->last_block + 1));
+    if (hole) b0 = b1 + 1;
+    else if (cont && b0 == c->last_block) ++b0;
     // A read that is no continuation but stays in the reader's block, on
     // bytes it has not just read (its own requests out of order, a strided
     // read forward): no sample, the block sampled already (a self-step,
@@ -769,10 +808,12 @@ bool AccessStreamTree::RecordInFile(Node* f, uint64_t t, uint32_t pid, uint64_t 
     const uint64_t upto = cont ? b1 : b0;
     for (uint64_t b = b0; b <= upto && b <= b1 && b < b0 + kMaxBlocksPerRead; ++b)
       PushSampleLocked(f, static_cast<uint32_t>(b), spid, t);
-    c->last_block = b1;
+    c->last_block = hole ? std::max(c->last_block, b1) : b1;
   }
+  if (static_cast<uint16_t>(now_ms - c->last_ms) > detail::kPieceMs || c->last_block == UINT64_MAX) c->burst_jump = !cont;
   c->end = near ? std::max(c->end, end) : end;
   c->last_off = off;
+  c->last_ms = now_ms;
   c->steps = near ? static_cast<uint8_t>(std::min(c->steps + 1, 255)) : 0;
   return !near;
 }
