@@ -810,7 +810,8 @@ bool AccessStreamTree::RecordInFile(Node* f, uint64_t t, uint32_t pid, uint64_t 
       PushSampleLocked(f, static_cast<uint32_t>(b), spid, t);
     c->last_block = hole ? std::max(c->last_block, b1) : b1;
   }
-  if (static_cast<uint16_t>(now_ms - c->last_ms) > detail::kPieceMs || c->last_block == UINT64_MAX) c->burst_jump = !cont;
+  // A burst begins with a read more than kPieceMs after the reader's last.
+  if (static_cast<uint16_t>(now_ms - c->last_ms) > detail::kPieceMs) c->burst_jump = !cont;
   c->end = near ? std::max(c->end, end) : end;
   c->last_off = off;
   c->last_ms = now_ms;
