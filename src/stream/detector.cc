@@ -318,6 +318,12 @@ DetectResult Detect(const DetectInput& in, const StreamConfig& cfg) {
     }
     for (size_t k = 0; k < used; ++k) own_runs.End(run[k]);
     merged_runs.End(merged_run);
+    // Runs of a few blocks, whichever way they go: samples that begin a run
+    // (a reader's first in the window, or not "next" from its own last),
+    // kShortRunBlocks apart on average at most. Rows of 8 blocks, each
+    // taken by a reader's new tag (AccessStreamTree), show 3 jumps in 64
+    // samples but 8 starts; a scan by a reader or a few shows a start each.
+    r.runs_short = in.blocks && own_starts.size() >= kShortRunSeenJumps && own_starts.size() * kShortRunBlocks >= n;
     // A file's blocks: once readers show steps of their own, those alone
     // (see the decision below: readers' first samples, each stepped to from
     // another reader's, kept 96 threads scanning their own slices below the
@@ -332,12 +338,6 @@ DetectResult Detect(const DetectInput& in, const StreamConfig& cfg) {
     // round of the pool: 4.9 s, lru-readahead 9.6, with the sweep below). Both tested
     // then (Bonferroni: the p-value used is multiplied by the number of
     // tests tried, `tests` below, whichever is used).
-    // Runs of a few blocks, whichever way they go: samples that begin a run
-    // (a reader's first in the window, or not "next" from its own last),
-    // kShortRunBlocks apart on average at most. Rows of 8 blocks, each
-    // taken by a reader's new tag (AccessStreamTree), show 3 jumps in 64
-    // samples but 8 starts; a scan by a reader or a few shows a start each.
-    r.runs_short = in.blocks && own_starts.size() >= kShortRunSeenJumps && own_starts.size() * kShortRunBlocks >= n;
     int tests = 1;
     if (in.blocks && 2 * own >= cfg.min_samples) {
       steps = own;
