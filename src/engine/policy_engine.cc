@@ -2868,8 +2868,8 @@ void PolicyEngine::LeaveWindow(FileRec& f, uint64_t prev_end, uint64_t offset, u
     // into its stream, whose module weighs it with the rest. Left in the
     // window stream, such units took 185-194 MiB of a 256 MiB cache unread
     // while the file's stream held 61-69 (live, 4 MiB rows of a 1 GiB
-    // object at random; the kernel's readahead after each row made the
-    // runs, and so the run-ahead, longer than the rows).
+    // object at random, runs measured longer than the rows, perhaps the
+    // kernel's readahead after each row: not verified).
     if (upto != UINT64_MAX && u->g->window && f.group) MoveUnit(*u->id, *u, f, nullptr);
   }
 }
