@@ -409,8 +409,15 @@ class PolicyEngine {
   bool ReaderIn(uint32_t pid, const FileRec& f) const;
   bool PartReadActive(const FileRec& f) const;
   // A reader's run in `f` ended at byte `prev_end` and it read on at
-  // `offset`: the readahead it leaves (OnRead).
-  void LeaveWindow(FileRec& f, uint64_t prev_end, uint64_t offset, uint64_t run_start);
+  // `offset` (`passed`: in the same run, past the units between): the
+  // readahead it leaves (OnRead).
+  void LeaveWindow(FileRec& f, uint64_t prev_end, uint64_t offset, uint64_t run_start, bool passed);
+  // Takes out of `plan`'s ranges in `path` the units inside the gaps a run
+  // that skips at a steady stride (ReaderEnd::skip_*) will skip next.
+  void StrideSkips(std::vector<PrefetchRange>& plan, std::string_view path, uint64_t skip_at, uint64_t gap,
+                   uint64_t period) const;
+  // No other reader read `f` in the last kSoleReaderUs (LeaveWindow).
+  bool SoleReader(const FileRec& f) const;
   // By parent directory (SiblingPool); node-based: members point in.
   std::unordered_map<std::string, std::unique_ptr<SiblingPool>> pools_;
   std::unordered_map<std::string, Unit> units_;
@@ -437,6 +444,12 @@ class PolicyEngine {
     // (PolicyEngine::OnRead; igt only).
     uint64_t last_off = 0, last_len = 0;
     uint32_t back_reads = 0;
+    // Gaps its run skipped (a parquet reader's column chunks of a row group
+    // read, the others passed): where the latest began, its length, the
+    // distance from the one before, and how many gaps in a row came at that
+    // distance with that length (StrideSkips; igt only).
+    uint64_t skip_at = 0, skip_gap = 0, skip_period = 0;
+    uint32_t skip_steady = 0;
     // The runs the reader jumped away from, the latest left first, resumed
     // if it comes back there (OnRead; igt only): an HDF5 file's x[i], y[i],
     // z[i] read in lockstep. reads 0: none.
