@@ -913,6 +913,40 @@ TEST_CASE("a run that skips gaps at a steady stride leaves them out of its windo
   CHECK(in_gap == 0);
 }
 
+TEST_CASE("a strided run that goes on without gaps gets its whole window again", "[engine]") {
+  // Units 0-3, 8-11, 16-19, 24-27 (three gaps: a steady stride), then
+  // 28..255 in order. Once the reader reads on past where the next gap
+  // would begin, the stride is forgotten: the scan's window holds every
+  // unit (a review: kept, every other unit of the scan was a miss).
+  Harness h("igt", 512, *PolicyProfile("training"));
+  h.run_prefetch = true;
+  const std::string p = "data/strided-then-scan.bin";
+  constexpr uint64_t kUnits = 256;
+  for (uint64_t u = 0; u < kUnits; ++u)
+    if (u >= 28 || u % 8 < 4) h.Read(p, u, kUnits, u >= 48);
+  INFO("hit ratio of the scan past unit 48: " << h.ratio());
+  CHECK(h.ratio() > 0.95);
+}
+
+TEST_CASE("threads taking one-unit chunks of a file in turn keep each other's units in their windows", "[engine]") {
+  // Two threads: one reads the even units, the other the odd ones, in
+  // turn. Each thread's run skips a unit at a steady stride, but the gaps
+  // are the other thread's reads: the file's window is theirs together.
+  Harness h("igt", 512, *PolicyProfile("training"));
+  h.run_prefetch = true;
+  const std::string p = "data/pool.bin";
+  constexpr uint64_t kUnits = 256;
+  size_t others = 0;
+  for (uint64_t u = 0; u < kUnits; ++u) {
+    const uint32_t pid = 1 + uint32_t(u % 2);
+    for (const auto& r : h.Read(p, u, kUnits, u >= 32, pid))
+      for (uint64_t v = r.first_unit; u >= 32 && r.path == p && v <= r.last_unit; ++v) others += v % 2 != u % 2;
+  }
+  INFO("hit ratio past unit 32: " << h.ratio());
+  CHECK(others > 32);
+  CHECK(h.ratio() > 0.95);
+}
+
 TEST_CASE("a scan whose reads come out of order in pairs is not taken for a strided run", "[engine]") {
   // Reads of units 0, 2, 1, 4, 3, 6, 5, ... (FUSE threads delivering a
   // scan's requests out of order): each late read fills the gap the one

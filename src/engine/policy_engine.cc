@@ -1332,25 +1332,29 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
   };
   bool continues = !rfresh && near(re.end, re.run_reads);
   const bool same_run = continues;
-  // A read of the run that skips whole units (a parquet reader's next
-  // column chunk, 4 MiB past the last: within the slack, the run goes on):
-  // the window's units it passed are not its next reads.
-  if (same_run && offset / opts_.unit_bytes > (prev_end - 1) / opts_.unit_bytes + 1)
-    LeaveWindow(f, prev_end, offset, re.run_start, /*passed=*/true);
-  // Gaps at a steady stride: the next ones are not fetched (StrideSkips).
+  // Gaps its run skips (a parquet reader's next column chunk, 4 MiB past
+  // the last: within the slack, the run goes on). A gap is confirmed when
+  // the next one opens and the reader has not read it since: its window's
+  // units there then leave the readahead share (LeaveWindow); at a steady
+  // stride the next gaps are not fetched (StrideSkips). Any read behind
+  // where the run got to (FUSE threads deliver a scan's requests out of
+  // order, and the late one fills a gap an early one opened), or one going
+  // on past where the next gap would begin, ends the stride: not a gap
+  // after all, or the reader stopped skipping (a review: a strided prefix,
+  // then a scan, had every other unit of the scan left out of its window).
   if (!same_run) {
     re.skip_at = re.skip_gap = re.skip_period = 0;
     re.skip_steady = 0;
   } else if (offset > prev_end) {
+    if (re.skip_gap > 0) LeaveWindow(f, re.skip_at, re.skip_at + re.skip_gap, re.run_start, /*passed=*/true);
     const uint64_t period = re.skip_at ? prev_end - re.skip_at : 0;
     const bool same = period > 0 && period == re.skip_period && offset - prev_end == re.skip_gap;
     re.skip_steady = same ? std::min(re.skip_steady + 1, 1u << 30) : 0;
     re.skip_period = period;
     re.skip_gap = offset - prev_end;
     re.skip_at = prev_end;
-  } else if (re.skip_gap > 0 && offset < re.skip_at + re.skip_gap && offset + length > re.skip_at) {
-    // Not a gap after all: FUSE threads deliver a scan's requests out of
-    // order, and the late one fills the gap the early one opened.
+  } else if (re.skip_gap > 0 &&
+             (offset < prev_end || (re.skip_period > 0 && offset + length > re.skip_at + re.skip_period))) {
     re.skip_at = re.skip_gap = re.skip_period = 0;
     re.skip_steady = 0;
   }
@@ -1510,7 +1514,11 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
   // overlaps two units, not read on (Group::run_p50).
   const bool reads_on = (fl != kRandom && fl != kSkewed) || g->run_p50 >= 2 * opts_.unit_bytes;
   f.part_unit = ends_inside && reads_on ? (end - 1) / opts_.unit_bytes + 1 : 0;
-  if (f.part_pid != 0 && f.part_pid != pid) f.shared_us = std::max<uint64_t>(now_us_, 1);
+  // Another reader read it last and is still there (its latest read is in
+  // it, and recent): the file is shared for now (SoleReader). Not a reader
+  // of the epoch before that went on to other files a moment ago.
+  if (f.part_pid != 0 && f.part_pid != pid && ReaderIn(f.part_pid, f) && now_us_ < f.part_us + kSoleReaderUs)
+    f.shared_us = std::max<uint64_t>(now_us_, 1);
   f.part_pid = pid;
   f.part_us = now_us_;
   if (reader_file_.size() >= kMaxReaders) reader_file_.clear(), interleaving_us_.clear();
@@ -1649,7 +1657,10 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
     const uint64_t w = std::min<uint64_t>({kMaxBackUnits, uint64_t{1} << std::min<uint32_t>(back_reads - kBackRunReads, 6), u});
     plan.push_back(PrefetchRange{.path = std::string(path), .file_size = file_size, .first_unit = u - w, .last_unit = u - 1});
   }
-  if (skip_period > 0) StrideSkips(plan, path, skip_at, skip_gap, skip_period);
+  // (One reader's: a thread pool's threads each skip the others' chunks,
+  // and the file's window is theirs together; a review: 2 threads taking
+  // 1 MiB chunks in turn, 6.6x the GETs.)
+  if (skip_period > 0 && SoleReader(f)) StrideSkips(plan, path, skip_at, skip_gap, skip_period);
   TrimPlan(plan);
   uint64_t ra_lo = UINT64_MAX, ra_hi = 0;  // this read's readahead in its own file
   for (const auto& r : plan)
@@ -2880,19 +2891,21 @@ void PolicyEngine::LeaveWindow(FileRec& f, uint64_t prev_end, uint64_t offset, u
   // planned to the median's end at its first read, kept the share full and
   // every later plan was cut to nothing (scripts/bench_rows.sh, tensors at
   // 256 MiB: modeled 201 s, lru-readahead 180).
-  // Units the reader `passed` (its run went on past them, within the slack
-  // of a continuing read: a parquet reader's next column chunk, 4 MiB past
-  // the last) leave it in a file not labelled yet too, while no other
-  // reader reads it: a file's first 32 samples are read with the windows of
-  // unknown streams, and the skipped units filled the share within one
-  // file; readahead planned nothing for the files after it
-  // (scripts/bench_rows.sh, parquet at 256 MiB: 67.6 s modeled,
-  // lru-readahead 57.5). Not at a jump: rows read at random before their
-  // file's label then read ahead past each row's end unbraked (rows-zipf at
-  // 1 GiB: 31.2 -> 34.1 s).
+  // Units the reader `passed` (a gap its run skipped, confirmed when the
+  // next opened: OnRead) leave it whatever the file's label, while no other
+  // reader reads the file (in a thread pool's file they are the other
+  // threads' next units: a review, 3-7x the waste). Also before a label: a
+  // file's first 32 samples are read with the windows of unknown streams,
+  // and the skipped units filled the share within one file; readahead
+  // planned nothing for the files after it (scripts/bench_rows.sh, parquet
+  // at 256 MiB: 67.6 s modeled, lru-readahead 57.5). But not at a jump in
+  // an unlabelled file: rows read at random before their file's label then
+  // read ahead past each row's end unbraked (rows-zipf at 1 GiB: 31.2 ->
+  // 34.1 s).
   if (prev_end == 0) return;
   uint64_t upto = UINT64_MAX;
-  if (passed && f.block_label == kUnknown && mode_igt_ && SoleReader(f)) {
+  if (passed) {
+    if (!mode_igt_ || !SoleReader(f)) return;
   } else if (f.block_label != kSequential) {
     if (!mode_igt_ || (f.block_label != kRandom && f.block_label != kSkewed) || !f.group ||
         f.group->run_p50 < 2 * opts_.unit_bytes)
