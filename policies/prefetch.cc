@@ -34,11 +34,15 @@ constexpr int kSequential = 1;          // igt::stream::Label::kSequential
 
 uint64_t UnitsOf(uint64_t size, uint64_t unit) { return size == 0 ? 1 : (size + unit - 1) / unit; }
 
+// One past the last byte read: of this read, or of the reader's run if it
+// got further (a late read of a scan whose requests came out of order).
+uint64_t ReadEnd(const PrefetchContext& c) { return std::max(c.offset + std::max<uint64_t>(c.length, 1), c.run_end); }
+
 // Units [end_unit+1, end_unit+window] of the file just read, clipped at EOF.
 // Returns the window not covered because the file ended.
 uint64_t AheadInFile(const PrefetchContext& c, uint64_t window, std::vector<PrefetchRange>& out) {
   const uint64_t n = UnitsOf(c.file_size, c.unit_bytes);
-  const uint64_t end = c.offset + std::max<uint64_t>(c.length, 1);
+  const uint64_t end = ReadEnd(c);
   const uint64_t last_read = std::min(n - 1, (end - 1) / c.unit_bytes);
   if (window == 0) return 0;
   const uint64_t first = last_read + 1;
@@ -53,7 +57,7 @@ uint64_t AheadInFile(const PrefetchContext& c, uint64_t window, std::vector<Pref
 uint64_t WithinRun(const PrefetchContext& c, uint64_t window) {
   if (c.run_bytes_left == UINT64_MAX) return window;
   if (c.run_bytes_left == 0) return 0;
-  const uint64_t end = c.offset + std::max<uint64_t>(c.length, 1);
+  const uint64_t end = ReadEnd(c);
   const uint64_t last_read = (end - 1) / c.unit_bytes;
   const uint64_t last_run = (end - 1 + std::min(c.run_bytes_left, UINT64_MAX - end)) / c.unit_bytes;
   return std::min(window, last_run - last_read);
@@ -108,7 +112,7 @@ class AdaptiveReadahead final : public PrefetchPolicy {
     const bool dir_scan = c.dir_label == kSequential;
     std::string key(c.path);
     auto it = windows_.find(key);
-    const uint64_t last_read = (c.offset + std::max<uint64_t>(c.length, 1) - 1) / c.unit_bytes;
+    const uint64_t last_read = (ReadEnd(c) - 1) / c.unit_bytes;
     if (dir_scan) NoteScanDepth(c, last_read);
     // A read that does not continue its reader's last one still goes along
     // the scan if the file is labelled sequential and the read falls inside

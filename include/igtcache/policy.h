@@ -195,6 +195,10 @@ struct PrefetchContext {
   // a crop of an audio file, a clip of a video); readahead in the file stays
   // within it. UINT64_MAX: not known.
   uint64_t run_bytes_left = UINT64_MAX;
+  // The furthest byte the reader's run has read, when the read continues a
+  // run (0: not known): readahead goes on from there, not from a late read
+  // behind it.
+  uint64_t run_end = 0;
 };
 
 class PrefetchPolicy {
