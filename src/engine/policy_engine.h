@@ -353,8 +353,11 @@ class PolicyEngine {
   void TrimGhosts();
   uint64_t ghost_entries_ = 0;  // every stream's ghosts
   // Moves a cached unit to `dest`, or to its file's stream (f.group); with
-  // `read`, the unit counts as read in that stream's current epoch.
-  void MoveUnit(const std::string& id, Unit& u, const FileRec& f, Group* dest = nullptr, bool read = false);
+  // `read`, the unit counts as read in that stream's current epoch; with
+  // `passed`, its module takes it for one its reader is done with (a gap a
+  // strided reader skipped), not one about to be read.
+  void MoveUnit(const std::string& id, Unit& u, const FileRec& f, Group* dest = nullptr, bool read = false,
+                bool passed = false);
   // Group::first_unit's list: `u` joins or leaves `g`'s units.
   static void LinkUnit(Group* g, Unit& u);
   static void UnlinkUnit(Group* g, Unit& u);
