@@ -21,6 +21,11 @@ igt's ratio to lru-readahead's (below 1: igt better). Workloads:
                chunks taken in turn, 1 MiB pieces, twice
   scan         the same 4 files read front to back by one reader, twice (a
                plain scan: the control)
+  scan-late    4 files of 512 MiB read once by one reader in 1 MiB reads,
+               each arriving up to 3 places late (FUSE threads delivering a
+               scan's requests out of order)
+  mmap-down    4 files of 256 MiB read once through mmap-like windows of 2
+               MiB, each window's 128 KiB pieces arriving top piece first
 
 Standard library only; the same seed gives the same traces.
 """
@@ -142,6 +147,26 @@ def pool(rng: random.Random, threads: int, chunk_mib: int, scan: bool) -> Trace:
     return tr
 
 
+def scan_late(rng: random.Random) -> Trace:
+    tr, size, t = Trace(), 512 * MiB, 0
+    for f in range(4):
+        order = sorted(range(size // MiB), key=lambda i: i + rng.uniform(0, 3))
+        for i in order:
+            tr.read(t, 700, f"sc/f{f}.bin", i * MiB, MiB, size)
+            t += 200
+    return tr
+
+
+def mmap_down(rng: random.Random) -> Trace:
+    tr, size, t, window, piece = Trace(), 256 * MiB, 0, 2 * MiB, 128 * 1024
+    for f in range(4):
+        for w in range(0, size, window):
+            for off in range(w + window - piece, w - 1, -piece):
+                tr.read(t, 800, f"mm/f{f}.bin", off, piece, size)
+                t += 100
+    return tr
+
+
 WORKLOADS = {
     "rows4m": lambda rng: rows(rng, 4, MiB, False, 1, 3000),
     "rows4m-128k": lambda rng: rows(rng, 4, 128 * 1024, False, 1, 3000),
@@ -152,6 +177,8 @@ WORKLOADS = {
     "index-1m": index_reads,
     "pool-8x8m": lambda rng: pool(rng, 8, 8, False),
     "scan": lambda rng: pool(rng, 8, 8, True),
+    "scan-late": scan_late,
+    "mmap-down": mmap_down,
 }
 
 
