@@ -26,6 +26,11 @@ igt's ratio to lru-readahead's (below 1: igt better). Workloads:
                scan's requests out of order)
   mmap-down    4 files of 256 MiB read once through mmap-like windows of 2
                MiB, each window's 128 KiB pieces arriving top piece first
+  parquet-late the parquet files read in 128 KiB pieces, each column
+               chunk's first piece arriving after its second (FUSE threads)
+  parquet-ragged the parquet files read in 1 MiB pieces, each chunk followed
+               by 0-2 pieces of 128 KiB past its end (the kernel's readahead
+               running into the gap by varying amounts)
 
 Standard library only; the same seed gives the same traces.
 """
@@ -118,6 +123,31 @@ def parquet(rng: random.Random) -> Trace:
     return tr
 
 
+def parquet_pieces(rng: random.Random, piece: int, late_first: bool, ragged: bool) -> Trace:
+    tr, size, group, t = Trace(), 128 * MiB, 16 * MiB, 0
+    files = [f"pq/part-{i:05}.parquet" for i in range(16)]
+    for epoch in range(2):
+        order = files[:]
+        rng.shuffle(order)
+        for path in order:
+            pid = 310 + epoch
+            t = tr.pieces(t, pid, path, size - 64 * 1024, 64 * 1024, size, 64 * 1024, 200)
+            for g in range(size // group):
+                for col in (0, 2):
+                    start = g * group + col * 4 * MiB
+                    offs = list(range(start, start + 4 * MiB, piece))
+                    if late_first:
+                        offs[0], offs[1] = offs[1], offs[0]
+                    if ragged:
+                        offs += [start + 4 * MiB + k * 128 * 1024 for k in range(rng.randrange(3))]
+                    for o in offs:
+                        n = piece if o < start + 4 * MiB else 128 * 1024
+                        tr.read(t, pid, path, o, n, size)
+                        t += 200
+                t += 1000
+    return tr
+
+
 def index_reads(rng: random.Random) -> Trace:
     tr, size, t = Trace(), 4096 * MiB, 0
     for _ in range(3000):
@@ -179,6 +209,8 @@ WORKLOADS = {
     "scan": lambda rng: pool(rng, 8, 8, True),
     "scan-late": scan_late,
     "mmap-down": mmap_down,
+    "parquet-late": lambda rng: parquet_pieces(rng, 128 * 1024, True, False),
+    "parquet-ragged": lambda rng: parquet_pieces(rng, MiB, False, True),
 }
 
 
