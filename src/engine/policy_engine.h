@@ -438,6 +438,7 @@ class PolicyEngine {
     uint64_t end = 0, last_us = 0;
     uint64_t visit_start = 0;  // where its visit of the file began (PolicyEngine::OnRead)
     uint64_t run_start = 0;    // where its run of continuing reads began
+    uint64_t run_low = 0;      // the lowest offset that run read (back_reads)
     uint32_t run_reads = 0;    // reads in that run (saturating; PolicyEngine::OnRead)
     uint8_t tag = 0;  // the run's reader tag (pid ^ tag << kRunTagShift, OnReaderAt)
     uint8_t resumed = 0;  // times the run was come back to (saturating)
