@@ -26,8 +26,10 @@ igt's ratio to lru-readahead's (below 1: igt better). Workloads:
                scan's requests out of order)
   mmap-down    4 files of 256 MiB read once through mmap-like windows of 2
                MiB, each window's 128 KiB pieces arriving top piece first
-  parquet-late the parquet files read in 128 KiB pieces, each column
-               chunk's first piece arriving after its second (FUSE threads)
+  parquet-late the parquet files read in 128 KiB pieces with 1 MiB of the
+               kernel's readahead past each column chunk (gaps of 3 MiB, as
+               a tester saw live), each chunk's first piece arriving after
+               its second (FUSE threads)
   parquet-ragged the parquet files read in 1 MiB pieces, each chunk followed
                by 0-2 pieces of 128 KiB past its end (the kernel's readahead
                running into the gap by varying amounts)
@@ -140,6 +142,8 @@ def parquet_pieces(rng: random.Random, piece: int, late_first: bool, ragged: boo
                         offs[0], offs[1] = offs[1], offs[0]
                     if ragged:
                         offs += [start + 4 * MiB + k * 128 * 1024 for k in range(rng.randrange(3))]
+                    if late_first:  # the kernel's readahead past the chunk
+                        offs += list(range(start + 4 * MiB, start + 5 * MiB, piece))
                     for o in offs:
                         n = piece if o < start + 4 * MiB else 128 * 1024
                         tr.read(t, pid, path, o, n, size)

@@ -196,16 +196,9 @@ constexpr double kShadowShare = 1.0 / 16;
 // version.
 constexpr uint64_t kGoneVersion = 2;
 
-// Whether bytes [off, off+len) overlap a gap a reader's run skipped: the
-// one at `at` of `gap` bytes, or, with the distance `period` between the
-// starts of its gaps known, any gap before or after it at that stride.
-bool OverlapsGap(uint64_t at, uint64_t gap, uint64_t period, uint64_t off, uint64_t len) {
-  if (gap == 0) return false;
-  len = std::max<uint64_t>(len, 1);
-  if (period <= gap) return off < at + gap && off + len > at;
-  const uint64_t pos = off >= at ? (off - at) % period : (period - (at - off) % period) % period;
-  return pos < gap || pos + len > period;
-}
+// Nearest whole unit: a run's gaps are compared and predicted on a grid of
+// units (StrideGrid).
+uint64_t RoundUnits(uint64_t bytes, uint64_t unit) { return (bytes + unit / 2) / unit; }
 
 std::string ParentDir(std::string_view path) {
   auto p = path.rfind('/');
@@ -1356,23 +1349,50 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
   // reads elsewhere do not: a tester's second epoch of parquet-like visits,
   // each 4 MiB chunk read in 128 KiB pieces a few out of order, lost the
   // stride in most files.
+  const uint64_t ub = opts_.unit_bytes;
   if (!same_run) {
     re.skip_at = re.skip_gap = re.skip_period = 0;
     re.skip_steady = 0;
-  } else if (offset >= prev_end + opts_.unit_bytes) {
+    re.skip_ragged = false;
+  } else if (offset >= prev_end + ub) {
     if (re.skip_gap > 0) LeaveWindow(f, re.skip_at, re.skip_at + re.skip_gap, re.run_start, /*passed=*/true);
-    const uint64_t period = re.skip_at ? prev_end - re.skip_at : 0;
-    const bool same = period > 0 && period == re.skip_period && offset - prev_end == re.skip_gap;
+    // Compared in whole units (StrideGrid): the kernel's readahead runs
+    // 0-2 pieces of 128 KiB into each gap, and a chunk's first piece
+    // arriving after its second opens the gap 128 KiB long; compared to
+    // the byte, neither run kept a stride (scripts/bench_rows.sh
+    // parquet-ragged, parquet-late).
+    const StrideGrid last = Grid(re, true);
+    const uint64_t period = re.skip_gap > 0 ? RoundUnits(prev_end, ub) - last.first : 0;
+    const uint64_t gap = RoundUnits(offset, ub) - RoundUnits(prev_end, ub);
+    const bool same = period > 0 && period == re.skip_period && gap == last.gap;
+    // The reader ran into this gap part of a unit, counted in the gap.
+    const bool ragged = prev_end % ub != 0 && prev_end % ub < ub / 2;
     re.skip_steady = same ? std::min(re.skip_steady + 1, 1u << 30) : 0;
+    re.skip_ragged = (same && re.skip_ragged) || ragged;
     re.skip_period = period;
     re.skip_gap = offset - prev_end;
     re.skip_at = prev_end;
-  } else if (re.skip_gap > 0 && OverlapsGap(re.skip_at, re.skip_gap, re.skip_period, offset, length)) {
-    re.skip_at = re.skip_gap = re.skip_period = 0;
-    re.skip_steady = 0;
+  } else if (re.skip_gap > 0) {
+    // A read in a unit the grid skips ends the stride; one running on from
+    // the run's end less than half a unit into the next gap is the
+    // kernel's readahead going past the chunk: that gap's first unit is
+    // the reader's from now on (StrideGrid::ragged).
+    const StrideGrid grid = Grid(re, true);
+    const uint64_t first = offset / ub, last = (offset + std::max<uint64_t>(length, 1) - 1) / ub;
+    bool hit = false, edge = false;
+    for (uint64_t i = first; i <= last && i <= first + grid.period + grid.gap && !hit; ++i) {
+      if (grid.Pos(i) == 0 && !grid.ragged && offset <= prev_end && offset + length <= i * ub + ub / 2) edge = true;
+      else hit = grid.Skips(i);
+    }
+    if (hit) {
+      re.skip_at = re.skip_gap = re.skip_period = 0;
+      re.skip_steady = 0;
+      re.skip_ragged = false;
+    } else if (edge) {
+      re.skip_ragged = true;
+    }
   }
-  const uint64_t skip_at = re.skip_at, skip_gap = re.skip_gap;
-  const uint64_t skip_period = mode_igt_ && re.skip_steady >= 1 ? re.skip_period : 0;
+  const StrideGrid stride = Grid(re, mode_igt_ && re.skip_steady >= 1);
   if (!continues && !rfresh && mode_igt_) {
     // Back at a run it jumped away from (one reader reading regions of a
     // file in lockstep: an HDF5 file's x[i] then y[i]): that run goes on,
@@ -1689,7 +1709,7 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
   // (One reader's: a thread pool's threads each skip the others' chunks,
   // and the file's window is theirs together; a review: 2 threads taking
   // 1 MiB chunks in turn, 6.6x the GETs.)
-  if (skip_period > 0 && SoleReader(f)) StrideSkips(plan, path, skip_at, skip_gap, skip_period);
+  if (stride.gap > 0 && stride.period > stride.gap && SoleReader(f)) StrideSkips(plan, path, stride);
   TrimPlan(plan);
   uint64_t ra_lo = UINT64_MAX, ra_hi = 0;  // this read's readahead in its own file
   for (const auto& r : plan)
@@ -2965,21 +2985,35 @@ void PolicyEngine::LeaveWindow(FileRec& f, uint64_t prev_end, uint64_t offset, u
   }
 }
 
-void PolicyEngine::StrideSkips(std::vector<PrefetchRange>& plan, std::string_view path, uint64_t skip_at,
-                               uint64_t gap, uint64_t period) const {
+PolicyEngine::StrideGrid PolicyEngine::Grid(const ReaderEnd& re, bool known) const {
+  StrideGrid g;
+  if (!known || re.skip_gap == 0) return g;
+  const uint64_t u = opts_.unit_bytes;
+  g.first = RoundUnits(re.skip_at, u);
+  g.gap = RoundUnits(re.skip_at + re.skip_gap, u) - g.first;
+  g.period = re.skip_period;
+  g.ragged = re.skip_ragged;
+  return g;
+}
+
+uint64_t PolicyEngine::StrideGrid::Pos(uint64_t i) const {
+  if (gap == 0) return UINT64_MAX;
+  if (period <= gap) return i >= first ? i - first : UINT64_MAX;
+  return i >= first ? (i - first) % period : (period - (first - i) % period) % period;
+}
+
+bool PolicyEngine::StrideGrid::Skips(uint64_t i) const {
+  const uint64_t pos = Pos(i);
+  return pos < gap && !(ragged && pos == 0);
+}
+
+void PolicyEngine::StrideSkips(std::vector<PrefetchRange>& plan, std::string_view path, const StrideGrid& grid) const {
   // A reader whose run skips a gap of one length at one distance, three
   // times in a row (a parquet reader reading 2 of a row group's 4 column
-  // chunks; a strided slice of an array): the units wholly inside the gaps
-  // still to come are not its reads. Its readahead fetched them all: every
+  // chunks; a strided slice of an array): the units inside the gaps still
+  // to come are not its reads. Its readahead fetched them all: every
   // byte of the files for half of them read (scripts/bench_rows.sh,
   // parquet at 256 MiB: 4,096 MiB fetched, lru-readahead 2,792).
-  const uint64_t u = opts_.unit_bytes;
-  auto skipped = [&](uint64_t i) {
-    const uint64_t b = i * u;
-    if (b < skip_at) return false;
-    const uint64_t g0 = skip_at + (b - skip_at) / period * period;
-    return b + u <= g0 + gap;
-  };
   std::vector<PrefetchRange> out;
   for (PrefetchRange& r : plan) {
     if (r.fill || r.background || r.path != path) {
@@ -2987,12 +3021,12 @@ void PolicyEngine::StrideSkips(std::vector<PrefetchRange>& plan, std::string_vie
       continue;
     }
     for (uint64_t i = r.first_unit; i <= r.last_unit;) {
-      if (skipped(i)) {
+      if (grid.Skips(i)) {
         ++i;
         continue;
       }
       uint64_t j = i;
-      while (j < r.last_unit && !skipped(j + 1)) ++j;
+      while (j < r.last_unit && !grid.Skips(j + 1)) ++j;
       PrefetchRange part = r;
       part.first_unit = i;
       part.last_unit = j;

@@ -417,8 +417,23 @@ class PolicyEngine {
   void LeaveWindow(FileRec& f, uint64_t prev_end, uint64_t offset, uint64_t run_start, bool passed);
   // Takes out of `plan`'s ranges in `path` the units inside the gaps a run
   // that skips at a steady stride (ReaderEnd::skip_*) will skip next.
-  void StrideSkips(std::vector<PrefetchRange>& plan, std::string_view path, uint64_t skip_at, uint64_t gap,
-                   uint64_t period) const;
+  struct ReaderEnd;
+  // A run's gaps on a grid of whole units (ReaderEnd::skip_*: starts and
+  // ends rounded to the nearest unit): the latest gap's first unit, its
+  // length, the distance between gap starts (0: not known), and whether
+  // the reader runs into each gap's first unit (the kernel's readahead
+  // past its chunk: that unit is not skipped).
+  struct StrideGrid {
+    uint64_t first = 0, gap = 0, period = 0;
+    bool ragged = false;
+    // Unit i's place in the gap before or after it at the stride (0: its
+    // first unit); UINT64_MAX: none known.
+    uint64_t Pos(uint64_t i) const;
+    bool Skips(uint64_t i) const;
+  };
+  // `re`'s grid if `known`, else an empty one.
+  StrideGrid Grid(const ReaderEnd& re, bool known) const;
+  void StrideSkips(std::vector<PrefetchRange>& plan, std::string_view path, const StrideGrid& grid) const;
   // No other reader read `f` in the last kSoleReaderUs (LeaveWindow).
   bool SoleReader(const FileRec& f) const;
   // By parent directory (SiblingPool); node-based: members point in.
@@ -449,11 +464,13 @@ class PolicyEngine {
     uint64_t last_off = 0, last_len = 0;
     uint32_t back_reads = 0;
     // Gaps its run skipped (a parquet reader's column chunks of a row group
-    // read, the others passed): where the latest began, its length, the
-    // distance from the one before, and how many gaps in a row came at that
-    // distance with that length (StrideSkips; igt only).
+    // read, the others passed): where the latest began and its length, in
+    // bytes; the distance from the one before, in units (StrideGrid); how
+    // many gaps in a row came at that distance with that length; whether
+    // it ran into them (StrideSkips; igt only).
     uint64_t skip_at = 0, skip_gap = 0, skip_period = 0;
     uint32_t skip_steady = 0;
+    bool skip_ragged = false;
     // The runs the reader jumped away from, the latest left first, resumed
     // if it comes back there (OnRead; igt only): an HDF5 file's x[i], y[i],
     // z[i] read in lockstep. reads 0: none.
