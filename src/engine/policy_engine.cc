@@ -196,10 +196,6 @@ constexpr double kShadowShare = 1.0 / 16;
 // version.
 constexpr uint64_t kGoneVersion = 2;
 
-// Nearest whole unit: a run's gaps are compared and predicted on a grid of
-// units (StrideGrid).
-uint64_t RoundUnits(uint64_t bytes, uint64_t unit) { return (bytes + unit / 2) / unit; }
-
 std::string ParentDir(std::string_view path) {
   auto p = path.rfind('/');
   return p == std::string_view::npos ? std::string() : std::string(path.substr(0, p + 1));
@@ -1342,54 +1338,65 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
   // is one of those, filled next). A gap is confirmed when the next one
   // opens and the reader has not read it since: its window's units there
   // then leave the readahead share (LeaveWindow); at a steady stride the
-  // next gaps are not fetched (StrideSkips). A read in a gap, one before
-  // (a late request filling it) or where the next would begin (the reader
-  // stopped skipping: a review, a strided prefix then a scan had every
-  // other unit of the scan left out of its window), ends the stride. Late
-  // reads elsewhere do not: a tester's second epoch of parquet-like visits,
-  // each 4 MiB chunk read in 128 KiB pieces a few out of order, lost the
-  // stride in most files.
+  // next gaps are not fetched (StrideSkips). A read in a unit a gap holds
+  // whole, one before (a late request filling it) or where the next would
+  // begin (the reader stopped skipping: a review, a strided prefix then a
+  // scan had every other unit of the scan left out of its window), ends
+  // the stride. Late reads elsewhere do not: a tester's second epoch of
+  // parquet-like visits, each 4 MiB chunk read in 128 KiB pieces a few out
+  // of order, lost the stride in most files.
   const uint64_t ub = opts_.unit_bytes;
   if (!same_run) {
-    re.skip_at = re.skip_gap = re.skip_period = 0;
+    re.skip_at = re.skip_gap = re.skip_period = re.skip_back = 0;
     re.skip_steady = 0;
-    re.skip_ragged = false;
+    re.skip_slack_lo = re.skip_slack_hi = 0;
   } else if (offset >= prev_end + ub) {
     if (re.skip_gap > 0) LeaveWindow(f, re.skip_at, re.skip_at + re.skip_gap, re.run_start, /*passed=*/true);
-    // Compared in whole units (StrideGrid): the kernel's readahead runs
+    // Alike within half a unit (StrideGrid): the kernel's readahead runs
     // 0-2 pieces of 128 KiB into each gap, and a chunk's first piece
     // arriving after its second opens the gap 128 KiB long; compared to
     // the byte, neither run kept a stride (scripts/bench_rows.sh
-    // parquet-ragged, parquet-late).
-    const StrideGrid last = Grid(re, true);
-    const uint64_t period = re.skip_gap > 0 ? RoundUnits(prev_end, ub) - last.first : 0;
-    const uint64_t gap = RoundUnits(offset, ub) - RoundUnits(prev_end, ub);
-    const bool same = period > 0 && period == re.skip_period && gap == last.gap;
-    // The reader ran into this gap part of a unit, counted in the gap.
-    const bool ragged = prev_end % ub != 0 && prev_end % ub < ub / 2;
+    // parquet-ragged, parquet-late). The gap is where the one before
+    // foretold, its start and its end (where the reader came back) each
+    // within half a unit; by how much they missed narrows the gaps
+    // foretold from then on.
+    const uint64_t period = re.skip_gap > 0 ? offset - re.skip_back : 0;
+    auto diff = [](uint64_t a, uint64_t b) { return a > b ? a - b : b - a; };
+    const uint64_t ds = diff(prev_end, re.skip_at + re.skip_period), de = diff(offset, re.skip_back + re.skip_period);
+    const bool same = period > 0 && re.skip_period > 0 && ds < ub / 2 && de < ub / 2;
     re.skip_steady = same ? std::min(re.skip_steady + 1, 1u << 30) : 0;
-    re.skip_ragged = (same && re.skip_ragged) || ragged;
+    re.skip_slack_lo = same ? static_cast<uint32_t>(std::max<uint64_t>(re.skip_slack_lo, ds)) : 0;
+    re.skip_slack_hi = same ? static_cast<uint32_t>(std::max<uint64_t>(re.skip_slack_hi, de)) : 0;
+    const uint64_t gap = offset - prev_end;
+    re.skip_back = offset;
     re.skip_period = period;
-    re.skip_gap = offset - prev_end;
+    re.skip_gap = gap;
     re.skip_at = prev_end;
   } else if (re.skip_gap > 0) {
-    // A read in a unit the grid skips ends the stride; one running on from
-    // the run's end less than half a unit into the next gap is the
-    // kernel's readahead going past the chunk: that gap's first unit is
-    // the reader's from now on (StrideGrid::ragged).
+    // A read in a unit the grid skips ends the stride, but for two:
+    // - a late piece at the end of the latest gap (a chunk's first piece
+    //   after its second): the gap ends there;
+    // - a read running on from the run's end less than half a unit into
+    //   the next gap (the kernel's readahead past the chunk): the gaps
+    //   are narrowed by as much.
+    const uint64_t last_end = re.skip_at + re.skip_gap;
     const StrideGrid grid = Grid(re, true);
     const uint64_t first = offset / ub, last = (offset + std::max<uint64_t>(length, 1) - 1) / ub;
-    bool hit = false, edge = false;
-    for (uint64_t i = first; i <= last && i <= first + grid.period + grid.gap && !hit; ++i) {
-      if (grid.Pos(i) == 0 && !grid.ragged && offset <= prev_end && offset + length <= i * ub + ub / 2) edge = true;
-      else hit = grid.Skips(i);
+    bool hit = false;
+    for (uint64_t i = first; i <= last && !hit; ++i) {
+      hit = grid.Skips(i, ub);
+      if (i > first + (grid.period + ub) / ub) break;  // (a read longer than a period hits if any does)
     }
-    if (hit) {
-      re.skip_at = re.skip_gap = re.skip_period = 0;
+    const uint64_t next = re.skip_at + re.skip_period;  // the next gap's foretold start
+    if (offset > re.skip_at && offset < last_end && offset + length >= last_end && offset - re.skip_at >= ub) {
+      re.skip_gap = offset - re.skip_at;
+    } else if (hit && re.skip_period > 0 && offset <= prev_end && offset + length > next &&
+               offset + length - next < ub / 2) {
+      re.skip_slack_lo = static_cast<uint32_t>(std::max<uint64_t>(re.skip_slack_lo, offset + length - next));
+    } else if (hit) {
+      re.skip_at = re.skip_gap = re.skip_period = re.skip_back = 0;
       re.skip_steady = 0;
-      re.skip_ragged = false;
-    } else if (edge) {
-      re.skip_ragged = true;
+      re.skip_slack_lo = re.skip_slack_hi = 0;
     }
   }
   const StrideGrid stride = Grid(re, mode_igt_ && re.skip_steady >= 1);
@@ -2988,23 +2995,23 @@ void PolicyEngine::LeaveWindow(FileRec& f, uint64_t prev_end, uint64_t offset, u
 PolicyEngine::StrideGrid PolicyEngine::Grid(const ReaderEnd& re, bool known) const {
   StrideGrid g;
   if (!known || re.skip_gap == 0) return g;
-  const uint64_t u = opts_.unit_bytes;
-  g.first = RoundUnits(re.skip_at, u);
-  g.gap = RoundUnits(re.skip_at + re.skip_gap, u) - g.first;
   g.period = re.skip_period;
-  g.ragged = re.skip_ragged;
+  g.at = re.skip_at + re.skip_slack_lo;
+  g.gap = re.skip_gap > uint64_t{re.skip_slack_lo} + re.skip_slack_hi ? re.skip_gap - re.skip_slack_lo - re.skip_slack_hi : 0;
   return g;
 }
 
-uint64_t PolicyEngine::StrideGrid::Pos(uint64_t i) const {
-  if (gap == 0) return UINT64_MAX;
-  if (period <= gap) return i >= first ? i - first : UINT64_MAX;
-  return i >= first ? (i - first) % period : (period - (first - i) % period) % period;
-}
-
-bool PolicyEngine::StrideGrid::Skips(uint64_t i) const {
-  const uint64_t pos = Pos(i);
-  return pos < gap && !(ragged && pos == 0);
+bool PolicyEngine::StrideGrid::Skips(uint64_t i, uint64_t unit) const {
+  if (gap < unit) return false;
+  const uint64_t b = i * unit;
+  uint64_t g0;  // the start of the last gap at or before b
+  if (period <= gap) {
+    if (b < at) return false;
+    g0 = at;
+  } else {
+    g0 = b >= at ? at + (b - at) / period * period : at - (at - b + period - 1) / period * period;
+  }
+  return b >= g0 && b + unit <= g0 + gap;
 }
 
 void PolicyEngine::StrideSkips(std::vector<PrefetchRange>& plan, std::string_view path, const StrideGrid& grid) const {
@@ -3021,12 +3028,12 @@ void PolicyEngine::StrideSkips(std::vector<PrefetchRange>& plan, std::string_vie
       continue;
     }
     for (uint64_t i = r.first_unit; i <= r.last_unit;) {
-      if (grid.Skips(i)) {
+      if (grid.Skips(i, opts_.unit_bytes)) {
         ++i;
         continue;
       }
       uint64_t j = i;
-      while (j < r.last_unit && !grid.Skips(j + 1)) ++j;
+      while (j < r.last_unit && !grid.Skips(j + 1, opts_.unit_bytes)) ++j;
       PrefetchRange part = r;
       part.first_unit = i;
       part.last_unit = j;

@@ -418,18 +418,13 @@ class PolicyEngine {
   // Takes out of `plan`'s ranges in `path` the units inside the gaps a run
   // that skips at a steady stride (ReaderEnd::skip_*) will skip next.
   struct ReaderEnd;
-  // A run's gaps on a grid of whole units (ReaderEnd::skip_*: starts and
-  // ends rounded to the nearest unit): the latest gap's first unit, its
-  // length, the distance between gap starts (0: not known), and whether
-  // the reader runs into each gap's first unit (the kernel's readahead
-  // past its chunk: that unit is not skipped).
+  // The gaps a run skips (ReaderEnd::skip_*): from `at`, `gap` bytes,
+  // again every `period` bytes (0: only that one known). Narrowed by how
+  // much the gaps were seen to vary.
   struct StrideGrid {
-    uint64_t first = 0, gap = 0, period = 0;
-    bool ragged = false;
-    // Unit i's place in the gap before or after it at the stride (0: its
-    // first unit); UINT64_MAX: none known.
-    uint64_t Pos(uint64_t i) const;
-    bool Skips(uint64_t i) const;
+    uint64_t at = 0, gap = 0, period = 0;
+    // Unit i (of `unit` bytes) lies wholly inside one of the gaps.
+    bool Skips(uint64_t i, uint64_t unit) const;
   };
   // `re`'s grid if `known`, else an empty one.
   StrideGrid Grid(const ReaderEnd& re, bool known) const;
@@ -464,13 +459,15 @@ class PolicyEngine {
     uint64_t last_off = 0, last_len = 0;
     uint32_t back_reads = 0;
     // Gaps its run skipped (a parquet reader's column chunks of a row group
-    // read, the others passed): where the latest began and its length, in
-    // bytes; the distance from the one before, in units (StrideGrid); how
-    // many gaps in a row came at that distance with that length; whether
-    // it ran into them (StrideSkips; igt only).
-    uint64_t skip_at = 0, skip_gap = 0, skip_period = 0;
+    // read, the others passed): where the latest began, its length, where
+    // the reader came back after it (its end, but for a late piece at its
+    // end), the distance from where it came back after the one before, how
+    // many gaps in a row came where the one before foretold (within half a
+    // unit), and by how much their starts and ends missed (StrideGrid; igt
+    // only).
+    uint64_t skip_at = 0, skip_gap = 0, skip_back = 0, skip_period = 0;
     uint32_t skip_steady = 0;
-    bool skip_ragged = false;
+    uint32_t skip_slack_lo = 0, skip_slack_hi = 0;
     // The runs the reader jumped away from, the latest left first, resumed
     // if it comes back there (OnRead; igt only): an HDF5 file's x[i], y[i],
     // z[i] read in lockstep. reads 0: none.
