@@ -30,6 +30,8 @@ igt's ratio to lru-readahead's (below 1: igt better). Workloads:
                kernel's readahead past each column chunk (gaps of 3 MiB, as
                a tester saw live), each chunk's first piece arriving after
                its second (FUSE threads)
+  parquet-1of4 the parquet files, 1 column chunk of 4 read in each row group
+               (runs of 4 MiB 16 MiB apart: each a jump from the last)
   parquet-ragged the parquet files read in 1 MiB pieces, each chunk followed
                by 0-2 pieces of 128 KiB past its end (the kernel's readahead
                running into the gap by varying amounts)
@@ -109,7 +111,7 @@ def tensors(rng: random.Random) -> Trace:
     return tr
 
 
-def parquet(rng: random.Random) -> Trace:
+def parquet(rng: random.Random, cols: tuple[int, ...] = (0, 2)) -> Trace:
     tr, size, group, t = Trace(), 128 * MiB, 16 * MiB, 0
     files = [f"pq/part-{i:05}.parquet" for i in range(16)]
     for epoch in range(2):
@@ -119,7 +121,7 @@ def parquet(rng: random.Random) -> Trace:
             pid = 300 + epoch
             t = tr.pieces(t, pid, path, size - 64 * 1024, 64 * 1024, size, 64 * 1024, 200)
             for g in range(size // group):
-                for col in (0, 2):  # columns chunks of 4 MiB each, 2 of 4 read
+                for col in cols:  # columns chunks of 4 MiB each, 2 of 4 read
                     t = tr.pieces(t, pid, path, g * group + col * 4 * MiB, 4 * MiB, size, MiB, 200)
                 t += 1000
     return tr
@@ -208,6 +210,7 @@ WORKLOADS = {
     "rows8m-2r": lambda rng: rows(rng, 8, MiB, False, 2, 1500),
     "tensors": tensors,
     "parquet": parquet,
+    "parquet-1of4": lambda rng: parquet(rng, (1,)),
     "index-1m": index_reads,
     "pool-8x8m": lambda rng: pool(rng, 8, 8, False),
     "scan": lambda rng: pool(rng, 8, 8, True),

@@ -429,6 +429,10 @@ class PolicyEngine {
   // `re`'s grid if `known`, else an empty one.
   StrideGrid Grid(const ReaderEnd& re, bool known) const;
   void StrideSkips(std::vector<PrefetchRange>& plan, std::string_view path, const StrideGrid& grid) const;
+  // Adds to `plan` the next runs of a reader whose runs start every
+  // `period` bytes, `len` long, and takes the gaps out (ReaderEnd::jump_*).
+  void JumpRuns(std::vector<PrefetchRange>& plan, std::string_view path, uint64_t file_size, uint64_t run_start,
+                uint64_t run_end, uint64_t len, uint64_t period, bool steady) const;
   // No other reader read `f` in the last kSoleReaderUs (LeaveWindow).
   bool SoleReader(const FileRec& f) const;
   // By parent directory (SiblingPool); node-based: members point in.
@@ -468,6 +472,11 @@ class PolicyEngine {
     uint64_t skip_at = 0, skip_gap = 0, skip_back = 0, skip_period = 0;
     uint32_t skip_steady = 0;
     uint32_t skip_slack_lo = 0, skip_slack_hi = 0;
+    // Its runs, each begun by a jump: the length of the latest left, the
+    // distance between the starts of the latest two, and how many jumps in
+    // a row kept both (JumpRuns; igt only).
+    uint64_t jump_len = 0, jump_period = 0;
+    uint32_t jump_steady = 0;
     // The runs the reader jumped away from, the latest left first, resumed
     // if it comes back there (OnRead; igt only): an HDF5 file's x[i], y[i],
     // z[i] read in lockstep. reads 0: none.
