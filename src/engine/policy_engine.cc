@@ -47,6 +47,15 @@ constexpr uint64_t kPartReadRecentUs = 1'000'000;
 // A file no other reader read for this long has one reader (SoleReader):
 // the windows planned in it are that reader's.
 constexpr uint64_t kSoleReaderUs = 2'000'000;
+// A file another reader read in the last minute is no stride's
+// (PolicyEngine::JumpRuns): a thread pool's threads each jump at a steady
+// stride over the others' chunks, and one left alone in the file a moment
+// (the others waiting for their misses) had the file's window cut to its
+// own chunks (a review: 3 threads taking 4 MiB chunks in turn, 256 MiB
+// cache, 11.1 -> 15.5 s modeled). Nor is the stride of such a file kept
+// for the reader's next file, where it is alone a moment before the others
+// come (8 MiB chunks: 16.0 -> 21.8 s).
+constexpr uint64_t kStrideSoleUs = 60'000'000;
 // A jump's LeaveWindow looks at most at this many of the file's newest units.
 constexpr size_t kLeaveWindowScan = 512;
 // One file scanned by one reader while others read it at random (a
@@ -1308,6 +1317,10 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
   rkey += '\0';
   rkey += path;
   auto [rit, rfresh] = reader_end_.try_emplace(std::move(rkey));
+  if (rfresh && mode_igt_)
+    if (auto st = reader_stride_.find(pid); st != reader_stride_.end())
+      std::tie(rit->second.jump_len, rit->second.jump_period, rit->second.jump_head) = st->second,
+          rit->second.jump_seeded = true;
   // Continues the reader's previous read: starts where it ended, or close to
   // it (the kernel's readahead requests of one reader are served by several
   // FUSE threads and may arrive out of order). In a file read at random or
@@ -1403,31 +1416,9 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
     }
   }
   const StrideGrid stride = Grid(re, mode_igt_ && re.skip_steady >= 1);
-  // Runs that start at a steady stride, each a jump from the one before (a
-  // parquet reader reading 1 column chunk of 4 in each row group: read 4
-  // MiB, skip 12): the length of the run left and the distance between
-  // run starts, alike within half a unit, and how many jumps in a row
-  // kept both (JumpRuns). Forward jumps past the run's end only.
-  if (!same_run && !rfresh) {
-    const uint64_t len = prev_end > re.run_start ? prev_end - re.run_start : 0;
-    const uint64_t period = offset > prev_end && len > 0 ? offset - re.run_start : 0;
-    auto diff = [](uint64_t a, uint64_t b) { return a > b ? a - b : b - a; };
-    const bool same = period > 0 && diff(period, re.jump_period) < ub / 2 && diff(len, re.jump_len) < ub / 2;
-    re.jump_steady = same ? std::min(re.jump_steady + 1, 1u << 30) : 0;
-    re.jump_period = period;
-    re.jump_len = len;
-    // The gaps jumped over, this one and the two before, are the reader's
-    // no more: their readahead leaves the share (LeaveWindow), as a run's
-    // skipped gaps do. Left there, the windows that ran past each run's end
-    // before the stride was known filled the share within 4 files, and
-    // readahead planned nothing after (1 column chunk of 4, 16 files of 128
-    // MiB, 1 GiB cache: every read a miss from the fourth file on).
-    if (same && mode_igt_)
-      for (uint64_t k = 0; k < 3 && k * period <= re.run_start; ++k)
-        LeaveWindow(f, prev_end - k * period, offset - k * period, re.run_start - k * period, /*passed=*/true);
-  }
-  const uint32_t jumps_alike = mode_igt_ ? re.jump_steady : 0;
-  const uint64_t jump_period = re.jump_period, jump_len = re.jump_len;
+  // The run's first read and lowest offset, before a jump or a resume.
+  const uint64_t left_start = re.run_start, left_low = std::min(re.run_low, re.run_start);
+  bool resumed_run = false;
   if (!continues && !rfresh && mode_igt_) {
     // Back at a run it jumped away from (one reader reading regions of a
     // file in lockstep: an HDF5 file's x[i] then y[i]): that run goes on,
@@ -1470,6 +1461,7 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
       re.tag = r.tag;
       re.resumed = static_cast<uint8_t>(std::min(r.resumed + 1, 255));
       continues = true;
+      resumed_run = true;
     } else {
       // A jump: the run left ends (LeaveWindow), kept to be resumed; the
       // new run takes the place and tag of the run left longest ago, else a
@@ -1494,6 +1486,45 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
     for (size_t i = slot; i > 0; --i) re.runs[i] = re.runs[i - 1];
     re.runs[0] = cur;
   }
+  // Runs that start at a steady stride, each a jump from the one before (a
+  // parquet reader reading 1 column chunk of 4 in each row group: read 4
+  // MiB, skip 12): the length of the run left and the distance between
+  // run starts, alike within half a unit, and how many jumps in a row
+  // kept both (JumpRuns). Forward jumps past the run's end only, to a new
+  // run: one come back to is a lockstep reader's (an HDF5 file's x[i],
+  // y[i]), whose runs of one length each went on where a first version
+  // foretold a gap (a review: 14x slower); it clears them.
+  if (resumed_run) {
+    re.jump_len = re.jump_period = re.jump_head = 0;
+    re.jump_steady = 0;
+    re.jump_seeded = false;
+  } else if (!same_run && !rfresh && offset > prev_end && prev_end > left_low) {
+    // (A jump back leaves them as they were: a parquet reader's footer,
+    // then its first column chunk, in each file.) The run's extent is from
+    // its lowest offset, its first read `head` above that (a chunk read in
+    // pieces top first).
+    const uint64_t len = prev_end - left_low, period = offset - left_start, head = left_start - left_low;
+    auto diff = [](uint64_t a, uint64_t b) { return a > b ? a - b : b - a; };
+    const bool same = diff(period, re.jump_period) < ub / 2 && diff(len, re.jump_len) < ub / 2 &&
+                      diff(head, re.jump_head) < ub / 2;
+    re.jump_head = head;
+    re.jump_steady = same ? std::min(re.jump_steady + 1, 1u << 30) : 0;
+    re.jump_seeded = re.jump_seeded && same;
+    re.jump_period = period;
+    re.jump_len = len;
+    if (same && re.jump_steady == 1 && mode_igt_ && StrideSole(f)) {
+      if (reader_stride_.size() >= kMaxReaders) reader_stride_.clear();
+      reader_stride_[pid] = {len, period, head};
+    }
+    // (Tried: the gaps jumped over leaving the readahead share, as a run's
+    // skipped gaps do. With the window's overshoot in the first runs of
+    // each file it freed, 4x the bytes for chunks read top first at a
+    // stride; and a reader of 4 regions in lockstep, its regions' windows
+    // in the "gaps" of its first round, 14.1 -> 20.8 s: a review.)
+  }
+  const uint32_t jumps_alike = mode_igt_ ? re.jump_steady : 0;
+  const bool jump_seeded = re.jump_seeded;
+  const uint64_t jump_period = re.jump_period, jump_len = re.jump_len, jump_head = re.jump_head;
   re.visit_bytes = same_run ? re.visit_bytes + length : length;
   // (Of one length: an mmap's readahead window comes in pieces going down,
   // each ending where the last began, of sizes that differ: counted, its
@@ -1745,16 +1776,21 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
   // and the file's window is theirs together; a review: 2 threads taking
   // 1 MiB chunks in turn, 6.6x the GETs.)
   if (stride.gap > 0 && stride.period > stride.gap && SoleReader(f)) StrideSkips(plan, path, stride);
-  // (Three alike in a file read at random: two, by chance, made 128 KiB
-  // reads at random offsets prefetch units no read wanted; sim test "one
-  // file read uniformly at random keeps what is cached ...". Nor is a run
-  // of such a file held to the length of the run before: its runs vary,
-  // Group::run_p50 says how; tensors of 1-7 MiB in shuffled order waited
-  // more, 66.0 -> 67.8 s at 1 GiB.)
+  // Runs that jump at a steady stride (JumpRuns): once two jumps in a row
+  // were alike (three in a file read at random: two, by chance, made 128
+  // KiB reads at random offsets prefetch units no read wanted; sim test
+  // "one file read uniformly at random keeps what is cached ..."), or from
+  // the start of a file with the stride the reader kept in its last file
+  // (bounded only, until a jump here confirms it; not in a file read at
+  // random, whose runs vary: Group::run_p50 says how). A run bounded after
+  // any one jump was tried: a lockstep reader's first row in its second
+  // region was held to the first's, 4.8 -> 6.1 s (a review), and rows-zipf
+  // at 1 GiB 31.2 -> 33.8 s.
   const bool jump_steady = jumps_alike >= (random_file ? 2u : 1u);
-  if (jump_period > 0 && (jump_steady || !random_file) && mode_igt_ && length > 0 && SoleReader(f) &&
-      !(ov && ov->never_cache))
-    JumpRuns(plan, path, file_size, run_start, run_end, jump_len, jump_period, jump_steady);
+  if (jump_period > 0 && (jump_steady || (jump_seeded && !random_file)) && mode_igt_ && length > 0 &&
+      StrideSole(f) && !(ov && ov->never_cache))
+    JumpRuns(plan, path, file_size, run_start - std::min(run_start, jump_head), run_end, jump_len, jump_period,
+             jump_steady);
   TrimPlan(plan);
   uint64_t ra_lo = UINT64_MAX, ra_hi = 0;  // this read's readahead in its own file
   for (const auto& r : plan)
@@ -3085,16 +3121,28 @@ void PolicyEngine::StrideSkips(std::vector<PrefetchRange>& plan, std::string_vie
 void PolicyEngine::JumpRuns(std::vector<PrefetchRange>& plan, std::string_view path, uint64_t file_size,
                             uint64_t run_start, uint64_t run_end, uint64_t len, uint64_t period, bool steady) const {
   // A reader whose runs start at a steady stride, each a jump from the one
-  // before, three runs in a row alike (ReaderEnd::jump_*): its window
-  // restarted at every run, each run's first unit a miss, and the window
-  // past the run's end into the gap was fetched for nothing (a parquet
-  // reader reading 1 column chunk of 4: no better than lru-readahead). The
-  // next kJumpRunsAhead runs are planned whole, and nothing wholly inside
-  // the gaps; not once the run goes on past its length (the reader
-  // stopped jumping).
+  // before (ReaderEnd::jump_*): its window restarted at every run, each
+  // run's first unit a miss, and the window past the run's end into the
+  // gap was fetched for nothing; in a file not yet labelled, those units
+  // stayed counted against the readahead share, which was full within 4
+  // files (a parquet reader reading 1 column chunk of 4: slower than
+  // lru-readahead). Nothing wholly inside the gaps or below the run is
+  // planned, and if `steady` the next kJumpRunsAhead runs are planned
+  // whole; not once the run goes on past its length (the reader stopped
+  // jumping). `run_start`: where the run's extent is foretold to begin.
   const uint64_t u = opts_.unit_bytes;
   if (run_end > run_start + len + u / 2 || file_size == 0 || period <= len) return;
   StrideSkips(plan, path, StrideGrid{.at = run_start + len, .gap = period - len, .period = period});
+  // Nor the runs behind it, read already (a chunk read in pieces top first
+  // is a reader going backwards, and its window below went on into the
+  // chunk before: a review, 4x the bytes).
+  const uint64_t below = run_start / u;  // units wholly below the run
+  std::erase_if(plan, [&](PrefetchRange& r) {
+    if (r.fill || r.background || r.path != path || r.first_unit >= below) return false;
+    if (r.last_unit < below) return true;
+    r.first_unit = below;
+    return false;
+  });
   for (uint64_t k = 1; steady && k <= kJumpRunsAhead; ++k) {
     const uint64_t first = run_start + k * period;
     if (first >= file_size) break;
@@ -3105,6 +3153,10 @@ void PolicyEngine::JumpRuns(std::vector<PrefetchRange>& plan, std::string_view p
 
 bool PolicyEngine::SoleReader(const FileRec& f) const {
   return f.shared_us == 0 || now_us_ >= f.shared_us + kSoleReaderUs;
+}
+
+bool PolicyEngine::StrideSole(const FileRec& f) const {
+  return f.shared_us == 0 || now_us_ >= f.shared_us + kStrideSoleUs;
 }
 
 bool PolicyEngine::PartReadActive(const FileRec& f) const {

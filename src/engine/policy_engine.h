@@ -33,6 +33,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <tuple>
 #include <string_view>
 #include <unordered_map>
 #include <unordered_set>
@@ -408,6 +409,10 @@ class PolicyEngine {
   // several files in turn: tf.data's interleave), and when they last did
   // (PartReadActive). Cleared with reader_file_, or at kMaxReaders entries.
   std::unordered_map<uint32_t, uint64_t> interleaving_us_;
+  // Each reader's latest stride of runs made steady in a file (ReaderEnd::
+  // jump_len, jump_period): its next file starts with it, unconfirmed
+  // (JumpRuns). Cleared at kMaxReaders entries.
+  std::unordered_map<uint32_t, std::tuple<uint64_t, uint64_t, uint64_t>> reader_stride_;
   // Whether reader `pid`'s latest read was in `f` (reader_file_).
   bool ReaderIn(uint32_t pid, const FileRec& f) const;
   bool PartReadActive(const FileRec& f) const;
@@ -435,6 +440,8 @@ class PolicyEngine {
                 uint64_t run_end, uint64_t len, uint64_t period, bool steady) const;
   // No other reader read `f` in the last kSoleReaderUs (LeaveWindow).
   bool SoleReader(const FileRec& f) const;
+  // No other reader read `f` in the last kStrideSoleUs (JumpRuns).
+  bool StrideSole(const FileRec& f) const;
   // By parent directory (SiblingPool); node-based: members point in.
   std::unordered_map<std::string, std::unique_ptr<SiblingPool>> pools_;
   std::unordered_map<std::string, Unit> units_;
@@ -472,11 +479,13 @@ class PolicyEngine {
     uint64_t skip_at = 0, skip_gap = 0, skip_back = 0, skip_period = 0;
     uint32_t skip_steady = 0;
     uint32_t skip_slack_lo = 0, skip_slack_hi = 0;
-    // Its runs, each begun by a jump: the length of the latest left, the
-    // distance between the starts of the latest two, and how many jumps in
-    // a row kept both (JumpRuns; igt only).
-    uint64_t jump_len = 0, jump_period = 0;
+    // Its runs, each begun by a jump: the length of the latest left (from
+    // its lowest offset), the distance between the first reads of the
+    // latest two, how far above its lowest offset the run left began, and
+    // how many jumps in a row kept all three (JumpRuns; igt only).
+    uint64_t jump_len = 0, jump_period = 0, jump_head = 0;
     uint32_t jump_steady = 0;
+    bool jump_seeded = false;  // taken from its previous file (reader_stride_), none since unlike
     // The runs the reader jumped away from, the latest left first, resumed
     // if it comes back there (OnRead; igt only): an HDF5 file's x[i], y[i],
     // z[i] read in lockstep. reads 0: none.
