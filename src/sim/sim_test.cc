@@ -1065,7 +1065,7 @@ TEST_CASE("sim: parquet files read 1 column of 4 per row group wait less than un
   // filled the readahead share and readahead stopped (scripts/bench_rows.sh
   // parquet-1of4, 16 files: 27.2 s modeled, lru-readahead 21.8). Now at a
   // steady stride of runs the next runs are planned and the gaps are not
-  // (JumpRuns), and the gaps jumped over leave the share.
+  // (JumpRuns), in the reader's next files from their first run.
   uint64_t read_bytes = 0;
   TempTrace tr(ParquetTrace({1}, &read_bytes));
   const auto igt = Run(tr.path, 256 * kMiB, "igt");
