@@ -111,7 +111,13 @@ def tensors(rng: random.Random) -> Trace:
     return tr
 
 
-def parquet(rng: random.Random, cols: tuple[int, ...] = (0, 2)) -> Trace:
+def parquet(rng: random.Random, cols: tuple[int, ...] = (0, 2), piece: int = MiB, late_first: bool = False,
+            ragged: bool = False) -> Trace:
+    """16 files of 128 MiB, row groups of 16 MiB in 4 column chunks of 4 MiB;
+    each file: its footer, then the columns `cols` of every row group in
+    `piece` reads. late_first: each chunk's first piece after its second,
+    and 1 MiB read past the chunk (the kernel's readahead); ragged: 0-2
+    pieces of 128 KiB read past each chunk."""
     tr, size, group, t = Trace(), 128 * MiB, 16 * MiB, 0
     files = [f"pq/part-{i:05}.parquet" for i in range(16)]
     for epoch in range(2):
@@ -121,34 +127,16 @@ def parquet(rng: random.Random, cols: tuple[int, ...] = (0, 2)) -> Trace:
             pid = 300 + epoch
             t = tr.pieces(t, pid, path, size - 64 * 1024, 64 * 1024, size, 64 * 1024, 200)
             for g in range(size // group):
-                for col in cols:  # columns chunks of 4 MiB each, 2 of 4 read
-                    t = tr.pieces(t, pid, path, g * group + col * 4 * MiB, 4 * MiB, size, MiB, 200)
-                t += 1000
-    return tr
-
-
-def parquet_pieces(rng: random.Random, piece: int, late_first: bool, ragged: bool) -> Trace:
-    tr, size, group, t = Trace(), 128 * MiB, 16 * MiB, 0
-    files = [f"pq/part-{i:05}.parquet" for i in range(16)]
-    for epoch in range(2):
-        order = files[:]
-        rng.shuffle(order)
-        for path in order:
-            pid = 310 + epoch
-            t = tr.pieces(t, pid, path, size - 64 * 1024, 64 * 1024, size, 64 * 1024, 200)
-            for g in range(size // group):
-                for col in (0, 2):
+                for col in cols:
                     start = g * group + col * 4 * MiB
                     offs = list(range(start, start + 4 * MiB, piece))
                     if late_first:
                         offs[0], offs[1] = offs[1], offs[0]
+                        offs += list(range(start + 4 * MiB, start + 5 * MiB, 128 * 1024))
                     if ragged:
                         offs += [start + 4 * MiB + k * 128 * 1024 for k in range(rng.randrange(3))]
-                    if late_first:  # the kernel's readahead past the chunk
-                        offs += list(range(start + 4 * MiB, start + 5 * MiB, piece))
                     for o in offs:
-                        n = piece if o < start + 4 * MiB else 128 * 1024
-                        tr.read(t, pid, path, o, n, size)
+                        tr.read(t, pid, path, o, piece if o < start + 4 * MiB else 128 * 1024, size)
                         t += 200
                 t += 1000
     return tr
@@ -216,8 +204,8 @@ WORKLOADS = {
     "scan": lambda rng: pool(rng, 8, 8, True),
     "scan-late": scan_late,
     "mmap-down": mmap_down,
-    "parquet-late": lambda rng: parquet_pieces(rng, 128 * 1024, True, False),
-    "parquet-ragged": lambda rng: parquet_pieces(rng, MiB, False, True),
+    "parquet-late": lambda rng: parquet(rng, piece=128 * 1024, late_first=True),
+    "parquet-ragged": lambda rng: parquet(rng, ragged=True),
 }
 
 
