@@ -1378,7 +1378,8 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
     // foretold from then on.
     const uint64_t period = re.skip_gap > 0 ? offset - re.skip_back : 0;
     auto diff = [](uint64_t a, uint64_t b) { return a > b ? a - b : b - a; };
-    const uint64_t ds = diff(prev_end, re.skip_at + re.skip_period), de = diff(offset, re.skip_back + re.skip_period);
+    const uint64_t ds = diff(prev_end, re.skip_at + re.skip_period);  // at its start
+    const uint64_t de = diff(offset, re.skip_back + re.skip_period);    // at its end
     const bool same = period > 0 && re.skip_period > 0 && ds < ub / 2 && de < ub / 2;
     re.skip_steady = same ? std::min(re.skip_steady + 1, 1u << 30) : 0;
     re.skip_slack_lo = same ? static_cast<uint32_t>(std::max<uint64_t>(re.skip_slack_lo, ds)) : 0;
@@ -3071,7 +3072,8 @@ PolicyEngine::StrideGrid PolicyEngine::Grid(const ReaderEnd& re, bool known) con
   if (!known || re.skip_gap == 0) return g;
   g.period = re.skip_period;
   g.at = re.skip_at + re.skip_slack_lo;
-  g.gap = re.skip_gap > uint64_t{re.skip_slack_lo} + re.skip_slack_hi ? re.skip_gap - re.skip_slack_lo - re.skip_slack_hi : 0;
+  const uint64_t slack = uint64_t{re.skip_slack_lo} + re.skip_slack_hi;
+  g.gap = re.skip_gap > slack ? re.skip_gap - slack : 0;
   return g;
 }
 
