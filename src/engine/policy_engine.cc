@@ -208,6 +208,9 @@ constexpr double kShadowShare = 1.0 / 16;
 // version.
 constexpr uint64_t kGoneVersion = 2;
 
+// |a - b| (a run's gaps and jumps are alike within half a unit: OnRead).
+uint64_t AbsDiff(uint64_t a, uint64_t b) { return a > b ? a - b : b - a; }
+
 std::string ParentDir(std::string_view path) {
   auto p = path.rfind('/');
   return p == std::string_view::npos ? std::string() : std::string(path.substr(0, p + 1));
@@ -1377,9 +1380,8 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
     // within half a unit; by how much they missed narrows the gaps
     // foretold from then on.
     const uint64_t period = re.skip_gap > 0 ? offset - re.skip_back : 0;
-    auto diff = [](uint64_t a, uint64_t b) { return a > b ? a - b : b - a; };
-    const uint64_t ds = diff(prev_end, re.skip_at + re.skip_period);  // at its start
-    const uint64_t de = diff(offset, re.skip_back + re.skip_period);    // at its end
+    const uint64_t ds = AbsDiff(prev_end, re.skip_at + re.skip_period);  // at its start
+    const uint64_t de = AbsDiff(offset, re.skip_back + re.skip_period);    // at its end
     const bool same = period > 0 && re.skip_period > 0 && ds < ub / 2 && de < ub / 2;
     re.skip_steady = same ? std::min(re.skip_steady + 1, 1u << 30) : 0;
     re.skip_slack_lo = same ? static_cast<uint32_t>(std::max<uint64_t>(re.skip_slack_lo, ds)) : 0;
@@ -1505,9 +1507,8 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
     // its lowest offset, its first read `head` above that (a chunk read in
     // pieces top first).
     const uint64_t len = prev_end - left_low, period = offset - left_start, head = left_start - left_low;
-    auto diff = [](uint64_t a, uint64_t b) { return a > b ? a - b : b - a; };
-    const bool same = diff(period, re.jump_period) < ub / 2 && diff(len, re.jump_len) < ub / 2 &&
-                      diff(head, re.jump_head) < ub / 2;
+    const bool same = AbsDiff(period, re.jump_period) < ub / 2 && AbsDiff(len, re.jump_len) < ub / 2 &&
+                      AbsDiff(head, re.jump_head) < ub / 2;
     re.jump_head = head;
     re.jump_steady = same ? std::min(re.jump_steady + 1, 1u << 30) : 0;
     re.jump_seeded = re.jump_seeded && same;
