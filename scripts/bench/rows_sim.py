@@ -19,6 +19,9 @@ igt's ratio to lru-readahead's (below 1: igt better). Workloads:
                file (each overlaps two units)
   pool-8x8m    4 files of 512 MiB each downloaded by 8 threads in 8 MiB
                chunks taken in turn, 1 MiB pieces, twice
+  pool-3x8m    the same with 3 threads
+  pool-steal   the same 4 files, 8 threads each taking the next 8 MiB chunk
+               from a queue when done (pieces of varying time)
   scan         the same 4 files read front to back by one reader, twice (a
                plain scan: the control)
   scan-late    4 files of 512 MiB read once by one reader in 1 MiB reads,
@@ -30,6 +33,10 @@ igt's ratio to lru-readahead's (below 1: igt better). Workloads:
                kernel's readahead past each column chunk (gaps of 3 MiB, as
                a tester saw live), each chunk's first piece arriving after
                its second (FUSE threads)
+  lockstep     a 1 GiB file of two arrays of 1 MiB rows (an HDF5 file's x
+               and y), x[i] then y[i] for i in order, 1 MiB pieces
+  lockstep-128k  the same in 128 KiB pieces
+  lockstep-4r-128k  the same, 4 readers each taking every 4th batch of 32
   parquet-1of4 the parquet files, 1 column chunk of 4 read in each row group
                (runs of 4 MiB 16 MiB apart: each a jump from the last)
   parquet-ragged the parquet files read in 1 MiB pieces, each chunk followed
@@ -171,6 +178,45 @@ def pool(rng: random.Random, threads: int, chunk_mib: int, scan: bool) -> Trace:
     return tr
 
 
+def pool_steal(rng: random.Random, threads: int, chunk_mib: int) -> Trace:
+    """A work-stealing pool: each thread takes the next chunk from a shared
+    queue when it is done with its last, each piece taking 150-450 us, so
+    which thread reads which chunk varies."""
+    tr, size, t = Trace(), 512 * MiB, 0
+    for rnd in range(2):
+        for f in range(4):
+            path = f"dl/part{f}.bin"
+            chunks = list(range(0, size // MiB, chunk_mib))
+            clock = [t] * threads
+            cur: list[list[int]] = [[] for _ in range(threads)]
+            while chunks or any(cur):
+                k = min((i for i in range(threads) if cur[i] or chunks), key=lambda i: clock[i])
+                if not cur[k]:
+                    c = chunks.pop(0)
+                    cur[k] = list(range(c, min(c + chunk_mib, size // MiB)))
+                b = cur[k].pop(0)
+                tr.read(clock[k], 600 + 10 * rnd + k, path, b * MiB, MiB, size)
+                clock[k] += rng.randint(150, 450) * threads
+            t = max(clock) + 1000
+    return tr
+
+
+def lockstep(rng: random.Random, regions: int, row: int, piece: int, readers: int) -> Trace:
+    """One file of `regions` arrays of rows (an HDF5 file's x, y, ...); row i
+    of each array read in turn, `piece` reads, rows in order; with several
+    readers, each takes every `readers`-th batch of 32 rows."""
+    tr, t = Trace(), 0
+    n = (1024 * MiB // regions) // row
+    size = n * row * regions
+    for b in range(0, n, 32):
+        pid = 900 + (b // 32) % readers
+        for i in range(b, min(b + 32, n)):
+            for r in range(regions):
+                t = tr.pieces(t, pid, "h5/data.h5", r * n * row + i * row, row, size, piece, 100)
+        t += 500
+    return tr
+
+
 def scan_late(rng: random.Random) -> Trace:
     tr, size, t = Trace(), 512 * MiB, 0
     for f in range(4):
@@ -202,6 +248,11 @@ WORKLOADS = {
     "index-1m": index_reads,
     "pool-8x8m": lambda rng: pool(rng, 8, 8, False),
     "scan": lambda rng: pool(rng, 8, 8, True),
+    "pool-3x8m": lambda rng: pool(rng, 3, 8, False),
+    "pool-steal": lambda rng: pool_steal(rng, 8, 8),
+    "lockstep": lambda rng: lockstep(rng, 2, MiB, MiB, 1),
+    "lockstep-128k": lambda rng: lockstep(rng, 2, MiB, 128 * 1024, 1),
+    "lockstep-4r-128k": lambda rng: lockstep(rng, 2, MiB, 128 * 1024, 4),
     "scan-late": scan_late,
     "mmap-down": mmap_down,
     "parquet-late": lambda rng: parquet(rng, piece=128 * 1024, late_first=True),

@@ -1629,6 +1629,7 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
   // of the epoch before that went on to other files a moment ago.
   if (f.part_pid != 0 && f.part_pid != pid && ReaderIn(f.part_pid, f) && now_us_ < f.part_us + kSoleReaderUs)
     f.shared_us = std::max<uint64_t>(now_us_, 1);
+  if (length > 0 && file_size > 2 * opts_.unit_bytes) NotePoolRun(*fkey, pid, run_start, end);
   f.part_pid = pid;
   f.part_us = now_us_;
   if (reader_file_.size() >= kMaxReaders) reader_file_.clear(), interleaving_us_.clear();
@@ -1793,6 +1794,7 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
       StrideSole(f) && !(ov && ov->never_cache))
     JumpRuns(plan, path, file_size, run_start - std::min(run_start, jump_head), run_end, jump_len, jump_period,
              jump_steady);
+  if (!pool_runs_.empty()) PoolSkips(plan, *fkey, pid, offset + length);
   TrimPlan(plan);
   uint64_t ra_lo = UINT64_MAX, ra_hi = 0;  // this read's readahead in its own file
   for (const auto& r : plan)
@@ -3091,13 +3093,10 @@ bool PolicyEngine::StrideGrid::Skips(uint64_t i, uint64_t unit) const {
   return b >= g0 && b + unit <= g0 + gap;
 }
 
-void PolicyEngine::StrideSkips(std::vector<PrefetchRange>& plan, std::string_view path, const StrideGrid& grid) const {
-  // A reader whose run skips a gap of one length at one distance, three
-  // times in a row (a parquet reader reading 2 of a row group's 4 column
-  // chunks; a strided slice of an array): the units inside the gaps still
-  // to come are not its reads. Its readahead fetched them all: every
-  // byte of the files for half of them read (scripts/bench_rows.sh,
-  // parquet at 256 MiB: 4,096 MiB fetched, lru-readahead 2,792).
+// Takes the units `skips` says out of `plan`'s readahead in `path` (not
+// fills, warm-ups or epoch plans), splitting its ranges around them.
+template <class Skips>
+void SkipUnits(std::vector<PrefetchRange>& plan, std::string_view path, const Skips& skips) {
   std::vector<PrefetchRange> out;
   for (PrefetchRange& r : plan) {
     if (r.fill || r.background || r.path != path) {
@@ -3105,12 +3104,12 @@ void PolicyEngine::StrideSkips(std::vector<PrefetchRange>& plan, std::string_vie
       continue;
     }
     for (uint64_t i = r.first_unit; i <= r.last_unit;) {
-      if (grid.Skips(i, opts_.unit_bytes)) {
+      if (skips(i)) {
         ++i;
         continue;
       }
       uint64_t j = i;
-      while (j < r.last_unit && !grid.Skips(j + 1, opts_.unit_bytes)) ++j;
+      while (j < r.last_unit && !skips(j + 1)) ++j;
       PrefetchRange part = r;
       part.first_unit = i;
       part.last_unit = j;
@@ -3119,6 +3118,16 @@ void PolicyEngine::StrideSkips(std::vector<PrefetchRange>& plan, std::string_vie
     }
   }
   plan = std::move(out);
+}
+
+void PolicyEngine::StrideSkips(std::vector<PrefetchRange>& plan, std::string_view path, const StrideGrid& grid) const {
+  // A reader whose run skips a gap of one length at one distance, three
+  // times in a row (a parquet reader reading 2 of a row group's 4 column
+  // chunks; a strided slice of an array): the units inside the gaps still
+  // to come are not its reads. Its readahead fetched them all: every
+  // byte of the files for half of them read (scripts/bench_rows.sh,
+  // parquet at 256 MiB: 4,096 MiB fetched, lru-readahead 2,792).
+  SkipUnits(plan, path, [&](uint64_t i) { return grid.Skips(i, opts_.unit_bytes); });
 }
 
 void PolicyEngine::JumpRuns(std::vector<PrefetchRange>& plan, std::string_view path, uint64_t file_size,
@@ -3152,6 +3161,53 @@ void PolicyEngine::JumpRuns(std::vector<PrefetchRange>& plan, std::string_view p
     plan.push_back(PrefetchRange{.path = std::string(path), .file_size = file_size, .first_unit = first / u,
                                  .last_unit = (std::min(file_size, first + len) - 1) / u});
   }
+}
+
+void PolicyEngine::NotePoolRun(const std::string& path, uint32_t pid, uint64_t run_start, uint64_t end) {
+  auto it = pool_runs_.find(path);
+  if (it == pool_runs_.end()) {
+    // Every file read lately, not only one read by two readers at once: a
+    // pool thread may go through chunks before the next thread comes.
+    if (pool_runs_.size() >= kMaxPoolFiles) pool_runs_.clear();
+    it = pool_runs_.try_emplace(path).first;
+  }
+  // The reader's run, else the mark read longest ago: a thread that went
+  // through chunks before another came to its first keeps marks of them.
+  RunMark* slot = &it->second[0];
+  for (RunMark& m : it->second) {
+    if (m.pid == pid && m.start == run_start) {
+      slot = &m;
+      break;
+    }
+    if (m.us < slot->us) slot = &m;
+  }
+  const uint64_t upto = slot->pid == pid && slot->start == run_start ? std::max(slot->end, end) : end;
+  *slot = {pid, run_start, upto, now_us_};
+}
+
+void PolicyEngine::PoolSkips(std::vector<PrefetchRange>& plan, const std::string& path, uint32_t pid,
+                             uint64_t end) const {
+  // Threads of a pool (a downloader's, each reading its chunk in turn; a
+  // work-stealing one's, each taking the next chunk when done): a thread
+  // coming to its chunk planned its window over the chunks after it, read
+  // a moment before by the others and evicted behind them. Each such unit
+  // was fetched again and never read; held in the readahead share, they
+  // filled it and readahead stopped (scripts/bench_rows.sh pool-3x8m at
+  // 256 MiB: 16.4 s, lru-readahead 10.4). Only runs begun above this read:
+  // a scanner behind another reads what the one ahead read.
+  auto it = pool_runs_.find(path);
+  if (it == pool_runs_.end()) return;
+  std::array<std::pair<uint64_t, uint64_t>, kPoolRuns> read;
+  size_t n = 0;
+  for (const RunMark& m : it->second)
+    if (m.pid != 0 && m.pid != pid && m.start >= end && now_us_ < m.us + kSoleReaderUs) read[n++] = {m.start, m.end};
+  if (n == 0) return;
+  const uint64_t unit = opts_.unit_bytes;
+  SkipUnits(plan, path, [&](uint64_t i) {
+    for (size_t k = 0; k < n; ++k)
+      if (i * unit >= read[k].first && (i + 1) * unit <= read[k].second) return true;
+    return false;
+  });
 }
 
 bool PolicyEngine::SoleReader(const FileRec& f) const {
