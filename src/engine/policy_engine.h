@@ -427,8 +427,10 @@ class PolicyEngine {
   std::unordered_map<std::string, std::array<RunMark, kPoolRuns>> pool_runs_;
   void NotePoolRun(const std::string& path, uint32_t pid, uint64_t run_start, uint64_t end);
   // Takes out of `plan` the readahead in `path` that other readers' recent
-  // runs begun above the read's end `end` already read.
-  void PoolSkips(std::vector<PrefetchRange>& plan, const std::string& path, uint32_t pid, uint64_t end) const;
+  // runs begun above the read's end `end` already read (`run_bytes`: the
+  // length of the read's run so far).
+  void PoolSkips(std::vector<PrefetchRange>& plan, const std::string& path, uint32_t pid, uint64_t end,
+                 uint64_t run_bytes) const;
   // Whether reader `pid`'s latest read was in `f` (reader_file_).
   bool ReaderIn(uint32_t pid, const FileRec& f) const;
   bool PartReadActive(const FileRec& f) const;
