@@ -1632,7 +1632,7 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
   // of the epoch before that went on to other files a moment ago.
   if (f.part_pid != 0 && f.part_pid != pid && ReaderIn(f.part_pid, f) && now_us_ < f.part_us + kSoleReaderUs)
     f.shared_us = std::max<uint64_t>(now_us_, 1);
-  if (length > 0 && file_size > 2 * opts_.unit_bytes) NotePoolRun(*fkey, pid, run_start, end);
+  if (length > 0 && file_size > 2 * opts_.unit_bytes) NotePoolRun(*fkey, pid, offset, end);
   f.part_pid = pid;
   f.part_us = now_us_;
   if (reader_file_.size() >= kMaxReaders) reader_file_.clear(), interleaving_us_.clear();
@@ -3166,7 +3166,7 @@ void PolicyEngine::JumpRuns(std::vector<PrefetchRange>& plan, std::string_view p
   }
 }
 
-void PolicyEngine::NotePoolRun(const std::string& path, uint32_t pid, uint64_t run_start, uint64_t end) {
+void PolicyEngine::NotePoolRun(const std::string& path, uint32_t pid, uint64_t offset, uint64_t end) {
   auto it = pool_runs_.find(path);
   if (it == pool_runs_.end()) {
     // Every file read lately, not only one read by two readers at once: a
@@ -3174,18 +3174,26 @@ void PolicyEngine::NotePoolRun(const std::string& path, uint32_t pid, uint64_t r
     if (pool_runs_.size() >= kMaxPoolFiles) pool_runs_.clear();
     it = pool_runs_.try_emplace(path).first;
   }
-  // The reader's run, else the mark read longest ago: a thread that went
+  // The reader's extent this read starts in or at the end of, else the
+  // extent read longest ago: what was read, not the reader's run, which
+  // goes on over small skips (threads taking 1 MiB chunks in turn in 128
+  // KiB pieces each went on in one run over the others' chunks, and
+  // marked them read: a review, up to 3.2x slower). A thread that went
   // through chunks before another came to its first keeps marks of them.
   RunMark* slot = &it->second[0];
   for (RunMark& m : it->second) {
-    if (m.pid == pid && m.start == run_start) {
+    if (m.pid == pid && m.start <= offset && offset <= m.end) {
       slot = &m;
       break;
     }
     if (m.us < slot->us) slot = &m;
   }
-  const uint64_t upto = slot->pid == pid && slot->start == run_start ? std::max(slot->end, end) : end;
-  *slot = {pid, run_start, upto, now_us_};
+  if (slot->pid == pid && slot->start <= offset && offset <= slot->end) {
+    slot->end = std::max(slot->end, end);
+    slot->us = now_us_;
+  } else {
+    *slot = {pid, offset, end, now_us_};
+  }
 }
 
 void PolicyEngine::PoolSkips(std::vector<PrefetchRange>& plan, const std::string& path, uint32_t pid,
@@ -3198,13 +3206,15 @@ void PolicyEngine::PoolSkips(std::vector<PrefetchRange>& plan, const std::string
   // filled it and readahead stopped (scripts/bench_rows.sh pool-3x8m at
   // 256 MiB: 16.4 s, lru-readahead 10.4). Only runs begun above this read:
   // a scanner behind another reads what the one ahead read.
-  // Only runs of readers reading the file still (their latest read in it
-  // under kPoolActiveUs ago): a download's second pass, new threads right
-  // after the first, skipped what the first's threads read, evicted since,
-  // and read it as misses (a review: +5-14%, a file twice the cache). And
-  // only while this read's run is at most twice as long as the other run:
-  // a scanner beside random readers of rows reads the rows above it too (a
-  // review: the scanner up to 1.5x slower).
+  // Only extents of readers reading the file still (their latest read in
+  // it under kPoolActiveUs ago): a download's second pass, new threads
+  // right after the first, skipped what the first's threads read, evicted
+  // since, and read it as misses (a review: +5-14%, a file twice the
+  // cache). Only while this read's run is at most twice as long as the
+  // extent: a scanner beside random readers of rows reads the rows above
+  // it too (a review: the scanner up to 1.5x slower). Only extents of two
+  // units or more: batches of one unit read in turn by a DataLoader's
+  // workers in 128 KiB pieces swung 0.6-3.2x either way (a review).
   auto it = pool_runs_.find(path);
   if (it == pool_runs_.end()) return;
   const auto& marks = it->second;
@@ -3212,7 +3222,7 @@ void PolicyEngine::PoolSkips(std::vector<PrefetchRange>& plan, const std::string
   size_t n = 0;
   for (const RunMark& m : marks) {
     if (m.pid == 0 || m.pid == pid || m.start < end || now_us_ >= m.us + kSoleReaderUs ||
-        run_bytes > 2 * (m.end - m.start))
+        run_bytes > 2 * (m.end - m.start) || m.end - m.start < 2 * opts_.unit_bytes)
       continue;
     uint64_t latest = 0;  // the reader's latest read in the file
     for (const RunMark& o : marks)

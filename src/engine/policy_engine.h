@@ -415,9 +415,10 @@ class PolicyEngine {
   std::unordered_map<uint32_t, std::tuple<uint64_t, uint64_t, uint64_t>> reader_stride_;
   // Files of more than two units read lately, for those read by several
   // readers at a time (a download pool's threads, each on its own chunk):
-  // the latest runs of their readers, where each began, how far it read and
-  // when it last did (PoolSkips). Up to kPoolRuns runs a file, the one read
-  // longest ago replaced; cleared at kMaxPoolFiles files (about 0.6 MB).
+  // the extents their readers read lately, each read on from where the last
+  // ended, and when each was last read (PoolSkips). Up to kPoolRuns extents
+  // a file, the one read longest ago replaced; cleared at kMaxPoolFiles
+  // files (about 0.6 MB).
   struct RunMark {
     uint32_t pid = 0;
     uint64_t start = 0, end = 0, us = 0;
@@ -425,7 +426,7 @@ class PolicyEngine {
   static constexpr size_t kPoolRuns = 16;
   static constexpr size_t kMaxPoolFiles = 1024;
   std::unordered_map<std::string, std::array<RunMark, kPoolRuns>> pool_runs_;
-  void NotePoolRun(const std::string& path, uint32_t pid, uint64_t run_start, uint64_t end);
+  void NotePoolRun(const std::string& path, uint32_t pid, uint64_t offset, uint64_t end);
   // Takes out of `plan` the readahead in `path` that other readers' recent
   // runs begun above the read's end `end` already read (`run_bytes`: the
   // length of the read's run so far).
