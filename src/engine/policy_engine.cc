@@ -56,8 +56,8 @@ constexpr uint64_t kSoleReaderUs = 2'000'000;
 // for the reader's next file, where it is alone a moment before the others
 // come (8 MiB chunks: 16.0 -> 21.8 s).
 constexpr uint64_t kStrideSoleUs = 60'000'000;
-// Another reader's run counts in PoolSkips while that reader read in the
-// file this recently.
+// Another reader's extents count in PoolSkips while that reader read in
+// the file this recently.
 constexpr uint64_t kPoolActiveUs = 500'000;
 // A jump's LeaveWindow looks at most at this many of the file's newest units.
 constexpr size_t kLeaveWindowScan = 512;
@@ -3204,8 +3204,8 @@ void PolicyEngine::PoolSkips(std::vector<PrefetchRange>& plan, const std::string
   // a moment before by the others and evicted behind them. Each such unit
   // was fetched again and never read; held in the readahead share, they
   // filled it and readahead stopped (scripts/bench_rows.sh pool-3x8m at
-  // 256 MiB: 16.4 s, lru-readahead 10.4). Only runs begun above this read:
-  // a scanner behind another reads what the one ahead read.
+  // 256 MiB: 16.4 s, lru-readahead 10.4). Only extents begun above this
+  // read: a scanner behind another reads what the one ahead read.
   // Only extents of readers reading the file still (their latest read in
   // it under kPoolActiveUs ago): a download's second pass, new threads
   // right after the first, skipped what the first's threads read, evicted
