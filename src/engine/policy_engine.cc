@@ -1632,7 +1632,7 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
   // of the epoch before that went on to other files a moment ago.
   if (f.part_pid != 0 && f.part_pid != pid && ReaderIn(f.part_pid, f) && now_us_ < f.part_us + kSoleReaderUs)
     f.shared_us = std::max<uint64_t>(now_us_, 1);
-  if (length > 0 && file_size > 2 * opts_.unit_bytes) NotePoolRun(*fkey, pid, offset, end);
+  if (length > 0 && file_size > 2 * opts_.unit_bytes) NotePoolExtent(*fkey, pid, offset, end);
   f.part_pid = pid;
   f.part_us = now_us_;
   if (reader_file_.size() >= kMaxReaders) reader_file_.clear(), interleaving_us_.clear();
@@ -1797,7 +1797,7 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
       StrideSole(f) && !(ov && ov->never_cache))
     JumpRuns(plan, path, file_size, run_start - std::min(run_start, jump_head), run_end, jump_len, jump_period,
              jump_steady);
-  if (!pool_runs_.empty()) PoolSkips(plan, *fkey, pid, offset + length, run_bytes);
+  if (file_size > 2 * opts_.unit_bytes) PoolSkips(plan, *fkey, pid, offset + length, run_bytes);  // (NotePoolExtent)
   TrimPlan(plan);
   uint64_t ra_lo = UINT64_MAX, ra_hi = 0;  // this read's readahead in its own file
   for (const auto& r : plan)
@@ -3166,13 +3166,13 @@ void PolicyEngine::JumpRuns(std::vector<PrefetchRange>& plan, std::string_view p
   }
 }
 
-void PolicyEngine::NotePoolRun(const std::string& path, uint32_t pid, uint64_t offset, uint64_t end) {
-  auto it = pool_runs_.find(path);
-  if (it == pool_runs_.end()) {
+void PolicyEngine::NotePoolExtent(const std::string& path, uint32_t pid, uint64_t offset, uint64_t end) {
+  auto it = pool_extents_.find(path);
+  if (it == pool_extents_.end()) {
     // Every file read lately, not only one read by two readers at once: a
     // pool thread may go through chunks before the next thread comes.
-    if (pool_runs_.size() >= kMaxPoolFiles) pool_runs_.clear();
-    it = pool_runs_.try_emplace(path).first;
+    if (pool_extents_.size() >= kMaxPoolFiles) pool_extents_.clear();
+    it = pool_extents_.try_emplace(path).first;
   }
   // The reader's extent this read starts in or at the end of, else the
   // extent read longest ago: what was read, not the reader's run, which
@@ -3180,20 +3180,16 @@ void PolicyEngine::NotePoolRun(const std::string& path, uint32_t pid, uint64_t o
   // KiB pieces each went on in one run over the others' chunks, and
   // marked them read: a review, up to 3.2x slower). A thread that went
   // through chunks before another came to its first keeps marks of them.
-  RunMark* slot = &it->second[0];
-  for (RunMark& m : it->second) {
+  ReadExtent* oldest = &it->second[0];
+  for (ReadExtent& m : it->second) {
     if (m.pid == pid && m.start <= offset && offset <= m.end) {
-      slot = &m;
-      break;
+      m.end = std::max(m.end, end);
+      m.us = now_us_;
+      return;
     }
-    if (m.us < slot->us) slot = &m;
+    if (m.us < oldest->us) oldest = &m;
   }
-  if (slot->pid == pid && slot->start <= offset && offset <= slot->end) {
-    slot->end = std::max(slot->end, end);
-    slot->us = now_us_;
-  } else {
-    *slot = {pid, offset, end, now_us_};
-  }
+  *oldest = {pid, offset, end, now_us_};
 }
 
 void PolicyEngine::PoolSkips(std::vector<PrefetchRange>& plan, const std::string& path, uint32_t pid,
@@ -3215,17 +3211,17 @@ void PolicyEngine::PoolSkips(std::vector<PrefetchRange>& plan, const std::string
   // it too (a review: the scanner up to 1.5x slower). Only extents of two
   // units or more: batches of one unit read in turn by a DataLoader's
   // workers in 128 KiB pieces swung 0.6-3.2x either way (a review).
-  auto it = pool_runs_.find(path);
-  if (it == pool_runs_.end()) return;
+  auto it = pool_extents_.find(path);
+  if (it == pool_extents_.end()) return;
   const auto& marks = it->second;
-  std::array<std::pair<uint64_t, uint64_t>, kPoolRuns> read;
+  std::array<std::pair<uint64_t, uint64_t>, kPoolExtents> read;
   size_t n = 0;
-  for (const RunMark& m : marks) {
+  for (const ReadExtent& m : marks) {
     if (m.pid == 0 || m.pid == pid || m.start < end || now_us_ >= m.us + kSoleReaderUs ||
         run_bytes > 2 * (m.end - m.start) || m.end - m.start < 2 * opts_.unit_bytes)
       continue;
     uint64_t latest = 0;  // the reader's latest read in the file
-    for (const RunMark& o : marks)
+    for (const ReadExtent& o : marks)
       if (o.pid == m.pid) latest = std::max(latest, o.us);
     if (now_us_ < latest + kPoolActiveUs) read[n++] = {m.start, m.end};
   }

@@ -416,17 +416,17 @@ class PolicyEngine {
   // Files of more than two units read lately, for those read by several
   // readers at a time (a download pool's threads, each on its own chunk):
   // the extents their readers read lately, each read on from where the last
-  // ended, and when each was last read (PoolSkips). Up to kPoolRuns extents
+  // ended, and when each was last read (PoolSkips). Up to kPoolExtents extents
   // a file, the one read longest ago replaced; cleared at kMaxPoolFiles
   // files (about 0.6 MB).
-  struct RunMark {
+  struct ReadExtent {
     uint32_t pid = 0;
     uint64_t start = 0, end = 0, us = 0;
   };
-  static constexpr size_t kPoolRuns = 16;
+  static constexpr size_t kPoolExtents = 16;
   static constexpr size_t kMaxPoolFiles = 1024;
-  std::unordered_map<std::string, std::array<RunMark, kPoolRuns>> pool_runs_;
-  void NotePoolRun(const std::string& path, uint32_t pid, uint64_t offset, uint64_t end);
+  std::unordered_map<std::string, std::array<ReadExtent, kPoolExtents>> pool_extents_;
+  void NotePoolExtent(const std::string& path, uint32_t pid, uint64_t offset, uint64_t end);
   // Takes out of `plan` the readahead in `path` that other readers' recent
   // runs begun above the read's end `end` already read (`run_bytes`: the
   // length of the read's run so far).
