@@ -37,6 +37,9 @@ igt's ratio to lru-readahead's (below 1: igt better). Workloads:
                and y), x[i] then y[i] for i in order, 1 MiB pieces
   lockstep-128k  the same in 128 KiB pieces
   lockstep-4r-128k  the same, 4 readers each taking every 4th batch of 32
+  lockstep3-4m-128k  a 1 GiB file of three arrays of 4 MiB rows (x, y, z),
+               read in lockstep in 128 KiB pieces
+  lockstep4-4m-128k  the same with four arrays
   parquet-1of4 the parquet files, 1 column chunk of 4 read in each row group
                (runs of 4 MiB 16 MiB apart: each a jump from the last)
   parquet-ragged the parquet files read in 1 MiB pieces, each chunk followed
@@ -253,6 +256,8 @@ WORKLOADS = {
     "lockstep": lambda rng: lockstep(rng, 2, MiB, MiB, 1),
     "lockstep-128k": lambda rng: lockstep(rng, 2, MiB, 128 * 1024, 1),
     "lockstep-4r-128k": lambda rng: lockstep(rng, 2, MiB, 128 * 1024, 4),
+    "lockstep3-4m-128k": lambda rng: lockstep(rng, 3, 4 * MiB, 128 * 1024, 1),
+    "lockstep4-4m-128k": lambda rng: lockstep(rng, 4, 4 * MiB, 128 * 1024, 1),
     "scan-late": scan_late,
     "mmap-down": mmap_down,
     "parquet-late": lambda rng: parquet(rng, piece=128 * 1024, late_first=True),

@@ -1431,7 +1431,7 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
     // the one it left is kept in its place, first. (Not for the baselines:
     // lru-readahead keeps one run per reader and file, as the kernel's
     // readahead does per open file.)
-    ReaderEnd::Run cur{re.end, re.run_start, re.run_reads, re.tag, re.resumed};
+    ReaderEnd::Run cur{re.end, re.run_start, re.visit_bytes, re.run_reads, re.tag, re.resumed};
     size_t back = re.runs.size();
     // Only the run left last is resumed near its end (a read's slack, as
     // the run it is on); the others at it exactly, as in the stream tree (a
@@ -1443,9 +1443,11 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
     // tensors got none (sim test "tensors read out of offset order ...":
     // 10.9 -> 15.9 s).
     const bool short_visit = re.visit_bytes <= opts_.unit_bytes;
+    const bool alike_visits = f.block_label != kRandom && f.block_label != kSkewed;
     for (size_t i = 0; i < re.runs.size() && back == re.runs.size(); ++i)
       if (re.runs[i].reads > 0 &&
-          (i == 0 ? near(re.runs[i].end, re.runs[i].reads) : short_visit && offset == re.runs[i].end))
+          (i == 0 ? near(re.runs[i].end, re.runs[i].reads)
+                  : offset == re.runs[i].end && (short_visit || (alike_visits && re.visit_bytes == re.runs[i].visit))))
         back = i;
     size_t slot = back;
     if (back < re.runs.size()) {

@@ -510,6 +510,7 @@ class PolicyEngine {
     // z[i] read in lockstep. reads 0: none.
     struct Run {
       uint64_t end = 0, start = 0;
+      uint64_t visit = 0;  // the bytes of the reader's last visit there
       uint32_t reads = 0;
       uint8_t tag = 0, resumed = 0;
     };
