@@ -20,6 +20,9 @@ igt's ratio to lru-readahead's (below 1: igt better). Workloads:
   pool-8x8m    4 files of 512 MiB each downloaded by 8 threads in 8 MiB
                chunks taken in turn, 1 MiB pieces, twice
   pool-3x8m    the same with 3 threads
+  pool-4x1m-128k  4 threads taking 1 MiB chunks in turn (a DataLoader's
+               workers taking batches), each read in 128 KiB pieces
+  pool-8x1m-128k  the same with 8 threads
   pool-steal   the same 4 files, 8 threads each taking the next 8 MiB chunk
                from a queue when done (pieces of varying time)
   scan         the same 4 files read front to back by one reader, twice (a
@@ -160,24 +163,24 @@ def index_reads(rng: random.Random) -> Trace:
     return tr
 
 
-def pool(rng: random.Random, threads: int, chunk_mib: int, scan: bool) -> Trace:
+def pool(rng: random.Random, threads: int, chunk_mib: int, scan: bool, piece: int = MiB) -> Trace:
     tr, size, t = Trace(), 512 * MiB, 0
-    blocks = size // MiB
+    gap = 200 * piece // MiB
     for rnd in range(2):
         for f in range(4):
             path = f"dl/part{f}.bin"
             if scan:
                 t = tr.pieces(t, 500 + rnd, path, 0, size, size, MiB, 200)
                 continue
-            for c in range(0, blocks, threads * chunk_mib):
-                for piece in range(chunk_mib):
+            for c in range(0, size, threads * chunk_mib * MiB):
+                for p in range(0, chunk_mib * MiB, piece):
                     ks = list(range(threads))
                     rng.shuffle(ks)
                     for k in ks:
-                        b = c + k * chunk_mib + piece
-                        if b < blocks:
-                            tr.read(t, 600 + 10 * rnd + k, path, b * MiB, MiB, size)
-                            t += 200
+                        off = c + k * chunk_mib * MiB + p
+                        if off < size:
+                            tr.read(t, 600 + 10 * rnd + k, path, off, piece, size)
+                            t += gap
     return tr
 
 
@@ -252,6 +255,8 @@ WORKLOADS = {
     "pool-8x8m": lambda rng: pool(rng, 8, 8, False),
     "scan": lambda rng: pool(rng, 8, 8, True),
     "pool-3x8m": lambda rng: pool(rng, 3, 8, False),
+    "pool-4x1m-128k": lambda rng: pool(rng, 4, 1, False, 128 * 1024),
+    "pool-8x1m-128k": lambda rng: pool(rng, 8, 1, False, 128 * 1024),
     "pool-steal": lambda rng: pool_steal(rng, 8, 8),
     "lockstep": lambda rng: lockstep(rng, 2, MiB, MiB, 1),
     "lockstep-128k": lambda rng: lockstep(rng, 2, MiB, 128 * 1024, 1),

@@ -33,6 +33,8 @@ double Clean(double p) { return std::isfinite(p) ? std::clamp(p, 0.0, 1.0) : 1.0
 // next step is then not counted). The search is linear: with few readers,
 // as almost always, it is short.
 constexpr size_t kMaxPids = 256;
+// A thread pool's threads step by the pool's size: up to this many blocks (view (c)).
+constexpr uint32_t kMaxStrideBlocks = 64;
 // Short runs (Detect): jumps in the window at least, and the runs' mean
 // length in blocks at most (also how far back a jump goes to count).
 constexpr uint32_t kShortRunMinJumps = 12;
@@ -247,8 +249,9 @@ DetectResult Detect(const DetectInput& in, const StreamConfig& cfg) {
     };
     std::array<uint32_t, kMaxPids> pid;  // read below `used` only: not cleared (2 KiB a test)
     std::array<uint32_t, kMaxPids> last;
+    std::array<uint32_t, kMaxPids> stride;  // the reader's last step forward past "next" (0: none)
     size_t used = 0, victim = 0;
-    uint32_t steps = 0, next = 0, own = 0, own_next = 0, merged_next = 0;
+    uint32_t steps = 0, next = 0, own = 0, own_next = 0, merged_next = 0, own_stride = 0;
     // Runs (blocks; Short runs below), in each reader's own steps and in the
     // merged order: steps back far and back to the start, and "next" steps
     // in runs of at most 2 kShortRunBlocks samples.
@@ -295,6 +298,10 @@ DetectResult Detect(const DetectInput& in, const StreamConfig& cfg) {
         }
       }
       if (in.blocks && known) {
+        const uint32_t step = in.children[i] > last[k] ? in.children[i] - last[k] : 0;
+        const bool strided = step > cfg.sequential_gap && step <= kMaxStrideBlocks;
+        own_stride += strided && step == stride[k];
+        stride[k] = strided ? step : 0;
         const bool is_next = in.successor(last[k], in.children[i], cfg.sequential_gap);
         own_runs.Step(last[k], in.children[i], is_next, run[k]);
         if (!is_next) own_starts.push_back(in.children[i]);
@@ -313,6 +320,7 @@ DetectResult Detect(const DetectInput& in, const StreamConfig& cfg) {
         }
         pid[k] = in.pids[i];
         run[k] = 1;
+        stride[k] = 0;
       }
       last[k] = in.children[i];
     }
@@ -350,6 +358,19 @@ DetectResult Detect(const DetectInput& in, const StreamConfig& cfg) {
           next = merged_next;
           merged = true;
         }
+      }
+      // (c) Each reader's steps alike, longer than "next", in most of its
+      // steps: a thread pool's threads taking chunks of one block in turn
+      // (DataLoader workers taking 1 MiB batches of a file), each thread
+      // stepping by the pool's size. Neither its own steps nor the merged
+      // order (threads drifting apart) are "next", and a file under ~1 GiB
+      // is no sweep (below): it was labelled random half the time, each
+      // 128 KiB piece a GET of its own.
+      if (2 * own_stride > own && own_stride * static_cast<double>(steps) > next * static_cast<double>(own)) {
+        ++tests;
+        steps = own;
+        next = own_stride;
+        merged = false;
       }
       // Short runs: each reader's "next" steps come in runs of a few blocks
       // (kShortRunBlocks on average at most, kShortRunMinJumps jumps at
