@@ -1441,9 +1441,18 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
     // read before ended went on in that run, its window planned whole at
     // once at the run's size, the readahead share filled, and the next
     // tensors got none (sim test "tensors read out of offset order ...":
-    // 10.9 -> 15.9 s).
+    // 10.9 -> 15.9 s). Or after a longer visit exactly as long as the
+    // reader's last visit of that run (rows of one length in three regions
+    // or more: docs/POLICIES.md), not in a file read at random (rows of one
+    // length start where another ended by chance), and while a row of each
+    // run fits in the readahead share: 3 regions of 6 MiB rows read whole
+    // with a 64 MiB cache had their windows cut to pieces, 290 GETs against
+    // 168 (a review: 5.6 -> 7.9 s).
     const bool short_visit = re.visit_bytes <= opts_.unit_bytes;
-    const bool alike_visits = f.block_label != kRandom && f.block_label != kSkewed;
+    size_t kept = 1;  // the runs, the one left included
+    for (const auto& r : re.runs) kept += r.reads > 0;
+    const bool alike_visits = f.block_label != kRandom && f.block_label != kSkewed &&
+                              double(re.visit_bytes * kept) <= kMaxPrefetchShare * double(opts_.capacity_bytes);
     for (size_t i = 0; i < re.runs.size() && back == re.runs.size(); ++i)
       if (re.runs[i].reads > 0 &&
           (i == 0 ? near(re.runs[i].end, re.runs[i].reads)
@@ -2518,12 +2527,6 @@ void PolicyEngine::OnRemove(const std::string& id) {
     if (fit->second.cached_units > 0) --fit->second.cached_units;
     fit->second.cached_bytes -= std::min(fit->second.cached_bytes, u.bytes);
   }
-  if (u.consumed && !IsSubUnit(u.index))
-    if (auto pit = pool_extents_.find(*u.path); pit != pool_extents_.end()) {
-      PoolFile& pf = pit->second;
-      pf.gone[pf.gone_next] = {u.index, std::max<uint64_t>(now_us_, 1)};
-      pf.gone_next = (pf.gone_next + 1) % kPoolGone;
-    }
   if (u.file_prev) u.file_prev->file_next = u.file_next;
   else if (fit != files_.end() && fit->second.units == &u) fit->second.units = u.file_next;
   if (u.file_next) u.file_next->file_prev = u.file_prev;
@@ -3188,12 +3191,8 @@ void PolicyEngine::NotePoolExtent(const std::string& path, uint32_t pid, uint64_
   // KiB pieces each went on in one run over the others' chunks, and
   // marked them read: a review, up to 3.2x slower). A thread that went
   // through chunks before another came to its first keeps marks of them.
-  PoolFile& pf = it->second;
-  for (const ReadExtent& m : pf.extents)
-    if (m.pid != 0 && m.pid != pid && offset < m.end && end > m.start && now_us_ < m.us + kSoleReaderUs)
-      pf.overlap_us = std::max<uint64_t>(now_us_, 1);
-  ReadExtent* oldest = &pf.extents[0];
-  for (ReadExtent& m : pf.extents) {
+  ReadExtent* oldest = &it->second[0];
+  for (ReadExtent& m : it->second) {
     if (m.pid == pid && m.start <= offset && offset <= m.end) {
       m.end = std::max(m.end, end);
       m.us = now_us_;
@@ -3225,15 +3224,10 @@ void PolicyEngine::PoolSkips(std::vector<PrefetchRange>& plan, const std::string
   // workers in 128 KiB pieces swung 0.6-3.2x either way (a review).
   auto it = pool_extents_.find(path);
   if (it == pool_extents_.end()) return;
-  const PoolFile& pf = it->second;
-  const auto& marks = pf.extents;
+  const auto& marks = it->second;
   std::array<std::pair<uint64_t, uint64_t>, kPoolExtents> read;
   size_t n = 0;
-  bool others = false;
-  uint64_t longest = 0;  // of the extents read lately
   for (const ReadExtent& m : marks) {
-    others = others || (m.pid != 0 && m.pid != pid && now_us_ < m.us + kPoolActiveUs);
-    if (m.pid != 0 && now_us_ < m.us + kSoleReaderUs) longest = std::max(longest, m.end - m.start);
     if (m.pid == 0 || m.pid == pid || m.start < end || now_us_ >= m.us + kSoleReaderUs ||
         run_bytes > 2 * (m.end - m.start) || m.end - m.start < 2 * opts_.unit_bytes)
       continue;
@@ -3242,27 +3236,11 @@ void PolicyEngine::PoolSkips(std::vector<PrefetchRange>& plan, const std::string
       if (o.pid == m.pid) latest = std::max(latest, o.us);
     if (now_us_ < latest + kPoolActiveUs) read[n++] = {m.start, m.end};
   }
-  // And the units read and evicted in the last kSoleReaderUs, while others
-  // read the file now, none read what another read in the last minute,
-  // and every extent read lately is under two units (the extents above
-  // cover longer chunks): a pool's threads taking one-unit chunks in turn
-  // (a DataLoader's workers taking 1 MiB batches of a file, in 128 KiB
-  // pieces). A lagging thread's window fetched again the chunks the others
-  // had read and evict-behind had evicted; never read, they held the
-  // readahead share for good, every later plan cut to a few units
-  // (scripts/bench_rows.sh pool-4x1m-128k at 256 MiB: 21.2 s before, 12.3
-  // with the labels mended (docs/DETECTION.md, view (c)), 7.0 with this;
-  // lru-readahead 7.4).
-  const bool gone = others && longest < 2 * opts_.unit_bytes &&
-                    (pf.overlap_us == 0 || now_us_ >= pf.overlap_us + kStrideSoleUs);
-  if (n == 0 && !gone) return;
+  if (n == 0) return;
   const uint64_t unit = opts_.unit_bytes;
   SkipUnits(plan, path, [&](uint64_t i) {
     for (size_t k = 0; k < n; ++k)
       if (i * unit >= read[k].first && (i + 1) * unit <= read[k].second) return true;
-    if (gone)
-      for (const auto& [index, us] : pf.gone)
-        if (us != 0 && index == i && now_us_ < us + kSoleReaderUs) return true;
     return false;
   });
 }

@@ -417,32 +417,19 @@ class PolicyEngine {
   // readers at a time (a download pool's threads, each on its own chunk):
   // the extents their readers read lately, each read on from where the last
   // ended, and when each was last read (PoolSkips). Up to kPoolExtents extents
-  // a file, the one read longest ago replaced; and the kPoolGone units of
-  // the file read and then evicted latest. Cleared at kMaxPoolFiles files
-  // (about 1.6 MB).
+  // a file, the one read longest ago replaced; cleared at kMaxPoolFiles
+  // files (about 0.6 MB).
   struct ReadExtent {
     uint32_t pid = 0;
     uint64_t start = 0, end = 0, us = 0;
   };
   static constexpr size_t kPoolExtents = 16;
   static constexpr size_t kMaxPoolFiles = 1024;
-  static constexpr size_t kPoolGone = 64;
-  struct PoolFile {
-    std::array<ReadExtent, kPoolExtents> extents;
-    // When a read last overlapped another reader's extent read in the
-    // kSoleReaderUs before it (0: never): its readers read what the others
-    // read (scanners), not a pool's threads each on chunks of its own.
-    uint64_t overlap_us = 0;
-    // Units read and then evicted (OnRemove), with when: a ring.
-    std::array<std::pair<uint64_t, uint64_t>, kPoolGone> gone{};
-    size_t gone_next = 0;
-  };
-  std::unordered_map<std::string, PoolFile> pool_extents_;
+  std::unordered_map<std::string, std::array<ReadExtent, kPoolExtents>> pool_extents_;
   void NotePoolExtent(const std::string& path, uint32_t pid, uint64_t offset, uint64_t end);
   // Takes out of `plan` the readahead in `path` that other readers' recent
   // runs begun above the read's end `end` already read (`run_bytes`: the
-  // length of the read's run so far), and in a pool of one-unit chunks the
-  // units read and evicted lately.
+  // length of the read's run so far).
   void PoolSkips(std::vector<PrefetchRange>& plan, const std::string& path, uint32_t pid, uint64_t end,
                  uint64_t run_bytes) const;
   // Whether reader `pid`'s latest read was in `f` (reader_file_).
