@@ -364,10 +364,10 @@ DetectResult Detect(const DetectInput& in, const StreamConfig& cfg) {
       // (DataLoader workers taking 1 MiB batches of a file), each thread
       // stepping by the pool's size. Neither its own steps nor the merged
       // order (threads drifting apart) are "next", and a file under ~1 GiB
-      // is no sweep (below): it was labelled random half the time, each
-      // 128 KiB piece a GET of its own. With several readers, only steps no
-      // longer than the readers are many (the pool reads every block): two
-      // readers stepping 4 or 6 blocks read a third or half of the file, and
+      // is no sweep (below): it was labelled random a third of the time or
+      // more, each 128 KiB piece a GET of its own. With several readers,
+      // only steps no longer than the readers are many (the pool reads
+      // every block): two readers stepping 4 or 6 blocks read a third or half of the file, and
       // a scan's readahead fetched the rest (a review: 2 readers stepping 4
       // blocks of a 1 GiB file, 1 GiB cache, 1.4 -> 6.0 s). Only when its
       // share would say scan (min_sequential_ratio): a work-stealing pool's
