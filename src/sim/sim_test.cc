@@ -796,6 +796,23 @@ TEST_CASE("sim: one reader reading two regions of a file in lockstep keeps its r
   CHECK(igt["backend_bytes"].get<uint64_t>() < 1.3 * double(ra["backend_bytes"].get<uint64_t>()));
 }
 
+// One reader (pid 1000) of `regions` arrays of `rows` rows of `row` bytes
+// after a 4 KiB header (an HDF5 file's x, y, ...): row i of each array in
+// turn, each in `piece` reads `gap_us` apart, `epochs` times.
+std::string LockstepTrace(uint64_t regions, uint64_t row, uint64_t rows, uint64_t piece, uint64_t gap_us, int epochs) {
+  constexpr uint64_t kX0 = 4096;
+  const uint64_t size = kX0 + regions * rows * row;
+  std::string body;
+  uint64_t t = 0;
+  for (int e = 0; e < epochs; ++e)
+    for (uint64_t i = 0; i < rows; ++i)
+      for (uint64_t r = 0; r < regions; ++r)
+        for (uint64_t p = 0; p < row; p += piece)
+          body += fmt::format("{},1000,data/train.h5,{},{},{}\n", t += gap_us, kX0 + (r * rows + i) * row + p,
+                              std::min(piece, row - p), size);
+  return body;
+}
+
 TEST_CASE("sim: one reader reading three or four regions of a file in lockstep keeps its readahead", "[sim]") {
   // x[i], y[i], z[i] (and w[i]), rows of 64 KiB, 512 of each, two epochs,
   // 64 MiB cache. With one kept run per reader, the run it came back to was
@@ -803,15 +820,7 @@ TEST_CASE("sim: one reader reading three or four regions of a file in lockstep k
   // / four regions against lru-readahead's 7.8 / 10.4 (`igtcache sim` on the
   // build before). Now 0.8 / 1.0 s.
   for (uint64_t k : {3, 4}) {
-    constexpr uint64_t kRow = 64 << 10, kRows = 512, kX0 = 4096;
-    const uint64_t size = kX0 + k * kRows * kRow;
-    std::string body;
-    uint64_t t = 0;
-    for (int e = 0; e < 2; ++e)
-      for (uint64_t i = 0; i < kRows; ++i)
-        for (uint64_t r = 0; r < k; ++r)
-          body += fmt::format("{},1000,data/train.h5,{},{},{}\n", t += 200, kX0 + (r * kRows + i) * kRow, kRow, size);
-    TempTrace trace(body);
+    TempTrace trace(LockstepTrace(k, 64 << 10, 512, 64 << 10, 200, 2));
     const auto igt = Run(trace.path, 64 * kMiB, "igt");
     const auto ra = Run(trace.path, 64 * kMiB, "lru-readahead");
     INFO(k << " regions: igt " << igt["modeled_time_s"] << " s, lru-readahead " << ra["modeled_time_s"] << " s");
@@ -829,16 +838,7 @@ TEST_CASE("sim: one reader of three or four regions of rows longer than a unit k
   // left before that is resumed when the visit since was as long as its
   // own: 1.35 / 1.95 s.
   for (uint64_t k : {3, 4}) {
-    constexpr uint64_t kRow = 4 * kMiB, kRows = 32, kPiece = 128 << 10, kX0 = 4096;
-    const uint64_t size = kX0 + k * kRows * kRow;
-    std::string body;
-    uint64_t t = 0;
-    for (uint64_t i = 0; i < kRows; ++i)
-      for (uint64_t r = 0; r < k; ++r)
-        for (uint64_t p = 0; p < kRow; p += kPiece)
-          body += fmt::format("{},1000,data/train.h5,{},{},{}\n", t += 100, kX0 + (r * kRows + i) * kRow + p, kPiece,
-                              size);
-    TempTrace trace(body);
+    TempTrace trace(LockstepTrace(k, 4 * kMiB, 32, 128 << 10, 100, 1));
     const auto igt = Run(trace.path, 128 * kMiB, "igt");
     const auto ra = Run(trace.path, 128 * kMiB, "lru-readahead");
     INFO(k << " regions: igt " << igt["modeled_time_s"] << " s, lru-readahead " << ra["modeled_time_s"] << " s");
