@@ -142,7 +142,8 @@ class AdaptiveReadahead final : public PrefetchPolicy {
       w.units = std::min(max_, std::max(initial_, scan_hold_ ? scan_window_ : scan_window_ * 2));
       scan_hold_ = false;
       // Ahead in this file only as deep as the scan reads its files (below).
-      ahead_cap = scan_depth_ > last_read + 1 ? scan_depth_ - (last_read + 1) : 0;
+      const uint64_t depth = ScanDepth(c.pid, false);
+      ahead_cap = depth > last_read + 1 ? depth - (last_read + 1) : 0;
     } else if (it == windows_.end()) {
       w.units = initial_;
     } else if (along) {
@@ -195,33 +196,50 @@ class AdaptiveReadahead final : public PrefetchPolicy {
     if (dir_scan) {
       scan_window_ = w.units;
       if (left > 0 && next_files_ > 0 && c.next_files) {
+        const uint64_t depth = ScanDepth(c.pid, true);
         for (const auto& f : c.next_files(c.path, next_files_)) {
           if (left == 0) break;
-          const uint64_t n = std::min({left, UnitsOf(f.size, c.unit_bytes), std::max<uint64_t>(1, scan_depth_)});
+          const uint64_t n = std::min({left, UnitsOf(f.size, c.unit_bytes), std::max<uint64_t>(1, depth)});
           out.push_back({f.path, f.size, 0, n - 1});
           left -= n;
         }
       }
     }
   }
-  // How deep a listing-order scan reads its files: the units its reader
+  // How deep a listing-order scan reads its files, per reader: the units it
   // had read of the file it left for the next one (all of them if it read
-  // to the end); a scan's next files are proposed that deep. A scan that
-  // reads each file's header only (open, read 16 KiB, close: a tool
-  // reading a dataset's schemas) had whole next files prefetched: 200
-  // files of 1-8 MiB at a mount's root, 712 MiB fetched in `igtcache sim`,
-  // lru 200.
+  // to the end); a scan's next files are proposed that deep, and a next
+  // file read ahead only that deep. A scan that reads each file's header
+  // only (open, read 16 KiB, close: a tool reading a dataset's schemas)
+  // had whole next files prefetched: 200 files of 1-8 MiB at a mount's
+  // root, 712 MiB fetched in `igtcache sim`, lru 200. Per reader: one depth
+  // for the module let a shard scan beside the header scan (each shard
+  // read whole) set it back to whole files at each shard it left, and each
+  // header's file was read ahead 2 units at its first read, never read:
+  // 62 of the readahead share's 64 units at 256 MiB, held for good, every
+  // later plan cut to a unit (sim test "a header reader beside a shard
+  // scan ...": 14.8 s modeled).
   void NoteScanDepth(const PrefetchContext& c, uint64_t last_read) {
     if (readers_.size() >= kMaxTracked) readers_.clear();
     ScanReader& r = readers_[c.pid];
     if (r.path != c.path) {
-      if (!r.path.empty()) scan_depth_ = r.to_end ? UINT64_MAX : r.max_unit + 1;
+      if (!r.path.empty()) r.depth = r.to_end ? UINT64_MAX : r.max_unit + 1;
       r.path.assign(c.path);
       r.max_unit = 0;
       r.to_end = false;
     }
     r.max_unit = std::max(r.max_unit, last_read);
     r.to_end = r.to_end || c.offset + c.length >= c.file_size;
+  }
+  // The reader's depth (UINT64_MAX: whole files) once it left a file; before
+  // that, whole files, or with `provisional` as deep as it has read the
+  // file it is in (so far the only hint).
+  uint64_t ScanDepth(uint32_t pid, bool provisional) const {
+    auto it = readers_.find(pid);
+    if (it == readers_.end()) return UINT64_MAX;
+    const ScanReader& r = it->second;
+    if (r.depth != 0 || !provisional || r.to_end) return r.depth ? r.depth : UINT64_MAX;
+    return r.max_unit + 1;
   }
   void OnWasted(std::string_view path) override {
     auto it = windows_.find(std::string(path));
@@ -247,9 +265,9 @@ class AdaptiveReadahead final : public PrefetchPolicy {
     std::string path;       // the file it reads
     uint64_t max_unit = 0;  // the furthest unit it read of it
     bool to_end = false;    // it read the file's last byte
+    uint64_t depth = 0;     // units it read of the last file it left (UINT64_MAX: all); 0: none left yet
   };
   std::unordered_map<uint32_t, ScanReader> readers_;  // by pid (NoteScanDepth)
-  uint64_t scan_depth_ = UINT64_MAX;                  // units; UINT64_MAX: whole files
 };
 
 class EpochPrefetch final : public PrefetchPolicy {

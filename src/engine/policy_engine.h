@@ -523,6 +523,7 @@ class PolicyEngine {
   // starts another run. At kMaxPidRuns readers, cleared.
   struct PidRun {
     size_t path_hash = 0;
+    std::string path;  // the file of its latest run (igt only: LeaveFile)
     Group* group = nullptr;
     uint64_t bytes = 0;
     bool random = false;
@@ -530,6 +531,10 @@ class PolicyEngine {
   std::unordered_map<uint32_t, PidRun> pid_runs_;
   static constexpr size_t kMaxPidRuns = 4096;
   void NoteRun(uint32_t pid, std::string_view path, Group* g, bool random, bool continues, uint64_t run_bytes);
+  // Reader `pid` went from file `path` to another after one read at its
+  // start: the readahead units planned past that read leave the readahead
+  // share (as LeaveWindow's).
+  void LeaveFile(uint32_t pid, const std::string& path);
   // At kMaxReaders: the older half of reader_end_ goes (by last read).
   void TrimReaders();
   static int ForcedFileLabel(const PathOverride* ov, std::string_view path);
