@@ -51,7 +51,8 @@ class Prefetcher {
   struct Options {
     size_t threads = 8;                 // Default: 8 fetches at once
     uint64_t budget_bytes = 128 << 20;  // Default: 128 MiB queued + running
-    uint64_t max_job_units = 8;         // a job is at most 8 units (one ranged GET)
+    uint64_t max_job_units = 8;         // a job is at most 8 units (one ranged GET); fewer when
+                                        // the work in hand is spread over the threads (Submit)
     // After a fill's GET fails, Fill refuses that file for this long: a
     // partial fill is proposed again on every read, and must not keep an
     // unreachable or failing backend busy with a new job per read.
