@@ -13,10 +13,12 @@
 //  - Backend: `connections` connections; a GET of b bytes on a connection
 //    that is free at time s delivers byte k at s + latency + k / bandwidth
 //    (defaults 25 ms to first byte, 90 MB/s per connection, 16 connections,
-//    at most max_request_bytes per GET). Demand GETs queue for the earliest
-//    free connection; prefetch GETs are issued only on a connection idle at
-//    that moment while another one stays idle for demand, and only while the
-//    prefetch bytes in flight are under `prefetch_budget_bytes` (the rest of
+//    at most max_request_bytes per GET; a prefetch range's GETs are of
+//    (its bytes + prefetch bytes in flight) / (connections - 2), at least a
+//    unit, as the live Prefetcher spreads a batch over its threads). Demand
+//    GETs queue for the earliest free connection; prefetch GETs are issued
+//    only on a connection idle at that moment while another one stays idle
+//    for demand, and only while the prefetch bytes in flight are under `prefetch_budget_bytes` (the rest of
 //    the plan is dropped); a fill (PrefetchRange::fill) is queued and pumped
 //    after every read while three connections are idle. Demand misses fetch
 //    whole units, or the sub-units a read covers where the engine says so
