@@ -2623,10 +2623,11 @@ void PolicyEngine::NoteRun(uint32_t pid, std::string_view path, Group* g, bool r
 }
 
 void PolicyEngine::LeaveFile(uint32_t pid, const std::string& path) {
-  // A file opened, read once at its start and left (a header, a DataLoader
-  // reading one record of each shard in turn): its first read's readahead
-  // (a stream not labelled yet reads ahead a few units at a file's start)
-  // is not what the reader reads next. A scan reading each file's 16 KiB
+  // A file opened, read once at its start and left (a header read; also
+  // the first visit of a reader taking one record of each shard in turn,
+  // whose window is planned again when it comes back): its first read's
+  // readahead (a stream not labelled yet reads ahead a few units at a
+  // file's start) is not what the reader reads next. A scan reading each file's 16 KiB
   // header beside a shard scan left units 1-2 of its first 31 files so,
   // read before its directory had a label: 62 of the share's 64 units at
   // 256 MiB, held for good, and every later plan of both scans was cut to

@@ -18,10 +18,11 @@
 //    unit, as the live Prefetcher spreads a batch over its threads). Demand
 //    GETs queue for the earliest free connection; prefetch GETs are issued
 //    only on a connection idle at that moment while another one stays idle
-//    for demand, and only while the prefetch bytes in flight are under `prefetch_budget_bytes` (the rest of
-//    the plan is dropped); a fill (PrefetchRange::fill) is queued and pumped
-//    after every read while three connections are idle. Demand misses fetch
-//    whole units, or the sub-units a read covers where the engine says so
+//    for demand, and only while the prefetch bytes in flight are under
+//    `prefetch_budget_bytes` (the rest of the plan is dropped); a fill
+//    (PrefetchRange::fill) is queued and pumped after every read while
+//    three connections are idle. Demand misses fetch whole units, or the
+//    sub-units a read covers where the engine says so
 //    (PolicyEngine::SubUnitBytes).
 //  - details.no_stall_time_s: the makespan if every read were a hit, the
 //    bound of any policy's modeled_time_s.
