@@ -366,7 +366,7 @@ scripts/build.sh && scripts/eval.sh            # rewrites this file and docs/img
 - Backend: 16 connections; a GET delivers its k-th byte 25 ms + k / (90 MB/s) after it starts
   on a free connection; GETs of at most 8 MiB; adjacent missing units of one read are one GET.
   A prefetch range goes out in GETs of (its bytes + the prefetch bytes in flight) / 14 (the
-  connections prefetching may use), at least one unit: a window's batch is spread over the idle
+  connections prefetching may use), at least 2 units: a window's batch is spread over the idle
   connections as the live prefetcher spreads it over its threads (before 2026-12-02, GETs of
   8 MiB: a batch of 32 units took four connections and 118 ms).
   Each prefetch GET runs only on a connection that is idle at that moment while another idle one

@@ -94,15 +94,16 @@ size_t Prefetcher::Submit(const FileVersion& file, uint64_t first, uint64_t last
     std::lock_guard lk(mu_);
     if (stop_) return 0;
     if (background) last_bg_submit_ = std::chrono::steady_clock::now();
-    // Jobs of (the bytes held and these units) / threads, at least a unit
-    // and at most max_job_units: a window's batch goes out on as many
-    // threads as the work in hand fills. A batch of 32 units went out as
+    // Jobs of (the bytes held and these units) / threads, at least
+    // kMinSpreadUnits and at most max_job_units: a window's batch goes out
+    // on as many threads as the work in hand fills. A batch of 32 units went out as
     // four jobs of 8 on four threads, each GET 25 ms + 8 MiB at a
     // connection's ~90 MB/s (118 ms), where 16 jobs of 2 take 48 ms (the
     // simulator models the same split: igtcache sim's issue_next).
     const uint64_t threads = std::max<size_t>(1, opts_.threads);
     const uint64_t spread = (held_bytes_ + want.size() * unit + threads * unit - 1) / (threads * unit);
-    const uint64_t job_units = std::clamp<uint64_t>(spread, 1, std::max<uint64_t>(1, opts_.max_job_units));
+    const uint64_t max_units = std::max<uint64_t>(1, opts_.max_job_units);
+    const uint64_t job_units = std::clamp<uint64_t>(spread, std::min(kMinSpreadUnits, max_units), max_units);
     size_t i = 0;
     while (i < want.size()) {
       if (units_.count(TagOf(file, want[i]))) {

@@ -864,7 +864,10 @@ TEST_CASE("sim: a DataLoader's workers taking 1 MiB batches of a file in turn in
   // lru-readahead's 2.7 / 2.5 (`igtcache sim` on the start binary). Now
   // 2.5 / 2.5 s. With 8 workers a lagging worker's window still fetches
   // again chunks the others read and evict-behind evicted: 1,221 MiB
-  // against lru-readahead's 1,024 (docs/POLICIES.md, "Chunks of one unit").
+  // against lru-readahead's 1,024 (docs/POLICIES.md, "Chunks of one unit");
+  // 1,284 MiB in 2.43 s (lru-readahead 2.20 s) since prefetch GETs are
+  // spread over the connections in GETs of 2 units at least ("A batch's
+  // GETs spread over the connections").
   for (uint64_t workers : {4, 8}) {
     constexpr uint64_t kSize = 256 * kMiB, kPiece = 128 << 10;
     std::string body;
@@ -883,7 +886,7 @@ TEST_CASE("sim: a DataLoader's workers taking 1 MiB batches of a file in turn in
     INFO(workers << " workers: igt " << igt["modeled_time_s"] << " s, lru-readahead " << ra["modeled_time_s"] << " s");
     CHECK(igt["modeled_time_s"].get<double>() < 1.25 * ra["modeled_time_s"].get<double>());
     CHECK(igt["backend_bytes"].get<uint64_t>() <
-          (workers == 4 ? 1.1 : 1.25) * double(ra["backend_bytes"].get<uint64_t>()));
+          (workers == 4 ? 1.1 : 1.3) * double(ra["backend_bytes"].get<uint64_t>()));
   }
 }
 

@@ -24,6 +24,7 @@
 #include "igtcache/config.h"
 #include "src/config/stream_settings.h"
 #include "src/engine/policy_engine.h"
+#include "src/read/prefetcher.h"
 #include "src/stream/access_stream_tree.h"
 #include "src/stream/trace.h"
 
@@ -537,14 +538,16 @@ Result<nlohmann::json> RunEngine(const SimOptions& o, const Trace& tr, uint64_t 
       // A readahead range is spread over the prefetch connections, as the
       // live Prefetcher spreads it over its threads (Prefetcher::Submit): GETs
       // of (the bytes in flight and this range) / (connections left to
-      // prefetch), at least a unit. A window's batch of 32 units went out as
-      // four 8 MiB GETs on four connections, the reader waiting 118 ms for
-      // the last of them where 12 GETs of 3 units take 60 ms. Not fills,
-      // whose GETs are whole max_request_bytes (the live Prefetcher's too).
+      // prefetch), at least kMinSpreadUnits. A window's batch of 32 units
+      // went out as four 8 MiB GETs on four connections, the reader waiting
+      // 118 ms for the last of them where 12 GETs of 3 units take 60 ms. Not
+      // fills, whose GETs are whole max_request_bytes (the live
+      // Prefetcher's too).
       if (!allowed) {
         const uint64_t conns = std::max<uint64_t>(1, o.connections - std::min<uint64_t>(o.connections - 1, min_idle));
         const uint64_t ahead = (last - *i + 1) * unit + inflight;
-        max_bytes = std::min(max_bytes, std::max<uint64_t>(1, (ahead + conns * unit - 1) / (conns * unit)) * unit);
+        const uint64_t per = std::max<uint64_t>(Prefetcher::kMinSpreadUnits, (ahead + conns * unit - 1) / (conns * unit));
+        max_bytes = std::min(max_bytes, per * unit);
       }
       uint64_t j = *i, bytes = 0;
       if (!subs.empty()) {
