@@ -160,6 +160,13 @@ std::string UnlabelledKey(std::string_view dir) { return "/?" + std::string(dir)
 bool IsUnlabelledKey(std::string_view k) { return k.starts_with("/?"); }
 // The stream of override `o`'s prefix ("/=": the whole mount's, prefix "").
 std::string OverrideKey(const PathOverride& o) { return o.prefix.empty() ? std::string("/=") : o.prefix; }
+// reader_end_'s key: the reader's pid, a NUL, the file's path.
+std::string ReaderKey(uint32_t pid, std::string_view path) {
+  std::string k = std::to_string(pid);
+  k += '\0';
+  k += path;
+  return k;
+}
 std::string_view DisplayKey(std::string_view k) { return k.size() > 1 && k[0] == '/' ? k.substr(1) : k; }
 // A file read at random (its block stream labelled random or skewed) of at
 // least this many units, whose missing units fit in the cache's free space,
@@ -1319,10 +1326,7 @@ std::vector<PrefetchRange> PolicyEngine::OnRead(uint64_t now_us, uint32_t pid, s
   }
 
   if (reader_end_.size() >= kMaxReaders) TrimReaders();
-  std::string rkey = std::to_string(pid);
-  rkey += '\0';
-  rkey += path;
-  auto [rit, rfresh] = reader_end_.try_emplace(std::move(rkey));
+  auto [rit, rfresh] = reader_end_.try_emplace(ReaderKey(pid, path));
   if (rfresh && mode_igt_)
     if (auto st = reader_stride_.find(pid); st != reader_stride_.end())
       std::tie(rit->second.jump_len, rit->second.jump_period, rit->second.jump_head) = st->second,
@@ -2639,10 +2643,7 @@ void PolicyEngine::LeaveFile(uint32_t pid, const std::string& path) {
   // stopped for waste": hit ratio 0.90 -> 0.00).
   auto fit = files_.find(path);
   if (fit == files_.end() || !SoleReader(fit->second)) return;
-  std::string rkey = std::to_string(pid);
-  rkey += '\0';
-  rkey += path;
-  auto rit = reader_end_.find(rkey);
+  auto rit = reader_end_.find(ReaderKey(pid, path));
   if (rit == reader_end_.end()) return;
   const ReaderEnd& re = rit->second;
   if (re.run_reads != 1 || re.run_start != 0 || re.visit_start != 0 || re.end == 0) return;
